@@ -1,0 +1,1 @@
+"""Thin Click commands, one per experiment, over the graft library."""
