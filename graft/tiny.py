@@ -60,7 +60,9 @@ def tiny_config(family: str, *, tied: bool | None = None, n_layers: int = 4):
             kwargs.pop("head_dim")
         cfg = cls(**kwargs)
     else:
-        raise ValueError(f"unknown tiny family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
+        raise ValueError(
+            f"unknown tiny family {family!r}; choose one of {', '.join(TINY_FAMILIES)}"
+        )
     if tied is not None:
         cfg.tie_word_embeddings = tied
     return cfg
@@ -92,7 +94,9 @@ def perturbed_copy(model: nn.Module, *, seed: int = 1, scale: float = 0.05):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in donor.parameters():
-            p.add_(scale * p.abs().mean().clamp_min(0.02) * torch.randn(p.shape, generator=generator))
+            p.add_(
+                scale * p.abs().mean().clamp_min(0.02) * torch.randn(p.shape, generator=generator)
+            )
     return donor.eval()
 
 
