@@ -214,7 +214,7 @@ def architecture_of(model: nn.Module) -> Architecture:
     fam = family_of(model)
     layers = model.get_submodule(fam.layers_path)
     cfg = model.config
-    n_heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head")
+    n_heads = getattr(cfg, "num_attention_heads", None) or cfg.n_head
     comps = [c for s in fam.embed_sites for c in s.components]
     comps += [c for s in fam.layer_sites for c in s.components]
     emb = model.get_submodule(fam.embed_sites[0].path)

@@ -300,6 +300,9 @@ def run_plan(
     )
     if keep_last:
         kwargs["logits_to_keep"] = 1
+    # a donor that IS the base computes what the base computes: nothing to replace (and
+    # calling the base's own module inside its trace would recurse)
+    same = {name for name, d in donors.items() if _unwrap(d) is torch_model}
     patches = [
         SitePatch(
             p.path,
@@ -311,6 +314,7 @@ def run_plan(
             p.seq_dim,
         )
         for p in plan.patches
+        if p.donor not in same
     ]
     mods = dict(donor_modules) if donor_modules is not None else _donor_modules(donors, patches)
     trace_kwargs = {}
@@ -321,7 +325,8 @@ def run_plan(
     with torch.no_grad(), model.trace(**kwargs, **trace_kwargs):
         graft_trace_body(model, patches, mods)
         logits = model.output.logits.save()
-    logits = logits.float()
+    if logits.dtype != torch.float64:
+        logits = logits.float()
     if keep_last:
         return logits[:, -1].cpu()
     idx = plan.last_index.to(logits.device)
@@ -359,7 +364,7 @@ def run_grafts(
         sort_by_length: batch rows of similar length together (results keep input order).
 
     Returns:
-        float32 tensor [len(rows), vocab] on CPU.
+        tensor [len(rows), vocab] on CPU: float32 (float64 if the model is float64).
     """
     if isinstance(donors, nn.Module) or hasattr(donors, "trace"):
         donors = {"sft": donors}
@@ -411,7 +416,7 @@ def run_grafts(
         )
         logits = run_plan(base, donors, plan, remote=remote, backend=backend)
         if out is None:
-            out = torch.empty((len(rows), logits.shape[-1]), dtype=torch.float32)
+            out = torch.empty((len(rows), logits.shape[-1]), dtype=logits.dtype)
         out[torch.tensor(idx)] = logits
         if bar is not None:
             bar.update(len(idx))

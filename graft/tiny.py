@@ -65,14 +65,19 @@ def tiny_config(family: str, *, tied: bool | None = None, n_layers: int = 4):
         )
     if tied is not None:
         cfg.tie_word_embeddings = tied
+    # 5x HF's default init: sharper attention, so that grafting q or k alone visibly matters
+    cfg.initializer_range = 0.1
     return cfg
 
 
 def _randomise_norms(model: nn.Module, generator: torch.Generator) -> None:
-    for name, module in model.named_modules():
+    for module in model.modules():
         if "norm" in type(module).__name__.lower() or isinstance(module, nn.LayerNorm):
+            # Gemma norms scale by (1 + w): keep their gain in 0.5..1.5 like everyone else's,
+            # so that float32 noise stays far below the tests' 1e-5 tolerance
+            offset = -0.5 if "gemma" in type(module).__name__.lower() else 0.5
             for p in module.parameters(recurse=False):
-                p.data = 0.5 + torch.rand(p.shape, generator=generator)
+                p.data = offset + torch.rand(p.shape, generator=generator)
 
 
 def tiny_model(family: str, *, seed: int = 0, tied: bool | None = None, n_layers: int = 4):

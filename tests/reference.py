@@ -270,4 +270,5 @@ def reference_last_logits(
         )
         past = out.past_key_values
         logits = out.logits
-    return logits[0, -1].float()
+    last = logits[0, -1]
+    return last if last.dtype == torch.float64 else last.float()

@@ -1,0 +1,38 @@
+"""Shared fixtures: one autouse fixture seeds everything; tiny model pairs are cached."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_pairs():
+    """``family -> (base, donor)`` tiny random model pairs, built once per session."""
+    from graft.tiny import tiny_pair
+
+    cache: dict = {}
+
+    def get(family: str, **kwargs):
+        key = (family, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = tiny_pair(family, **kwargs)
+        return cache[key]
+
+    return get
