@@ -9,6 +9,8 @@ import click
 # (module under experiments/, attribute): each attribute is a click.Command.
 COMMANDS: list[tuple[str, str]] = [
     ("smoke", "smoke"),
+    ("finetune", "finetune"),
+    ("data", "data"),
 ]
 
 

@@ -106,7 +106,9 @@ def test_engine_matches_token_by_token_reference(family_setup, family, tied, pad
     # the comparison is not vacuous: every graft but 'none' moves the logits
     base_ref = refs[0]
     moved = (refs[1:] - base_ref).abs().amax(dim=-1)
-    assert bool((moved > 1e-3).all()), [str(r.spec) for r, m in zip(rows[1:], moved) if m <= 1e-3]
+    assert bool((moved > 1e-3).all()), [
+        str(r.spec) for r, m in zip(rows[1:], moved, strict=True) if m <= 1e-3
+    ]
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)

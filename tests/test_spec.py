@@ -87,7 +87,7 @@ def test_components_layers_and_embeddings(arch_llama, arch_gpt2):
     assert set(res.cells) == {(3, c) for c in ("o", "up", "down")}  # GPT-2 has no gate
     res = parse_spec("LT:0:all").resolve(arch_gpt2, 5, {})
     assert (-1, "embed") in res.cells and (-1, "pos_embed") in res.cells
-    assert {c for (l, c) in res.cells if l == 0} == {
+    assert {c for (layer, c) in res.cells if layer == 0} == {
         "ln_1",
         "q",
         "k",
