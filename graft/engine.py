@@ -15,6 +15,7 @@ fused QKV projection the donor output is merged slice by slice (q, k or v alone)
 
 from __future__ import annotations
 
+import copy
 import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -204,6 +205,24 @@ def _merge_slices(base_out, donor_out, patch_fused, slices, n_heads):
     return merged
 
 
+def _placed(module, x):
+    """``module``, or a copy of it on ``x``'s device (and float dtype) if its weights are elsewhere.
+
+    Locally donor and base share device and dtype, so this returns ``module`` itself. Donor
+    weights shipped to a remote server arrive on its CPU in the donor's dtype; the copy keeps
+    the server from mixing devices or dtypes (and leaves the caller's module untouched).
+    """
+    if not isinstance(module, nn.Module):
+        return module
+    p = next(module.parameters(), None)
+    if p is None:
+        return module
+    dtype = x.dtype if x.is_floating_point() else p.dtype
+    if p.device == x.device and p.dtype == dtype:
+        return module
+    return copy.deepcopy(module).to(device=x.device, dtype=dtype)
+
+
 def graft_trace_body(model, patches, donor_modules):
     """Apply ``patches`` inside an open trace of ``model``; the nnsight-side half of the engine.
 
@@ -226,13 +245,15 @@ def graft_trace_body(model, patches, donor_modules):
             if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy
                 x, new = x.transpose(1, patch.seq_dim), new.transpose(1, patch.seq_dim)
             rows = patch.rows
+            if rows.device != new.device:  # remote: the masks travel on the CPU
+                rows = rows.to(new.device)
             if rows.shape[1] != new.shape[1]:  # lm head under logits_to_keep
                 rows = rows[:, rows.shape[1] - new.shape[1] :]
-            donor_out = donor_modules[patch.donor + ":" + patch.path](x[rows])
+            module = _placed(donor_modules[patch.donor + ":" + patch.path], x)
+            donor_out = module(x[rows])
             if patch.fused and patch.slices:
-                donor_out = _merge_slices(
-                    new[rows], donor_out, patch.fused, patch.slices, patch.n_heads
-                )
+                slices = [(k, m.to(new.device)) for k, m in patch.slices]
+                donor_out = _merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
             new[rows] = donor_out.to(new.dtype)
         if current is not None:
             current[1].output = current[3]
@@ -292,6 +313,8 @@ def run_plan(
     model = wrap(base)
     torch_model = _unwrap(base)
     device = next(torch_model.parameters()).device
+    if device.type == "meta":  # a weightless client-side copy of a remotely served base
+        device = torch.device("cpu")
     keep_last = plan.keep_last_only and _supports_logits_to_keep(torch_model)
     kwargs = dict(
         input_ids=plan.input_ids.to(device),
@@ -318,19 +341,25 @@ def run_plan(
     ]
     mods = dict(donor_modules) if donor_modules is not None else _donor_modules(donors, patches)
     trace_kwargs = {}
+    if remote or backend is not None:
+        from graft.remote import prepare_remote_trace
+
+        # plain-data patches, engine shipped by value, remote="local" on any wrapper
+        patches, mods, backend, remote = prepare_remote_trace(model, patches, mods, remote, backend)
     if remote:
         trace_kwargs["remote"] = remote
     if backend is not None:
         trace_kwargs["backend"] = backend
+    # only each row's last-position logits leave the trace (small remote results)
+    batch_rows = torch.arange(plan.input_ids.shape[0])
+    pick = torch.full_like(batch_rows, -1) if keep_last else plan.last_index.clone()
     with torch.no_grad(), model.trace(**kwargs, **trace_kwargs):
         graft_trace_body(model, patches, mods)
-        logits = model.output.logits.save()
+        full = model.output.logits
+        logits = full[batch_rows.to(full.device), pick.to(full.device)].save()
     if logits.dtype != torch.float64:
         logits = logits.float()
-    if keep_last:
-        return logits[:, -1].cpu()
-    idx = plan.last_index.to(logits.device)
-    return logits[torch.arange(logits.shape[0], device=logits.device), idx].cpu()
+    return logits.cpu()
 
 
 def run_grafts(
@@ -425,3 +454,48 @@ def run_grafts(
     if out is None:
         return torch.empty((0, 0))
     return torch.log_softmax(out, dim=-1) if log_probs else out
+
+
+def graft_texts(
+    base,
+    donors: Mapping[str, nn.Module] | nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    specs: Sequence[GraftSpec | str] | GraftSpec | str,
+    *,
+    fields: Sequence[Mapping[str, str]] | None = None,
+    **kwargs,
+) -> torch.Tensor:
+    """Notebook entry point: graft every spec on every text; logits [texts, specs, vocab].
+
+    Args:
+        base: the pretrained HF causal LM.
+        donors: ``{name: model}`` or one donor model (named ``"sft"``).
+        tokenizer: the models' tokenizer (a fast one gives exact character offsets).
+        texts: prompts.
+        specs: graft specs (objects or text forms such as ``"FE+LT:all:all"``).
+        fields: per text, span name -> substring of the text, e.g. ``{"FE": "Keanu Reeves"}``;
+            its first occurrence becomes the span of that name.
+        **kwargs: passed to ``run_grafts`` (batch_size, padding_side, log_probs, ...).
+    """
+    from graft.spans import tokenize_with_spans
+
+    if isinstance(specs, str | GraftSpec):
+        specs = [specs]
+    specs = [GraftSpec.parse(s) if isinstance(s, str) else s for s in specs]
+    fields = fields if fields is not None else [{} for _ in texts]
+    rows = []
+    for text, named in zip(texts, fields, strict=True):
+        chars = {}
+        for name, value in named.items():
+            start = text.find(value)
+            if start < 0:
+                raise SpecError(f"field {name!r}: {value!r} does not occur in the prompt {text!r}")
+            chars[name] = (start, start + len(value))
+        prompt = tokenize_with_spans(tokenizer, text, chars)
+        if prompt.missing:
+            raise SpecError(f"fields {prompt.missing} of {text!r} map to no token")
+        rows += [GraftRow(prompt.input_ids, prompt.spans, spec) for spec in specs]
+    kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
+    logits = run_grafts(base, donors, rows, **kwargs)
+    return logits.view(len(texts), len(specs), -1)
