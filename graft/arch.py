@@ -219,7 +219,9 @@ def architecture_of(model: nn.Module) -> Architecture:
     comps += [c for s in fam.layer_sites for c in s.components]
     emb = model.get_submodule(fam.embed_sites[0].path)
     unemb = model.get_submodule(fam.unembed_path)
-    tied = emb.weight is unemb.weight or emb.weight.data_ptr() == unemb.weight.data_ptr()
+    tied = emb.weight is unemb.weight or (
+        not emb.weight.is_meta and emb.weight.data_ptr() == unemb.weight.data_ptr()
+    )
     return Architecture(fam.name, fam, len(layers), int(n_heads), tuple(comps), bool(tied))
 
 
