@@ -8,9 +8,17 @@ import click
 
 # (module under experiments/, attribute): each attribute is a click.Command.
 COMMANDS: list[tuple[str, str]] = [
-    ("smoke", "smoke"),
-    ("finetune", "finetune"),
     ("data", "data"),
+    ("finetune", "finetune"),
+    ("position", "position"),
+    ("component", "component"),
+    ("hybrid", "hybrid"),
+    ("layers", "layers"),
+    ("tokens", "tokens"),
+    ("position", "necessity"),
+    ("custom", "custom"),
+    ("plot", "plot"),
+    ("smoke", "smoke"),
 ]
 
 

@@ -357,6 +357,20 @@ class Rule:
         """Positions (0-based, in a prompt of ``length`` tokens) this rule selects."""
         return _eval_positions(_parse_positions(self.positions), length, spans, self.positions)
 
+    def span_names(self) -> set[str]:
+        """Named spans (e.g. FE, M) this rule's positions refer to."""
+        names: set[str] = set()
+
+        def walk(node) -> None:
+            for atom, _ in node.terms:
+                if isinstance(atom, _Union):
+                    walk(atom)
+                elif atom.kind == "span":
+                    names.add(atom.name)
+
+        walk(_parse_positions(self.positions))
+        return names
+
     def layer_list(self, n_layers: int) -> list[int]:
         """Layers this rule selects in a model of ``n_layers`` layers."""
         return _eval_layers(self._layer_items, n_layers, self.layers)
@@ -491,6 +505,10 @@ class GraftSpec:
         return cls.from_dict(json.loads(text))
 
     # ------------------------------------------------------------------ resolution
+    def span_names(self) -> set[str]:
+        """Named spans every prompt must have for this spec to apply."""
+        return set().union(*(r.span_names() for r in self.rules))
+
     def donors(self) -> set[str]:
         """Donor names this spec can use."""
         names = {r.donor for r in self.rules}

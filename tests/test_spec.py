@@ -173,3 +173,8 @@ def test_rule_is_validated_on_construction():
         Rule("FE", "all", ())
     with pytest.raises(SpecError):
         GraftSpec(head="weird")
+
+
+def test_span_names():
+    assert parse_spec("(FE+LT)^C:all:all; M+2:0:o").span_names() == {"FE", "M"}
+    assert parse_spec("none").span_names() == set()

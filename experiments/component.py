@@ -1,0 +1,80 @@
+"""``graft-exp component`` (E3): component sets at the last token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+
+from experiments.common import make_config, run_and_report, shared_options
+from graft.grafts import component_grafts
+from graft.report import draw_figures
+from graft.results import RunFolder
+from graft.runner import ModelSource, default_out, print_summary, run_experiment
+
+PAIRS = {
+    # name: (base source, donor source, test prompt directions)
+    "sft": (ModelSource("pretrained"), ModelSource("one"), ("forward",)),
+    "reversal": (ModelSource("one"), ModelSource("both"), ("reverse",)),
+}
+
+
+@click.command(short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.")
+@click.option(
+    "--layers",
+    default="q4",
+    show_default=True,
+    help="Layer selector of the grafts (q4 = last quarter).",
+)
+@click.option(
+    "--pairs",
+    default="sft,reversal",
+    show_default=True,
+    help="Donor -> base pairs: sft (SFT -> PRE, forward prompts) and reversal "
+    "(both-directions -> one-direction model, reversed prompts).",
+)
+@click.option(
+    "--split-qkv",
+    is_flag=True,
+    help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models).",
+)
+@shared_options
+def component(layers, pairs, split_qkv, cfg_options, remote):
+    """E3 (Fig. 4, C.5): ATTN+O+FFN, ATTN+O, O+FFN, ATTN+FFN, O, FFN, O+FFN_up, O+FFN_down
+    at the last token over a layer group, for each donor pair; PRE and SFT as references."""
+    names = [p.strip() for p in pairs.split(",") if p.strip()]
+    bad = [p for p in names if p not in PAIRS]
+    if bad or not names:
+        raise click.BadParameter(
+            f"unknown pair(s) {bad}; use {', '.join(PAIRS)}", param_hint="--pairs"
+        )
+    cfg = make_config("component", cfg_options, remote)
+    root = Path(cfg.out) if cfg.out else default_out(cfg)
+    summaries = []
+    for name in names:
+        base, donor, directions = PAIRS[name]
+        pair_options = dict(cfg_options, out=str(root / name))
+        pair_cfg = make_config("component", pair_options, remote, directions=directions)
+        grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name)
+        run = run_and_report(
+            lambda pair_cfg=pair_cfg, grafts=grafts, base=base, donor=donor: run_experiment(
+                pair_cfg, grafts, base=base, donors={"sft": donor}, echo=click.echo
+            )
+        )
+        summaries.append(run.summary)
+        for png in draw_figures(run.folder.path):
+            click.echo(f"figure: {png}")
+    if len(summaries) > 1:
+        combined_dir = RunFolder(root)
+        combined = pl.concat(summaries, how="diagonal_relaxed")
+        combined_dir.write_summary(combined)
+        first = RunFolder(combined_dir.path / names[0]).read_config() or {}
+        grafts = [
+            g for n in names for g in RunFolder(combined_dir.path / n).read_config()["grafts"]
+        ]
+        combined_dir.write_json("config.json", dict(first, grafts=grafts, pairs=names))
+        click.echo("all pairs:")
+        print_summary(combined, echo=click.echo)
+        for png in draw_figures(combined_dir.path):
+            click.echo(f"figure: {png}")

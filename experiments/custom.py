@@ -1,0 +1,90 @@
+"""``graft-exp custom``: any graft specs, any donors, on a dataset's test prompts."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import make_config, run_and_report, shared_options
+from graft.grafts import reference, spec_graft
+from graft.report import draw_figures
+from graft.runner import ModelSource, run_experiment
+
+
+def _sources(values) -> dict[str, ModelSource]:
+    out = {}
+    for value in values:
+        name, sep, source = value.partition("=")
+        if not sep or not name.strip() or not source.strip():
+            raise click.BadParameter(
+                f"{value!r}: use NAME=VARIANT or NAME=PATH", param_hint="--donor"
+            )
+        source = source.strip()
+        variants = (
+            "pretrained",
+            "one",
+            "both",
+            "task",
+            "relation",
+            "one-A",
+            "one-B",
+            "both-A",
+            "both-B",
+        )
+        out[name.strip()] = ModelSource(source) if source in variants else ModelSource(path=source)
+    return out
+
+
+@click.command(short_help="Any graft specs and donors on a dataset's test prompts.")
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    required=True,
+    help="Graft as NAME=SPEC or SPEC (repeatable), e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; LT:h2:o'.",
+)
+@click.option(
+    "--donor",
+    "donor_args",
+    multiple=True,
+    default=("sft=one",),
+    show_default=True,
+    help="Donor as NAME=VARIANT (finetuned as needed: one, both, task, relation, pretrained) or NAME=PATH (repeatable).",
+)
+@click.option(
+    "--base",
+    "base_arg",
+    default="pretrained",
+    show_default=True,
+    help="Base: a variant (pretrained, one, both, ...) or a model folder.",
+)
+@click.option(
+    "--directions",
+    default="forward",
+    show_default=True,
+    type=click.Choice(["forward", "reverse", "forward,reverse"]),
+    help="Test prompt directions.",
+)
+@click.option(
+    "--references/--no-references",
+    default=True,
+    show_default=True,
+    help="Add PRE (base alone) and SFT (donor 'sft' with its head).",
+)
+@shared_options
+def custom(specs, donor_args, base_arg, directions, references, cfg_options, remote):
+    """Run any graft specs (see README 'Graft specs') on the dataset's test prompts."""
+    donors = _sources(donor_args)
+    base = _sources([f"base={base_arg}"])["base"]
+    cfg = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
+    try:
+        grafts = [spec_graft(s) for s in specs]
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--spec") from None
+    if references:
+        refs = [reference("PRE", None)] + ([reference("SFT", "sft")] if "sft" in donors else [])
+        grafts = refs + grafts
+    run = run_and_report(
+        lambda: run_experiment(cfg, grafts, base=base, donors=donors, echo=click.echo)
+    )
+    for png in draw_figures(run.folder.path):
+        click.echo(f"figure: {png}")

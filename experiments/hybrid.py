@@ -1,0 +1,32 @@
+"""``graft-exp hybrid`` (E4): a task model and a relation model grafted into PRE together."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import make_config, run_and_report, shared_options
+from graft.grafts import hybrid_grafts
+from graft.report import draw_figures
+from graft.runner import ModelSource, run_experiment
+
+
+@click.command(short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.")
+@click.option(
+    "--lt-layers", default="h2", show_default=True, help="Layers of the LT hybrid (h2 = last half)."
+)
+@shared_options
+def hybrid(lt_layers, cfg_options, remote):
+    """E4 (Fig. 5): at LT, ATTN from the task model (finetuned on fact set A) and O+FFN from
+    the relation model (set B) in the last half of layers; at FE nothing / all / ATTN / FFN /
+    O+FFN / ATTN+O from the task model in every layer. Tested on set B's prompts."""
+    cfg = make_config("hybrid", cfg_options, remote, split=True)
+    run = run_and_report(
+        lambda: run_experiment(
+            cfg,
+            hybrid_grafts(lt_layers, cfg.head_policy),
+            donors={"task": ModelSource("task"), "relation": ModelSource("relation")},
+            echo=click.echo,
+        )
+    )
+    for png in draw_figures(run.folder.path):
+        click.echo(f"figure: {png}")

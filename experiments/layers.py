@@ -1,0 +1,63 @@
+"""``graft-exp layers`` (E7): where in depth does each position matter? A localisation map."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import make_config, run_and_report, shared_options
+from graft.grafts import layer_windows, reference
+from graft.models import load_model
+from graft.report import LAYER_SEP, draw_figures
+from graft.runner import Graft, ModelSource, resolve_model_path, run_experiment
+from graft.spec import GraftSpec
+
+
+@click.command(short_help="Layer localisation map, E7: positions x layer windows heatmaps.")
+@click.option(
+    "--positions",
+    default="FE,LT,FE+LT",
+    show_default=True,
+    help="Comma-separated position sets (rows of the map).",
+)
+@click.option(
+    "--windows",
+    default="eighths",
+    show_default=True,
+    help="Layer windows (columns): halves, quarters, eighths, single, or a width K (consecutive windows of K layers).",
+)
+@click.option(
+    "--components",
+    default="block",
+    show_default=True,
+    help="Component sets, separated by ';' (one map each), e.g. 'block;attn;o,ffn'.",
+)
+@shared_options
+def layers(positions, windows, components, cfg_options, remote):
+    """E7: graft SFT into PRE at each position set x layer window (x component set) and draw
+    accuracy heatmaps: the layer localisation the paper had no room for."""
+    cfg = make_config("layers", cfg_options, remote)
+    pos_list = [p.strip() for p in positions.split(",") if p.strip()]
+    comp_list = [c.strip() for c in components.split(";") if c.strip()]
+    if not pos_list or not comp_list:
+        raise click.UsageError("--positions and --components must name at least one item")
+    base_path = resolve_model_path(cfg, ModelSource())
+    n_layers = load_model(base_path, dtype=cfg.dtype, device="cpu").model.config.num_hidden_layers
+    try:
+        windows_list = layer_windows(n_layers, windows)
+    except ValueError:
+        raise click.BadParameter(
+            "use halves, quarters, eighths, single or a positive integer width",
+            param_hint="--windows",
+        ) from None
+    grafts = [reference("PRE", None), reference("SFT", "sft")]
+    head = "" if cfg.head_policy == "base" else f"; head={cfg.head_policy}"
+    for comps in comp_list:
+        for pos in pos_list:
+            for win in windows_list:
+                spec = GraftSpec.parse(f"{pos}:{win}:{comps}{head}")
+                grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
+    run = run_and_report(
+        lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)
+    )
+    for png in draw_figures(run.folder.path):
+        click.echo(f"figure: {png}")

@@ -1,0 +1,55 @@
+"""``graft-exp tokens`` (E6): the top-10 next tokens with probabilities for sampled examples."""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+
+from experiments.common import make_config, run_and_report, shared_options
+from graft.grafts import reference, spec_graft
+from graft.metrics import top_tokens_table
+from graft.runner import ModelSource, run_experiment
+
+DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
+
+
+@click.command(short_help="Top-10 next tokens with probabilities per graft, E6.")
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    default=DEFAULT_SPECS,
+    show_default=True,
+    help="Graft as NAME=SPEC or SPEC (repeatable); PRE and SFT are always added.",
+)
+@click.option(
+    "--per-graft",
+    type=click.IntRange(1),
+    default=5,
+    show_default=True,
+    help="Examples sampled per graft and template.",
+)
+@shared_options
+def tokens(specs, per_graft, cfg_options, remote):
+    """E6 (C.7): top-10 next tokens with probabilities for a few sampled examples of each graft."""
+    cfg = make_config("tokens", cfg_options, remote)
+    try:
+        grafts = [reference("PRE", None), reference("SFT", "sft")] + [spec_graft(s) for s in specs]
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--spec") from None
+    run = run_and_report(
+        lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)
+    )
+    table = top_tokens_table(
+        run.examples, by=["template", "graft"], per_group=per_graft, seed=cfg.seed
+    )
+    table.write_parquet(run.folder.path / "top_tokens.parquet")
+    table.drop([c for c, t in table.schema.items() if isinstance(t, pl.List)]).write_csv(
+        run.folder.path / "top_tokens.csv"
+    )
+    first = table.filter(pl.col("example") == 0).select(
+        ["template", "graft", "rank", "token", "prob", "is_target"]
+    )
+    with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):
+        click.echo(str(first.head(60)))
+    click.echo(f"top tokens: {run.folder.path / 'top_tokens.csv'}")
