@@ -82,9 +82,9 @@ def shared_options(func: Callable) -> Callable:
         click.option(
             "--preset",
             type=click.Choice(sorted(PRESETS)),
-            default="cpu",
-            show_default=True,
-            help="Finetune preset of donors that must be finetuned first.",
+            default=None,
+            help="Finetune preset of donors that must be finetuned first [default: paper on "
+            "CUDA, else cpu].",
         ),
         click.option(
             "--finetune-max-steps",

@@ -61,7 +61,8 @@ class ExperimentConfig:
         split: whether the dataset has disjoint fact sets A and B (hybrid experiment).
         n_facts: facts per set when the dataset is generated.
         data_seed: seed of the generated dataset.
-        preset: finetune preset of donors that must be finetuned first.
+        preset: finetune preset of donors that must be finetuned first (None: paper on
+            CUDA, else cpu).
         finetune_max_steps: cap on finetune steps (quick runs and tests); None = the preset's.
         templates: test templates to use (None = all the dataset has).
         directions: test prompt directions (``forward``; ``reverse`` for reversal).
@@ -85,7 +86,7 @@ class ExperimentConfig:
     split: bool = False
     n_facts: int | None = None
     data_seed: int = 0
-    preset: str = "cpu"
+    preset: str | None = None
     finetune_max_steps: int | None = None
     templates: tuple[str, ...] | None = None
     directions: tuple[str, ...] = ("forward",)
@@ -168,7 +169,8 @@ def resolve_model_path(cfg: ExperimentConfig, source: ModelSource) -> str:
         return source.path
     if source.variant == "pretrained":
         return cfg.model
-    preset = ft.resolve_config(cfg.preset, max_steps=cfg.finetune_max_steps)
+    preset_name = cfg.preset or ("paper" if torch.cuda.is_available() else "cpu")
+    preset = ft.resolve_config(preset_name, max_steps=cfg.finetune_max_steps)
     dataset: str | Path = cfg.dataset
     if not Path(cfg.dataset).is_dir() and (cfg.split or source.variant in ("task", "relation")):
         direction, _ = ft.parse_variant(source.variant)
@@ -414,7 +416,9 @@ def summarize_run(
     )
 
 
-def _run_rows(cfg: ExperimentConfig, base: LoadedModel, donors, rows: list[GraftRow]) -> torch.Tensor:
+def _run_rows(
+    cfg: ExperimentConfig, base: LoadedModel, donors, rows: list[GraftRow]
+) -> torch.Tensor:
     from graft.remote import RemoteError, run_rows
 
     try:
