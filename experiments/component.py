@@ -12,6 +12,7 @@ from graft.grafts import component_grafts
 from graft.report import draw_figures
 from graft.results import RunFolder
 from graft.runner import ModelSource, default_out, print_summary, run_experiment
+from graft.spec import SpecError
 
 PAIRS = {
     # name: (base source, donor source, test prompt directions)
@@ -20,7 +21,9 @@ PAIRS = {
 }
 
 
-@click.command(short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.")
+@click.command(
+    short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs."
+)
 @click.option(
     "--layers",
     default="q4",
@@ -56,7 +59,10 @@ def component(layers, pairs, split_qkv, cfg_options, remote):
         base, donor, directions = PAIRS[name]
         pair_options = dict(cfg_options, out=str(root / name))
         pair_cfg = make_config("component", pair_options, remote, directions=directions)
-        grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name)
+        try:
+            grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name)
+        except SpecError as err:
+            raise click.BadParameter(str(err), param_hint="--layers") from None
         run = run_and_report(
             lambda pair_cfg=pair_cfg, grafts=grafts, base=base, donor=donor: run_experiment(
                 pair_cfg, grafts, base=base, donors={"sft": donor}, echo=click.echo

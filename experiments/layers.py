@@ -6,10 +6,10 @@ import click
 
 from experiments.common import make_config, run_and_report, shared_options
 from graft.grafts import layer_windows, reference
-from graft.models import load_model
+from graft.models import ModelNotFoundError, load_model
 from graft.report import LAYER_SEP, draw_figures
 from graft.runner import Graft, ModelSource, resolve_model_path, run_experiment
-from graft.spec import GraftSpec
+from graft.spec import GraftSpec, SpecError
 
 
 @click.command(short_help="Layer localisation map, E7: positions x layer windows heatmaps.")
@@ -41,7 +41,12 @@ def layers(positions, windows, components, cfg_options, remote):
     if not pos_list or not comp_list:
         raise click.UsageError("--positions and --components must name at least one item")
     base_path = resolve_model_path(cfg, ModelSource())
-    n_layers = load_model(base_path, dtype=cfg.dtype, device="cpu").model.config.num_hidden_layers
+    try:
+        n_layers = load_model(
+            base_path, dtype=cfg.dtype, device="cpu"
+        ).model.config.num_hidden_layers
+    except ModelNotFoundError as err:
+        raise click.UsageError(str(err)) from None
     try:
         windows_list = layer_windows(n_layers, windows)
     except ValueError:
@@ -54,7 +59,12 @@ def layers(positions, windows, components, cfg_options, remote):
     for comps in comp_list:
         for pos in pos_list:
             for win in windows_list:
-                spec = GraftSpec.parse(f"{pos}:{win}:{comps}{head}")
+                try:
+                    spec = GraftSpec.parse(f"{pos}:{win}:{comps}{head}")
+                except SpecError as err:
+                    raise click.BadParameter(
+                        str(err), param_hint="'--positions' / '--components'"
+                    ) from None
                 grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
     run = run_and_report(
         lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)

@@ -8,12 +8,18 @@ from experiments.common import make_config, run_and_report, shared_options
 from graft.grafts import POSITIONS, necessity_grafts, position_grafts
 from graft.report import draw_figures
 from graft.runner import ModelSource, run_experiment
+from graft.spec import SpecError, parse_spec
 
 
 def _positions(ctx, param, value):
     items = tuple(v.strip() for v in value.split(",") if v.strip())
     if not items:
         raise click.BadParameter("name at least one position set, e.g. FE,LT,FE+LT")
+    for item in items:
+        try:
+            parse_spec(f"{item}:all:all")
+        except SpecError as err:
+            raise click.BadParameter(str(err)) from None
     return items
 
 

@@ -47,7 +47,9 @@ def tokens(specs, per_graft, cfg_options, remote):
     table.drop([c for c, t in table.schema.items() if isinstance(t, pl.List)]).write_csv(
         run.folder.path / "top_tokens.csv"
     )
-    first = table.filter(pl.col("example") == 0).select(
+    # the first sampled example of each group (sampled indices need not include 0)
+    first_example = pl.col("example") == pl.col("example").min().over(["template", "graft"])
+    first = table.filter(first_example).select(
         ["template", "graft", "rank", "token", "prob", "is_target"]
     )
     with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):

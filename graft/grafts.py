@@ -124,6 +124,7 @@ def necessity_grafts(positions=POSITIONS, head_policy: str = "base") -> list[Gra
 def spec_graft(text: str) -> Graft:
     """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line."""
     name, sep, spec = text.partition("=")
-    if sep and ":" not in name and name.strip():
+    # "head=donor; ..." and "none; head=donor" are specs, not NAME=SPEC
+    if sep and name.strip() and not any(c in name for c in ":;") and name.strip() != "head":
         return Graft(name.strip(), GraftSpec.parse(spec, name.strip()))
     return Graft(text.strip(), GraftSpec.parse(text))

@@ -27,6 +27,7 @@ from graft.engine import GraftRow
 from graft.metrics import example_metrics, summarize
 from graft.models import DEFAULT_MODEL, LoadedModel, load_model
 from graft.results import RunFolder
+from graft.spans import ALIASES
 from graft.spec import GraftSpec, SpecError
 
 EXAMPLES_TABLE = "examples"
@@ -261,6 +262,28 @@ def run_experiment(
     base_path = resolve_model_path(cfg, base)
     donor_paths = {name: resolve_model_path(cfg, src) for name, src in donors.items()}
 
+    # Everything that can fail on bad input (models, templates, span names) is checked
+    # before the run folder is touched, so a failed start leaves nothing half-written.
+    loaded_base = load_model(base_path, dtype=cfg.dtype, device=cfg.device)
+    loaded_donors: dict[str, LoadedModel] = {
+        n: load_model(p, dtype=cfg.dtype, device=cfg.device) for n, p in donor_paths.items()
+    }
+    tok = loaded_base.tokenizer
+    examples, drops = load_examples(data_path, tok, cfg)
+    examples = sample_examples(examples, cfg.n, cfg.seed)
+    _check_span_names(grafts, data_path)
+
+    # rows: every example x every graft whose named spans the example has
+    rows: list[tuple[int, int]] = []
+    skipped: dict[str, int] = {}
+    for ei, ex in enumerate(examples):
+        for gi, g in enumerate(grafts):
+            if g.spec.span_names() <= set(ex.spans):
+                rows.append((ei, gi))
+            else:
+                skipped[g.name] = skipped.get(g.name, 0) + 1
+    rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
+
     out = Path(cfg.out) if cfg.out else default_out(cfg, out_tag)
     folder = RunFolder(out)
     manifest = graft_data.load_manifest(data_path)
@@ -283,24 +306,6 @@ def run_experiment(
     ]
     stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
 
-    loaded_base = load_model(base_path, dtype=cfg.dtype, device=cfg.device)
-    loaded_donors: dict[str, LoadedModel] = {
-        n: load_model(p, dtype=cfg.dtype, device=cfg.device) for n, p in donor_paths.items()
-    }
-    tok = loaded_base.tokenizer
-    examples, drops = load_examples(data_path, tok, cfg)
-    examples = sample_examples(examples, cfg.n, cfg.seed)
-
-    # rows: every example x every graft whose named spans the example has
-    rows: list[tuple[int, int]] = []
-    skipped: dict[str, int] = {}
-    for ei, ex in enumerate(examples):
-        for gi, g in enumerate(grafts):
-            if g.spec.span_names() <= set(ex.spans):
-                rows.append((ei, gi))
-            else:
-                skipped[g.name] = skipped.get(g.name, 0) + 1
-    rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
     n_batches = (len(rows) + cfg.batch_size - 1) // cfg.batch_size
     done = folder.done_batches(EXAMPLES_TABLE)
     todo = [b for b in range(n_batches) if str(b) not in done]
@@ -355,6 +360,22 @@ def run_experiment(
     return ExperimentRun(folder, table, summary, drops, stored)
 
 
+def _check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
+    """Fail on a graft naming a span that no template of the dataset has (a typo, not M on
+    the headline template, which is skipped there)."""
+    known = set(ALIASES)
+    for line in (data_path / "test_prompts.jsonl").read_text().splitlines():
+        if line:
+            known |= set(json.loads(line).get("fields", {}))
+    for g in grafts:
+        unknown = g.spec.span_names() - known
+        if unknown:
+            raise ExperimentError(
+                f"graft {g.name!r} names span(s) {', '.join(sorted(unknown))} that no test "
+                f"prompt has; spans: LT, {', '.join(sorted(known))}"
+            )
+
+
 def _manifest_hash(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -369,7 +390,7 @@ def load_examples(
         if line
     ]
     available = sorted({r["template"] for r in records})
-    templates = list(cfg.templates) if cfg.templates else available
+    templates = list(dict.fromkeys(cfg.templates)) if cfg.templates else available
     unknown = [t for t in templates if t not in available]
     if unknown:
         raise ExperimentError(
