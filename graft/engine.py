@@ -362,6 +362,29 @@ def run_plan(
     return logits.cpu()
 
 
+def default_pad_id(config) -> int:
+    """The config's pad id, else its eos id, else 0 (padded positions are masked anyway)."""
+    for value in (getattr(config, "pad_token_id", None), getattr(config, "eos_token_id", None)):
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def resolve_rows(arch: Architecture, rows: Sequence[GraftRow], donors) -> list[ResolvedGraft]:
+    """Resolve every row's spec on ``arch``; a SpecError if one uses a donor not in ``donors``."""
+    resolved = [
+        r.spec.resolve(arch, len(r.input_ids), {k: list(v) for k, v in r.spans.items()})
+        for r in rows
+    ]
+    for res in resolved:
+        missing = res.donors() - set(donors)
+        if missing:
+            raise SpecError(
+                f"the graft uses donor(s) {sorted(missing)} but only {sorted(donors)} were given"
+            )
+    return resolved
+
+
 def run_grafts(
     base,
     donors: Mapping[str, nn.Module] | nn.Module,
@@ -402,26 +425,8 @@ def run_grafts(
     for name, donor in donors.items():
         check_compatible(torch_base, _unwrap(donor), name)
     if pad_id is None:
-        cfg = torch_base.config
-        pad_id = next(
-            (
-                v
-                for v in (getattr(cfg, "pad_token_id", None), getattr(cfg, "eos_token_id", None))
-                if isinstance(v, int)
-            ),
-            0,
-        )
-    # resolve every spec first: bad specs fail before any compute
-    resolved = [
-        r.spec.resolve(arch, len(r.input_ids), {k: list(v) for k, v in r.spans.items()})
-        for r in rows
-    ]
-    for res in resolved:
-        missing = res.donors() - set(donors)
-        if missing:
-            raise SpecError(
-                f"the graft uses donor(s) {sorted(missing)} but only {sorted(donors)} were given"
-            )
+        pad_id = default_pad_id(torch_base.config)
+    resolved = resolve_rows(arch, rows, donors)  # bad specs fail before any compute
     order = list(range(len(rows)))
     if sort_by_length:
         order.sort(key=lambda i: len(rows[i].input_ids))

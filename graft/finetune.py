@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import os
 import random
@@ -50,6 +49,7 @@ from graft.models import (
     load_model,
     resolve_model_name,
 )
+from graft.results import package_versions
 
 EVAL_KS = (1, 5, 10, 50)
 
@@ -354,20 +354,8 @@ def format_eval(evaluation: dict[str, Any], k: int = 5) -> str:
 
 # ----------------------------------------------------------------------------- finetuning
 
-
-def package_versions() -> dict[str, str | None]:
-    """Versions of the packages a finetune depends on (``None`` when not installed)."""
-    versions: dict[str, str | None] = {}
-    for pkg in ("torch", "transformers", "nnsight", "graft", "tokenizers", "accelerate"):
-        try:
-            versions[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            versions[pkg] = None
-    if versions["graft"] is None:
-        from graft import __version__
-
-        versions["graft"] = __version__
-    return versions
+#: Packages whose versions a finetune records.
+FINETUNE_PACKAGES = ("torch", "transformers", "nnsight", "graft", "tokenizers", "accelerate")
 
 
 def is_finished(out: str | Path) -> bool:
@@ -541,7 +529,7 @@ def finetune(
             "n_val_texts": len(val_texts),
             "n_generic_texts": n_generic,
             "device": dev.type,
-            "versions": package_versions(),
+            "versions": package_versions(FINETUNE_PACKAGES),
         },
     )
     _write_json(result / "data_manifest.json", data.manifest)

@@ -139,7 +139,9 @@ def bootstrap_ci(
     for out, spec in statistics.items():
         func, _, name = spec.partition(":")
         if func not in funcs or name not in arrays:
-            raise ValueError(f"statistic {spec!r}: expected '<mean|median>:<one of {list(arrays)}>'")
+            raise ValueError(
+                f"statistic {spec!r}: expected '<mean|median>:<one of {list(arrays)}>'"
+            )
         specs[out] = (funcs[func], arrays[name])
     if n == 0:
         return {out: (math.nan, math.nan) for out in specs}
@@ -292,8 +294,13 @@ def top_tokens_table(
         frames.append(picked)
     if not frames:
         return pl.DataFrame()
-    long = pl.concat(frames).explode(lists).rename(
-        {id_col: "token_id", prob_col: "prob"} | ({tok_col: "token"} if tok_col in lists else {})
+    long = (
+        pl.concat(frames)
+        .explode(lists)
+        .rename(
+            {id_col: "token_id", prob_col: "prob"}
+            | ({tok_col: "token"} if tok_col in lists else {})
+        )
     )
     long = long.with_columns(
         rank=pl.int_range(pl.len()).over([*by, "example"]).cast(pl.Int64),
@@ -301,4 +308,3 @@ def top_tokens_table(
     )
     order = [*by, "example", "rank", "token_id", *(["token"] if tok_col in lists else [])]
     return long.select(*order, "prob", "is_target", "target_id", "target_rank", *extra)
-

@@ -116,7 +116,9 @@ def _ordered(values: Sequence[Any], order: Sequence[Any] | None, what: str) -> l
     return list(order)
 
 
-def _annotate_bars(ax: Any, xs: Sequence[float], tops: Sequence[float], texts: Sequence[str], **kw: Any) -> None:
+def _annotate_bars(
+    ax: Any, xs: Sequence[float], tops: Sequence[float], texts: Sequence[str], **kw: Any
+) -> None:
     lo, hi = ax.get_ylim()
     pad = 0.01 * (hi - lo)
     for x, top, text in zip(xs, tops, texts, strict=True):
@@ -184,23 +186,43 @@ def bar_chart(
     fig = _new_figure(max(4.0, 0.75 * len(order) + 1.5), 3.8)
     ax = fig.add_subplot()
     xs = np.arange(len(order))
-    ax.bar(xs, values, color=colors, edgecolor="black", linewidth=0.5, yerr=err, capsize=3,
-           error_kw={"elinewidth": 0.8})
+    ax.bar(
+        xs,
+        values,
+        color=colors,
+        edgecolor="black",
+        linewidth=0.5,
+        yerr=err,
+        capsize=3,
+        error_kw={"elinewidth": 0.8},
+    )
     if _is_unit_metric(metric):
         ax.set_ylim(0, 1.12)
     tops = values if err is None else values + err[1]
     fmt = _value_format(metric)
-    _annotate_bars(ax, xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values], fontsize=8)
-    ax.set_xticks(xs, ticks, rotation=30 if max(map(len, ticks), default=0) > 6 else 0,
-                  ha="right" if max(map(len, ticks), default=0) > 6 else "center")
+    _annotate_bars(
+        ax, xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values], fontsize=8
+    )
+    ax.set_xticks(
+        xs,
+        ticks,
+        rotation=30 if max(map(len, ticks), default=0) > 6 else 0,
+        ha="right" if max(map(len, ticks), default=0) > 6 else "center",
+    )
     ax.set_ylabel(metric)
     ax.set_xlabel("grafted positions" if x == "graft" else x)
     if any(refs) and not all(refs):
         from matplotlib.patches import Patch
 
-        ax.legend(handles=[Patch(color=REFERENCE_COLORS[0], label="reference model"),
-                           Patch(color=GRAFT_COLOR, label="graft")],
-                  loc="upper right", fontsize=8, frameon=False)
+        ax.legend(
+            handles=[
+                Patch(color=REFERENCE_COLORS[0], label="reference model"),
+                Patch(color=GRAFT_COLOR, label="graft"),
+            ],
+            loc="upper right",
+            fontsize=8,
+            frameon=False,
+        )
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(_title(title, metric, model, template, _n_text(summary, n)), fontsize=10)
     return fig
@@ -272,9 +294,18 @@ def component_chart(
         values = rows[metric].cast(pl.Float64).to_numpy()
         err = _error_bars(rows, metric)
         xs = np.arange(len(groups)) + (i - (len(sets) - 1) / 2) * width
-        ax.bar(xs, values, width=width, color=color, edgecolor="black", linewidth=0.4,
-               yerr=err, capsize=2, error_kw={"elinewidth": 0.7},
-               label=labels.get(name, graft_label(name)))
+        ax.bar(
+            xs,
+            values,
+            width=width,
+            color=color,
+            edgecolor="black",
+            linewidth=0.4,
+            yerr=err,
+            capsize=2,
+            error_kw={"elinewidth": 0.7},
+            label=labels.get(name, graft_label(name)),
+        )
         tops = values if err is None else values + err[1]
         annotations.append((xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values]))
     for xs, tops, texts in annotations:
@@ -358,13 +389,23 @@ def heatmap(
                 continue
             red, green, blue, _ = colormap(norm(v))
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-            ax.text(j, i, fmt.format(v), ha="center", va="center",
-                    fontsize=6 if small else 8, color="white" if dark else "black")
+            ax.text(
+                j,
+                i,
+                fmt.format(v),
+                ha="center",
+                va="center",
+                fontsize=6 if small else 8,
+                color="white" if dark else "black",
+            )
     row_labels = row_labels or {}
     ax.set_yticks(range(len(rows)), [row_labels.get(r, graft_label(str(r))) for r in rows])
-    ax.set_xticks(range(len(cols)), [str(c) for c in cols],
-                  rotation=45 if small or max((len(str(c)) for c in cols), default=0) > 4 else 0,
-                  ha="right" if small else "center")
+    ax.set_xticks(
+        range(len(cols)),
+        [str(c) for c in cols],
+        rotation=45 if small or max((len(str(c)) for c in cols), default=0) > 4 else 0,
+        ha="right" if small else "center",
+    )
     ax.set_xlabel(col)
     ax.set_ylabel(row)
     fig.colorbar(image, ax=ax, label=value, shrink=0.9)

@@ -46,11 +46,18 @@ import torch
 from torch import nn
 
 from graft.arch import Architecture, architecture_of, check_compatible
-from graft.engine import GraftRow, _unwrap, graft_trace_body, plan_batch, wrap
+from graft.engine import (
+    GraftRow,
+    _unwrap,
+    default_pad_id,
+    graft_trace_body,
+    plan_batch,
+    resolve_rows,
+    wrap,
+)
 from graft.spec import (
     EMBEDDING_COMPONENTS,
     GraftSpec,
-    SpecError,
     expand_components,
     parse_spec,
 )
@@ -763,13 +770,6 @@ def _normalise_donors(donors) -> dict:
     raise TypeError("donors must be a model, {name: model} or (hosted mode) donor names")
 
 
-def _default_pad_id(config) -> int:
-    for v in (getattr(config, "pad_token_id", None), getattr(config, "eos_token_id", None)):
-        if isinstance(v, int):
-            return v
-    return 0
-
-
 def _log_stderr(message: str) -> None:
     print(f"[graft remote] {message}", file=sys.stderr, flush=True)
 
@@ -870,17 +870,8 @@ def _run_remote(
     arch = architecture_of(torch_base)
     same = _check_donors(torch_base, donors, hosted)
     if pad_id is None:
-        pad_id = _default_pad_id(torch_base.config)
-    resolved = [
-        r.spec.resolve(arch, len(r.input_ids), {k: list(v) for k, v in r.spans.items()})
-        for r in rows
-    ]
-    for res in resolved:
-        missing = res.donors() - set(donors)
-        if missing:
-            raise SpecError(
-                f"the graft uses donor(s) {sorted(missing)} but only {sorted(donors)} were given"
-            )
+        pad_id = default_pad_id(torch_base.config)
+    resolved = resolve_rows(arch, rows, donors)
     order = list(range(len(rows)))
     if sort_by_length:
         order.sort(key=lambda i: len(rows[i].input_ids))

@@ -149,7 +149,6 @@ def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-
 def _short(value: Any, limit: int = 120) -> str:
     text = json.dumps(value) if value is not _MISSING else _MISSING
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -234,14 +233,19 @@ class RunFolder:
         fields = list(key) if key is not None else sorted((set(old) | set(new)) - VOLATILE_FIELDS)
         differ = [f for f in fields if _lookup(old, f) != _lookup(new, f)]
         if differ:
-            lines = [f"  {f}: stored {_short(_lookup(old, f))}, now {_short(_lookup(new, f))}" for f in differ]
+            lines = [
+                f"  {f}: stored {_short(_lookup(old, f))}, now {_short(_lookup(new, f))}"
+                for f in differ
+            ]
             raise ConfigMismatchError(
                 f"{self.path} holds results of a different configuration:\n"
                 + "\n".join(lines)
                 + "\nUse a new --out folder, or --overwrite to discard the old results."
             )
         # Same computation: keep the original record, note what this invocation ran with.
-        changed = {f: new[f] for f in new if f not in ("created", "resumes") and old.get(f) != new[f]}
+        changed = {
+            f: new[f] for f in new if f not in ("created", "resumes") and old.get(f) != new[f]
+        }
         old.setdefault("resumes", []).append({"time": new["created"], "changed": changed})
         write_json_atomic(self.config_path, old)
         return old

@@ -1,0 +1,39 @@
+"""Print a run's summary as a markdown table: grafts x templates, acc@5 with its 95% CI.
+
+Run from the repository root: python -m benchmarks.summary_table RUN_FOLDER [METRIC] [GROUP]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+
+
+def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
+    summary = pl.read_parquet(folder / "summary.parquet")
+    if group is not None:
+        summary = summary.filter(pl.col("group") == group)
+    config = json.loads((folder / "config.json").read_text())
+    order = list(dict.fromkeys(g["name"] for g in config["grafts"]))
+    order = [g for g in order if g in set(summary["graft"])]
+    templates = [t for t in ("headline", "qa", "movie") if t in set(summary["template"])]
+    lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
+    for graft in order:
+        cells = []
+        for template in templates:
+            row = summary.filter((pl.col("graft") == graft) & (pl.col("template") == template))
+            cells.append(
+                "—"
+                if row.is_empty()
+                else f"{row[metric][0]:.2f} [{row[metric + '_lo'][0]:.2f}, {row[metric + '_hi'][0]:.2f}]"
+            )
+        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print(table(Path(args[0]), *(args[1:2] or ["acc@5"]), *(args[2:3] or [None])))
