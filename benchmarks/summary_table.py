@@ -13,6 +13,10 @@ import polars as pl
 
 
 def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
+    if not (folder / "summary.parquet").exists():
+        nested = sorted(p.parent.name for p in folder.glob("*/summary.parquet"))
+        hint = f" (its sub-runs: {', '.join(nested)})" if nested else ""
+        raise SystemExit(f"error: no summary.parquet in {folder}{hint}")
     summary = pl.read_parquet(folder / "summary.parquet")
     if group is not None:
         summary = summary.filter(pl.col("group") == group)

@@ -12,7 +12,7 @@ from graft.grafts import component_grafts
 from graft.report import draw_figures
 from graft.results import RunFolder
 from graft.runner import ModelSource, default_out, print_summary, run_experiment
-from graft.spec import SpecError
+from graft.spec import SpecError, parse_spec
 
 PAIRS = {
     # name: (base source, donor source, test prompt directions)
@@ -42,8 +42,16 @@ PAIRS = {
     is_flag=True,
     help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models).",
 )
+@click.option(
+    "--fe",
+    default=None,
+    metavar="COMPS",
+    help="Also graft the first entity in every layer with these components (e.g. 'all'), "
+    "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
+    "[default: FE not grafted, as the paper]",
+)
 @shared_options
-def component(layers, pairs, split_qkv, cfg_options, remote):
+def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     """E3 (Fig. 4, C.5): ATTN+O+FFN, ATTN+O, O+FFN, ATTN+FFN, O, FFN, O+FFN_up, O+FFN_down
     at the last token over a layer group, for each donor pair; PRE and SFT as references."""
     names = [p.strip() for p in pairs.split(",") if p.strip()]
@@ -52,6 +60,11 @@ def component(layers, pairs, split_qkv, cfg_options, remote):
         raise click.BadParameter(
             f"unknown pair(s) {bad}; use {', '.join(PAIRS)}", param_hint="--pairs"
         )
+    if fe:
+        try:
+            parse_spec(f"FE:all:{fe}")
+        except SpecError as err:
+            raise click.BadParameter(str(err), param_hint="--fe") from None
     cfg = make_config("component", cfg_options, remote)
     root = Path(cfg.out) if cfg.out else default_out(cfg)
     summaries = []
@@ -60,7 +73,7 @@ def component(layers, pairs, split_qkv, cfg_options, remote):
         pair_options = dict(cfg_options, out=str(root / name))
         pair_cfg = make_config("component", pair_options, remote, directions=directions)
         try:
-            grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name)
+            grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name, fe=fe)
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint="--layers") from None
         run = run_and_report(

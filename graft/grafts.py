@@ -72,16 +72,29 @@ def position_grafts(
 
 
 def component_grafts(
-    layers: str = "q4", head_policy: str = "base", split_qkv: bool = False, group: str = ""
+    layers: str = "q4",
+    head_policy: str = "base",
+    split_qkv: bool = False,
+    group: str = "",
+    fe: str | None = None,
 ) -> list[Graft]:
-    """E3: component sets at the last token over a layer group, plus PRE/SFT references."""
+    """E3: component sets at the last token over a layer group, plus PRE/SFT references.
+
+    ``fe`` (components, e.g. ``"all"``) also grafts the first entity in every layer, in every
+    graft and in an extra ``FE only`` reference, so LT components are measured with the
+    enrichment at FE in place (on small models LT alone recovers nothing).
+    """
     sets = dict(COMPONENT_SETS) | (QKV_SETS if split_qkv else {})
     grafts = [
         Graft("PRE", parse_spec("none"), group),
         Graft("SFT", reference("SFT", "sft").spec, group),
     ]
+    prefix = f"FE:all:{fe}; " if fe else ""
+    if fe:
+        grafts.append(Graft(f"FE {fe} only", parse_spec(f"FE:all:{fe}{_head(head_policy)}"), group))
     for name, comps in sets.items():
-        grafts.append(Graft(name, parse_spec(f"LT:{layers}:{comps}{_head(head_policy)}"), group))
+        spec = parse_spec(f"{prefix}LT:{layers}:{comps}{_head(head_policy)}")
+        grafts.append(Graft(name, spec, group))
     return grafts
 
 

@@ -27,6 +27,17 @@ from graft.results import atomic_path
 REFERENCE_LABELS = ("PRE", "SFT")
 GRAFT_COLOR = "#3b6fb6"
 REFERENCE_COLORS = ("#8c8c8c", "#4d4d4d", "#b3b3b3", "#666666")
+_GREYS = {7}  # tab10's grey, tab20's greys are 14 and 15: kept for the reference models
+
+
+def _graft_palette() -> list:
+    """18 distinct non-grey colours: tab10's strong ones, then tab20's light ones."""
+    tab10, tab20 = colormaps["tab10"], colormaps["tab20"]
+    strong = [tab10(i) for i in range(10) if i not in _GREYS]
+    light = [tab20(i) for i in range(1, 20, 2) if i != 15]
+    return strong + light
+
+
 _ALL_ALL = re.compile(r"^\s*([^:;@]+?)\s*:\s*all\s*:\s*all\s*(@sft)?\s*$")
 
 
@@ -280,14 +291,14 @@ def component_chart(
     if _is_unit_metric(metric):
         ax.set_ylim(0, 1.15)
     fmt = _value_format(metric)
-    palette = colormaps["tab10"]
+    palette = _graft_palette()
     graft_index = 0
     annotations = []
     for i, name in enumerate(sets):
         if name in reference_labels:
             color = REFERENCE_COLORS[list(reference_labels).index(name) % len(REFERENCE_COLORS)]
         else:
-            color, graft_index = palette(graft_index % 10), graft_index + 1
+            color, graft_index = palette[graft_index % len(palette)], graft_index + 1
         rows = pl.DataFrame({group: groups}, schema={group: summary.schema[group]}).join(
             summary.filter(pl.col(x) == name), on=group, how="left", maintain_order="left"
         )

@@ -163,7 +163,7 @@ def layers_run(tmp_path_factory, common) -> Path:
 HELP = {
     "position": ["--positions", "--variant", "--model", "--dataset", "--out", "--overwrite"],
     "necessity": ["--positions", "--variant", "PRE"],
-    "component": ["--layers", "--pairs", "--split-qkv", "reversal"],
+    "component": ["--layers", "--pairs", "--split-qkv", "--fe", "reversal"],
     "hybrid": ["--lt-layers", "task", "relation"],
     "layers": ["--positions", "--windows", "--components", "eighths"],
     "tokens": ["--spec", "--per-graft", "top-10"],
@@ -480,6 +480,7 @@ BAD_INPUT = {
     "dataset": (["position", "--dataset", "no_such_kind"], "--dataset 'no_such_kind'"),
     "pairs": (["component", "--pairs", "sft,sideways"], "--pairs"),
     "component-layers": (["component", "--layers", "q5"], "--layers"),
+    "component-fe": (["component", "--fe", "mlp"], "--fe"),
     "hybrid-layers": (["hybrid", "--lt-layers", "x"], "layer selector 'x'"),
     "windows": (["layers", "--windows", "thirds"], "--windows"),
     "windows-zero": (["layers", "--windows", "0"], "--windows"),

@@ -73,6 +73,17 @@ def test_component_grafts():
         component_grafts("q5")
 
 
+def test_component_grafts_with_first_entity():
+    grafts = component_grafts("q4", fe="all")
+    assert [g.name for g in grafts] == ["PRE", "SFT", "FE all only", *COMPONENT_SETS]
+    specs = texts(grafts)
+    assert specs["FE all only"] == "FE:all:all"
+    assert specs["O"] == "FE:all:all; LT:q4:o"
+    assert all(specs[name].startswith("FE:all:all; ") for name in COMPONENT_SETS)
+    with pytest.raises(SpecError, match="mlp"):
+        component_grafts("q4", fe="mlp")
+
+
 def test_hybrid_grafts():
     grafts = hybrid_grafts("h2")
     names = [g.name for g in grafts]
