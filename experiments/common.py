@@ -27,6 +27,13 @@ def _csv(ctx, param, value):
     return items
 
 
+def silence_library_progress() -> None:
+    """``--quiet``: also hide transformers' own bars (weight loading, checkpoint writing)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+
 def shared_options(func: Callable) -> Callable:
     """Add the shared options; the command receives ``cfg_options`` (a dict) and ``remote``."""
     names = (
@@ -54,6 +61,8 @@ def shared_options(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         opts = {k: kwargs.pop(k) for k in names}
         opts["progress"] = not opts.pop("quiet")
+        if not opts["progress"]:
+            silence_library_progress()
         return func(*args, cfg_options=opts, **kwargs)
 
     options = [

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from experiments.common import silence_library_progress
 from graft import data as graft_data
 from graft import finetune as ft
 from graft.models import DEFAULT_MODEL, ModelNotFoundError, resolve_model_name
@@ -96,6 +97,8 @@ def finetune(
 
     An interrupted run resumes from its last checkpoint; a finished one is not redone.
     """
+    if quiet:
+        silence_library_progress()
     import torch
 
     try:

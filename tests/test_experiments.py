@@ -569,3 +569,12 @@ def test_position_numbers_match_engine(position_run):
     pre = rows.filter(pl.col("graft") == "PRE")["target_logprob"].to_list()
     sft = rows.filter(pl.col("graft") == "SFT")["target_logprob"].to_list()
     assert pre != sft
+
+
+def test_quiet_hides_every_progress_bar(tmp_path, common, position_run):
+    import transformers
+
+    transformers.utils.logging.enable_progress_bar()  # undo earlier --quiet runs in this process
+    result = invoke("custom", *common, "--spec", "LT:all:o", "--out", str(tmp_path / "q"))
+    assert "Loading weights" not in result.output
+    assert "it/s" not in result.output and "row/s" not in result.output
