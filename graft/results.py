@@ -233,14 +233,13 @@ class RunFolder:
         fields = list(key) if key is not None else sorted((set(old) | set(new)) - VOLATILE_FIELDS)
         differ = [f for f in fields if _lookup(old, f) != _lookup(new, f)]
         if differ:
-            lines = [
-                f"  {f}: stored {_short(_lookup(old, f))}, now {_short(_lookup(new, f))}"
+            changes = "; ".join(
+                f"{f} stored {_short(_lookup(old, f))}, now {_short(_lookup(new, f))}"
                 for f in differ
-            ]
+            )
             raise ConfigMismatchError(
-                f"{self.path} holds results of a different configuration:\n"
-                + "\n".join(lines)
-                + "\nUse a new --out folder, or --overwrite to discard the old results."
+                f"{self.path} holds results of a different configuration ({changes}); "
+                "use a new --out folder, or --overwrite to discard the old results."
             )
         # Same computation: keep the original record, note what this invocation ran with.
         changed = {

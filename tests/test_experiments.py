@@ -453,6 +453,7 @@ def test_changed_config_needs_new_out_or_overwrite(position_run, tmp_path, commo
     message = result.output.split("Error: ", 1)[1]
     assert "different configuration" in message and "options.n" in message
     assert "--overwrite" in message and "new --out" in message
+    assert "\n" not in message.strip()  # one line
     assert "Traceback" not in result.output
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before  # nothing written
