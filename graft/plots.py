@@ -27,14 +27,15 @@ from graft.results import atomic_path
 REFERENCE_LABELS = ("PRE", "SFT")
 GRAFT_COLOR = "#3b6fb6"
 REFERENCE_COLORS = ("#8c8c8c", "#4d4d4d", "#b3b3b3", "#666666")
-_GREYS = {7}  # tab10's grey, tab20's greys are 14 and 15: kept for the reference models
+# Greys are kept for the reference models: tab10's 7, tab20's light grey 15.
+_TAB10_GREY, _TAB20_LIGHT_GREY = 7, 15
 
 
 def _graft_palette() -> list:
-    """18 distinct non-grey colours: tab10's strong ones, then tab20's light ones."""
+    """18 distinct non-grey colours: tab10's strong ones, then tab20's light ones (odd indices)."""
     tab10, tab20 = colormaps["tab10"], colormaps["tab20"]
-    strong = [tab10(i) for i in range(10) if i not in _GREYS]
-    light = [tab20(i) for i in range(1, 20, 2) if i != 15]
+    strong = [tab10(i) for i in range(10) if i != _TAB10_GREY]
+    light = [tab20(i) for i in range(1, 20, 2) if i != _TAB20_LIGHT_GREY]
     return strong + light
 
 
