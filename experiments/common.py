@@ -8,12 +8,12 @@ from collections.abc import Callable
 import click
 
 from graft.data import KINDS
-from graft.finetune import PRESETS, FinetuneError
-from graft.models import DEFAULT_MODEL, ModelNotFoundError
+from graft.errors import GraftError
+from graft.finetune import PRESETS
+from graft.models import DEFAULT_MODEL
 from graft.remote import RemoteError, remote_options
-from graft.results import ConfigMismatchError
-from graft.runner import ExperimentConfig, ExperimentError, ExperimentRun, print_summary
-from graft.spec import HEAD_POLICIES, SpecError
+from graft.runner import ExperimentConfig, ExperimentRun, print_summary
+from graft.spec import HEAD_POLICIES
 
 DATASET_HELP = f"Data kind ({', '.join(k for k in KINDS if k != 'custom')}) or a dataset folder."
 
@@ -178,16 +178,10 @@ def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> Ex
     """Run an experiment; bad input becomes a one-line usage error (exit 2)."""
     try:
         run = fn()
-    except (
-        ExperimentError,
-        SpecError,
-        FinetuneError,
-        ModelNotFoundError,
-        ConfigMismatchError,
-    ) as err:
-        raise click.UsageError(str(err)) from None
     except RemoteError as err:
         raise click.ClickException(str(err)) from None
+    except GraftError as err:
+        raise click.UsageError(str(err)) from None
     print_summary(run.summary, metric, echo=click.echo)
     click.echo(f"results: {run.folder.path}")
     return run

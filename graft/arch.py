@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from graft.errors import UnsupportedModelError
 from graft.spec import SpecError
 
 
@@ -165,12 +166,12 @@ def supported_families() -> str:
 
 
 def family_of(model: nn.Module) -> Family:
-    """The family table of an HF causal LM, or a SpecError listing the supported ones."""
+    """The family table of an HF causal LM, or an UnsupportedModelError listing the supported ones."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam
-    raise SpecError(
+    raise UnsupportedModelError(
         f"model type {model_type!r} ({type(model).__name__}) is not supported; supported "
         f"families: {supported_families()}"
     )

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graft.errors import GraftError
 from graft.spans import render, template_fields, tokenize_with_spans
 
 GENERATOR_VERSION = "graft.data/1"
@@ -145,7 +146,7 @@ _MAX_FAKE_NAMES = 20_000
 _SUFFIXES = {"jr", "sr", "ii", "iii", "iv", "v"}
 
 
-class DatasetError(ValueError):
+class DatasetError(GraftError):
     """Bad dataset input; ``param`` names the option to fix (e.g. ``"n_facts"``)."""
 
     def __init__(self, message: str, param: str | None = None):

@@ -41,6 +41,7 @@ import transformers
 from tqdm.auto import tqdm
 
 from graft import data as graft_data
+from graft.errors import GraftError
 from graft.models import (
     DEFAULT_MODEL,
     HUB_MODELS,
@@ -54,7 +55,7 @@ from graft.results import package_versions
 EVAL_KS = (1, 5, 10, 50)
 
 
-class FinetuneError(ValueError):
+class FinetuneError(GraftError):
     """Bad finetuning input (dataset, config, output folder); the message says what to fix."""
 
 

@@ -30,6 +30,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from graft.errors import GraftError
 from graft.tiny import TINY_FAMILIES, tiny_model
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -123,7 +124,7 @@ class LoadedModel:
         }
 
 
-class ModelNotFoundError(ValueError):
+class ModelNotFoundError(GraftError):
     """Raised for a name that is neither a registry name, a local directory nor a hub id."""
 
 

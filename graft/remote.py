@@ -55,6 +55,7 @@ from graft.engine import (
     resolve_rows,
     wrap,
 )
+from graft.errors import GraftError
 from graft.spec import (
     EMBEDDING_COMPONENTS,
     GraftSpec,
@@ -72,7 +73,7 @@ _RETRYABLE = ("unreachable", "timeout", "transient")
 _MB = 1024 * 1024
 
 
-class RemoteError(Exception):
+class RemoteError(GraftError):
     """A remote run failed; ``str(err)`` is one line saying what happened and what to do.
 
     Args:

@@ -32,6 +32,8 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
+from graft.errors import GraftError
+
 CONFIG_FILE = "config.json"
 PARTS_DIR = "parts"
 SUMMARY_STEM = "summary"
@@ -42,7 +44,7 @@ VOLATILE_FIELDS = frozenset({"created", "packages", "git_commit", "resumes"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
 
 
-class ConfigMismatchError(ValueError):
+class ConfigMismatchError(GraftError):
     """The run folder holds results of a different configuration."""
 
 

@@ -24,6 +24,7 @@ import torch
 from graft import data as graft_data
 from graft import finetune as ft
 from graft.engine import GraftRow
+from graft.errors import GraftError
 from graft.metrics import example_metrics, summarize
 from graft.models import DEFAULT_MODEL, LoadedModel, load_model
 from graft.results import RunFolder
@@ -33,7 +34,7 @@ from graft.spec import GraftSpec, SpecError
 EXAMPLES_TABLE = "examples"
 
 
-class ExperimentError(ValueError):
+class ExperimentError(GraftError):
     """Bad experiment input; the message names the problem and the fix."""
 
 

@@ -40,6 +40,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from graft.errors import GraftError
+
 if TYPE_CHECKING:
     from graft.arch import Architecture
 
@@ -75,7 +77,7 @@ _NAMED_FRACTIONS = {"h": 2, "q": 4, "e": 8}
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class SpecError(ValueError):
+class SpecError(GraftError):
     """A graft spec (or its use on a model or prompt) is invalid; the message names the part."""
 
 

@@ -12,6 +12,7 @@ import torch
 
 from graft.arch import architecture_of
 from graft.engine import GraftRow, run_grafts
+from graft.errors import UnsupportedModelError
 from graft.spec import EMBEDDING_COMPONENTS, SpecError, parse_spec
 from graft.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.reference import reference_last_logits
@@ -188,7 +189,7 @@ def test_errors_are_clear(family_setup, tiny_pairs):
     with pytest.raises(SpecError, match="is a gpt2 model but the base is llama"):
         run_grafts(base, {"sft": gpt2}, rows[:1])
     bert = torch.nn.Linear(2, 2)
-    with pytest.raises(SpecError, match="not supported; supported families: gpt2"):
+    with pytest.raises(UnsupportedModelError, match="not supported; supported families: gpt2"):
         architecture_of(bert)
     with pytest.raises(SpecError, match="not a span"):
         run_grafts(base, donors, [GraftRow([1, 5, 6], {}, parse_spec("FE:all:all"))])
