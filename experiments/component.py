@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 import polars as pl
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from graft.errors import GraftError
 from graft.grafts import component_grafts
 from graft.report import draw_figures
 from graft.results import RunFolder
@@ -22,7 +23,8 @@ PAIRS = {
 
 
 @click.command(
-    short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs."
+    cls=GraftCommand,
+    short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.",
 )
 @click.option(
     "--layers",
@@ -67,6 +69,11 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
             raise click.BadParameter(str(err), param_hint="--fe") from None
     cfg = make_config("component", cfg_options, remote)
     root = Path(cfg.out) if cfg.out else default_out(cfg)
+    if len(names) > 1:  # the combined results go into root itself: it must be graft's
+        try:
+            RunFolder(root).check_owned()
+        except GraftError as err:
+            raise click.UsageError(str(err)) from None
     summaries = []
     for name in names:
         base, donor, directions = PAIRS[name]
@@ -86,6 +93,7 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
             click.echo(f"figure: {png}")
     if len(summaries) > 1:
         combined_dir = RunFolder(root)
+        combined_dir.mark()
         combined = pl.concat(summaries, how="diagonal_relaxed")
         combined_dir.write_summary(combined)
         first = RunFolder(combined_dir.path / names[0]).read_config() or {}

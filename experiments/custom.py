@@ -4,37 +4,47 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import VARIANTS as COMMON_VARIANTS
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from graft.errors import GraftError
 from graft.grafts import reference, spec_graft
+from graft.models import ModelNotFoundError, resolve_model_name
 from graft.report import draw_figures
 from graft.runner import ModelSource, run_experiment
 
+#: What NAME=VARIANT accepts (see ``graft.finetune.parse_variant``).
+VARIANTS = ("pretrained", *COMMON_VARIANTS)
 
-def _sources(values) -> dict[str, ModelSource]:
+
+def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
     out = {}
     for value in values:
         name, sep, source = value.partition("=")
         if not sep or not name.strip() or not source.strip():
             raise click.BadParameter(
-                f"{value!r}: use NAME=VARIANT or NAME=PATH", param_hint="--donor"
+                f"{value!r}: use NAME=VARIANT or NAME=PATH", param_hint=param_hint
             )
         source = source.strip()
-        variants = (
-            "pretrained",
-            "one",
-            "both",
-            "task",
-            "relation",
-            "one-A",
-            "one-B",
-            "both-A",
-            "both-B",
-        )
-        out[name.strip()] = ModelSource(source) if source in variants else ModelSource(path=source)
+        if name.strip() in out:
+            raise click.BadParameter(f"{name.strip()!r} is given twice", param_hint=param_hint)
+        if source not in VARIANTS:
+            try:
+                resolve_model_name(source)
+            except ModelNotFoundError:
+                raise click.BadParameter(
+                    f"{source!r} is neither a variant ({', '.join(VARIANTS)}) nor a model "
+                    "folder, registry name or hub id",
+                    param_hint=param_hint,
+                ) from None
+            except GraftError as err:  # e.g. a folder that holds no model
+                raise click.BadParameter(str(err), param_hint=param_hint) from None
+        out[name.strip()] = ModelSource(source) if source in VARIANTS else ModelSource(path=source)
     return out
 
 
-@click.command(short_help="Any graft specs and donors on a dataset's test prompts.")
+@click.command(
+    cls=GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
+)
 @click.option(
     "--spec",
     "specs",
@@ -74,7 +84,7 @@ def _sources(values) -> dict[str, ModelSource]:
 def custom(specs, donor_args, base_arg, directions, references, cfg_options, remote):
     """Run any graft specs (see README 'Graft specs') on the dataset's test prompts."""
     donors = _sources(donor_args)
-    base = _sources([f"base={base_arg}"])["base"]
+    base = _sources([f"base={base_arg}"], param_hint="--base")["base"]
     cfg = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
     try:
         grafts = [spec_graft(s) for s in specs]

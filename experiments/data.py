@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from experiments.common import data_seed_option, n_facts_option, workspace_option
 from graft.data import (
-    DEFAULT_N_FACTS,
     DIRECTIONS,
     KINDS,
     DatasetConfig,
@@ -16,9 +16,10 @@ from graft.data import (
     generate_dataset,
     load_manifest,
 )
+from graft.finetune import default_workspace
 
 _OPTION_OF = {
-    "kind": "--kind",
+    "kind": "--dataset",
     "n_facts": "--n-facts",
     "direction": "--direction",
     "facts_path": "--facts",
@@ -28,20 +29,14 @@ _OPTION_OF = {
 
 @click.command("data")
 @click.option(
-    "--kind",
+    "--dataset",
+    "kind",
     type=click.Choice(KINDS),
     default=None,
-    help="Dataset kind [default: fake_movies_real_actors, or custom with --facts].",
+    help="Data kind to generate [default: fake_movies_real_actors, or custom with --facts].",
 )
-@click.option(
-    "--n-facts",
-    type=int,
-    default=None,
-    help=f"Facts per set [default: {DEFAULT_N_FACTS}; every usable row with --facts].",
-)
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seeds Faker and every shuffle."
-)
+@n_facts_option()
+@data_seed_option("seed")
 @click.option(
     "--direction",
     type=click.Choice(DIRECTIONS),
@@ -70,8 +65,10 @@ _OPTION_OF = {
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Output folder [default: runs/data/<kind>-<direction>[-split]-n<N>-seed<S>].",
+    help="Output folder [default: <workspace>/datasets/<kind>-<direction>[-split]-n<N>-"
+    "seed<S>, where experiments given the same --dataset, --n-facts and --data-seed read it].",
 )
+@workspace_option()
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(
     kind: str | None,
@@ -82,6 +79,7 @@ def data(
     facts_path: Path | None,
     corpus_path: Path | None,
     out: Path | None,
+    workspace: str | None,
     overwrite: bool,
 ) -> None:
     """Generate a movie-fact dataset: facts, training text, test prompts, manifest."""
@@ -96,7 +94,8 @@ def data(
         facts_path=facts_path,
         corpus_path=corpus_path,
     )
-    out = out if out is not None else Path("runs/data") / default_dataset_name(config)
+    if out is None:
+        out = Path(workspace or default_workspace()) / "datasets" / default_dataset_name(config)
     try:
         path = generate_dataset(config, out, overwrite=overwrite)
     except DatasetError as e:

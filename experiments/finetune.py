@@ -1,4 +1,9 @@
-"""``graft-exp finetune``: finetune a base model on a fact dataset (the SFT donor)."""
+"""``graft-exp finetune``: finetune a base model on a fact dataset (the SFT donor).
+
+It takes the experiments' vocabulary (``--dataset``, ``--variant``, ``--n-facts``,
+``--data-seed``, ``--preset``, ``--finetune-max-steps``, ``--workspace``, ``--device``), so
+``graft-exp finetune --variant task`` trains exactly the donor ``graft-exp hybrid`` would.
+"""
 
 from __future__ import annotations
 
@@ -6,91 +11,141 @@ from pathlib import Path
 
 import click
 
-from experiments.common import silence_library_progress
+from experiments.common import (
+    GraftCommand,
+    check_dataset_options,
+    data_seed_option,
+    dataset_option,
+    device_option,
+    finetune_max_steps_option,
+    model_option,
+    n_facts_option,
+    preset_option,
+    quiet_option,
+    silence_library_progress,
+    variant_option,
+    workspace_option,
+)
 from graft import data as graft_data
 from graft import finetune as ft
-from graft.models import DEFAULT_MODEL, ModelNotFoundError, resolve_model_name
+from graft.errors import GraftError
+from graft.models import ModelNotFoundError, resolve_model_name
 
-_KINDS = [k for k in graft_data.KINDS if k != "custom"]
+
+def _dataset_folder(
+    dataset: str, variant: str, n_facts: int | None, data_seed: int, workspace: Path
+) -> Path:
+    """The folder ``--dataset`` names, generating a data kind into the workspace."""
+    direction, train_set = ft.parse_variant(variant)
+    if Path(dataset).is_dir():
+        folder = Path(dataset)
+        if not (folder / "train.jsonl").is_file():
+            raise click.BadParameter(f"{folder} has no train.jsonl", param_hint="--dataset")
+        manifest = folder / "manifest.json"
+        stored = graft_data.load_manifest(folder).get("direction") if manifest.is_file() else None
+        if stored not in (None, direction):
+            raise click.BadParameter(
+                f"{folder} has direction {stored!r}; --variant {variant} needs {direction!r}",
+                param_hint="--dataset",
+            )
+        return folder
+    if dataset not in graft_data.KINDS or dataset == "custom":
+        raise click.BadParameter(
+            f"{dataset!r} is neither a dataset folder nor a data kind "
+            f"({', '.join(k for k in graft_data.KINDS if k != 'custom')})",
+            param_hint="--dataset",
+        )
+    return ft.workspace_dataset(
+        dataset,
+        direction,
+        train_set is not None,
+        n_facts=n_facts,
+        seed=data_seed,
+        workspace=workspace,
+    )
 
 
-@click.command("finetune")
-@click.option(
-    "--model",
-    default=DEFAULT_MODEL,
-    show_default=True,
-    help="Registry name (smollm2-135m, gemma3-270m, gpt2-xl, tiny-llama, ...), hub id or model folder.",
+_FINETUNING = "Finetuning"
+
+
+@click.command(
+    "finetune",
+    cls=GraftCommand,
+    sections=dict.fromkeys(
+        (
+            "preset",
+            "finetune_max_steps",
+            "learning_rate",
+            "epochs",
+            "batch_size",
+            "weight_decay",
+            "train_seed",
+            "generic_corpus",
+            "device",
+        ),
+        _FINETUNING,
+    ),
 )
 @click.option(
-    "--dataset",
-    type=click.Path(path_type=Path),
-    help="Dataset folder (train.jsonl, test_prompts.jsonl, manifest.json). Default: generate one into the workspace.",
+    "--lr",
+    "learning_rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Override the preset's learning rate.",
 )
 @click.option(
-    "--data-kind",
-    type=click.Choice(_KINDS),
-    help="Generate this kind of dataset into the workspace [default: fake_movies_real_actors].",
+    "--epochs", type=click.FloatRange(0, min_open=True), help="Override the preset's epochs."
 )
 @click.option(
-    "--direction",
-    type=click.Choice(graft_data.DIRECTIONS),
-    help="Generated data: one direction, or both (adds the swapped renderings) [default: one].",
+    "--batch-size",
+    type=click.IntRange(1),
+    help="Override the preset's batch size: training texts per optimisation step.",
 )
 @click.option(
-    "--split",
-    "train_set",
-    type=click.Choice(["A", "B"]),
-    help="Split data into disjoint fact sets and train on A (task model) or B (relation model).",
+    "--weight-decay", type=click.FloatRange(0), help="Override the preset's weight decay."
 )
-@click.option("--n-facts", type=int, help="Generated data: facts per set [default: 50].")
-@click.option("--data-seed", type=int, default=0, show_default=True, help="Generated data: seed.")
 @click.option(
-    "--preset",
-    type=click.Choice(list(ft.PRESETS)),
-    help="Hyper-parameters: paper, gentle, or cpu (small models on a CPU). [default: paper on CUDA, else cpu]",
+    "--train-seed",
+    type=click.IntRange(0),
+    help="Seed of the validation split, data order and generic-text sample [default: 0].",
 )
-@click.option("--lr", "learning_rate", type=float, help="Override the preset's learning rate.")
-@click.option("--epochs", type=float, help="Override the preset's number of epochs.")
-@click.option("--batch-size", type=int, help="Override the preset's batch size.")
-@click.option("--weight-decay", type=float, help="Override the preset's weight decay.")
-@click.option("--max-steps", type=int, help="Stop after this many optimisation steps.")
-@click.option("--seed", type=int, help="Training seed [default: 0].")
 @click.option(
     "--generic-corpus",
-    type=click.Path(path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Generic text mixed in by the gentle preset [default: the shipped corpus].",
 )
-@click.option(
-    "--workspace",
-    type=click.Path(path_type=Path),
-    help="Workspace folder [default: $GRAFT_WORKSPACE or ./workspace].",
-)
+@model_option()
+@dataset_option()
+@variant_option(what="the model to train")
+@n_facts_option()
+@data_seed_option()
+@device_option()
+@preset_option()
+@finetune_max_steps_option()
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
-    help="Output folder [default: <workspace>/finetuned/<model>/<dataset>/<set>/<preset>].",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder [default: <workspace>/finetuned/<model>/<dataset>/<set>/<preset>, "
+    "where the experiments look for their donors].",
 )
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), help="[default: cuda when available]")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
+@workspace_option()
+@quiet_option()
 def finetune(
-    model: str,
-    dataset: Path | None,
-    data_kind: str | None,
-    direction: str | None,
-    train_set: str | None,
-    n_facts: int | None,
-    data_seed: int,
-    preset: str | None,
     learning_rate: float | None,
     epochs: float | None,
     batch_size: int | None,
     weight_decay: float | None,
-    max_steps: int | None,
-    seed: int | None,
+    train_seed: int | None,
     generic_corpus: Path | None,
-    workspace: Path | None,
-    out: Path | None,
+    model: str,
+    dataset: str,
+    variant: str,
+    n_facts: int | None,
+    data_seed: int,
     device: str | None,
+    preset: str | None,
+    finetune_max_steps: int | None,
+    out: Path | None,
+    workspace: str | None,
     quiet: bool,
 ) -> None:
     """Finetune MODEL on a fact dataset; writes model, configs and eval.json (SFT vs PRE).
@@ -99,44 +154,28 @@ def finetune(
     """
     if quiet:
         silence_library_progress()
-    import torch
 
     try:
         resolve_model_name(model)
     except ModelNotFoundError as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
-    if dataset is not None and (data_kind or direction or n_facts is not None or data_seed):
-        raise click.UsageError(
-            "pass either --dataset or --data-kind/--direction/--n-facts/--data-seed"
-        )
-    if device == "cuda" and not torch.cuda.is_available():
-        raise click.BadParameter("CUDA is not available here", param_hint="--device")
-    on_cuda = device == "cuda" or (device is None and torch.cuda.is_available())
-    ws = workspace if workspace is not None else ft.default_workspace()
+    check_dataset_options(dataset)
+    ws = Path(workspace) if workspace is not None else ft.default_workspace()
     try:
         cfg = ft.resolve_config(
-            preset or ("paper" if on_cuda else "cpu"),
+            preset or ft.default_preset(device),
             learning_rate=learning_rate,
             epochs=epochs,
             batch_size=batch_size,
             weight_decay=weight_decay,
-            max_steps=max_steps,
-            seed=seed,
+            max_steps=finetune_max_steps,
+            seed=train_seed,
             generic_corpus=str(generic_corpus) if generic_corpus is not None else None,
         )
-        if dataset is None:
-            dataset = ft.workspace_dataset(
-                data_kind or "fake_movies_real_actors",
-                direction or "one",
-                train_set is not None,
-                n_facts=n_facts,
-                seed=data_seed,
-                workspace=ws,
-            )
-        elif not (dataset / "train.jsonl").is_file():
-            raise click.BadParameter(f"{dataset} has no train.jsonl", param_hint="--dataset")
+        folder = _dataset_folder(dataset, variant, n_facts, data_seed, ws)
+        _, train_set = ft.parse_variant(variant)
         if out is None:
-            out = ft.finetuned_dir(model, dataset, train_set, cfg, ws)
-        ft.finetune(model, dataset, out, cfg, train_set=train_set, device=device, quiet=quiet)
-    except (ft.FinetuneError, ModelNotFoundError) as err:
+            out = ft.finetuned_dir(model, folder, train_set, cfg, ws)
+        ft.finetune(model, folder, out, cfg, train_set=train_set, device=device, quiet=quiet)
+    except GraftError as err:
         raise click.UsageError(str(err)) from None

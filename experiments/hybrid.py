@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options
 from graft.grafts import hybrid_grafts
 from graft.report import draw_figures
 from graft.runner import ModelSource, run_experiment
 
 
-@click.command(short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.")
+@click.command(
+    cls=GraftCommand,
+    short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.",
+)
 @click.option(
     "--lt-layers", default="h2", show_default=True, help="Layers of the LT hybrid (h2 = last half)."
 )

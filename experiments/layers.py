@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options
 from graft.grafts import layer_windows, reference
 from graft.models import ModelNotFoundError, load_model
 from graft.report import LAYER_SEP, draw_figures
@@ -12,7 +12,9 @@ from graft.runner import Graft, ModelSource, resolve_model_path, run_experiment
 from graft.spec import GraftSpec, SpecError
 
 
-@click.command(short_help="Layer localisation map, E7: positions x layer windows heatmaps.")
+@click.command(
+    cls=GraftCommand, short_help="Layer localisation map, E7: positions x layer windows heatmaps."
+)
 @click.option(
     "--positions",
     default="FE,LT,FE+LT",
@@ -36,8 +38,9 @@ def layers(positions, windows, components, cfg_options, remote):
     """E7: graft SFT into PRE at each position set x layer window (x component set) and draw
     accuracy heatmaps: the layer localisation the paper had no room for."""
     cfg = make_config("layers", cfg_options, remote)
-    pos_list = [p.strip() for p in positions.split(",") if p.strip()]
-    comp_list = [c.strip() for c in components.split(";") if c.strip()]
+    # a repeated item is run once (never two grafts of one name pooled into one result)
+    pos_list = list(dict.fromkeys(p.strip() for p in positions.split(",") if p.strip()))
+    comp_list = list(dict.fromkeys(c.strip() for c in components.split(";") if c.strip()))
     if not pos_list or not comp_list:
         raise click.UsageError("--positions and --components must name at least one item")
     base_path = resolve_model_path(cfg, ModelSource())

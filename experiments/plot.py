@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from experiments.common import GraftCommand
 from graft.report import draw_figures
 
 
-@click.command()
+@click.command(cls=GraftCommand)
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--metric",
@@ -16,7 +17,9 @@ from graft.report import draw_figures
     help="acc@1, acc@5, acc@10, acc@50, mean_rank, median_rank or mean_prob.",
 )
 def plot(run_folder, metric):
-    """Redraw the figures of RUN_FOLDER (PNG and PDF under RUN_FOLDER/figures) without recomputing."""
+    """Redraw the figures of RUN_FOLDER without recomputing: PNG and PDF under
+    RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
+    figures of several metrics live side by side."""
     try:
         paths = draw_figures(run_folder, metric)
     except (FileNotFoundError, ValueError) as err:

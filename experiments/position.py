@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import (
+    GraftCommand,
+    make_config,
+    run_and_report,
+    shared_options,
+    variant_option,
+)
 from graft.grafts import POSITIONS, necessity_grafts, position_grafts
 from graft.report import draw_figures
 from graft.runner import ModelSource, run_experiment
@@ -20,7 +26,7 @@ def _positions(ctx, param, value):
             parse_spec(f"{item}:all:all")
         except SpecError as err:
             raise click.BadParameter(str(err)) from None
-    return items
+    return tuple(dict.fromkeys(items))  # a repeated set is run once, never pooled twice
 
 
 POSITIONS_OPTION = click.option(
@@ -33,14 +39,12 @@ POSITIONS_OPTION = click.option(
 )
 
 
-@click.command(short_help="Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.")
-@POSITIONS_OPTION
-@click.option(
-    "--variant",
-    default="one",
-    show_default=True,
-    help="Finetune data variant of the donor (one, both, ...).",
+@click.command(
+    cls=GraftCommand,
+    short_help="Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.",
 )
+@POSITIONS_OPTION
+@variant_option()
 @shared_options
 def position(positions, variant, cfg_options, remote):
     """E1/E2 (Fig. 2, 3a): graft every component of every layer from SFT into PRE at
@@ -57,11 +61,12 @@ def position(positions, variant, cfg_options, remote):
         click.echo(f"figure: {png}")
 
 
-@click.command(short_help="Necessity: PRE weights grafted back into SFT at each position set.")
-@POSITIONS_OPTION
-@click.option(
-    "--variant", default="one", show_default=True, help="Finetune data variant of the SFT model."
+@click.command(
+    cls=GraftCommand,
+    short_help="Necessity: PRE weights grafted back into SFT at each position set.",
 )
+@POSITIONS_OPTION
+@variant_option(what="the SFT model")
 @shared_options
 def necessity(positions, variant, cfg_options, remote):
     """Necessity: run SFT with the PRE weights grafted back at each position set. A drop in

@@ -1,36 +1,88 @@
-"""``graft-exp smoke``: graft a tiny random model pair and check it against the weight-swap rule."""
+"""``graft-exp smoke``: a seconds-long self-check of the install on tiny random models."""
 
 from __future__ import annotations
 
 import click
 import torch
 
+from experiments.common import GraftCommand
 from graft.engine import GraftRow, run_grafts
 from graft.spec import parse_spec
 from graft.tiny import TINY_FAMILIES, tiny_pair
 
 SMOKE_SPECS = [
     "none",
+    "ALL:all:all; head=donor",
     "FE:all:all",
     "LT:all:all",
     "FE+LT:all:all",
     "(FE+LT)^C:all:all",
     "LT:q4:o,ffn",
 ]
+#: spec -> the model whose plain forward pass it must reproduce.
+INVARIANTS = {"none": "base", "ALL:all:all; head=donor": "donor"}
+#: The engine's float32 bound against an independent computation.
+TOLERANCE = 1e-5
 
 
-@click.command()
-@click.option("--family", type=click.Choice(TINY_FAMILIES), default="llama", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-def smoke(family: str, seed: int) -> None:
-    """Graft a tiny random FAMILY pair in one pass and print how far each graft moves the logits."""
+def check_family(family: str, seed: int = 0) -> tuple[list[tuple[str, float]], list[str]]:
+    """Graft a tiny random ``family`` pair in one pass.
+
+    Returns:
+        (spec, max |logit - base logit|) per spec, and the failed invariants (empty when
+        grafting nothing gives the base's own logits and grafting everything with the donor's
+        head gives the donor's, within :data:`TOLERANCE`).
+    """
     base, donor = tiny_pair(family, seed=seed)
     g = torch.Generator().manual_seed(seed)
     prompts = [[1] + torch.randint(3, 96, (n,), generator=g).tolist() for n in (6, 9, 12)]
     rows = [GraftRow(p, {"FE": [1, 2]}, parse_spec(s)) for s in SMOKE_SPECS for p in prompts]
-    logits = run_grafts(base, {"sft": donor}, rows)
-    base_logits = logits[: len(prompts)]
-    click.echo(f"{'graft':<22} max |logit - base|")
+    logits = run_grafts(base, {"sft": donor}, rows).reshape(len(SMOKE_SPECS), len(prompts), -1)
+    with torch.no_grad():
+        plain = {
+            name: torch.stack([model(torch.tensor([p])).logits[0, -1].float() for p in prompts])
+            for name, model in (("base", base), ("donor", donor))
+        }
+    shifts = [
+        (s, float((logits[i] - plain["base"]).abs().max())) for i, s in enumerate(SMOKE_SPECS)
+    ]
+    failed = []
+    for spec, model in INVARIANTS.items():
+        diff = float((logits[SMOKE_SPECS.index(spec)] - plain[model]).abs().max())
+        if diff > TOLERANCE:
+            failed.append(f"{family}: {spec!r} differs from the {model} by {diff:.2e}")
+    return shifts, failed
+
+
+@click.command(cls=GraftCommand)
+@click.option(
+    "--family",
+    type=click.Choice(["all", *TINY_FAMILIES]),
+    default="all",
+    show_default=True,
+    help="Model family to check.",
+)
+def smoke(family: str) -> None:
+    """Check this install on tiny random models of each FAMILY (seconds, no download).
+
+    Grafting nothing must give the base model's own logits and grafting everything with the
+    donor's head the donor's (within 1e-5); exit 1 otherwise. Also prints how far each graft
+    moves the final logits away from the base.
+    """
+    families = TINY_FAMILIES if family == "all" else (family,)
+    failures, columns = [], []
+    for name in families:
+        shifts, failed = check_family(name)
+        failures += failed
+        columns.append([shift for _, shift in shifts])
+    click.echo("max |logit - base logit| per graft and family (tiny random models):")
+    click.echo(f"{'graft':<24}" + "".join(f"{name:>10}" for name in families))
     for i, spec in enumerate(SMOKE_SPECS):
-        shift = (logits[i * len(prompts) : (i + 1) * len(prompts)] - base_logits).abs().max()
-        click.echo(f"{spec:<22} {float(shift):.4f}")
+        click.echo(f"{spec:<24}" + "".join(f"{col[i]:>10.4f}" for col in columns))
+    if failures:
+        raise click.ClickException("; ".join(failures))
+    click.echo(
+        f"ok: grafting nothing gives the base's logits and grafting everything with the "
+        f"donor's head the donor's, within {TOLERANCE:g}, in {len(families)} "
+        f"famil{'y' if len(families) == 1 else 'ies'}"
+    )

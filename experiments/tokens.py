@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from experiments.common import make_config, run_and_report, shared_options
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options
 from graft.grafts import reference, spec_graft
 from graft.metrics import top_tokens_table
 from graft.runner import ModelSource, run_experiment
@@ -13,7 +13,7 @@ from graft.runner import ModelSource, run_experiment
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 
 
-@click.command(short_help="Top-10 next tokens with probabilities per graft, E6.")
+@click.command(cls=GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6.")
 @click.option(
     "--spec",
     "specs",

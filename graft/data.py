@@ -352,6 +352,12 @@ def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -
     if n is None:
         n = DEFAULT_N_FACTS if config.kind != "custom" else available // (per_fact * n_sets)
     most = available // (per_fact * n_sets)
+    if most < 1:
+        raise DatasetError(
+            f"only {available} {what} are usable; {'a split dataset' if n_sets > 1 else 'a dataset'}"
+            f" needs at least {per_fact * n_sets}",
+            "n_facts" if config.kind != "custom" else "facts_path",
+        )
     if n < 1 or n > most:
         raise DatasetError(
             f"{n} facts per set need {n * per_fact * n_sets} {what} but only {available} are "
@@ -503,17 +509,20 @@ def read_facts_file(path: Path) -> list[dict[str, Any]]:
             "CSV/JSONL file to --facts",
             "facts_path",
         ) from e
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        return _check_fact_rows(path, read_jsonl(path, "facts_path"))
     try:
-        if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            rows = list(csv.DictReader(text.splitlines()))
-    except (json.JSONDecodeError, csv.Error) as e:
+        rows = list(csv.DictReader(text.splitlines()))
+    except csv.Error as e:
         raise DatasetError(
             f"facts file {path} is not valid {path.suffix or 'CSV'} ({e}); fix the file or "
             "pass another --facts",
             "facts_path",
         ) from e
+    return _check_fact_rows(path, rows)
+
+
+def _check_fact_rows(path: Path, rows: list[Any]) -> list[dict[str, Any]]:
     required = ("movie_title", "first_actor", "second_actor")
     bad = [
         i
@@ -532,9 +541,45 @@ def read_facts_file(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+_REASON_WORDS = {
+    "excluded_name": "unusable name",
+    "actor_reused": "actor already used",
+    "duplicate_title": "title already used",
+    "single_word": "single word",
+    "non_ascii": "non-ASCII",
+    "punctuation": "punctuation",
+    "suffix": "Jr/Sr/II suffix",
+    "whitespace": "extra whitespace",
+}
+
+
+def _no_usable_facts(
+    config: DatasetConfig, n_rows: int, n_usable: int, excluded: Counter, dropped: Counter
+) -> str:
+    """The message for a facts file too poor to make a dataset from."""
+    detail = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(dropped.items()))
+    if excluded:
+        names = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(excluded.items()))
+        detail += f"; names excluded: {names}"
+    head = (
+        f"no usable fact in {config.facts_path}"
+        if n_usable == 0
+        else f"only {n_usable} usable fact in {config.facts_path}, a split dataset needs 2"
+    )
+    return (
+        f"{head}: {n_rows - n_usable} of {n_rows} rows excluded ({detail}); actor names need "
+        "two or more words of ASCII letters, each actor and title used once"
+    )
+
+
 def _custom_facts(config: DatasetConfig, excluded: Counter, dropped: Counter) -> list[Fact]:
     assert config.facts_path is not None
-    pool = _usable_pairs(read_facts_file(config.facts_path), excluded, dropped)
+    rows = read_facts_file(config.facts_path)
+    pool = _usable_pairs(rows, excluded, dropped)
+    if len(pool) < len(_set_names(config)):
+        raise DatasetError(
+            _no_usable_facts(config, len(rows), len(pool), excluded, dropped), "facts_path"
+        )
     n = _need(config, len(pool), "usable facts (distinct actors, clean names)")
     pool = pool[: n * len(_set_names(config))]
     fakes = _Fakes(
@@ -628,13 +673,15 @@ def read_text_corpus(path: Path) -> list[str]:
             "corpus_path",
         ) from e
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        try:
-            docs = [json.loads(line)["text"] for line in lines if line.strip()]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        rows = read_jsonl(path, "corpus_path")
+        lacking = [i for i, r in enumerate(rows, 1) if "text" not in r]
+        if lacking:
             raise DatasetError(
-                f"corpus {path} must hold one JSON object with a 'text' field per line",
+                f"corpus {path} must hold one JSON object with a 'text' field per line "
+                f"(object {lacking[0]} has none)",
                 "corpus_path",
-            ) from e
+            )
+        docs = [r["text"] for r in rows]
         return [str(d).strip() for d in docs if str(d).strip()]
     return [line.strip() for line in lines if line.strip()]
 
@@ -818,9 +865,61 @@ def default_dataset_name(config: DatasetConfig) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_jsonl(path: str | os.PathLike, param: str = "dataset") -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per non-blank line; the one JSONL reader of graft.
+
+    ``param`` names the option the file came from, for :attr:`DatasetError.param`.
+
+    Raises:
+        DatasetError: the file is missing or unreadable, or a line is not a JSON object
+            (the message names the file and the line number).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise DatasetError(f"{path} does not exist", param) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DatasetError(
+            f"cannot read {path} ({type(err).__name__}); it must be a UTF-8 JSONL file",
+            param,
+        ) from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DatasetError(
+                f"{path}, line {number}: not valid JSON ({err.msg}); fix or regenerate the file",
+                param,
+            ) from None
+        if not isinstance(row, dict):
+            raise DatasetError(
+                f"{path}, line {number}: expected a JSON object, got {type(row).__name__}",
+                param,
+            )
+        rows.append(row)
+    return rows
+
+
+def check_dataset_folder(dataset_dir: str | os.PathLike, files: Sequence[str]) -> Path:
+    """``dataset_dir`` as a Path, if it is a folder holding ``files``.
+
+    Raises:
+        DatasetError: the folder does not exist, is empty or lacks one of ``files``; the
+            message says how to make a dataset.
+    """
+    path = Path(dataset_dir)
+    make = "make one with graft.data.generate_dataset (command line: graft-exp data --out FOLDER)"
+    if not path.is_dir():
+        raise DatasetError(f"dataset folder {path} does not exist; {make}", "dataset")
+    missing = [name for name in files if not (path / name).is_file()]
+    if missing:
+        what = "is empty" if not any(path.iterdir()) else f"has no {', '.join(missing)}"
+        raise DatasetError(f"dataset folder {path} {what}; {make}", "dataset")
+    return path
 
 
 def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
@@ -830,7 +929,7 @@ def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
 
 def load_facts(dataset_dir: str | os.PathLike) -> list[Fact]:
     """The dataset's facts."""
-    return [Fact(**r) for r in _read_jsonl(Path(dataset_dir) / "facts.jsonl")]
+    return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
 
 
 def load_train_records(
@@ -844,7 +943,7 @@ def load_train_records(
     restricted to some sets (``"A"``/``"B"``/``"all"``), directions or styles."""
     return [
         r
-        for r in _read_jsonl(Path(dataset_dir) / "train.jsonl")
+        for r in read_jsonl(Path(dataset_dir) / "train.jsonl")
         if (sets is None or r["set"] in sets)
         and (directions is None or r["direction"] in directions)
         and (styles is None or r["style"] in styles)
@@ -854,7 +953,7 @@ def load_train_records(
 def load_dataset_corpus(dataset_dir: str | os.PathLike) -> list[str]:
     """The extra corpus stored with the dataset (empty when none was given)."""
     path = Path(dataset_dir) / "corpus.jsonl"
-    return [r["text"] for r in _read_jsonl(path)] if path.is_file() else []
+    return [r["text"] for r in read_jsonl(path)] if path.is_file() else []
 
 
 @dataclass
@@ -896,7 +995,8 @@ class DropReport:
         dropped: reason -> count. Reasons: ``missing_span:<field>`` (no token overlaps the
             field), ``target_empty`` (the target adds no token), ``target_merges_with_prompt``
             (prompt + target does not start with the prompt's tokens),
-            ``target_unknown_token`` (the target's first token is the unknown token).
+            ``target_unknown_token`` (the target's first token is the unknown token),
+            ``too_long`` (the prompt has more tokens than the model has positions).
         dropped_ids: prompt ids of the dropped prompts, in file order.
     """
 
@@ -929,6 +1029,40 @@ def _drop_reason(tokenizer: Any, record: dict[str, Any], prompt) -> tuple[str | 
     return None, target_id
 
 
+def _tokenizer_context(tokenizer: Any) -> int | None:
+    """The tokenizer's ``model_max_length`` when it states a real one (HF uses ~1e30 for none)."""
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < 1_000_000_000 else None
+
+
+def _prompt_fields(path: Path, index: int, record: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """A stored prompt's field spans, checked against its text."""
+    where = f"{path}, prompt {record.get('id', index)!r} (object {index})"
+    missing = [k for k in _PROMPT_KEYS if k not in record]
+    if missing:
+        raise DatasetError(f"{where} lacks {', '.join(missing)}; regenerate the dataset", "dataset")
+    text = record["text"]
+    if not isinstance(text, str) or not isinstance(record["target_text"], str):
+        raise DatasetError(f"{where}: text and target_text must be strings", "dataset")
+    try:
+        fields = {k: (int(v[0]), int(v[1])) for k, v in record["fields"].items()}
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        raise DatasetError(
+            f"{where}: fields must map names to [start, end] character spans", "dataset"
+        ) from None
+    for name, (start, end) in fields.items():
+        if not 0 <= start <= end <= len(text):
+            raise DatasetError(
+                f"{where}: field {name!r} span ({start}, {end}) is outside its text "
+                f"({len(text)} characters); fix the span or regenerate the dataset",
+                "dataset",
+            )
+    return fields
+
+
+_PROMPT_KEYS = ("id", "fact_id", "template", "direction", "text", "fields", "target_text")
+
+
 def load_test_prompts(
     dataset_dir: str | os.PathLike,
     tokenizer: Any,
@@ -936,6 +1070,7 @@ def load_test_prompts(
     *,
     directions: Sequence[str] | None = ("forward",),
     add_special_tokens: bool = True,
+    max_length: int | None = None,
 ) -> tuple[list[TestExample], DropReport]:
     """Tokenize the dataset's test prompts for ``tokenizer``.
 
@@ -946,24 +1081,37 @@ def load_test_prompts(
         directions: ``("forward",)`` by default; ``("reverse",)`` for reversal tests, or
             ``None`` for both.
         add_special_tokens: passed to the tokenizer (BOS etc.).
+        max_length: the model's context (:func:`graft.models.context_length`); longer
+            prompts are dropped as ``too_long``. Default: the tokenizer's
+            ``model_max_length`` when it states one.
 
-    Prompts whose fields cannot be located or whose target cannot be tokenized are
-    dropped and counted by reason in the returned :class:`DropReport`, never silently.
+    Prompts whose fields cannot be located, whose target cannot be tokenized or that do
+    not fit the model are dropped and counted by reason in the returned
+    :class:`DropReport`, never silently.
+
+    Raises:
+        DatasetError: no such dataset folder (or no ``test_prompts.jsonl`` in it), a line
+            that is not JSON, a prompt that lacks a key or has a span outside its text.
     """
+    path = check_dataset_folder(dataset_dir, ["test_prompts.jsonl"]) / "test_prompts.jsonl"
+    limit = max_length if max_length is not None else _tokenizer_context(tokenizer)
     report = DropReport()
     examples = []
     dropped: Counter = Counter()
-    for record in _read_jsonl(Path(dataset_dir) / "test_prompts.jsonl"):
+    for index, record in enumerate(read_jsonl(path), 1):
+        fields = _prompt_fields(path, index, record)
         if templates is not None and record["template"] not in templates:
             continue
         if directions is not None and record["direction"] not in directions:
             continue
         report.total += 1
-        fields = {k: (int(v[0]), int(v[1])) for k, v in record["fields"].items()}
         prompt = tokenize_with_spans(
             tokenizer, record["text"], fields, add_special_tokens=add_special_tokens
         )
-        reason, target_id = _drop_reason(tokenizer, record, prompt)
+        if limit is not None and len(prompt.input_ids) > limit:
+            reason, target_id = "too_long", -1
+        else:
+            reason, target_id = _drop_reason(tokenizer, record, prompt)
         if reason is not None:
             dropped[reason] += 1
             report.dropped_ids.append(record["id"])

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from graft.arch import Architecture, architecture_of, check_compatible
+from graft.models import LoadedModel, context_length
 from graft.spec import GraftSpec, ResolvedGraft, SpecError
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
@@ -370,6 +371,37 @@ def default_pad_id(config) -> int:
     return 0
 
 
+def _model_of(model):
+    """The model itself when given a :class:`graft.models.LoadedModel`."""
+    return model.model if isinstance(model, LoadedModel) else model
+
+
+def as_donors(donors) -> dict:
+    """``{name: model}`` from a mapping, one model (named ``"sft"``) or ``None`` (no donors);
+    :class:`graft.models.LoadedModel` values are unwrapped."""
+    if donors is None:
+        return {}
+    if isinstance(donors, nn.Module | LoadedModel) or hasattr(donors, "trace"):
+        donors = {"sft": donors}
+    if not isinstance(donors, Mapping):
+        raise SpecError(
+            f"donors must be a model or a {{name: model}} mapping, not {type(donors).__name__}"
+        )
+    return {name: _model_of(d) for name, d in donors.items()}
+
+
+def _check_lengths(model: nn.Module, rows: Sequence[GraftRow]) -> None:
+    """Refuse prompts longer than the positions the model was built for (GPT-2's learned
+    positions would fail mid-run with an IndexError)."""
+    limit = context_length(model)
+    for i, row in enumerate(rows):
+        if limit is not None and len(row.input_ids) > limit:
+            raise SpecError(
+                f"prompt {i} has {len(row.input_ids)} tokens but the model has only {limit} "
+                "positions; shorten the prompt"
+            )
+
+
 def resolve_rows(arch: Architecture, rows: Sequence[GraftRow], donors) -> list[ResolvedGraft]:
     """Resolve every row's spec on ``arch``; a SpecError if one uses a donor not in ``donors``."""
     resolved = [
@@ -402,8 +434,10 @@ def run_grafts(
     """Final-position logits of every (prompt, graft) row, batched, one trace per batch.
 
     Args:
-        base: the pretrained model (HF causal LM, or its nnsight wrapper).
-        donors: ``{name: model}`` (a bare model means ``{"sft": model}``).
+        base: the pretrained model (HF causal LM, its nnsight wrapper, or a
+            :class:`graft.models.LoadedModel`).
+        donors: ``{name: model}`` (a bare model means ``{"sft": model}``; models may be
+            ``LoadedModel`` objects).
         rows: ``GraftRow``s; each has its own prompt, spans and spec.
         batch_size: rows per forward pass.
         padding_side: ``"left"`` (only the last position's logits are computed) or ``"right"``.
@@ -418,10 +452,11 @@ def run_grafts(
     Returns:
         tensor [len(rows), vocab] on CPU: float32 (float64 if the model is float64).
     """
-    if isinstance(donors, nn.Module) or hasattr(donors, "trace"):
-        donors = {"sft": donors}
+    base = _model_of(base)
+    donors = as_donors(donors)
     torch_base = _unwrap(base)
     arch = architecture_of(torch_base)
+    _check_lengths(torch_base, rows)
     for name, donor in donors.items():
         check_compatible(torch_base, _unwrap(donor), name)
     if pad_id is None:
@@ -461,46 +496,107 @@ def run_grafts(
     return torch.log_softmax(out, dim=-1) if log_probs else out
 
 
+def _listed(items) -> list | None:
+    """``list(items)``, or ``None`` for something that is not iterable."""
+    try:
+        return list(items)
+    except TypeError:
+        return None
+
+
+def _text_list(texts: Sequence[str] | str) -> list[str]:
+    texts = [texts] if isinstance(texts, str) else _listed(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise SpecError("texts must be a prompt string or a non-empty list of prompt strings")
+    return texts
+
+
+def _spec_list(specs: Sequence[GraftSpec | str] | GraftSpec | str) -> list[GraftSpec]:
+    specs = [specs] if isinstance(specs, str | GraftSpec) else _listed(specs)
+    if not specs or not all(isinstance(s, str | GraftSpec) for s in specs):
+        raise SpecError("specs must be a spec (string or GraftSpec) or a non-empty list of them")
+    return [GraftSpec.parse(s) if isinstance(s, str) else s for s in specs]
+
+
+def _field_list(fields, texts: list[str]) -> list[Mapping[str, str]]:
+    if fields is None:
+        return [{} for _ in texts]
+    if isinstance(fields, Mapping):
+        if len(texts) != 1:
+            raise SpecError(
+                f"fields: one {{name: substring}} dict per text, i.e. a list of {len(texts)} "
+                "dicts (a single dict only goes with a single text)"
+            )
+        return [fields]
+    fields = _listed(fields)
+    if (
+        fields is None
+        or len(fields) != len(texts)
+        or not all(isinstance(f, Mapping) for f in fields)
+    ):
+        raise SpecError(
+            f"fields: one {{name: substring}} dict per text, i.e. a list of {len(texts)} dicts"
+        )
+    return fields
+
+
+def _char_spans(text: str, named: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+    chars = {}
+    for name, value in named.items():
+        start = text.find(value) if isinstance(value, str) and value else -1
+        if start < 0:
+            raise SpecError(f"field {name!r}: {value!r} does not occur in the prompt {text!r}")
+        chars[name] = (start, start + len(value))
+    return chars
+
+
 def graft_texts(
     base,
-    donors: Mapping[str, nn.Module] | nn.Module,
+    donors: Mapping[str, nn.Module] | nn.Module | LoadedModel,
     tokenizer,
-    texts: Sequence[str],
+    texts: Sequence[str] | str,
     specs: Sequence[GraftSpec | str] | GraftSpec | str,
     *,
-    fields: Sequence[Mapping[str, str]] | None = None,
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
     **kwargs,
 ) -> torch.Tensor:
-    """Notebook entry point: graft every spec on every text; logits [texts, specs, vocab].
+    """Notebook entry point: graft every spec on every text; final-position logits.
 
     Args:
-        base: the pretrained HF causal LM.
-        donors: ``{name: model}`` or one donor model (named ``"sft"``).
-        tokenizer: the models' tokenizer (a fast one gives exact character offsets).
-        texts: prompts.
-        specs: graft specs (objects or text forms such as ``"FE+LT:all:all"``).
+        base: the pretrained HF causal LM, or a :class:`graft.models.LoadedModel`.
+        donors: ``{name: model}`` or one donor model (named ``"sft"``); models may be
+            ``LoadedModel`` objects.
+        tokenizer: the models' tokenizer (a fast one gives exact character offsets);
+            ``None`` takes the tokenizer of a ``LoadedModel`` base.
+        texts: a prompt, or a list of prompts.
+        specs: a graft spec, or a list of them (objects or text forms such as
+            ``"FE+LT:all:all"``).
         fields: per text, span name -> substring of the text, e.g. ``{"FE": "Keanu Reeves"}``;
-            its first occurrence becomes the span of that name.
+            its first occurrence becomes the span of that name. One dict per text; a single
+            dict is accepted with a single text.
         **kwargs: passed to ``run_grafts`` (batch_size, padding_side, log_probs, ...).
+
+    Returns:
+        logits ``[texts, specs, vocab]`` for lists; a single text (a ``str``) drops the texts
+        dimension and a single spec (a ``str`` or ``GraftSpec``) the specs dimension, so one
+        text and one spec give ``[vocab]``.
     """
     from graft.spans import tokenize_with_spans
 
-    if isinstance(specs, str | GraftSpec):
-        specs = [specs]
-    specs = [GraftSpec.parse(s) if isinstance(s, str) else s for s in specs]
-    fields = fields if fields is not None else [{} for _ in texts]
+    if tokenizer is None:
+        if not isinstance(base, LoadedModel):
+            raise SpecError("pass the models' tokenizer (or a LoadedModel as base)")
+        tokenizer = base.tokenizer
+    text_list, spec_list = _text_list(texts), _spec_list(specs)
     rows = []
-    for text, named in zip(texts, fields, strict=True):
-        chars = {}
-        for name, value in named.items():
-            start = text.find(value)
-            if start < 0:
-                raise SpecError(f"field {name!r}: {value!r} does not occur in the prompt {text!r}")
-            chars[name] = (start, start + len(value))
-        prompt = tokenize_with_spans(tokenizer, text, chars)
+    for text, named in zip(text_list, _field_list(fields, text_list), strict=True):
+        prompt = tokenize_with_spans(tokenizer, text, _char_spans(text, named))
         if prompt.missing:
             raise SpecError(f"fields {prompt.missing} of {text!r} map to no token")
-        rows += [GraftRow(prompt.input_ids, prompt.spans, spec) for spec in specs]
+        rows += [GraftRow(prompt.input_ids, prompt.spans, spec) for spec in spec_list]
     kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
     logits = run_grafts(base, donors, rows, **kwargs)
-    return logits.view(len(texts), len(specs), -1)
+    logits = logits.view(len(text_list), len(spec_list), -1)
+    if isinstance(specs, str | GraftSpec):
+        logits = logits[:, 0]
+    return logits[0] if isinstance(texts, str) else logits

@@ -23,6 +23,7 @@ under a workspace folder, so experiments need not know where it lives.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -46,8 +47,9 @@ from graft.models import (
     DEFAULT_MODEL,
     HUB_MODELS,
     LoadedModel,
-    default_device,
+    context_length,
     load_model,
+    resolve_device,
     resolve_model_name,
 )
 from graft.results import package_versions
@@ -126,6 +128,11 @@ CPU = FinetuneConfig(name="cpu", learning_rate=1.5e-4, weight_decay=0.0, batch_s
 PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, GENTLE, CPU)}
 
 
+def default_preset(device: str | None = None) -> str:
+    """``paper`` when training runs on CUDA (``device``, default: CUDA if available), else ``cpu``."""
+    return "paper" if resolve_device(device).type == "cuda" else "cpu"
+
+
 def resolve_config(preset: str | FinetuneConfig, **overrides: Any) -> FinetuneConfig:
     """A preset (by name) with the non-``None`` ``overrides`` applied."""
     if isinstance(preset, str):
@@ -141,6 +148,10 @@ def resolve_config(preset: str | FinetuneConfig, **overrides: Any) -> FinetuneCo
         raise FinetuneError("learning_rate, batch_size and epochs must be positive")
     if not 0 < cfg.val_fraction < 1:
         raise FinetuneError(f"val_fraction must be in (0, 1), got {cfg.val_fraction}")
+    if cfg.max_steps != -1 and cfg.max_steps < 1:
+        raise FinetuneError(
+            f"max_steps must be at least 1 (or -1 to train all epochs), got {cfg.max_steps}"
+        )
     return cfg
 
 
@@ -164,18 +175,6 @@ class FactDataset:
     manifest: dict[str, Any]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise FinetuneError(f"{path}:{i}: not valid JSON ({err.msg})") from None
-    return rows
-
-
 def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDataset:
     """Read and check a dataset folder; :class:`FinetuneError` names what is wrong.
 
@@ -184,13 +183,11 @@ def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDat
         train_set: ``"A"`` or ``"B"`` for a split dataset (task / relation model); must be
             ``None`` (or ``"all"``) for an unsplit one.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise FinetuneError(f"dataset folder {path} does not exist")
-    for name in ("train.jsonl", "test_prompts.jsonl"):
-        if not (path / name).is_file():
-            raise FinetuneError(f"dataset folder {path} has no {name}")
-    rows = _read_jsonl(path / "train.jsonl")
+    try:
+        path = graft_data.check_dataset_folder(path, ["train.jsonl", "test_prompts.jsonl"])
+        rows = graft_data.read_jsonl(path / "train.jsonl")
+    except graft_data.DatasetError as err:
+        raise FinetuneError(str(err)) from None
     bad = [i for i, r in enumerate(rows, 1) if not isinstance(r.get("text"), str)]
     if bad:
         raise FinetuneError(f"{path / 'train.jsonl'}: line {bad[0]} has no text")
@@ -291,6 +288,7 @@ def evaluate_examples(
     ks: Sequence[int] = EVAL_KS,
     batch_size: int = 16,
     desc: str = "eval",
+    progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Top-k accuracy, mean rank and mean probability of each example's target token.
 
@@ -299,13 +297,15 @@ def evaluate_examples(
     stats has ``n``, ``top{k}`` for each k, ``mean_rank`` (0 = top) and ``mean_prob``.
     Prompts longer than a model's learned positions (``n_positions``, e.g. the tiny GPT-2)
     keep their last tokens; the overall stats then count them under ``truncated``.
+    ``progress=False`` hides the progress bar.
     """
     model.eval()
     device = next(model.parameters()).device
     window = getattr(model.config, "n_positions", None)
     rows: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     truncated: dict[str, int] = defaultdict(int)
-    for start in tqdm(range(0, len(examples), batch_size), desc=desc, leave=False):
+    batches = range(0, len(examples), batch_size)
+    for start in tqdm(batches, desc=desc, leave=False, disable=not progress):
         batch = examples[start : start + batch_size]
         prompts = [e.input_ids[-window:] if window else e.input_ids for e in batch]
         for e, p in zip(batch, prompts, strict=True):
@@ -336,6 +336,25 @@ def evaluate_examples(
             "overall": overall,
         }
     return result
+
+
+def _usable_test_prompts(
+    dataset: Path, loaded: LoadedModel
+) -> tuple[list[graft_data.TestExample], graft_data.DropReport]:
+    """The dataset's test prompts (both directions) for ``loaded``; none usable is an error,
+    found before any training."""
+    try:
+        examples, drops = graft_data.load_test_prompts(
+            dataset, loaded.tokenizer, directions=None, max_length=context_length(loaded.model)
+        )
+    except graft_data.DatasetError as err:
+        raise FinetuneError(str(err)) from None
+    if not examples:
+        raise FinetuneError(
+            f"no test prompt of {dataset} is usable with {loaded.name} ({drops.summary()}); "
+            "use another dataset or model"
+        )
+    return examples, drops
 
 
 def format_eval(evaluation: dict[str, Any], k: int = 5) -> str:
@@ -373,6 +392,22 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
+@contextlib.contextmanager
+def _transformers_quiet(quiet: bool):
+    """Inside: no transformers progress bars (checkpoint writing) and errors-only logging."""
+    logging = transformers.utils.logging
+    bars, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
+    if quiet:
+        logging.disable_progress_bar()
+        logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
 def finetune(
     model: str,
     dataset: str | Path,
@@ -400,24 +435,44 @@ def finetune(
         quiet: no progress bars.
 
     Raises:
-        FinetuneError: bad dataset, config or output folder (nothing is written).
+        FinetuneError: bad dataset, config or output folder, or no usable test prompt
+            (nothing is written).
         graft.models.ModelNotFoundError: unknown model.
+        graft.models.DeviceError: unknown device, or one this machine does not have.
     """
+    with _transformers_quiet(quiet):
+        return _run_finetune(
+            model, dataset, out, config, train_set=train_set, device=device,
+            callbacks=callbacks, quiet=quiet,
+        )  # fmt: skip
+
+
+def _run_finetune(
+    model: str,
+    dataset: str | Path,
+    out: str | Path,
+    config: FinetuneConfig | str = "cpu",
+    *,
+    train_set: str | None = None,
+    device: str | None = None,
+    callbacks: Sequence[transformers.TrainerCallback] = (),
+    quiet: bool = False,
+) -> Path:
     out = Path(out)
-    cfg = resolve_config(config) if isinstance(config, str) else config
+    cfg = resolve_config(config)  # checks a given FinetuneConfig's ranges too
     if is_finished(out):
         print(f"graft: finetune already done: {out}")
         return out
     if out.exists():
         raise FinetuneError(f"output folder {out} exists but is not a finished finetune; remove it")
     resolve_model_name(model)
+    dev = resolve_device(device)
     data = load_fact_dataset(dataset, train_set)
     generic = load_generic_texts(cfg.generic_corpus) if cfg.generic_ratio > 0 else []
-    dev = torch.device(device) if device else default_device()
     # Float32 master weights; fp16 (when asked for on CUDA) is autocast by the Trainer.
     loaded: LoadedModel = load_model(model, dtype=torch.float32, device=dev)
     tok = loaded.tokenizer
-    examples, drops = graft_data.load_test_prompts(data.path, tok, directions=None)
+    examples, drops = _usable_test_prompts(data.path, loaded)
 
     run_info = {
         "model": loaded.describe(),
@@ -450,7 +505,7 @@ def finetune(
         pre_eval = json.loads(pre_path.read_text())
     else:
         pre_eval = evaluate_examples(
-            loaded.model, examples, pad_id=tok.pad_token_id, desc="eval PRE"
+            loaded.model, examples, pad_id=tok.pad_token_id, desc="eval PRE", progress=not quiet
         )
         _write_json(pre_path, pre_eval)
 
@@ -487,6 +542,7 @@ def finetune(
         remove_unused_columns=False,
         dataloader_num_workers=0,
         disable_tqdm=quiet,
+        log_level="error" if quiet else "passive",
     )
     trainer = transformers.Trainer(
         model=loaded.model,
@@ -497,6 +553,8 @@ def finetune(
         processing_class=tok,
         callbacks=list(callbacks),
     )
+    if quiet:  # without tqdm the Trainer prints every log dict instead
+        trainer.remove_callback(transformers.PrinterCallback)
     resume = None
     if ckpt_dir.is_dir():
         resume = transformers.trainer_utils.get_last_checkpoint(str(ckpt_dir))
@@ -516,7 +574,9 @@ def finetune(
         "ks": list(EVAL_KS),
         "test_prompts": drops.summary(),
         "dropped": drops.dropped,
-        "sft": evaluate_examples(trainer.model, examples, pad_id=tok.pad_token_id, desc="eval SFT"),
+        "sft": evaluate_examples(
+            trainer.model, examples, pad_id=tok.pad_token_id, desc="eval SFT", progress=not quiet
+        ),
         "pre": pre_eval,
     }
     state = trainer.state
@@ -666,7 +726,7 @@ def find_or_finetune(
         quiet: no progress bars.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
-    cfg = resolve_config(preset) if isinstance(preset, str) else preset
+    cfg = resolve_config(preset)
     direction, train_set = parse_variant(variant)
     resolve_model_name(model)
     if Path(dataset).is_dir():
@@ -692,7 +752,7 @@ def find_or_finetune(
         dataset_dir = workspace_dataset(
             kind, direction, train_set is not None, n_facts=n_facts, seed=data_seed, workspace=ws
         )
-        data_args = f"--data-kind {kind} --direction {direction}"
+        data_args = f"--dataset {kind}"
         if n_facts is not None:
             data_args += f" --n-facts {n_facts}"
         if data_seed:
@@ -701,10 +761,9 @@ def find_or_finetune(
     if is_finished(out):
         return out
     if cfg.key() == cfg.name:
-        split_arg = f" --split {train_set}" if train_set else ""
         command = (
-            f"graft-exp finetune --model {model} {data_args}{split_arg} --preset {cfg.name} "
-            f"--workspace {ws}"
+            f"graft-exp finetune --model {model} {data_args} --variant {variant} "
+            f"--preset {cfg.name} --workspace {ws}"
         )
         print(
             f"graft: no finetuned {model} for this data in {ws}; finetuning now (standalone: {command})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graft.runner import Graft
-from graft.spec import GraftSpec, parse_spec
+from graft.spec import GraftSpec, SpecError, parse_spec
 
 #: Fig. 2 / Fig. 3a positions; M and R variants apply only to templates with those fields.
 POSITIONS = (
@@ -137,7 +137,9 @@ def necessity_grafts(positions=POSITIONS, head_policy: str = "base") -> list[Gra
 def spec_graft(text: str) -> Graft:
     """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line."""
     name, sep, spec = text.partition("=")
+    if sep and not name.strip():
+        raise SpecError(f"{text!r}: the name before '=' is empty; write NAME=SPEC or just SPEC")
     # "head=donor; ..." and "none; head=donor" are specs, not NAME=SPEC
-    if sep and name.strip() and not any(c in name for c in ":;") and name.strip() != "head":
+    if sep and not any(c in name for c in ":;") and name.strip() != "head":
         return Graft(name.strip(), GraftSpec.parse(spec, name.strip()))
     return Graft(text.strip(), GraftSpec.parse(text))

@@ -128,6 +128,10 @@ class ModelNotFoundError(GraftError):
     """Raised for a name that is neither a registry name, a local directory nor a hub id."""
 
 
+class DeviceError(GraftError):
+    """A device string torch does not know, or a device this machine does not have."""
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -162,11 +166,57 @@ def resolve_dtype(
     try:
         return aliases[str(dtype).lower().removeprefix("torch.")]
     except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(aliases)}") from None
+        raise GraftError(f"unknown dtype {dtype!r}; choose one of {', '.join(aliases)}") from None
 
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The device to use: ``None`` -> :func:`default_device`; else ``device`` if it exists here.
+
+    Every device string graft accepts (experiments, finetuning, loading) goes through here.
+
+    Raises:
+        DeviceError: an unknown device string (``"banana"``), or CUDA/MPS (or a CUDA index)
+            this machine does not have.
+    """
+    if device is None:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DeviceError(
+            f"unknown device {str(device)!r}; use cpu, cuda or cuda:<index> (or leave it unset "
+            "for cuda when available, else cpu)"
+        ) from None
+    if dev.type == "cuda":
+        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n_gpus == 0:
+            raise DeviceError(f"device {str(device)!r}: CUDA is not available here; use cpu")
+        if dev.index is not None and dev.index >= n_gpus:
+            raise DeviceError(
+                f"device {str(device)!r}: this machine has {n_gpus} CUDA device(s) "
+                f"(cuda:0..cuda:{n_gpus - 1})"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError(f"device {str(device)!r}: MPS is not available here; use cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise DeviceError(f"device {str(device)!r} is not supported; use cpu or cuda")
+    return dev
+
+
+def context_length(model: Any) -> int | None:
+    """The most positions ``model`` (a model, a :class:`LoadedModel` or a config) was built
+    for: ``n_positions`` (GPT-2's learned positions) or ``max_position_embeddings``."""
+    model = getattr(model, "model", model)
+    config = getattr(model, "config", model)
+    for attr in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _finish_tokenizer(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
@@ -363,11 +413,7 @@ def resolve_model_name(name_or_path: str | os.PathLike) -> tuple[str, str]:
         return "hub", HUB_MODELS[name]
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"{path} is not a model folder (no config.json); pass a model folder or one of: "
-                f"{', '.join(REGISTRY)}"
-            )
+        _check_model_folder(path)
         return "local", str(path)
     looks_like_hub_id = name.count("/") == 1 and not name.startswith(("/", ".", "~"))
     if not looks_like_hub_id:
@@ -376,6 +422,42 @@ def resolve_model_name(name_or_path: str | os.PathLike) -> tuple[str, str]:
             f"owner/name); registry names: {', '.join(REGISTRY)}"
         )
     return "hub", name
+
+
+def _check_model_folder(path: Path) -> None:
+    """A local model folder must have a config.json that names a ``model_type``."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelNotFoundError(
+            f"{path} is not a model folder (no config.json); pass a model folder or one of: "
+            f"{', '.join(REGISTRY)}"
+        )
+    try:
+        content = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelNotFoundError(
+            f"{config} is not a readable JSON model config ({type(err).__name__}); pass a "
+            "folder saved by save_pretrained"
+        ) from None
+    if not isinstance(content, dict) or not isinstance(content.get("model_type"), str):
+        raise ModelNotFoundError(
+            f"{config} is not a model config (no model_type); pass a folder saved by "
+            "save_pretrained"
+        )
+
+
+def _load_local(location: str, hf_kwargs: dict[str, Any]):
+    """Model and tokenizer of a local folder; a folder transformers cannot load is bad input."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(location, **hf_kwargs)
+        tok = AutoTokenizer.from_pretrained(location)
+    except (OSError, ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelNotFoundError(
+            f"cannot load the model folder {location} ({first}); pass a folder saved by "
+            "save_pretrained (model and tokenizer)"
+        ) from err
+    return model, tok
 
 
 def load_model(
@@ -395,12 +477,13 @@ def load_model(
 
     Raises:
         ModelNotFoundError: the name is unknown (the message lists the registry names), a hub
-            model cannot be fetched, or an embedded model's package is not installed (the
-            message gives the pip command).
+            model cannot be fetched, an embedded model's package is not installed (the
+            message gives the pip command), or a local folder holds no loadable model.
+        DeviceError: see :func:`resolve_device`.
     """
     name = str(name_or_path)
     source, location = resolve_model_name(name)
-    dev = torch.device(device) if device is not None else default_device()
+    dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     hf_kwargs: dict[str, Any] = {"dtype": dt}
     if device_map is not None:
@@ -428,8 +511,7 @@ def load_model(
             ) from err
         revision = getattr(model.config, "_commit_hash", None)
     else:
-        model = AutoModelForCausalLM.from_pretrained(location, **hf_kwargs)
-        tok = AutoTokenizer.from_pretrained(location)
+        model, tok = _load_local(location, hf_kwargs)
         location = str(Path(location).resolve())
 
     model = _place(model, dev, dt, device_map)

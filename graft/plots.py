@@ -94,7 +94,7 @@ def _error_bars(frame: pl.DataFrame, metric: str) -> np.ndarray | None:
     return np.clip(np.nan_to_num(err, nan=0.0), 0.0, None)
 
 
-def _n_text(frame: pl.DataFrame, n: int | str | None) -> str | None:
+def n_text(frame: pl.DataFrame, n: int | str | None) -> str | None:
     if n is not None:
         return f"n={n}"
     if "n" not in frame.columns or frame.is_empty():
@@ -138,6 +138,60 @@ def _annotate_bars(
             ax.text(x, top + pad, text, ha="center", va="bottom", **kw)
 
 
+def metric_label(metric: str) -> str:
+    """Axis label of ``metric``, saying which direction is better for ranks."""
+    return f"{metric} (lower is better)" if "rank" in metric else metric
+
+
+def caption(metric: str, n_text: str | None, whiskers: str | None, note: str | None = None) -> str:
+    """The footnote of a bar figure: what a bar and a whisker are (and ``note``)."""
+    bars = f"Bars: {metric}" + (f" over {n_text} prompts each" if n_text else "")
+    parts = [bars, f"whiskers: {whiskers}" if whiskers else "no confidence intervals"]
+    return "; ".join(parts) + "." + (f" {note}" if note else "")
+
+
+def _reference_color(name: str, reference_labels: Sequence[str]) -> str:
+    return REFERENCE_COLORS[list(reference_labels).index(name) % len(REFERENCE_COLORS)]
+
+
+def _legend_handles(
+    names: Sequence[str],
+    reference_labels: Sequence[str],
+    legend_labels: Mapping[str, str] | None,
+    graft_color: Any = GRAFT_COLOR,
+) -> list:
+    """One patch per colour the bars use: each reference in its grey, then the grafts."""
+    from matplotlib.patches import Patch
+
+    legend_labels = legend_labels or {}
+    handles = [
+        Patch(
+            facecolor=_reference_color(r, reference_labels),
+            edgecolor="black",
+            linewidth=0.5,
+            label=legend_labels.get(r, r),
+        )
+        for r in reference_labels
+        if r in names
+    ]
+    if any(name not in reference_labels for name in names):
+        handles.append(
+            Patch(
+                facecolor=graft_color,
+                edgecolor="black",
+                linewidth=0.5,
+                label=legend_labels.get(GRAFT_KEY, "graft"),
+            )
+        )
+    return handles
+
+
+#: Key of ``legend_labels`` for the graft bars (the others are reference names).
+GRAFT_KEY = "graft"
+#: What the whiskers of the summaries' ``_lo``/``_hi`` columns are (graft.metrics.summarize).
+DEFAULT_WHISKERS = "95% bootstrap CI"
+
+
 def bar_chart(
     summary: pl.DataFrame,
     metric: str = "acc@5",
@@ -150,6 +204,10 @@ def bar_chart(
     n: int | str | None = None,
     reference_labels: Sequence[str] = REFERENCE_LABELS,
     labels: Mapping[str, str] | None = None,
+    legend_labels: Mapping[str, str] | None = None,
+    xlabel: str | None = None,
+    whiskers: str | None = DEFAULT_WHISKERS,
+    note: str | None = None,
 ) -> Figure:
     """One bar per graft, like the paper's Fig. 2.
 
@@ -163,8 +221,14 @@ def bar_chart(
         title: full title; default: metric, model, template and n.
         model, template: shown in the default title.
         n: shown in the default title (default: from the ``n`` column).
-        reference_labels: graft names drawn as reference bars (grey) rather than grafts.
+        reference_labels: graft names drawn as reference bars (one grey each) rather than
+            grafts.
         labels: graft name -> axis label (default :func:`graft_label`).
+        legend_labels: reference name (or :data:`GRAFT_KEY` for the graft bars) -> legend
+            text (default: the name, and "graft").
+        xlabel: the x-axis label (default "grafted positions").
+        whiskers: what the error bars are, for the footnote (None: no CI columns).
+        note: an extra sentence for the footnote (e.g. which weights go where).
 
     Raises:
         ValueError: on missing columns, unknown names in ``order`` or several rows per graft.
@@ -185,17 +249,14 @@ def bar_chart(
     )
     values = rows[metric].cast(pl.Float64).to_numpy()
     err = _error_bars(rows, metric)
-    refs = [name in reference_labels for name in order]
     colors = [
-        REFERENCE_COLORS[list(reference_labels).index(name) % len(REFERENCE_COLORS)]
-        if ref
-        else GRAFT_COLOR
-        for name, ref in zip(order, refs, strict=True)
+        _reference_color(name, reference_labels) if name in reference_labels else GRAFT_COLOR
+        for name in order
     ]
     labels = labels or {}
     ticks = [labels.get(name, graft_label(name)) for name in order]
 
-    fig = _new_figure(max(4.0, 0.75 * len(order) + 1.5), 3.8)
+    fig = _new_figure(max(5.0, 0.75 * len(order) + 3.0), 4.2)
     ax = fig.add_subplot()
     xs = np.arange(len(order))
     ax.bar(
@@ -208,35 +269,36 @@ def bar_chart(
         capsize=3,
         error_kw={"elinewidth": 0.8},
     )
+    tops = values if err is None else values + err[1]
     if _is_unit_metric(metric):
         ax.set_ylim(0, 1.12)
-    tops = values if err is None else values + err[1]
+    elif np.isfinite(tops).any():
+        ax.set_ylim(0, 1.12 * float(np.nanmax(tops)) or 1.0)
     fmt = _value_format(metric)
     _annotate_bars(
         ax, xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values], fontsize=8
     )
+    long_ticks = max(map(len, ticks), default=0) > 6
     ax.set_xticks(
-        xs,
-        ticks,
-        rotation=30 if max(map(len, ticks), default=0) > 6 else 0,
-        ha="right" if max(map(len, ticks), default=0) > 6 else "center",
+        xs, ticks, rotation=30 if long_ticks else 0, ha="right" if long_ticks else "center"
     )
-    ax.set_ylabel(metric)
-    ax.set_xlabel("grafted positions" if x == "graft" else x)
-    if any(refs) and not all(refs):
-        from matplotlib.patches import Patch
-
-        ax.legend(
-            handles=[
-                Patch(color=REFERENCE_COLORS[0], label="reference model"),
-                Patch(color=GRAFT_COLOR, label="graft"),
-            ],
-            loc="upper right",
-            fontsize=8,
-            frameon=False,
-        )
+    ax.set_ylabel(metric_label(metric))
+    ax.set_xlabel(xlabel or ("grafted positions" if x == "graft" else x))
+    ax.legend(
+        handles=_legend_handles(order, reference_labels, legend_labels),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
     ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(_title(title, metric, model, template, _n_text(summary, n)), fontsize=10)
+    n_label = n_text(summary, n)
+    ax.set_title(_title(title, metric, model, template, n_label), fontsize=10)
+    fig.supxlabel(
+        caption(metric, n_label, whiskers if err is not None else None, note),
+        fontsize=7.5,
+        color="0.25",
+    )
     return fig
 
 
@@ -253,21 +315,31 @@ def component_chart(
     n: int | str | None = None,
     reference_labels: Sequence[str] = REFERENCE_LABELS,
     labels: Mapping[str, str] | None = None,
+    group_labels: Mapping[Any, str] | None = None,
+    legend_labels: Mapping[str, str] | None = None,
+    whiskers: str | None = DEFAULT_WHISKERS,
+    note: str | None = None,
+    width: float = 7.0,
 ) -> Figure:
-    """Grouped bars: one group per ``group`` value (template, donor pair), one bar per
-    component set (the ``x`` column), as in the paper's Fig. 4.
+    """One panel per ``group`` value (donor pair, template), one horizontal bar per component
+    set (the ``x`` column), as the paper's Fig. 4 but readable at page width: set names on
+    the y axis, values beside the bars, nothing rotated.
 
     Args:
         summary: one row per (group, component set); columns ``x``, ``group`` and
             ``metric``, optionally ``<metric>_lo`` / ``<metric>_hi`` and ``n``.
         metric: the column to plot.
-        x: the column naming the component set (colour and legend).
-        group: the column defining the groups along the axis (None: a single group).
-        order: component sets in bar order (default: references first, then as they appear).
-        group_order: group values in axis order (default: as they appear).
-        title, model, n: as in :func:`bar_chart`.
+        x: the column naming the component set.
+        group: the column defining the panels (None: a single panel).
+        order: component sets from top to bottom (default: references first, then as they
+            appear).
+        group_order: group values in panel order (default: as they appear).
+        title, model, n: as in :func:`bar_chart` (the title shows n).
         reference_labels: component-set names drawn in grey (e.g. the PRE/SFT baselines).
-        labels: component-set name -> legend label (default :func:`graft_label`).
+        labels: component-set name -> axis label (default :func:`graft_label`).
+        group_labels: group value -> panel title (default: the value).
+        legend_labels, whiskers, note: as in :func:`bar_chart`.
+        width: figure width in inches (7: a page).
 
     Raises:
         ValueError: on missing columns, unknown names or duplicate (group, set) rows.
@@ -284,53 +356,68 @@ def component_chart(
         order = refs + [s for s in dict.fromkeys(names) if s not in refs]
     sets = _ordered(names, order, "component_chart: order names")
     groups = _ordered(summary[group].to_list(), group_order, "component_chart: group values")
-    labels = labels or {}
+    labels, group_labels = labels or {}, group_labels or {}
+    ticks = [labels.get(name, graft_label(name)) for name in sets]
+    colors = [
+        _reference_color(name, reference_labels) if name in reference_labels else GRAFT_COLOR
+        for name in sets
+    ]
 
-    width = 0.8 / len(sets)
-    fig = _new_figure(max(5.0, len(groups) * (0.45 * len(sets) + 0.6) + 2.5), 4.0)
-    ax = fig.add_subplot()
-    if _is_unit_metric(metric):
-        ax.set_ylim(0, 1.15)
+    ncols = min(len(groups), 3)
+    nrows = math.ceil(len(groups) / ncols)
+    fig = _new_figure(width, nrows * (0.26 * len(sets) + 1.0) + 1.2)
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
     fmt = _value_format(metric)
-    palette = _graft_palette()
-    graft_index = 0
-    annotations = []
-    for i, name in enumerate(sets):
-        if name in reference_labels:
-            color = REFERENCE_COLORS[list(reference_labels).index(name) % len(REFERENCE_COLORS)]
-        else:
-            color, graft_index = palette[graft_index % len(palette)], graft_index + 1
-        rows = pl.DataFrame({group: groups}, schema={group: summary.schema[group]}).join(
-            summary.filter(pl.col(x) == name), on=group, how="left", maintain_order="left"
+    ys = np.arange(len(sets))
+    limit = 0.0
+    for ax, value in zip(axes, groups, strict=False):
+        rows = pl.DataFrame({x: sets}, schema={x: summary.schema[x]}).join(
+            summary.filter(pl.col(group) == value), on=x, how="left", maintain_order="left"
         )
         values = rows[metric].cast(pl.Float64).to_numpy()
         err = _error_bars(rows, metric)
-        xs = np.arange(len(groups)) + (i - (len(sets) - 1) / 2) * width
-        ax.bar(
-            xs,
+        ax.barh(
+            ys,
             values,
-            width=width,
-            color=color,
+            color=colors,
             edgecolor="black",
             linewidth=0.4,
-            yerr=err,
+            xerr=err,
             capsize=2,
             error_kw={"elinewidth": 0.7},
-            label=labels.get(name, graft_label(name)),
         )
-        tops = values if err is None else values + err[1]
-        annotations.append((xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values]))
-    for xs, tops, texts in annotations:
-        _annotate_bars(ax, xs, tops, texts, fontsize=6, rotation=90 if len(sets) > 4 else 0)
-    ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
-    if group == "__group":
-        ax.set_xticks([])
+        ends = values if err is None else values + err[1]
+        for y, end, v in zip(ys, ends, values, strict=True):
+            if math.isfinite(v):
+                ax.text(end, y, " " + fmt.format(v), va="center", ha="left", fontsize=7)
+        if np.isfinite(ends).any():
+            limit = max(limit, float(np.nanmax(ends)))
+        if group != "__group":
+            ax.set_title(group_labels.get(value, str(value)), fontsize=9)
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.set_xlabel(metric_label(metric), fontsize=8)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    axes[0].set_yticks(ys, ticks, fontsize=8)
+    axes[0].invert_yaxis()  # first set on top
+    if _is_unit_metric(metric):
+        axes[0].set_xlim(0, 1.2)
+        axes[0].set_xticks([0, 0.25, 0.5, 0.75, 1.0])
     else:
-        ax.set_xlabel(group)
-    ax.set_ylabel(metric)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(_title(title, metric, model, None, _n_text(summary, n)), fontsize=10)
+        axes[0].set_xlim(0, 1.25 * limit or 1.0)
+    n_label = n_text(summary, n)
+    fig.suptitle(_title(title, metric, model, None, n_label), fontsize=10)
+    has_ci = f"{metric}_lo" in summary.columns and f"{metric}_hi" in summary.columns
+    # the footnote heads the legend below the panels (a separate supxlabel would collide)
+    fig.legend(
+        handles=_legend_handles(sets, reference_labels, legend_labels),
+        loc="outside lower center",
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+        title=caption(metric, n_label, whiskers if has_ci else None, note),
+        title_fontsize=7.5,
+    )
     return fig
 
 
@@ -348,6 +435,7 @@ def heatmap(
     vmax: float | None = None,
     fmt: str | None = None,
     row_labels: Mapping[Any, str] | None = None,
+    note: str | None = None,
 ) -> Figure:
     """Annotated heatmap of ``value`` over ``row`` x ``col`` (layer localisation, E7).
 
@@ -361,6 +449,7 @@ def heatmap(
             the data range).
         fmt: cell text format (default by metric, e.g. ``"{:.2f}"``).
         row_labels: row value -> label (default :func:`graft_label` of the value).
+        note: a footnote (e.g. what a cell is and where its confidence interval is).
 
     Raises:
         ValueError: on missing columns, unknown order values or duplicate cells.
@@ -420,8 +509,10 @@ def heatmap(
     )
     ax.set_xlabel(col)
     ax.set_ylabel(row)
-    fig.colorbar(image, ax=ax, label=value, shrink=0.9)
+    fig.colorbar(image, ax=ax, label=metric_label(value), shrink=0.9)
     ax.set_title(title if title is not None else value, fontsize=10)
+    if note:
+        fig.supxlabel(note, fontsize=7.5, color="0.25")
     return fig
 
 

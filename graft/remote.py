@@ -253,9 +253,11 @@ def remote_options(func: Callable) -> Callable:
     ``--donor-mode ship|hosted``, ``--hosted-donor NAME=SOURCE`` (repeatable),
     ``--max-payload-mb N``, ``--remote-timeout S``, ``--remote-retries N``. Their values reach
     the command as one keyword argument ``remote`` (a :class:`RemoteConfig`; ``mode ==
-    "local"`` without ``--remote``). A bad combination is a ``click.BadParameter``.
+    "local"`` without ``--remote``). A bad combination is a ``click.BadParameter``; any of
+    the other options without ``--remote`` is a usage error (exit 2), never silently ignored.
     """
     import click
+    from click.core import ParameterSource
 
     names = (
         "remote_flag",
@@ -277,6 +279,20 @@ def remote_options(func: Callable) -> Callable:
             )
         except RemoteError as err:
             raise click.BadParameter(str(err)) from err
+        if kwargs["remote"].mode == "local":
+            ctx = click.get_current_context()
+            given = [
+                p.opts[0]
+                for p in ctx.command.params
+                if p.name in values
+                and ctx.get_parameter_source(p.name) not in (None, ParameterSource.DEFAULT)
+            ]
+            if given:
+                one = len(given) == 1
+                raise click.UsageError(
+                    f"{', '.join(given)} {'applies' if one else 'apply'} only to remote runs: "
+                    f"add --remote (or drop {'it' if one else 'them'})"
+                )
         return func(*args, **kwargs)
 
     options = [
@@ -317,21 +333,21 @@ def remote_options(func: Callable) -> Callable:
         ),
         click.option(
             "--max-payload-mb",
-            type=float,
+            type=click.FloatRange(0, min_open=True),
             default=DEFAULT_MAX_PAYLOAD_MB,
             show_default=True,
             help="Refuse a request whose payload (ship mode: donor weights) is bigger.",
         ),
         click.option(
             "--remote-timeout",
-            type=float,
+            type=click.FloatRange(0, min_open=True),
             default=DEFAULT_TIMEOUT_S,
             show_default=True,
             help="Seconds to wait for one request's result.",
         ),
         click.option(
             "--remote-retries",
-            type=int,
+            type=click.IntRange(0),
             default=DEFAULT_RETRIES,
             show_default=True,
             help="Retries of a request that failed transiently.",
@@ -1116,3 +1132,39 @@ def _send(model, batches, mods, *, cfg, where, host, model_key, env, log):
             continue
         return list(results), getattr(backend, "payload_bytes", 0)
     raise AssertionError("unreachable")
+
+
+def check_reachable(cfg: RemoteConfig, timeout_s: float = 10.0) -> None:
+    """Fail fast, before a run writes or finetunes anything, when ``cfg`` runs on a server
+    that accepts no connection (a TCP connect to its host and port; no request is sent).
+
+    Raises:
+        RemoteError: kind ``unreachable`` (or ``config`` for a malformed host URL).
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    if getattr(cfg, "mode", "local") != "remote":
+        return
+    host = cfg.resolved_host()
+    url = urlsplit(host if "://" in host else f"https://{host}")
+    try:
+        port = url.port or (80 if url.scheme in ("http", "ws") else 443)
+    except ValueError:
+        port = None
+    if not url.hostname or port is None:
+        raise RemoteError(
+            f"NDIF host {host!r} is not a URL such as https://api.ndif.us; check --ndif-host / "
+            "NDIF_HOST",
+            kind="config",
+        )
+    try:
+        with socket.create_connection((url.hostname, port), timeout=min(timeout_s, cfg.timeout_s)):
+            pass
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        raise RemoteError(
+            f"cannot reach the NDIF host {host} ({reason}); check --ndif-host / NDIF_HOST and "
+            "that the server is running",
+            kind="unreachable",
+        ) from None

@@ -2,6 +2,7 @@
 
 Layout of a run folder::
 
+    <out>/.graft-run               marker: graft wrote this folder (only such folders are cleared)
     <out>/config.json              resolved config (written once; checked on resume)
     <out>/parts/<name>/<batch>.parquet   one file per finished batch
     <out>/<name>.parquet           all batches combined (finalize)
@@ -11,6 +12,10 @@ Every file is written to a temp file in the same folder and moved into place wit
 ``os.replace``, so an interrupted run loses at most the batch in flight and never leaves a
 half-written table under a real name. Stray temp files (``.*.tmp``) are ignored by readers
 and removed by :meth:`RunFolder.finalize` and :meth:`RunFolder.clear`.
+
+Nothing is written before the first :meth:`RunFolder.write_config` (constructing a
+``RunFolder`` creates no folder), and a folder holding a ``config.json`` without the marker
+(say, a model folder) is neither resumed nor cleared.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
@@ -35,6 +41,7 @@ import polars as pl
 from graft.errors import GraftError
 
 CONFIG_FILE = "config.json"
+MARKER_FILE = ".graft-run"
 PARTS_DIR = "parts"
 SUMMARY_STEM = "summary"
 TRACKED_PACKAGES = ("torch", "transformers", "nnsight", "polars", "graft")
@@ -46,6 +53,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
 
 class ConfigMismatchError(GraftError):
     """The run folder holds results of a different configuration."""
+
+
+class RunFolderError(GraftError):
+    """The output folder cannot be written, or is not a run folder graft wrote."""
 
 
 def package_versions(names: Sequence[str] = TRACKED_PACKAGES) -> dict[str, str | None]:
@@ -151,9 +162,8 @@ def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value) if value is not _MISSING else _MISSING
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _text(value: Any) -> str:
+    return json.dumps(value) if value is not _MISSING else _MISSING
 
 
 def _batch_file(batch_id: str | int) -> str:
@@ -175,19 +185,87 @@ class RunFolder:
     """A resumable output folder of one experiment run.
 
     Attributes:
-        path: the folder (created on construction).
+        path: the folder (created by the first write, not on construction).
         config_path: ``path / "config.json"``.
         parts_path: ``path / "parts"``: one sub-folder of batch files per table name.
+        marker_path: ``path / ".graft-run"``: written with the config; marks the folder as
+            graft's, so :meth:`clear` may delete what it holds.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
         self.config_path = self.path / CONFIG_FILE
         self.parts_path = self.path / PARTS_DIR
+        self.marker_path = self.path / MARKER_FILE
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ checks
+    def check_writable(self) -> None:
+        """Raise :class:`RunFolderError` unless the folder can be created and written.
+
+        Probes by creating the folder (and its missing parents) and a temp file in it, then
+        removes all of that again: the file system is left as it was.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise RunFolderError(f"run folder {self.path} is a file; choose a folder path")
+        created: list[Path] = []
+        parent = self.path
+        while not parent.exists() and parent != parent.parent:
+            created.append(parent)
+            parent = parent.parent
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(dir=self.path, prefix=".graft-probe-", suffix=".tmp")
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            raise RunFolderError(
+                f"cannot write the run folder {self.path} ({reason}); choose a writable folder"
+            ) from None
+        finally:
+            for folder in created:  # deepest first
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+    def is_marked(self) -> bool:
+        """Whether graft wrote this folder: it holds the ``.graft-run`` marker, or (run
+        folders of graft versions before the marker) a config.json that records an
+        experiment and graft's package version."""
+        if self.marker_path.is_file():
+            return True
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        packages = config.get("packages") if isinstance(config, dict) else None
+        return "experiment" in config and isinstance(packages, dict) and "graft" in packages
+
+    def check_owned(self) -> None:
+        """Raise :class:`RunFolderError` if the folder holds files a run folder would hold
+        (``config.json``, ``parts/``, ``summary.*``) but no marker: it is not graft's to
+        resume or clear (a model folder, or another program's output)."""
+        if self.is_marked() or not self.path.is_dir():
+            return
+        ours = [self.config_path, self.parts_path, *self._summary_files()]
+        found = [p.name for p in ours if p.exists()]
+        if found:
+            raise RunFolderError(
+                f"{self.path} holds {', '.join(found)} but no {MARKER_FILE} marker: it is not "
+                "a run folder graft wrote, so graft will neither resume nor clear it; choose "
+                "another output folder"
+            )
+
+    def mark(self) -> None:
+        """Write the ``.graft-run`` marker (creates the folder)."""
+        if not self.is_marked():
+            with atomic_path(self.marker_path) as tmp:
+                tmp.write_text("written by graft; --overwrite may clear this folder\n")
+
+    def _summary_files(self, stem: str = SUMMARY_STEM) -> list[Path]:
+        return [self.path / f"{stem}{ext}" for ext in (".parquet", ".csv")]
 
     # ------------------------------------------------------------------ config
     def read_config(self) -> dict[str, Any] | None:
@@ -195,6 +273,30 @@ class RunFolder:
         if not self.config_path.is_file():
             return None
         return json.loads(self.config_path.read_text(encoding="utf-8"))
+
+    def check_config(self, config: Mapping[str, Any], key: Sequence[str] | None = None) -> None:
+        """Raise if :meth:`write_config` (without ``overwrite``) would refuse ``config``;
+        writes nothing. See :meth:`write_config` for ``key``.
+
+        Raises:
+            RunFolderError: the folder is not graft's (see :meth:`check_owned`).
+            ConfigMismatchError: a stored config differs in a ``key`` field.
+        """
+        self.check_owned()
+        old = self.read_config()
+        if old is None:
+            return
+        new = to_json(dict(config))
+        fields = list(key) if key is not None else sorted((set(old) | set(new)) - VOLATILE_FIELDS)
+        differ = [f for f in fields if _lookup(old, f) != _lookup(new, f)]
+        if differ:
+            changes = "; ".join(
+                f"{f} stored {_text(_lookup(old, f))}, now {_text(_lookup(new, f))}" for f in differ
+            )
+            raise ConfigMismatchError(
+                f"{self.path} holds results of a different configuration ({changes}); "
+                "use a new --out folder, or --overwrite to discard the old results."
+            )
 
     def write_config(
         self,
@@ -205,7 +307,7 @@ class RunFolder:
         """Record the resolved config, or check it against the stored one to resume.
 
         ``packages`` (see :func:`package_versions`), ``git_commit`` and ``created`` are
-        added when ``config`` lacks them.
+        added when ``config`` lacks them. A new record also writes the ``.graft-run`` marker.
 
         Args:
             config: the resolved config (spec texts, model ids and checkpoint hashes, dataset
@@ -219,30 +321,22 @@ class RunFolder:
             The config now stored in ``config.json``.
 
         Raises:
+            RunFolderError: the folder holds a config (or results) but no marker.
             ConfigMismatchError: a stored config differs in a ``key`` field.
         """
         new = to_json(dict(config))
         new.setdefault("packages", package_versions())
         new.setdefault("git_commit", git_commit())
         new.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-        old = None if overwrite else self.read_config()
         if overwrite:
             self.clear()
+        else:
+            self.check_config(new, key)
+        old = self.read_config()
         if old is None:
+            self.mark()
             write_json_atomic(self.config_path, new)
             return new
-
-        fields = list(key) if key is not None else sorted((set(old) | set(new)) - VOLATILE_FIELDS)
-        differ = [f for f in fields if _lookup(old, f) != _lookup(new, f)]
-        if differ:
-            changes = "; ".join(
-                f"{f} stored {_short(_lookup(old, f))}, now {_short(_lookup(new, f))}"
-                for f in differ
-            )
-            raise ConfigMismatchError(
-                f"{self.path} holds results of a different configuration ({changes}); "
-                "use a new --out folder, or --overwrite to discard the old results."
-            )
         # Same computation: keep the original record, note what this invocation ran with.
         changed = {
             f: new[f] for f in new if f not in ("created", "resumes") and old.get(f) != new[f]
@@ -252,13 +346,18 @@ class RunFolder:
         return old
 
     def clear(self) -> None:
-        """Remove what this class writes: config, batch parts, combined tables, summary."""
+        """Remove what this class writes: config, batch parts, combined tables, summary.
+
+        Raises:
+            RunFolderError: the folder holds such files but no marker (not graft's to clear).
+        """
+        self.check_owned()
         names = [p.name for p in self.parts_path.iterdir()] if self.parts_path.is_dir() else []
         shutil.rmtree(self.parts_path, ignore_errors=True)
         for file in [
             self.config_path,
             *(self.path / f"{n}.parquet" for n in names),
-            *(self.path / f"{SUMMARY_STEM}{ext}" for ext in (".parquet", ".csv")),
+            *self._summary_files(),
             *self.path.glob(".*.tmp"),
         ]:
             with contextlib.suppress(FileNotFoundError):
@@ -326,7 +425,7 @@ class RunFolder:
     # ------------------------------------------------------------------ other outputs
     def write_summary(self, df: pl.DataFrame, stem: str = SUMMARY_STEM) -> tuple[Path, Path]:
         """Write ``<stem>.parquet`` and ``<stem>.csv``; nested columns become JSON in the CSV."""
-        parquet, csv = self.path / f"{stem}.parquet", self.path / f"{stem}.csv"
+        parquet, csv = self._summary_files(stem)
         with atomic_path(parquet) as tmp:
             df.write_parquet(tmp)
         with atomic_path(csv) as tmp:

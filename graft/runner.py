@@ -6,14 +6,22 @@ tokenizes and samples the prompts, runs every (prompt, graft) row through the on
 engine batch by batch, and writes per-example metrics, a summary with bootstrap CIs and the
 drop counts into a resumable run folder (:class:`graft.results.RunFolder`): batches already
 stored are skipped, so an interrupted run continues where it stopped.
+
+Everything that can fail on bad input is checked before anything is written or finetuned:
+the grafts (unique names, donors given), the device, the run folder (writable, graft's own),
+the remote host, the test prompts of the chosen templates, and every (prompt, graft) row's
+spec against the model. ``config.json`` is written only when the first batch is about to
+run, so a failed start leaves the run folder as it was.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,15 +31,21 @@ import torch
 
 from graft import data as graft_data
 from graft import finetune as ft
-from graft.engine import GraftRow
+from graft.arch import architecture_of, check_compatible
+from graft.engine import GraftRow, resolve_rows
 from graft.errors import GraftError
 from graft.metrics import example_metrics, summarize
-from graft.models import DEFAULT_MODEL, LoadedModel, load_model
+from graft.models import DEFAULT_MODEL, LoadedModel, context_length, load_model, resolve_device
 from graft.results import RunFolder
 from graft.spans import ALIASES
 from graft.spec import GraftSpec, SpecError
 
 EXAMPLES_TABLE = "examples"
+#: Rough finetune speed for the announcement before a run (measured: smollm2-135m, batch 16,
+#: 3.3 s/step on a 2-core CPU; tiny models ~0.08 s/step). CUDA is assumed ~30x faster.
+_STEP_OVERHEAD_S = 0.05
+_STEP_S_PER_PARAM_TEXT = 1.5e-9
+_CUDA_SPEEDUP = 30.0
 
 
 class ExperimentError(GraftError):
@@ -163,15 +177,29 @@ def dataset_dir(cfg: ExperimentConfig, direction: str = "one") -> Path:
         )
     except ft.FinetuneError as err:
         raise ExperimentError(str(err)) from None
+    except OSError as err:
+        raise _workspace_error(cfg, err, "generate the dataset") from None
 
 
-def resolve_model_path(cfg: ExperimentConfig, source: ModelSource) -> str:
-    """Model name or folder for ``source``, finetuning it first when it is missing."""
-    if source.path:
-        return source.path
-    if source.variant == "pretrained":
-        return cfg.model
-    preset_name = cfg.preset or ("paper" if torch.cuda.is_available() else "cpu")
+def _workspace_error(cfg: ExperimentConfig, err: OSError, what: str) -> ExperimentError:
+    workspace = cfg.workspace or ft.default_workspace()
+    where = f" ({err.filename})" if err.filename else ""
+    return ExperimentError(
+        f"cannot {what} in the workspace {workspace}: {err.strerror or err}{where}; "
+        "choose a writable workspace"
+    )
+
+
+def needs_finetune(source: ModelSource) -> bool:
+    """Whether ``source`` is a finetune variant (found in, or finetuned into, the workspace)."""
+    return not source.path and source.variant != "pretrained"
+
+
+def _finetune_inputs(
+    cfg: ExperimentConfig, source: ModelSource
+) -> tuple[str | Path, ft.FinetuneConfig]:
+    """The dataset (a kind or a folder) and the finetune config of a variant ``source``."""
+    preset_name = cfg.preset or ft.default_preset(cfg.device)
     preset = ft.resolve_config(preset_name, max_steps=cfg.finetune_max_steps)
     dataset: str | Path = cfg.dataset
     if not Path(cfg.dataset).is_dir() and (cfg.split or source.variant in ("task", "relation")):
@@ -184,19 +212,83 @@ def resolve_model_path(cfg: ExperimentConfig, source: ModelSource) -> str:
             seed=cfg.data_seed,
             workspace=cfg.workspace,
         )
-    return str(
-        ft.find_or_finetune(
-            cfg.model,
-            dataset,
-            source.variant,
-            preset,
-            cfg.workspace,
-            n_facts=cfg.n_facts,
-            data_seed=cfg.data_seed,
-            device=cfg.device,
-            quiet=not cfg.progress,
+    return dataset, preset
+
+
+def resolve_model_path(cfg: ExperimentConfig, source: ModelSource) -> str:
+    """Model name or folder for ``source``, finetuning it first when it is missing."""
+    if source.path:
+        return source.path
+    if source.variant == "pretrained":
+        return cfg.model
+    try:
+        dataset, preset = _finetune_inputs(cfg, source)
+        return str(
+            ft.find_or_finetune(
+                cfg.model,
+                dataset,
+                source.variant,
+                preset,
+                cfg.workspace,
+                n_facts=cfg.n_facts,
+                data_seed=cfg.data_seed,
+                device=cfg.device,
+                quiet=not cfg.progress,
+            )
         )
+    except OSError as err:
+        raise _workspace_error(cfg, err, f"finetune the {source.variant!r} model") from None
+
+
+def pending_finetune(cfg: ExperimentConfig, source: ModelSource, n_params: int) -> str | None:
+    """A line announcing the finetune ``source`` needs first (steps and a rough duration),
+    or None when it needs none (pretrained, an explicit path, or already finetuned)."""
+    if not needs_finetune(source):
+        return None
+    try:
+        dataset, preset = _finetune_inputs(cfg, source)
+        direction, train_set = ft.parse_variant(source.variant)
+        data_dir = (
+            Path(dataset)
+            if Path(dataset).is_dir()
+            else ft.workspace_dataset(
+                str(dataset),
+                direction,
+                train_set is not None,
+                n_facts=cfg.n_facts,
+                seed=cfg.data_seed,
+                workspace=cfg.workspace,
+            )
+        )
+        out = ft.finetuned_dir(cfg.model, data_dir, train_set, preset, cfg.workspace)
+        if ft.is_finished(out):
+            return None
+        texts = [r["text"] for r in ft.load_fact_dataset(data_dir, train_set).train]
+    except ft.FinetuneError as err:
+        raise ExperimentError(str(err)) from None
+    except OSError as err:
+        raise _workspace_error(cfg, err, "generate the dataset") from None
+    train, _ = ft.split_texts(texts, preset.val_fraction, preset.seed)
+    n_texts = len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
+    steps = math.ceil(preset.epochs * max(1, math.ceil(n_texts / preset.batch_size)))
+    if preset.max_steps >= 0:
+        steps = min(steps, preset.max_steps)
+    device = resolve_device(cfg.device).type
+    per_step = _STEP_S_PER_PARAM_TEXT * n_params * preset.batch_size
+    per_step = _STEP_OVERHEAD_S + per_step / (_CUDA_SPEEDUP if device == "cuda" else 1.0)
+    return (
+        f"graft: the {source.variant!r} model of {cfg.model} is not in the workspace yet; it "
+        f"is finetuned first: {steps} steps ({preset.name} preset), roughly "
+        f"{_duration(steps * per_step)} of training on {device} (an estimate)"
     )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def sample_examples(
@@ -252,41 +344,41 @@ def run_experiment(
     echo: Callable[[str], None] = print,
 ) -> ExperimentRun:
     """Run ``grafts`` on the test prompts; resumable. See the module docstring."""
-    if not grafts:
-        raise ExperimentError("no grafts to run")
     donors = donors or {}
-    for g in grafts:
-        missing = g.spec.donors() - set(donors)
-        if missing:
-            raise ExperimentError(f"graft {g.name!r} uses donor(s) {sorted(missing)} not loaded")
+    check_grafts(grafts, donors)
+    resolve_device(cfg.device)
+    folder = RunFolder(Path(cfg.out) if cfg.out else default_out(cfg, out_tag))
+    folder.check_writable()
+    folder.check_owned()
+    _check_remote(cfg)
     data_path = dataset_dir(cfg, data_direction)
-    base_path = resolve_model_path(cfg, base)
-    donor_paths = {name: resolve_model_path(cfg, src) for name, src in donors.items()}
 
-    # Everything that can fail on bad input (models, templates, span names) is checked
-    # before the run folder is touched, so a failed start leaves nothing half-written.
-    loaded_base = load_model(base_path, dtype=cfg.dtype, device=cfg.device)
-    loaded_donors: dict[str, LoadedModel] = {
-        n: load_model(p, dtype=cfg.dtype, device=cfg.device) for n, p in donor_paths.items()
-    }
-    tok = loaded_base.tokenizer
-    examples, drops = load_examples(data_path, tok, cfg)
+    # The pretrained model (or the explicit base) stands in for finetunes not made yet: same
+    # tokenizer and architecture, so prompts and specs are checked before any finetune.
+    probe_path = resolve_model_path(cfg, base if not needs_finetune(base) else ModelSource())
+    probe = load_model(probe_path, dtype=cfg.dtype, device=cfg.device)
+    examples, drops = load_examples(data_path, probe.tokenizer, cfg, context_length(probe.model))
     examples = sample_examples(examples, cfg.n, cfg.seed)
     _check_span_names(grafts, data_path)
+    rows, skipped = _plan_rows(examples, grafts)
+    _check_rows(probe.model, examples, grafts, rows, donors)
 
-    # rows: every example x every graft whose named spans the example has
-    rows: list[tuple[int, int]] = []
-    skipped: dict[str, int] = {}
-    for ei, ex in enumerate(examples):
-        for gi, g in enumerate(grafts):
-            if g.spec.span_names() <= set(ex.spans):
-                rows.append((ei, gi))
-            else:
-                skipped[g.name] = skipped.get(g.name, 0) + 1
-    rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
+    n_params = sum(p.numel() for p in probe.model.parameters())
+    announced = (pending_finetune(cfg, source, n_params) for source in [base, *donors.values()])
+    for line in dict.fromkeys(line for line in announced if line):
+        print(line, file=sys.stderr, flush=True)
+    base_path = resolve_model_path(cfg, base)
+    donor_paths = {name: resolve_model_path(cfg, src) for name, src in donors.items()}
+    loaded = {probe_path: probe}
+    for path in [base_path, *donor_paths.values()]:
+        if path not in loaded:
+            loaded[path] = load_model(path, dtype=cfg.dtype, device=cfg.device)
+    loaded_base = loaded[base_path]
+    loaded_donors = {n: loaded[p] for n, p in donor_paths.items()}
+    del probe, loaded  # the pretrained stand-in is freed unless it is a model of the run
+    _check_models(cfg, loaded_base, loaded_donors)
+    tok = loaded_base.tokenizer
 
-    out = Path(cfg.out) if cfg.out else default_out(cfg, out_tag)
-    folder = RunFolder(out)
     manifest = graft_data.load_manifest(data_path)
     config = {
         "experiment": cfg.experiment,
@@ -305,6 +397,8 @@ def run_experiment(
         f"options.{k}"
         for k in ("templates", "directions", "n", "batch_size", "seed", "dtype", "head_policy")
     ]
+    # everything is checked (write_config itself refuses a mismatching stored config before
+    # writing): the first batch is about to run
     stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
 
     n_batches = (len(rows) + cfg.batch_size - 1) // cfg.batch_size
@@ -361,13 +455,83 @@ def run_experiment(
     return ExperimentRun(folder, table, summary, drops, stored)
 
 
+def check_grafts(grafts: Sequence[Graft], donors: Mapping[str, Any]) -> None:
+    """Refuse grafts that would give a wrong or meaningless table: none at all, a nameless
+    one, two of one name in one group (their rows would be pooled into one result), or one
+    using a donor not in ``donors``."""
+    if not grafts:
+        raise ExperimentError("no grafts to run")
+    seen: dict[tuple[str, str], Graft] = {}
+    for g in grafts:
+        if not isinstance(g.name, str) or not g.name.strip():
+            raise ExperimentError(f"the graft {str(g.spec)!r} has no name; name every graft")
+        first = seen.setdefault((g.group, g.name), g)
+        if first is not g:
+            where = f" in group {g.group!r}" if g.group else ""
+            raise ExperimentError(
+                f"two grafts are named {g.name!r}{where}: {str(first.spec)!r} and "
+                f"{str(g.spec)!r}; their rows would be pooled into one result, so give each "
+                "graft its own name (PRE, SFT, TASK and RELATION name the references)"
+            )
+        missing = g.spec.donors() - set(donors)
+        if missing:
+            raise ExperimentError(f"graft {g.name!r} uses donor(s) {sorted(missing)} not loaded")
+
+
+def _check_remote(cfg: ExperimentConfig) -> None:
+    if cfg.remote is not None:
+        from graft.remote import check_reachable
+
+        check_reachable(cfg.remote)
+
+
+def _plan_rows(
+    examples: Sequence[graft_data.TestExample], grafts: Sequence[Graft]
+) -> tuple[list[tuple[int, int]], dict[str, int]]:
+    """Rows (example index, graft index): every example x every graft whose named spans the
+    example has, shortest prompts first; and per graft the number of examples skipped."""
+    rows: list[tuple[int, int]] = []
+    skipped: dict[str, int] = {}
+    for ei, ex in enumerate(examples):
+        for gi, g in enumerate(grafts):
+            if g.spec.span_names() <= set(ex.spans):
+                rows.append((ei, gi))
+            else:
+                skipped[g.name] = skipped.get(g.name, 0) + 1
+    rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
+    return rows, skipped
+
+
+def _check_rows(model, examples, grafts, rows, donors) -> None:
+    """Resolve every row's spec on the model (layers in range, spans not empty)."""
+    graft_rows = [
+        GraftRow(examples[ei].input_ids, examples[ei].spans, grafts[gi].spec) for ei, gi in rows
+    ]
+    try:
+        resolve_rows(architecture_of(model), graft_rows, donors)
+    except SpecError as err:
+        raise ExperimentError(str(err)) from None
+
+
+def _check_models(
+    cfg: ExperimentConfig, base: LoadedModel, donors: Mapping[str, LoadedModel]
+) -> None:
+    """Donors must match the base's architecture; a remote run needs the base's model key."""
+    try:
+        for name, donor in donors.items():
+            check_compatible(base.model, donor.model, name)
+    except SpecError as err:
+        raise ExperimentError(str(err)) from None
+    if cfg.remote is not None and getattr(cfg.remote, "mode", "local") == "remote":
+        cfg.remote.resolved_model_key(base.model)
+
+
 def _check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
     """Fail on a graft naming a span that no template of the dataset has (a typo, not M on
     the headline template, which is skipped there)."""
     known = set(ALIASES)
-    for line in (data_path / "test_prompts.jsonl").read_text().splitlines():
-        if line:
-            known |= set(json.loads(line).get("fields", {}))
+    for record in graft_data.read_jsonl(data_path / "test_prompts.jsonl"):
+        known |= set(record.get("fields", {}))
     for g in grafts:
         unknown = g.spec.span_names() - known
         if unknown:
@@ -382,14 +546,12 @@ def _manifest_hash(manifest: dict) -> str:
 
 
 def load_examples(
-    data_path: Path, tokenizer: Any, cfg: ExperimentConfig
+    data_path: Path, tokenizer: Any, cfg: ExperimentConfig, max_length: int | None = None
 ) -> tuple[list[graft_data.TestExample], dict[str, dict[str, int]]]:
-    """Test examples of the selected templates and ``template -> drop reason -> count``."""
-    records = [
-        json.loads(line)
-        for line in (data_path / "test_prompts.jsonl").read_text().splitlines()
-        if line
-    ]
+    """Test examples of the selected templates and ``template -> drop reason -> count``;
+    prompts longer than ``max_length`` tokens are dropped as ``too_long``."""
+    graft_data.check_dataset_folder(data_path, ["test_prompts.jsonl"])
+    records = graft_data.read_jsonl(data_path / "test_prompts.jsonl")
     available = sorted({r["template"] for r in records})
     templates = list(dict.fromkeys(cfg.templates)) if cfg.templates else available
     unknown = [t for t in templates if t not in available]
@@ -401,7 +563,7 @@ def load_examples(
     drops: dict[str, dict[str, int]] = {}
     for template in templates:
         found, report = graft_data.load_test_prompts(
-            data_path, tokenizer, [template], directions=cfg.directions
+            data_path, tokenizer, [template], directions=cfg.directions, max_length=max_length
         )
         examples += found
         drops[template] = dict(report.dropped)

@@ -22,11 +22,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from graft.errors import GraftError
+
 ALIASES: dict[str, tuple[str, ...]] = {
     "FE": ("first_actor",),
     "M": ("movie_title",),
     "R": ("relation", "relation_preposition"),
 }
+
+
+class SpanError(GraftError):
+    """A field's character span does not fit its text."""
+
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -111,10 +118,15 @@ def tokenize_with_spans(
 
     Aliases of :data:`ALIASES` are added for every alias whose fields are all in
     ``field_chars``; an alias is missing when any of its fields is.
+
+    Raises:
+        SpanError: a span that is not ``0 <= start <= end <= len(text)``.
     """
     for name, (start, end) in field_chars.items():
         if not 0 <= start <= end <= len(text):
-            raise ValueError(f"field {name!r} span ({start}, {end}) is outside the text")
+            raise SpanError(
+                f"field {name!r} span ({start}, {end}) is outside the text ({len(text)} characters)"
+            )
     offsets = _offsets(tokenizer, text, add_special_tokens)
     if offsets is not None:
         input_ids, offset_list = offsets

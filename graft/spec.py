@@ -424,6 +424,11 @@ class GraftSpec:
     @classmethod
     def parse(cls, text: str, name: str | None = None) -> GraftSpec:
         """Parse the text form (see module docstring)."""
+        if not text.strip():  # an empty spec would silently run the base alone
+            label = f"graft {name!r}: " if name else ""
+            raise SpecError(
+                f"{label}empty spec; write one such as LT:all:all, or 'none' for the base alone"
+            )
         rules: list[Rule] = []
         head, head_donor = "base", DEFAULT_DONOR
         parts = [p.strip() for p in text.split(";")]

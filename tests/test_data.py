@@ -30,6 +30,7 @@ from graft.data import (
     TEST_TEMPLATES,
     DatasetConfig,
     DatasetError,
+    build_dataset,
     generate_dataset,
     load_dataset_corpus,
     load_facts,
@@ -356,7 +357,7 @@ def _cli(args: list[str]):
 def test_cli_writes_dataset(tmp_path):
     out = tmp_path / "d"
     result = _cli(
-        ["--n-facts", "4", "--seed", "1", "--direction", "both", "--split", "--out", str(out)]
+        ["--n-facts", "4", "--data-seed", "1", "--direction", "both", "--split", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert "8 facts" in result.output
@@ -366,13 +367,13 @@ def test_cli_writes_dataset(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--kind", "nope"], "nope"),
+        (["--dataset", "nope"], "nope"),
         (["--n-facts", "100000"], "--n-facts between 1 and"),
-        (["--n-facts", "0"], "at least 1"),
-        (["--kind", "real_movies_shuffled", "--n-facts", "400", "--split"], "between 1 and"),
+        (["--n-facts", "0"], "x>=1"),
+        (["--dataset", "real_movies_shuffled", "--n-facts", "400", "--split"], "between 1 and"),
         (["--facts", "missing.csv"], "cannot read facts file"),
         (["--facts", "BAD"], "needs columns"),
-        (["--kind", "custom"], "--facts"),
+        (["--dataset", "custom"], "--facts"),
         (["--corpus", "missing.txt"], "cannot read corpus"),
     ],
 )
@@ -400,3 +401,148 @@ def test_render_training_counts():
     )
     assert len(render_training(fact, "one")) == len(ARTICLE_TEMPLATES) + len(QA_TEMPLATES)
     assert len(render_training(fact, "both")) == 2 * (len(ARTICLE_TEMPLATES) + len(QA_TEMPLATES))
+
+
+# --------------------------------------------------------------------------- bad dataset files
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory) -> Path:
+    return generate_dataset(DatasetConfig(n_facts=2), tmp_path_factory.mktemp("d") / "d")
+
+
+def _copy_dataset(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ('{"id": "0:headline:forward", "text": "Ana', "line 3: not valid JSON"),
+        ("not json at all", "line 3: not valid JSON"),
+        ("[1, 2, 3]", "line 3: expected a JSON object, got list"),
+    ],
+)
+def test_bad_jsonl_line_names_file_and_line(small_dataset, tmp_path, bad_line, message):
+    from graft.models import tiny_tokenizer
+
+    folder = _copy_dataset(small_dataset, tmp_path / "d")
+    lines = (folder / "test_prompts.jsonl").read_text().splitlines()
+    lines[2] = bad_line
+    (folder / "test_prompts.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=message) as info:
+        load_test_prompts(folder, tiny_tokenizer())
+    assert str(folder / "test_prompts.jsonl") in str(info.value)
+    assert "\n" not in str(info.value)
+    (folder / "facts.jsonl").write_text('{"fact_id": 0}\n{"fact_id"')
+    with pytest.raises(DatasetError, match="facts.jsonl, line 2: not valid JSON"):
+        load_facts(folder)
+
+
+def _jsonl_parsers() -> list[str]:
+    import graft
+
+    sources = {p.name: p.read_text() for p in Path(graft.__file__).parent.glob("*.py")}
+    return sorted(name for name, text in sources.items() if "json.loads(line" in text)
+
+
+def test_one_jsonl_reader(tmp_path):
+    """graft.data.read_jsonl is the JSONL parser of graft (finetune uses it too)."""
+    import graft.finetune as ft
+
+    assert not hasattr(ft, "_read_jsonl") and not hasattr(data_mod, "_read_jsonl")
+    assert "finetune.py" not in _jsonl_parsers()
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n\n  \n{"a": 2}\n')
+    assert data_mod.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    with pytest.raises(DatasetError, match="does not exist"):
+        data_mod.read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_no_other_jsonl_parser():
+    assert _jsonl_parsers() == ["data.py"]
+
+
+def test_empty_or_missing_dataset_folder(tmp_path):
+    from graft.models import tiny_tokenizer
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="empty.*is empty; make one with graft.data"):
+        load_test_prompts(tmp_path / "empty", tiny_tokenizer())
+    with pytest.raises(DatasetError, match="does not exist; make one"):
+        load_test_prompts(tmp_path / "missing", tiny_tokenizer())
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(DatasetError, match="has no test_prompts.jsonl"):
+        load_test_prompts(tmp_path / "other", tiny_tokenizer())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r["fields"].update(first_actor=[0, 500]), r"span \(0, 500\) is outside"),
+        (lambda r: r["fields"].update(first_actor=[5, 2]), "is outside its text"),
+        (lambda r: r["fields"].update(first_actor="x"), "character spans"),
+        (lambda r: r.pop("text"), "lacks text"),
+        (lambda r: r.update(text=7), "must be strings"),
+    ],
+)
+def test_bad_prompt_record_is_named(small_dataset, tmp_path, edit, message):
+    from graft.models import tiny_tokenizer
+
+    folder = _copy_dataset(small_dataset, tmp_path / "d")
+    rows = _jsonl(folder / "test_prompts.jsonl")
+    edit(rows[1])
+    (folder / "test_prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError, match=message) as info:
+        load_test_prompts(folder, tiny_tokenizer())
+    assert "(object 2)" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_prompts_longer_than_the_model_are_dropped(tmp_path):
+    from graft.models import context_length, load_model
+
+    facts = tmp_path / "facts.csv"
+    long_title = "The " + "Very " * 29 + "Long Night"  # 159 characters
+    facts.write_text(
+        "movie_title,first_actor,second_actor\n"
+        f"{long_title},Ana Smith,John Ponce\nRed Dog,Mia Lopez,Carl Berg\n"
+    )
+    out = generate_dataset(DatasetConfig(kind="custom", facts_path=facts), tmp_path / "d")
+    gpt2 = load_model("tiny-gpt2", device="cpu")
+    limit = context_length(gpt2)
+    examples, report = load_test_prompts(out, gpt2.tokenizer, max_length=limit)
+    assert report.dropped == {"too_long": 1} and report.dropped_ids == ["0:movie:forward"]
+    assert report.kept == 5 and all(len(e.input_ids) <= limit for e in examples)
+    # the tokenizer's model_max_length is the default limit
+    assert load_test_prompts(out, gpt2.tokenizer)[1].dropped == {"too_long": 1}
+    assert load_test_prompts(out, gpt2.tokenizer, max_length=1000)[1].dropped == {}
+
+
+def test_facts_file_without_usable_names_says_why(tmp_path):
+    facts = tmp_path / "facts.csv"
+    facts.write_text("movie_title,first_actor,second_actor\nA,Cher,Madonna\nB,Prince,Sting\n")
+    with pytest.raises(DatasetError) as info:
+        build_dataset(DatasetConfig(kind="custom", facts_path=facts))
+    message = str(info.value)
+    assert message.startswith(f"no usable fact in {facts}: 2 of 2 rows excluded")
+    assert "single word: 4" in message and "two or more words" in message
+    assert "between 1 and 0" not in message
+    one = tmp_path / "one.csv"
+    one.write_text("movie_title,first_actor,second_actor\nA,Ana Smith,John Ponce\n")
+    with pytest.raises(DatasetError, match="only 1 usable fact .* a split dataset needs 2"):
+        build_dataset(DatasetConfig(kind="custom", facts_path=one, split=True))
+
+
+def test_cli_facts_without_usable_names_exits_2(tmp_path):
+    facts = tmp_path / "facts.jsonl"
+    facts.write_text('{"movie_title": "A", "first_actor": "Cher", "second_actor": "Madonna"}\n')
+    result = _cli(["--facts", str(facts), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "no usable fact" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+    facts.write_text('{"movie_title": "A", "first_actor"\n')
+    result = _cli(["--facts", str(facts), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "line 1: not valid JSON" in result.output, result.output

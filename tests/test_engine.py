@@ -128,6 +128,8 @@ def test_graft_nothing_is_the_base_exactly(family_setup, family):
     with torch.no_grad():
         plain = base(input_ids=ids, attention_mask=mask).logits
     last = torch.stack([plain[i, len(r.input_ids) - 1] for i, r in enumerate(none_rows)])
+    # exact: the same batch, padding and forward, nothing patched (left padding runs other
+    # shapes than this plain forward: equal within TOL there, not bit for bit)
     assert torch.equal(out, last)
 
 
@@ -158,8 +160,11 @@ def test_donor_equal_to_base_changes_nothing(family_setup, family):
     base, _, _, rows, _ = family_setup(family)
     twin = perturbed_copy(base, scale=0.0)  # equal weights, separate tensors
     plain = run_grafts(base, {}, [GraftRow(r.input_ids, r.spans) for r in rows], batch_size=8)
+    # the twin's modules run on the gathered rows only: other matrix shapes, so other
+    # kernel blocking and rounding; the engine's float32 bound, not equality
     out = run_grafts(base, {"sft": twin, "task": twin}, rows, batch_size=8)
-    assert (out - plain).abs().max() <= 1e-6
+    assert (out - plain).abs().max() <= TOL
+    # a donor that IS the base patches nothing: the very same ops as the plain run
     same = run_grafts(base, {"sft": base, "task": base}, rows, batch_size=8)
     assert torch.equal(same, plain)
 

@@ -59,6 +59,18 @@ def test_presets() -> None:
         ft.resolve_config("cpu", epochs=0)
 
 
+@pytest.mark.parametrize("steps", [0, -2])
+def test_max_steps_below_one_is_refused(steps, dataset, tmp_path) -> None:
+    with pytest.raises(ft.FinetuneError, match=f"max_steps must be at least 1.*got {steps}"):
+        ft.resolve_config("cpu", max_steps=steps)
+    config = dataclasses.replace(TINY, max_steps=steps)  # built directly, not resolved
+    with pytest.raises(ft.FinetuneError, match="max_steps must be at least 1"):
+        ft.finetune("tiny-llama", dataset, tmp_path / "sft", config, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+    assert ft.resolve_config("cpu", max_steps=1).max_steps == 1
+    assert ft.resolve_config("cpu").max_steps == -1  # all epochs
+
+
 def test_split_is_by_text_and_seeded(dataset) -> None:
     rows = [json.loads(line) for line in (dataset / "train.jsonl").read_text().splitlines()]
     texts = [r["text"] for r in rows]
@@ -170,12 +182,19 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, capsys) -> None:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_bad_dataset_inputs(tmp_path, split_dataset) -> None:
+def test_bad_dataset_inputs(tmp_path, split_dataset, dataset) -> None:
     with pytest.raises(ft.FinetuneError, match="does not exist"):
         ft.load_fact_dataset(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ft.FinetuneError, match="no train.jsonl"):
+    with pytest.raises(ft.FinetuneError, match="is empty; make one with graft.data"):
         ft.load_fact_dataset(tmp_path / "empty")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n{"te')
+    with pytest.raises(ft.FinetuneError, match="has no test_prompts.jsonl"):
+        ft.load_fact_dataset(tmp_path / "half")
+    (tmp_path / "half" / "test_prompts.jsonl").write_text("")
+    with pytest.raises(ft.FinetuneError, match=r"train.jsonl, line 3: not valid JSON"):
+        ft.load_fact_dataset(tmp_path / "half")
     with pytest.raises(ft.FinetuneError, match="split into sets A/B"):
         ft.load_fact_dataset(split_dataset)
     task = ft.load_fact_dataset(split_dataset, "A")
@@ -193,11 +212,13 @@ def test_bad_dataset_inputs(tmp_path, split_dataset) -> None:
     ("args", "message"),
     [
         (["--model", "no-such-model"], "unknown model"),
-        (["--dataset", "{tmp}/missing"], "has no train.jsonl"),
-        (["--dataset", "{tmp}", "--data-kind", "fake_movies_fake_actors"], "either --dataset"),
+        (["--dataset", "{tmp}"], "has no train.jsonl"),
+        (["--dataset", "{tmp}/missing"], "neither a dataset folder nor a data kind"),
+        (["--dataset", "{tmp}", "--n-facts", "3"], "describe a generated dataset"),
         (["--model", "tiny-llama", "--n-facts", "0"], "n-facts"),
-        (["--model", "tiny-llama", "--epochs", "-1"], "positive"),
+        (["--model", "tiny-llama", "--epochs", "-1"], "x>0"),
         (["--preset", "turbo"], "turbo"),
+        (["--model", "tiny-llama", "--finetune-max-steps", "0"], "--finetune-max-steps"),
     ],
 )
 def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, message) -> None:
@@ -234,8 +255,8 @@ def test_find_or_finetune_prints_standalone_command(tmp_path, capsys, monkeypatc
     )
     out = capsys.readouterr().out
     assert (
-        f"graft-exp finetune --model tiny-llama --data-kind fake_movies_real_actors "
-        f"--direction one --n-facts 5 --split A --preset cpu --workspace {ws}"
+        f"graft-exp finetune --model tiny-llama --dataset fake_movies_real_actors "
+        f"--n-facts 5 --variant task --preset cpu --workspace {ws}"
     ) in out
     assert path.parts[-2:] == ("A", "cpu") and calls[0][1]["train_set"] == "A"
     assert (ws / "datasets/fake_movies_real_actors-one-split-n5-seed0/train.jsonl").is_file()
@@ -262,3 +283,36 @@ def test_evaluate_examples_counts_ranks_and_truncation() -> None:
     rank = int((logits > logits[examples[0].target_id]).sum())
     assert forward["per_template"]["short"]["mean_rank"] == rank
     assert forward["per_template"]["short"]["top5"] == float(rank < 5)
+
+
+@pytest.mark.slow
+def test_quiet_finetune_prints_no_logs_or_bars(dataset, tmp_path, capfd) -> None:
+    one_step = dataclasses.replace(TINY, max_steps=1)
+    out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", one_step, device="cpu", quiet=True)
+    assert ft.is_finished(out)
+    captured = capfd.readouterr()
+    printed = captured.out + captured.err
+    for noise in ("'loss'", "'eval_loss'", "train_runtime", "eval PRE", "eval SFT", "it/s", "%|"):
+        assert noise not in printed, printed
+    assert printed.strip().splitlines() == [f"graft: finetuned model saved to {out}"]
+
+
+def test_finetune_refuses_bad_device_before_writing(dataset, tmp_path) -> None:
+    from graft.models import DeviceError
+
+    with pytest.raises(DeviceError, match="unknown device 'banana'"):
+        ft.finetune("tiny-llama", dataset, tmp_path / "sft", TINY, device="banana")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_finetune_refuses_dataset_without_usable_prompt(tmp_path) -> None:
+    facts = tmp_path / "facts.csv"
+    title = "The " + "Very " * 29 + "Long Night"
+    facts.write_text(
+        "movie_title,first_actor,second_actor\n"
+        f"{title},Ana Smith,John Ponce\n{title} Two,Mia Lopez,Carl Berg\n"
+    )
+    data = generate_dataset(DatasetConfig(kind="custom", facts_path=facts), tmp_path / "data")
+    # headline and qa prompts fit tiny-gpt2's 64 positions; only movie prompts are too long
+    examples, drops = ft._usable_test_prompts(data, load_model("tiny-gpt2", device="cpu"))
+    assert drops.dropped == {"too_long": 4} and {e.template for e in examples} == {"headline", "qa"}

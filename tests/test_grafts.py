@@ -148,3 +148,18 @@ def test_spec_graft(text, name, spec):
 def test_spec_graft_rejects(text):
     with pytest.raises(SpecError):
         spec_graft(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty spec"),
+        ("name=", "graft 'name': empty spec"),
+        ("name=  ", "graft 'name': empty spec"),
+        ("=FE:all:all", "the name before '=' is empty"),
+    ],
+)
+def test_spec_graft_rejects_nameless_and_empty_grafts(text, message):
+    """Both once ran a graft equal to PRE under another name."""
+    with pytest.raises(SpecError, match=message):
+        spec_graft(text)

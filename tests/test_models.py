@@ -9,14 +9,18 @@ import pytest
 import torch
 
 from graft import models
+from graft.errors import GraftError
 from graft.models import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
     HUB_MODELS,
     REGISTRY,
     TINY_MODELS,
+    DeviceError,
     ModelNotFoundError,
+    context_length,
     load_model,
+    resolve_device,
     resolve_dtype,
     resolve_model_name,
     tiny_tokenizer,
@@ -62,12 +66,77 @@ def test_folder_without_config_is_refused(tmp_path) -> None:
         load_model(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"foo": 1}', "not a model config"),
+        ("[1, 2]", "not a model config"),
+        ('{"model_type": "llama"', "not a readable JSON model config"),
+        ("", "not a readable JSON model config"),
+    ],
+)
+def test_folder_with_a_non_model_config_is_refused(tmp_path, content, message) -> None:
+    (tmp_path / "config.json").write_text(content)
+    for call in (resolve_model_name, load_model):
+        with pytest.raises(ModelNotFoundError, match=message) as info:
+            call(tmp_path)
+        assert "\n" not in str(info.value)
+
+
+def test_folder_transformers_cannot_load_is_refused(tmp_path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "no_such_architecture"}')
+    with pytest.raises(ModelNotFoundError, match="cannot load the model folder"):
+        load_model(tmp_path, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("banana", "unknown device 'banana'"),
+        ("cuda:x", "unknown device"),
+        ("", "unknown device"),
+        ("meta", "not supported"),
+    ],
+)
+def test_bad_device_is_one_line(device, message) -> None:
+    with pytest.raises(DeviceError, match=message) as info:
+        resolve_device(device)
+    assert "\n" not in str(info.value) and isinstance(info.value, GraftError)
+    with pytest.raises(DeviceError, match=message):
+        load_model("tiny-llama", device=device)
+
+
+def test_cuda_without_a_gpu_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:0", torch.device("cuda")):
+        with pytest.raises(DeviceError, match="CUDA is not available here; use cpu"):
+            resolve_device(device)
+    with pytest.raises(DeviceError, match="CUDA is not available"):
+        load_model("tiny-llama", device="cuda")
+    assert resolve_device(None) == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_cuda_index_beyond_the_gpus_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(DeviceError, match=r"1 CUDA device\(s\)"):
+        resolve_device("cuda:3")
+
+
+def test_context_length() -> None:
+    assert context_length(tiny_model("gpt2")) == 64  # n_positions
+    assert context_length(load_model("tiny-llama", device="cpu")) == 64  # max_position_embeddings
+    assert context_length(object()) is None
+
+
 def test_dtype_defaults() -> None:
     assert resolve_dtype(None, "cpu") == torch.float32
     assert resolve_dtype(None, "cuda") == torch.bfloat16
     assert resolve_dtype("bf16", "cpu") == torch.bfloat16
     assert resolve_dtype(torch.float16, "cpu") == torch.float16
-    with pytest.raises(ValueError, match="unknown dtype"):
+    with pytest.raises(GraftError, match="unknown dtype"):
         resolve_dtype("int3", "cpu")
 
 

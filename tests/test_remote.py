@@ -114,7 +114,7 @@ def remote_cfg(server, **kwargs) -> RemoteConfig:
     return RemoteConfig(**values)
 
 
-def assert_same(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-6) -> None:
+def assert_same(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
     assert a.shape == b.shape and a.dtype == b.dtype
     diff = (a - b).abs().max().item()
     assert diff <= tol, diff

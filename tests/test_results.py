@@ -8,8 +8,10 @@ import polars as pl
 import pytest
 
 from graft.results import (
+    MARKER_FILE,
     ConfigMismatchError,
     RunFolder,
+    RunFolderError,
     flat_table,
     git_commit,
     package_versions,
@@ -117,6 +119,65 @@ def test_overwrite_discards_old_results(tmp_path):
     assert not (tmp_path / "examples.parquet").exists()
     assert not (tmp_path / "summary.csv").exists()
     assert (tmp_path / "notes.txt").exists()  # files the folder did not write are kept
+
+
+def test_mismatch_message_shows_the_differing_values_in_full(tmp_path):
+    run = RunFolder(tmp_path)
+    old = ["LT:all:all"] * 20  # far longer than one screen line
+    run.write_config({"grafts": old, "seed": 0})
+    new = old[:-1] + ["FE:all:all"]
+    with pytest.raises(ConfigMismatchError) as info:
+        run.write_config({"grafts": new, "seed": 1})
+    message = str(info.value)
+    assert json.dumps(old) in message and json.dumps(new) in message
+    assert "seed stored 0, now 1" in message and "\n" not in message
+
+
+def test_nothing_is_written_before_the_config(tmp_path):
+    run = RunFolder(tmp_path / "a" / "b")
+    run.check_writable()
+    run.check_config({"seed": 0})
+    assert not (tmp_path / "a").exists()  # the probe left no trace
+    run.write_config({"seed": 0})
+    assert (tmp_path / "a" / "b" / MARKER_FILE).is_file() and run.is_marked()
+
+
+def test_unwritable_folder_is_refused_without_a_trace(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "file", tmp_path / "file" / "run"):
+        with pytest.raises(RunFolderError, match="file|cannot write the run folder"):
+            RunFolder(path).check_writable()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_folder_graft_did_not_write_is_never_cleared_or_resumed(tmp_path):
+    """--overwrite once deleted the config.json of a model folder given as --out."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    run = RunFolder(model)
+    for attempt in (
+        lambda: run.write_config({"seed": 0}, overwrite=True),
+        lambda: run.write_config({"seed": 0}),
+        run.clear,
+    ):
+        with pytest.raises(RunFolderError, match=f"no {MARKER_FILE} marker"):
+            attempt()
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    # a run folder of a graft version before the marker: its config says who wrote it
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "config.json").write_text('{"experiment": "x", "packages": {"graft": "0.1"}}')
+    RunFolder(legacy).write_config({"seed": 0}, overwrite=True)
+    assert RunFolder(legacy).read_config()["seed"] == 0
+    # a folder without a config of any kind may be used (nothing of it is deleted)
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    RunFolder(other).write_config({"seed": 0}, overwrite=True)
+    assert (other / "notes.txt").read_text() == "mine"
 
 
 def test_summary_parquet_and_csv(tmp_path):

@@ -7,16 +7,22 @@ as an explicit model path, and the dataset is a small generated folder.
 from __future__ import annotations
 
 import dataclasses
+import re
+import socket
 from pathlib import Path
 
 import polars as pl
 import pytest
 import torch
 
+import graft.finetune as ft
 import graft.runner as runner
 from graft.data import DatasetConfig, generate_dataset
+from graft.errors import GraftError
 from graft.grafts import reference
 from graft.models import tiny_tokenizer
+from graft.remote import RemoteConfig
+from graft.results import MARKER_FILE, RunFolderError
 from graft.runner import (
     ExperimentConfig,
     ExperimentError,
@@ -122,7 +128,8 @@ def test_batching_does_not_change_numbers(dataset, donor_path, tmp_path):
         many.select(["prompt_id", "graft", "target_id"])
     )
     diff = (one["target_logprob"] - many["target_logprob"]).abs().max()
-    assert diff < 1e-5
+    # logits agree to the engine's float32 bound, 1e-5; log-probs to twice that
+    assert diff <= 2e-5
 
 
 def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
@@ -196,3 +203,160 @@ def test_default_out():
     cfg = ExperimentConfig(experiment="position", model="tiny-llama", seed=3)
     assert runner.default_out(cfg) == Path("runs/position/tiny-llama-fake_movies_real_actors-seed3")
     assert runner.default_out(cfg, "gentle").name.endswith("-gentle-seed3")
+
+
+# ------------------------------------------------------------------ trust: wrong tables, run folders
+
+
+@pytest.mark.parametrize(
+    ("grafts", "message"),
+    [
+        (
+            [Graft("a", parse_spec("FE:all:all")), Graft("a", parse_spec("LT:all:all"))],
+            "two grafts are named 'a': 'FE:all:all' and 'LT:all:all'",
+        ),
+        (
+            [reference("PRE", None), Graft("PRE", parse_spec("FE+LT:all:all"))],
+            "two grafts are named 'PRE': 'none' and 'FE+LT:all:all'",
+        ),
+        (
+            [Graft("FE", parse_spec("FE:all:all")), Graft("FE", parse_spec("FE:all:all"))],
+            "two grafts are named 'FE'",
+        ),
+        ([Graft(" ", parse_spec("FE:all:all"))], "has no name"),
+    ],
+)
+def test_grafts_of_one_name_are_refused_never_pooled(
+    dataset, donor_path, tmp_path, grafts, message
+):
+    """Two grafts of one name were pooled into one summary row with doubled n."""
+    out = tmp_path / "out"
+    with pytest.raises(ExperimentError, match=re.escape(message)):
+        run_experiment(config(dataset, out), grafts, donors={"sft": ModelSource(path=donor_path)})
+    assert not out.exists()
+
+
+def test_one_name_in_two_groups_is_two_results():
+    grafts = [Graft("PRE", parse_spec("none"), "sft"), Graft("PRE", parse_spec("none"), "rev")]
+    runner.check_grafts(grafts, {})  # the summary keys on (group, graft): nothing pooled
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_reachability_check_connects_only():
+    from graft.remote import RemoteError, check_reachable
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        check_reachable(RemoteConfig(mode="remote", host=f"http://127.0.0.1:{port}"))
+    check_reachable(RemoteConfig(mode="simulate"))  # nothing to reach
+    with pytest.raises(RemoteError, match="cannot reach the NDIF host"):
+        check_reachable(RemoteConfig(mode="remote", host=f"http://127.0.0.1:{closed_port()}"))
+    with pytest.raises(RemoteError, match="is not a URL"):
+        check_reachable(RemoteConfig(mode="remote", host="http://127.0.0.1:port"))
+
+
+def bad_starts(dataset, donor_path, tmp_path) -> dict:
+    """Starts that fail validation, as (config, grafts, donors)."""
+    donors = {"sft": ModelSource(path=donor_path)}
+    gpt2 = tmp_path / "tiny-gpt2"
+    tiny_model("gpt2", seed=0).save_pretrained(gpt2)
+    tiny_tokenizer().save_pretrained(gpt2)
+    (tmp_path / "file").write_text("x")
+    unreachable = RemoteConfig(mode="remote", host=f"http://127.0.0.1:{closed_port()}", retries=0)
+    return {
+        "layer out of range": ({}, [Graft("x", parse_spec("LT:9:o"))], donors),
+        "donor of another family": ({}, GRAFTS, {"sft": ModelSource(path=str(gpt2))}),
+        "unknown device": ({"device": "banana"}, GRAFTS, donors),
+        "unreachable host": ({"remote": unreachable}, GRAFTS, donors),
+        "unwritable workspace": (
+            {"dataset": "fake_movies_real_actors", "workspace": str(tmp_path / "file" / "ws")},
+            GRAFTS,
+            donors,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("layer out of range", "layer 9"),
+        ("donor of another family", "gpt2"),
+        ("unknown device", "unknown device 'banana'"),
+        ("unreachable host", "cannot reach the NDIF host"),
+        ("unwritable workspace", "cannot generate the dataset in the workspace"),
+    ],
+)
+def test_failed_start_leaves_no_trace_and_the_rerun_works(
+    dataset, donor_path, tmp_path, case, message
+):
+    """A failed start once left config.json behind, and the corrected rerun into the same
+    (default) folder was refused as a different configuration."""
+    out = tmp_path / "out"
+    changes, grafts, donors = bad_starts(dataset, donor_path, tmp_path)[case]
+    with pytest.raises(GraftError, match=message) as info:
+        cfg = dataclasses.replace(config(dataset, out), **changes)
+        run_experiment(cfg, grafts, donors=donors)
+    assert "\n" not in str(info.value)
+    assert not out.exists()
+    assert run(config(dataset, out), donor_path).examples.height == 18
+
+
+def test_unwritable_out_is_refused_before_anything_runs(dataset, donor_path, tmp_path):
+    (tmp_path / "file").write_text("x")
+    for out in (tmp_path / "file", tmp_path / "file" / "run"):
+        with pytest.raises(RunFolderError, match="run folder"):
+            run(config(dataset, out), donor_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_overwrite_never_clears_a_folder_graft_did_not_write(dataset, donor_path, tmp_path):
+    """--overwrite pointed at a model folder once deleted the model's config.json."""
+    before = {p.name: p.read_bytes() for p in Path(donor_path).iterdir()}
+    for overwrite in (True, False):
+        with pytest.raises(RunFolderError, match=f"no {MARKER_FILE} marker"):
+            run(config(dataset, donor_path, overwrite=overwrite), donor_path)
+    assert {p.name: p.read_bytes() for p in Path(donor_path).iterdir()} == before
+    out = tmp_path / "run"
+    run(config(dataset, out), donor_path)
+    assert (out / MARKER_FILE).is_file()
+    changed = run(config(dataset, out, n=1, overwrite=True), donor_path)  # graft's: cleared
+    assert changed.examples.height == 9
+
+
+def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch):
+    def no_finetune(*args, **kwargs):
+        raise AssertionError("finetuned before the templates were checked")
+
+    monkeypatch.setattr(ft, "finetune", no_finetune)
+    cfg = ExperimentConfig(
+        experiment="position",
+        model="tiny-llama",
+        n_facts=4,
+        templates=("nope",),
+        workspace=str(tmp_path / "ws"),
+        out=str(tmp_path / "out"),
+        progress=False,
+    )
+    with pytest.raises(ExperimentError, match="--templates nope"):
+        run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")})
+    assert not (tmp_path / "ws" / "finetuned").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_pending_finetune_is_announced_with_an_estimate(
+    dataset, donor_path, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(ft, "find_or_finetune", lambda *args, **kwargs: donor_path)
+    cfg = config(dataset, tmp_path / "out", workspace=str(tmp_path / "ws"), finetune_max_steps=2)
+    run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "finetuned first" in ln]
+    assert "'one' model of tiny-llama" in line and "2 steps" in line and "(an estimate)" in line
+    # explicit model folders need no finetune: nothing announced
+    run(config(dataset, tmp_path / "out2"), donor_path)
+    assert "finetuned first" not in capsys.readouterr().err

@@ -253,5 +253,7 @@ def test_missing_spans_are_reported(corpus):
 
 
 def test_bad_span_is_an_error(corpus):
-    with pytest.raises(ValueError, match="outside the text"):
+    from graft.spans import SpanError
+
+    with pytest.raises(SpanError, match="outside the text"):
         tokenize_with_spans(BUILDERS["gpt2"](corpus), "short", {"first_actor": (0, 50)})

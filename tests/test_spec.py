@@ -138,6 +138,8 @@ BAD_SPECS = [
     ("ALL:all:all; head=teacher", "head policy"),
     (":all:o", "empty position selector"),
     ("FE::o", "empty layer field"),
+    ("", "empty spec"),  # would run the base alone under a name that says otherwise
+    ("  ", "empty spec"),
 ]
 
 
