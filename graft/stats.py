@@ -366,7 +366,9 @@ def paired_bootstrap(
 ) -> BootstrapResult:
     """Mean of ``a - b`` over paired examples, percentile interval and two-sided p-value.
 
-    Examples are resampled with replacement, the pair (a_i, b_i) together.
+    Examples are resampled with replacement, the pair (a_i, b_i) together. With few
+    examples (a handful) the percentile interval is too narrow and the p-value too small:
+    three differences of one sign give p = 2 / (n_boot + 1) whatever their size.
 
     Args:
         a: per-example values of graft A (log-prob of the target, rank, ...).
