@@ -6,36 +6,38 @@ maps ``t`` to are copied into the copy; then the copy runs the one token ``t``. 
 cached at earlier positions keep the weights that were active at their own position. For a
 fused QKV projection only the output features of the grafted slice (q, k or v) are copied.
 
-Nothing here calls the engine; only the spec resolution (which cells a graft uses) and the
-architecture table (which module computes a component) are graft's.
-
-Run from the repository root (a quick check against the engine on a tiny model)::
-
-    python -m benchmarks.paper_routine [--family llama] [--spec FE+LT:all:all]
+Nothing here imports the engine; only the spec resolution (which cells a graft uses) and the
+architecture table (which module computes a component) are graft's. tests/test_paper_routine.py
+checks it against the engine; benchmarks.real_model times it.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import time
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from benchmarks._graft_api import (
-    Architecture,
-    GraftRow,
-    ResolvedGraft,
-    architecture_of,
-    parse_spec,
-    run_grafts,
-    tiny_pair,
-)
+try:  # the subpackage layout; the engine is deliberately not imported
+    from graft.core.arch import Architecture, architecture_of
+    from graft.core.spec import GraftSpec, ResolvedGraft
+except ImportError:  # the flat layout
+    from graft.arch import Architecture, architecture_of
+    from graft.spec import GraftSpec, ResolvedGraft
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
+
+
+class Row(Protocol):
+    """What the routine reads of a row (a ``GraftRow`` has it)."""
+
+    input_ids: Sequence[int]
+    spans: Mapping[str, Sequence[int]]
+    spec: GraftSpec
+
 
 # (module path, output features to copy or None for the whole module, donor name)
 _Load = tuple[str, torch.Tensor | None, str]
@@ -147,7 +149,7 @@ def paper_last_logits(
 
 
 def paper_rows(
-    base: nn.Module, donors: Mapping[str, nn.Module], rows: Sequence[GraftRow]
+    base: nn.Module, donors: Mapping[str, nn.Module], rows: Sequence[Row]
 ) -> torch.Tensor:
     """``paper_last_logits`` of every row, stacked: [rows, vocab] on the CPU."""
     arch = architecture_of(base)
@@ -157,33 +159,3 @@ def paper_rows(
         resolved = row.spec.resolve(arch, len(row.input_ids), spans)
         out.append(paper_last_logits(base, donors, row.input_ids, resolved, arch).cpu())
     return torch.stack(out)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--family", default="llama")
-    ap.add_argument("--spec", default="FE+LT:all:all")
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--length", type=int, default=12)
-    args = ap.parse_args()
-    base, donor = tiny_pair(args.family)
-    g = torch.Generator().manual_seed(0)
-    spec = parse_spec(args.spec)
-    rows = [
-        GraftRow(torch.randint(3, 96, (args.length,), generator=g).tolist(), {"FE": [2, 3]}, spec)
-        for _ in range(args.prompts)
-    ]
-    t0 = time.perf_counter()
-    engine = run_grafts(base, {"sft": donor}, rows, batch_size=args.prompts)
-    t1 = time.perf_counter()
-    paper = paper_rows(base, {"sft": donor}, rows)
-    t2 = time.perf_counter()
-    print(
-        f"tiny {args.family}, {args.prompts} prompts x {args.length} tokens, {args.spec}: "
-        f"engine {(t1 - t0) * 1e3:.1f} ms, paper routine {(t2 - t1) * 1e3:.1f} ms, "
-        f"max |diff| {float((engine - paper).abs().max()):.2e}"
-    )
-
-
-if __name__ == "__main__":
-    main()

@@ -247,7 +247,7 @@ def check(name: str, value: float) -> dict:
 # -------------------------------------------------------------------------------- main
 
 
-def environment(device: torch.device, model_info: dict) -> dict:
+def environment(device: torch.device, model_info: dict, argv: Sequence[str]) -> dict:
     """Versions, device and command of this run."""
     import nnsight
     import transformers
@@ -257,9 +257,7 @@ def environment(device: torch.device, model_info: dict) -> dict:
     else:
         name = platform.processor() or platform.machine()
     return {
-        "command": " ".join(
-            ["python", "-m", "benchmarks.real_model", *map(shlex.quote, sys.argv[1:])]
-        ),
+        "command": " ".join(["python", "-m", "benchmarks.real_model", *map(shlex.quote, argv)]),
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": f"{device.type}: {name}",
         "cpu_count": os.cpu_count(),
@@ -449,7 +447,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     n1, n3 = len(w.e1), len(w.e3)
     model_info = loaded.describe() | {"arch": architecture_of(base).family}
     return {
-        "environment": environment(w.device, model_info),
+        "environment": environment(w.device, model_info, args.argv),
         "settings": {
             "prompts": len(prompts),
             "batch_size": args.batch_size,
@@ -490,6 +488,8 @@ def report(res: dict) -> str:
         f"median of {st['repeats']}",
         f"(a) E1 position mix, {rows['e1']} rows: engine {med['e1_engine']:.2f} s, plain "
         f"{med['e1_plain']:.2f} s, engine/plain {_verdict(res['e1'])}",
+        f"    rows/s: engine {res['rows_per_s']['e1_engine']:.1f}, plain "
+        f"{res['rows_per_s']['e1_plain']:.1f}",
         f"(b) E3 component mix at LT, {rows['e3']} rows: engine {med['e3_engine']:.2f} s, plain "
         f"{med['e3_plain']:.2f} s, engine/plain {_verdict(res['e3'])}",
     ]
@@ -550,12 +550,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--paper-examples", type=int, default=2, help="FE+LT examples for the paper routine"
     )
-    ap.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: graft's)")
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="default: float32 on the CPU, bfloat16 on CUDA",
+    )
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the donor's noise")
     ap.add_argument("--json", type=Path, default=None, help="write every number here")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     for name in ("prompts", "batch_size", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -563,6 +569,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error("--paper-examples must be between 0 and --prompts")
     if args.threads < 0:
         ap.error("--threads must be 0 (torch's default) or more")
+    if args.device is not None:
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            ap.error(f"--device {args.device!r} is not a device; use cpu or cuda")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
     if args.json is not None and args.json.is_dir():
         ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
     return args

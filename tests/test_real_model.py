@@ -21,6 +21,7 @@ def test_smoke_run_writes_every_figure(tmp_path, capsys):
     for key in ("e1", "e3"):
         assert data[key]["value"] > 0 and data[key]["goal"].startswith("<=")
     assert data["memory"]["param_bytes_base_plus_donor"] > 0
+    assert data["environment"]["command"].endswith(f"--json {out}")
     text = capsys.readouterr().out
     assert "(a) E1 position mix" in text and ("PASS" in text or "FAIL" in text)
 
@@ -33,7 +34,10 @@ def test_unknown_model_is_one_line_exit_2(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("bad", [["--prompts", "0"], ["--paper-examples", "40"]])
+@pytest.mark.parametrize(
+    "bad",
+    [["--prompts", "0"], ["--paper-examples", "40"], ["--device", "gpu7"], ["--dtype", "int8"]],
+)
 def test_bad_counts_exit_2(bad):
     with pytest.raises(SystemExit) as exc:
         real_model.parse_args(bad)
