@@ -48,6 +48,7 @@ from benchmarks._graft_api import (
     run_grafts,
 )
 from benchmarks.paper_routine import paper_rows
+from graft.errors import GraftError
 
 #: E1: every component in every layer at each position set, plus the two references.
 E1_GRAFTS = {
@@ -83,7 +84,7 @@ GOALS = {
 MIB = 2**20
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(GraftError):
     """Bad benchmark input; the message is one line naming the problem and the fix."""
 
 
@@ -128,7 +129,8 @@ def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
         if len(prompts) == n:
             return prompts
     raise BenchmarkError(
-        f"only {len(prompts)} usable headline prompts for this tokenizer; ask for fewer prompts"
+        f"only {len(prompts)} usable headline prompts for this tokenizer, {n} asked for; "
+        "ask for fewer prompts"
     )
 
 
@@ -583,11 +585,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from graft.errors import GraftError
-
     try:
         result = run_benchmark(args)
-    except (GraftError, BenchmarkError) as err:
+    except GraftError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report(result))

@@ -42,3 +42,9 @@ def test_bad_counts_exit_2(bad):
     with pytest.raises(SystemExit) as exc:
         real_model.parse_args(bad)
     assert exc.value.code == 2
+
+
+def test_too_many_prompts_is_one_line_exit_2(capsys):
+    assert real_model.main(["--model", "tiny-llama", "--prompts", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "usable headline prompts" in err and "\n" not in err
