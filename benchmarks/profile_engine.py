@@ -1,0 +1,226 @@
+"""Where the engine's time goes on the E1 position mix: per graft, and per kind of work.
+
+Run from the repository root::
+
+    python -m benchmarks.profile_engine [--model smollm2-135m] [--prompts 16] [--batch-size 16]
+
+Two views, one short run (warm-up first):
+
+1. per graft: the engine over one graft's rows vs a plain batched forward over the same rows
+   (PRE, a graft of nothing, is the engine's fixed cost; SFT and the complements show what
+   running base and donor on the same cells costs);
+2. a sampled profile of the engine over all E1 rows. A thread samples the main thread's
+   Python stack every ``--interval`` ms (nnsight runs the trace body in greenlets on the
+   main thread, which deterministic profilers misattribute). Each sample is put in one
+   bucket: planning (spec resolution, masks), base forward compute, donor module calls,
+   gather / scatter / clone in the trace body, nnsight on the worker side (envoy access),
+   nnsight on the model side (hooks, interleaving, trace setup), module-call machinery,
+   other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import linecache
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks.real_model import (
+    E1_GRAFTS,
+    E3_GRAFTS,
+    build_workload,
+    graft_rows,
+    timed,
+    write_json,
+)
+
+_PLANNING = {"plan_batch", "resolve_rows", "check_compatible", "_donor_modules", "resolve"}
+
+Frame = tuple[str, str, int]  # (file, function, line)
+
+
+class StackSampler:
+    """Samples one thread's Python stack at a fixed interval from a background thread.
+
+    Args:
+        interval: seconds between samples.
+    """
+
+    def __init__(self, interval: float = 0.002):
+        self.interval = interval
+        self.samples: list[list[Frame]] = []
+        self._target = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            frame = sys._current_frames().get(self._target)
+            stack: list[Frame] = []
+            while frame is not None:
+                code = frame.f_code
+                stack.append((code.co_filename, code.co_name, frame.f_lineno))
+                frame = frame.f_back
+            self.samples.append(stack)  # innermost first
+
+
+def _area(filename: str) -> str:
+    for name in ("nnsight", "transformers", "torch", "graft", "benchmarks"):
+        if f"/{name}/" in filename:
+            return name
+    return "other"
+
+
+def _trace_body_bucket(stack: list[Frame], index: int) -> str:
+    """Bucket of a sample taken inside the engine's trace body (frame ``index``)."""
+    filename, _, lineno = stack[index]
+    line = linecache.getline(filename, lineno)
+    deeper = {_area(f) for f, _, _ in stack[:index]}
+    if "module(" in line and "x[rows]" in line:
+        return "donor module calls" if deeper else "gather / scatter / clone in trace body"
+    if "_merge_slices" in line:
+        return "gather / scatter / clone in trace body"
+    if "nnsight" in deeper:
+        return "nnsight, worker side (envoy inputs/outputs)"
+    if not deeper:
+        return "gather / scatter / clone in trace body"
+    return "engine trace body, other"
+
+
+def bucket(stack: list[Frame]) -> str:
+    """The kind of work one sampled stack (innermost first) was doing."""
+    names = [func for _, func, _ in stack]
+    areas = [_area(f) for f, _, _ in stack]
+    for i, (_, func, _) in enumerate(stack):
+        if areas[i] == "graft" and func in _PLANNING:
+            return "planning (spec resolution, masks, checks)"
+        if func == "graft_trace_body":
+            return _trace_body_bucket(stack, i)
+    if "run_plan" not in names:
+        return "outside run_plan (batching loop, results)"
+    leaf_file, leaf_func, _ = stack[0]
+    if areas[0] == "torch" and leaf_file.endswith("nn/modules/module.py"):
+        return "module-call machinery (hooks, _call_impl)"
+    if areas[0] in ("torch", "transformers"):
+        return "base forward compute"
+    if "nnsight" in areas:
+        return "nnsight, model side (hooks, interleaving, trace setup)"
+    return "engine, other"
+
+
+def summarize(samples: list[list[Frame]], top: int = 15) -> dict:
+    """Shares per bucket, top leaf functions (self) and top graft/nnsight functions (inclusive)."""
+    n = max(len(samples), 1)
+    buckets = collections.Counter(bucket(s) for s in samples)
+    leaves = collections.Counter(
+        f"{Path(s[0][0]).parent.name}/{Path(s[0][0]).name}:{s[0][1]}" for s in samples if s
+    )
+    inclusive: collections.Counter = collections.Counter()
+    for s in samples:
+        seen = {
+            f"{_area(f)}/{Path(f).name}:{func}"
+            for f, func, _ in s
+            if _area(f) in ("graft", "nnsight")
+        }
+        inclusive.update(seen)
+    return {
+        "samples": len(samples),
+        "buckets": {k: v / n for k, v in buckets.most_common()},
+        "top_self": {k: v / n for k, v in leaves.most_common(top)},
+        "top_inclusive_graft_nnsight": {k: v / n for k, v in inclusive.most_common(top)},
+    }
+
+
+def per_graft(w, grafts: dict[str, str], repeats: int = 1) -> dict[str, dict[str, float]]:
+    """Median engine and plain seconds over each graft's rows (after the warm-up)."""
+    out = {}
+    for name, text in grafts.items():
+        rows = graft_rows(w.prompts, {name: text})
+        engine, plain = [], []
+        for _ in range(repeats):  # interleaved, like the benchmark
+            engine.append(timed(lambda rows=rows: w.engine(rows), w.device))
+            plain.append(timed(lambda rows=rows: w.plain(rows), w.device))
+        e, p = statistics.median(engine), statistics.median(plain)
+        out[name] = {"engine_s": e, "plain_s": p, "ratio": e / p}
+    return out
+
+
+def profile(fn: Callable[[], object], interval: float) -> tuple[float, dict]:
+    """Wall seconds of one call of ``fn`` under the sampler, and the summary."""
+    start = time.perf_counter()
+    with StackSampler(interval) as sampler:
+        fn()
+    return time.perf_counter() - start, summarize(sampler.samples)
+
+
+def _print_shares(title: str, shares: dict[str, float]) -> None:
+    print(title)
+    for name, share in shares.items():
+        print(f"  {share * 100:5.1f}%  {name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_engine", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--interval", type=float, default=2.0, help="sampling interval, ms")
+    ap.add_argument("--repeats", type=int, default=1, help="per-graft timings: median of this")
+    ap.add_argument("--no-e3", action="store_true", help="skip the per-graft E3 timings")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if min(args.prompts, args.batch_size, args.repeats) < 1 or args.interval <= 0:
+        ap.error("--prompts, --batch-size and --repeats must be at least 1, --interval above 0")
+    torch.set_grad_enabled(False)
+    _, w = build_workload(args.model, args.prompts, args.batch_size)
+    w.engine(w.widest_batch(w.e1))  # warm-up
+    w.plain(w.widest_batch(w.e1))
+    plain_s = timed(lambda: w.plain(w.e1), w.device)
+    engine_s, summary = profile(lambda: w.engine(w.e1), args.interval / 1e3)
+    grafts = per_graft(w, E1_GRAFTS | ({} if args.no_e3 else E3_GRAFTS), args.repeats)
+    print(
+        f"{args.model}, {args.prompts} prompts, batch {args.batch_size}, "
+        f"{torch.get_num_threads()} threads; E1 {len(w.e1)} rows: engine {engine_s:.2f} s "
+        f"(sampled, {summary['samples']} samples), plain {plain_s:.2f} s"
+    )
+    _print_shares("engine time by kind of work (E1 mix):", summary["buckets"])
+    _print_shares("top functions, self:", summary["top_self"])
+    _print_shares("top graft/nnsight functions, inclusive:", summary["top_inclusive_graft_nnsight"])
+    print("per graft (engine / plain over the same rows):")
+    for name, t in grafts.items():
+        print(f"  {name:12s} {t['engine_s']:7.3f} s / {t['plain_s']:7.3f} s = {t['ratio']:5.2f}")
+    if args.json is not None:
+        result = {
+            "model": args.model,
+            "prompts": args.prompts,
+            "batch_size": args.batch_size,
+            "threads": torch.get_num_threads(),
+            "repeats": args.repeats,
+            "e1_engine_s_sampled": engine_s,
+            "e1_plain_s": plain_s,
+            "profile": summary,
+            "per_graft": grafts,
+        }
+        write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The real-model benchmark's smoke run on a tiny model, and its input checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import real_model
+
+
+def test_smoke_run_writes_every_figure(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["--model", "tiny-llama", "--prompts", "2", "--batch-size", "8", "--repeats", "1"]
+    assert real_model.main([*argv, "--paper-examples", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["rows"] == {"e1": 16, "e3": 16, "fe_lt": 2}
+    assert data["pre_engine_vs_plain_max_abs_diff"] == 0.0
+    assert data["paper"]["examples"] == 1
+    assert data["paper"]["max_abs_diff_vs_engine"] <= 1e-5
+    for key in ("e1", "e3"):
+        assert data[key]["value"] > 0 and data[key]["goal"].startswith("<=")
+    assert data["memory"]["param_bytes_base_plus_donor"] > 0
+    assert data["environment"]["command"].endswith(f"--json {out}")
+    text = capsys.readouterr().out
+    assert "(a) E1 position mix" in text and ("PASS" in text or "FAIL" in text)
+
+
+def test_unknown_model_is_one_line_exit_2(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert real_model.main(["--model", "no-such-model", "--json", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown model") and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--prompts", "0"], ["--paper-examples", "40"], ["--device", "gpu7"], ["--dtype", "int8"]],
+)
+def test_bad_counts_exit_2(bad):
+    with pytest.raises(SystemExit) as exc:
+        real_model.parse_args(bad)
+    assert exc.value.code == 2
+
+
+def test_too_many_prompts_is_one_line_exit_2(capsys):
+    assert real_model.main(["--model", "tiny-llama", "--prompts", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "usable headline prompts" in err and "\n" not in err
