@@ -25,8 +25,8 @@ try:  # the subpackage layout; the engine is deliberately not imported
     from graft.core.arch import Architecture, architecture_of
     from graft.core.spec import GraftSpec, ResolvedGraft
 except ImportError:  # the flat layout
-    from graft.arch import Architecture, architecture_of
-    from graft.spec import GraftSpec, ResolvedGraft
+    from graft.core.arch import Architecture, architecture_of
+    from graft.core.spec import GraftSpec, ResolvedGraft
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
 

@@ -116,6 +116,7 @@ def _model_and_tokenizer(name: str, random_weights: bool):
     return model, AutoTokenizer.from_pretrained(folder)
 
 
+@torch.no_grad()
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.prefix_floor", description=__doc__.splitlines()[0]
@@ -135,7 +136,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if min(args.prompts, args.batch_size, args.grafts, args.group, args.repeats) < 1:
         ap.error("--prompts, --batch-size, --grafts, --group and --repeats must be at least 1")
-    torch.set_grad_enabled(False)
     model, tokenizer = _model_and_tokenizer(args.model, args.random_weights)
     pad_id = default_pad_id(model.config)
     max_tokens = getattr(model.config, "max_position_embeddings", 10**9)

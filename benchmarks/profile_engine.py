@@ -174,6 +174,7 @@ def _print_shares(title: str, shares: dict[str, float]) -> None:
         print(f"  {share * 100:5.1f}%  {name}")
 
 
+@torch.no_grad()
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.profile_engine", description=__doc__.splitlines()[0]
@@ -188,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if min(args.prompts, args.batch_size, args.repeats) < 1 or args.interval <= 0:
         ap.error("--prompts, --batch-size and --repeats must be at least 1, --interval above 0")
-    torch.set_grad_enabled(False)
     _, w = build_workload(args.model, args.prompts, args.batch_size)
     w.engine(w.widest_batch(w.e1))  # warm-up
     w.plain(w.widest_batch(w.e1))

@@ -108,8 +108,8 @@ class Prompt:
 
 def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
     """The first ``n`` headline prompts over the shipped real-actor names that tokenize fully."""
-    from graft.data import TEST_TEMPLATES, load_real_actors, name_exclusion_reason
-    from graft.spans import render, tokenize_with_spans
+    from graft.core.spans import render, tokenize_with_spans
+    from graft.study.data import TEST_TEMPLATES, load_real_actors, name_exclusion_reason
 
     prompts: list[Prompt] = []
     for actor in load_real_actors():
@@ -408,7 +408,6 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     """Load, warm up, measure (a)-(d); returns the JSON-ready result."""
     import nnsight  # noqa: F401  (its import counts as held before loading, not as grafting)
 
-    torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
     rss_start = current_rss()
@@ -583,6 +582,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@torch.no_grad()
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:

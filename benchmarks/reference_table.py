@@ -7,11 +7,6 @@ Uses the same tiny models, prompts and specs as tests/test_engine.py.
 from __future__ import annotations
 
 import torch
-
-from graft.arch import architecture_of
-from graft.engine import run_grafts
-from graft.spec import EMBEDDING_COMPONENTS
-from graft.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.test_engine import (
     COMPONENT_SPECS,
     HEAD_SPECS,
@@ -21,6 +16,11 @@ from tests.test_engine import (
     make_rows,
     reference,
 )
+
+from graft.core.arch import architecture_of
+from graft.core.engine import run_grafts
+from graft.core.spec import EMBEDDING_COMPONENTS
+from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 
 
 def kind_of(text: str) -> str:

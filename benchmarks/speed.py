@@ -13,10 +13,10 @@ import time
 import torch
 import transformers
 
-from graft.arch import architecture_of
-from graft.engine import GraftRow, run_grafts
-from graft.spec import parse_spec
-from graft.tiny import perturbed_copy
+from graft.core.arch import architecture_of
+from graft.core.engine import GraftRow, run_grafts
+from graft.core.spec import parse_spec
+from graft.core.tiny import perturbed_copy
 from tests.reference import reference_last_logits
 
 
@@ -49,6 +49,7 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+@torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", default="gpt2", choices=["gpt2", "llama"])
@@ -58,7 +59,6 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    torch.set_grad_enabled(False)
     base, donor = build(args.family, args.layers, args.d)
     arch = architecture_of(base)
     g = torch.Generator().manual_seed(0)

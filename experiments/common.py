@@ -1,4 +1,4 @@
-"""The command-line vocabulary of ``graft-exp``, and the glue from options to graft.runner.
+"""The command-line vocabulary of ``graft-exp``, and the glue from options to graft.study.runner.
 
 Every option that more than one command takes is declared once here (name, type, range,
 default, help), so it means the same thing in every command; the README's "Command-line
@@ -15,13 +15,13 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from graft.data import DEFAULT_N_FACTS, DIRECTIONS, KINDS
+from graft.core.spec import HEAD_POLICIES
 from graft.errors import GraftError
-from graft.finetune import PRESETS, VARIANT_ALIASES
 from graft.models import DEFAULT_MODEL
-from graft.remote import RemoteError, remote_options
-from graft.runner import ExperimentConfig, ExperimentRun, print_summary
-from graft.spec import HEAD_POLICIES
+from graft.remote.client import RemoteError, remote_options
+from graft.study.data import DEFAULT_N_FACTS, DIRECTIONS, KINDS
+from graft.study.finetune import PRESETS, VARIANT_ALIASES
+from graft.study.runner import ExperimentConfig, ExperimentRun, print_summary
 
 DATA_KINDS = tuple(k for k in KINDS if k != "custom")
 #: Donor variants: the direction of the training data, and the fact set of a split dataset.

@@ -8,12 +8,12 @@ import click
 import polars as pl
 
 from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
-from graft.grafts import component_grafts
-from graft.report import draw_figures
-from graft.results import RunFolder
-from graft.runner import ModelSource, default_out, print_summary, run_experiment
-from graft.spec import SpecError, parse_spec
+from graft.results.folder import RunFolder
+from graft.results.report import draw_figures
+from graft.study.grafts import component_grafts
+from graft.study.runner import ModelSource, default_out, print_summary, run_experiment
 
 PAIRS = {
     # name: (base source, donor source, test prompt directions)

@@ -7,12 +7,12 @@ import click
 from experiments.common import VARIANTS as COMMON_VARIANTS
 from experiments.common import GraftCommand, make_config, run_and_report, shared_options
 from graft.errors import GraftError
-from graft.grafts import reference, spec_graft
 from graft.models import ModelNotFoundError, resolve_model_name
-from graft.report import draw_figures
-from graft.runner import ModelSource, run_experiment
+from graft.results.report import draw_figures
+from graft.study.grafts import reference, spec_graft
+from graft.study.runner import ModelSource, run_experiment
 
-#: What NAME=VARIANT accepts (see ``graft.finetune.parse_variant``).
+#: What NAME=VARIANT accepts (see ``graft.study.finetune.parse_variant``).
 VARIANTS = ("pretrained", *COMMON_VARIANTS)
 
 

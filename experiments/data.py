@@ -1,4 +1,4 @@
-"""``graft-exp data``: generate one of the paper's movie-fact datasets (thin over graft.data)."""
+"""``graft-exp data``: generate one of the paper's movie-fact datasets (thin over graft.study.data)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from experiments.common import data_seed_option, n_facts_option, workspace_option
-from graft.data import (
+from graft.study.data import (
     DIRECTIONS,
     KINDS,
     DatasetConfig,
@@ -16,7 +16,7 @@ from graft.data import (
     generate_dataset,
     load_manifest,
 )
-from graft.finetune import default_workspace
+from graft.study.finetune import default_workspace
 
 _OPTION_OF = {
     "kind": "--dataset",

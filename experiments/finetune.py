@@ -26,10 +26,10 @@ from experiments.common import (
     variant_option,
     workspace_option,
 )
-from graft import data as graft_data
-from graft import finetune as ft
 from graft.errors import GraftError
 from graft.models import ModelNotFoundError, resolve_model_name
+from graft.study import data as graft_data
+from graft.study import finetune as ft
 
 
 def _dataset_folder(

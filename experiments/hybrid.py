@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from experiments.common import GraftCommand, make_config, run_and_report, shared_options
-from graft.grafts import hybrid_grafts
-from graft.report import draw_figures
-from graft.runner import ModelSource, run_experiment
+from graft.results.report import draw_figures
+from graft.study.grafts import hybrid_grafts
+from graft.study.runner import ModelSource, run_experiment
 
 
 @click.command(

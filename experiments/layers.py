@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from experiments.common import GraftCommand, make_config, run_and_report, shared_options
-from graft.grafts import layer_windows, reference
+from graft.core.spec import GraftSpec, SpecError
 from graft.models import ModelNotFoundError, load_model
-from graft.report import LAYER_SEP, draw_figures
-from graft.runner import Graft, ModelSource, resolve_model_path, run_experiment
-from graft.spec import GraftSpec, SpecError
+from graft.results.report import LAYER_SEP, draw_figures
+from graft.study.grafts import layer_windows, reference
+from graft.study.runner import Graft, ModelSource, resolve_model_path, run_experiment
 
 
 @click.command(

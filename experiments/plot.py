@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from experiments.common import GraftCommand
-from graft.report import draw_figures
+from graft.results.report import draw_figures
 
 
 @click.command(cls=GraftCommand)

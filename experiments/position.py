@@ -11,10 +11,10 @@ from experiments.common import (
     shared_options,
     variant_option,
 )
-from graft.grafts import POSITIONS, necessity_grafts, position_grafts
-from graft.report import draw_figures
-from graft.runner import ModelSource, run_experiment
-from graft.spec import SpecError, parse_spec
+from graft.core.spec import SpecError, parse_spec
+from graft.results.report import draw_figures
+from graft.study.grafts import POSITIONS, necessity_grafts, position_grafts
+from graft.study.runner import ModelSource, run_experiment
 
 
 def _positions(ctx, param, value):

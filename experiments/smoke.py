@@ -6,9 +6,9 @@ import click
 import torch
 
 from experiments.common import GraftCommand
-from graft.engine import GraftRow, run_grafts
-from graft.spec import parse_spec
-from graft.tiny import TINY_FAMILIES, tiny_pair
+from graft.core.engine import GraftRow, run_grafts
+from graft.core.spec import parse_spec
+from graft.core.tiny import TINY_FAMILIES, tiny_pair
 
 SMOKE_SPECS = [
     "none",

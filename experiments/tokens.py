@@ -6,9 +6,9 @@ import click
 import polars as pl
 
 from experiments.common import GraftCommand, make_config, run_and_report, shared_options
-from graft.grafts import reference, spec_graft
-from graft.metrics import top_tokens_table
-from graft.runner import ModelSource, run_experiment
+from graft.results.metrics import top_tokens_table
+from graft.study.grafts import reference, spec_graft
+from graft.study.runner import ModelSource, run_experiment
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 

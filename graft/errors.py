@@ -14,3 +14,51 @@ class GraftError(ValueError):
 
 class UnsupportedModelError(GraftError):
     """A model of an architecture family graft has no table for."""
+
+
+class SpecError(GraftError):
+    """A graft spec (or its use on a model or prompt) is invalid; the message names the part."""
+
+
+class ConfigMismatchError(GraftError):
+    """The run folder holds results of a different configuration."""
+
+
+class ExperimentError(GraftError):
+    """Bad experiment input; the message names the problem and the fix."""
+
+
+class DatasetError(GraftError):
+    """Bad dataset input; ``param`` names the option to fix (e.g. ``"n_facts"``)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class RemoteError(GraftError):
+    """A remote run failed; ``str(err)`` is one line saying what happened and what to do.
+
+    Args:
+        message: the one-line message.
+        kind: ``unreachable`` | ``auth`` | ``model`` | ``payload`` | ``server`` | ``timeout``
+            | ``transient`` | ``config``.
+        detail: the server's full text where there is one (e.g. its traceback).
+    """
+
+    def __init__(self, message: str, *, kind: str = "server", detail: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.detail = detail
+
+
+class ModelNotFoundError(GraftError):
+    """Raised for a name that is neither a registry name, a local directory nor a hub id."""
+
+
+class FinetuneError(GraftError):
+    """Bad finetuning input (dataset, config, output folder); the message says what to fix."""
+
+
+class StatsError(GraftError):
+    """Bad input to a statistics function (counts, levels, arrays, table columns)."""

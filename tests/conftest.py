@@ -20,12 +20,14 @@ def _seed_everything():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+    # global torch state a test (or a benchmark's main) must not leak into the next test
+    assert torch.is_grad_enabled(), "this test left autograd disabled globally"
 
 
 @pytest.fixture(scope="session")
 def tiny_pairs():
     """``family -> (base, donor)`` tiny random model pairs, built once per session."""
-    from graft.tiny import tiny_pair
+    from graft.core.tiny import tiny_pair
 
     cache: dict = {}
 

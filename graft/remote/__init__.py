@@ -1,0 +1,1 @@
+"""Running grafts on an NDIF server: the client, payload accounting, hosted graft pairs."""

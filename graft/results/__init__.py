@@ -1,0 +1,1 @@
+"""What a run produces: per-example metrics, run folders, figures."""

@@ -1,0 +1,309 @@
+"""Per-example metrics of the target token and bootstrap summaries per graft.
+
+:func:`example_metrics` turns next-token logits into one row per example (target rank,
+probability, top-k hits, the top tokens); :func:`summarize` aggregates those rows per group
+(graft, template, ...) with seeded percentile-bootstrap confidence intervals.
+
+Rank convention: ``target_rank`` counts the vocabulary entries whose logit is STRICTLY
+greater than the target's, so 0 means no token beats the target. A token tied with the
+target does not push it down: ties are resolved in the target's favour, and ``hit@k`` is
+``target_rank < k``. (``top10_ids`` lists tokens in ``torch.topk`` order, which breaks ties
+arbitrarily; it can therefore disagree with ``hit@k`` only when logits tie exactly.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 50)
+# Largest index matrix (resamples x examples) drawn at once; bounds bootstrap memory.
+_MAX_BOOT_CELLS = 4_000_000
+
+
+def _decode_all(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
+    unique = sorted(set(ids))
+    if hasattr(tokenizer, "batch_decode"):
+        texts = tokenizer.batch_decode([[i] for i in unique])
+    else:
+        texts = [tokenizer.decode([i]) for i in unique]
+    return dict(zip(unique, texts, strict=True))
+
+
+@torch.no_grad()
+def example_metrics(
+    logits: torch.Tensor,
+    target_ids: torch.Tensor | Sequence[int],
+    tokenizer: Any = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    top: int = 10,
+) -> pl.DataFrame:
+    """Metrics of the target token for each row of next-token logits.
+
+    Args:
+        logits: ``[n, vocab]`` next-token logits (any float dtype; computed in float32).
+        target_ids: ``[n]`` target token ids.
+        tokenizer: when given, ``target_text`` and ``top{top}_tokens`` are decoded with it.
+        ks: the k of the ``hit@k`` columns.
+        top: how many top tokens to list per row.
+
+    Returns:
+        One row per example with columns ``target_id`` (Int64), ``target_text`` (Utf8, only
+        with a tokenizer), ``target_rank`` (Int64, 0 = top, strict-greater count, see module
+        docstring), ``target_prob``, ``target_logprob`` (Float64, from a float32
+        log-softmax), ``hit@k`` (Boolean, one per k), ``top{top}_ids`` (List[Int64]),
+        ``top{top}_tokens`` (List[Utf8], only with a tokenizer), ``top{top}_probs``
+        (List[Float64]).
+
+    Raises:
+        ValueError: on shape mismatch, a target id outside the vocabulary, or NaN logits.
+    """
+    logits = torch.as_tensor(logits).detach().to("cpu", torch.float32)
+    targets = torch.as_tensor(target_ids).detach().to("cpu", torch.long).reshape(-1)
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [n, vocab], got shape {tuple(logits.shape)}")
+    n, vocab = logits.shape
+    if targets.numel() != n:
+        raise ValueError(f"{targets.numel()} target ids for {n} rows of logits")
+    if n and (targets.min() < 0 or targets.max() >= vocab):
+        raise ValueError(f"target ids must lie in [0, {vocab}), got {targets.tolist()}")
+    if torch.isnan(logits).any():
+        rows = torch.isnan(logits).any(dim=1).nonzero().flatten().tolist()
+        raise ValueError(f"NaN logits in rows {rows[:10]}{' ...' if len(rows) > 10 else ''}")
+    top = min(top, vocab)
+
+    logprobs = torch.log_softmax(logits, dim=-1)
+    target_logit = logits.gather(1, targets[:, None])
+    rank = (logits > target_logit).sum(dim=1)
+    target_logprob = logprobs.gather(1, targets[:, None]).squeeze(1)
+    _, top_ids = torch.topk(logits, top, dim=-1)
+    top_probs = logprobs.gather(1, top_ids).exp()
+
+    columns: dict[str, Any] = {"target_id": pl.Series(targets.tolist(), dtype=pl.Int64)}
+    top_id_lists = top_ids.tolist()
+    if tokenizer is not None:
+        texts = _decode_all(tokenizer, targets.tolist() + [i for row in top_id_lists for i in row])
+        columns["target_text"] = pl.Series([texts[i] for i in targets.tolist()], dtype=pl.Utf8)
+    columns["target_rank"] = pl.Series(rank.tolist(), dtype=pl.Int64)
+    columns["target_prob"] = pl.Series(target_logprob.exp().tolist(), dtype=pl.Float64)
+    columns["target_logprob"] = pl.Series(target_logprob.tolist(), dtype=pl.Float64)
+    for k in ks:
+        columns[f"hit@{k}"] = pl.Series((rank < k).tolist(), dtype=pl.Boolean)
+    columns[f"top{top}_ids"] = pl.Series(top_id_lists, dtype=pl.List(pl.Int64))
+    if tokenizer is not None:
+        columns[f"top{top}_tokens"] = pl.Series(
+            [[texts[i] for i in row] for row in top_id_lists], dtype=pl.List(pl.Utf8)
+        )
+    columns[f"top{top}_probs"] = pl.Series(top_probs.tolist(), dtype=pl.List(pl.Float64))
+    return pl.DataFrame(columns)
+
+
+def _group_seed(seed: int, n: int) -> np.random.Generator:
+    # Seeded by (seed, n) only: a group's CI does not depend on which other groups exist
+    # or their order, and groups of equal size draw the same resamples (a paired
+    # bootstrap when they list the same examples in the same order).
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, n])))
+
+
+def bootstrap_ci(
+    values: Mapping[str, np.ndarray],
+    statistics: Mapping[str, str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap CIs of several statistics over the same examples.
+
+    Every resample draws one set of example indices shared by all statistics.
+
+    Args:
+        values: name -> 1-D array of per-example values (all the same length n >= 1).
+        statistics: output name -> ``"<mean|median>:<values name>"``.
+        n_boot: number of resamples (0 gives degenerate intervals at the point estimate).
+        seed: base seed; the generator is seeded with ``(seed, n)``.
+        ci: coverage of the central interval.
+
+    Returns:
+        output name -> (lo, hi).
+    """
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+    n = len(next(iter(arrays.values())))
+    funcs = {"mean": np.mean, "median": np.median}
+    specs = {}
+    for out, spec in statistics.items():
+        func, _, name = spec.partition(":")
+        if func not in funcs or name not in arrays:
+            raise ValueError(
+                f"statistic {spec!r}: expected '<mean|median>:<one of {list(arrays)}>'"
+            )
+        specs[out] = (funcs[func], arrays[name])
+    if n == 0:
+        return {out: (math.nan, math.nan) for out in specs}
+    if n_boot <= 0:
+        return {out: (float(f(v)), float(f(v))) for out, (f, v) in specs.items()}
+    rng = _group_seed(seed, n)
+    draws: dict[str, list[np.ndarray]] = {out: [] for out in specs}
+    chunk = max(1, _MAX_BOOT_CELLS // n)
+    for start in range(0, n_boot, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))
+        for out, (func, v) in specs.items():
+            draws[out].append(func(v[idx], axis=1))
+    alpha = (1.0 - ci) / 2.0
+    result = {}
+    for out, parts in draws.items():
+        lo, hi = np.quantile(np.concatenate(parts), [alpha, 1.0 - alpha])
+        result[out] = (float(lo), float(hi))
+    return result
+
+
+def _drop_columns(
+    groups: pl.DataFrame, drops: Any, drops_by: str | None
+) -> tuple[list[int], list[str]]:
+    """``n_dropped`` and ``dropped_reasons`` for each row of ``groups``."""
+
+    def as_counts(report: Any) -> dict[str, int]:
+        counts = getattr(report, "dropped", report)  # graft.study.data.DropReport or a plain dict
+        return {str(k): int(v) for k, v in (counts or {}).items()}
+
+    def fmt(counts: dict[str, int]) -> str:
+        return "; ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v)
+
+    if drops_by is None:
+        counts = as_counts(drops)
+        return [sum(counts.values())] * groups.height, [fmt(counts)] * groups.height
+    if drops_by not in groups.columns:
+        raise ValueError(f"drops_by={drops_by!r} is not one of the group columns {groups.columns}")
+    per_key = {key: as_counts(report) for key, report in drops.items()}
+    rows = [per_key.get(key, {}) for key in groups[drops_by].to_list()]
+    return [sum(c.values()) for c in rows], [fmt(c) for c in rows]
+
+
+def summarize(
+    df: pl.DataFrame,
+    by: Sequence[str] = ("graft",),
+    ks: Sequence[int] = DEFAULT_KS,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    drops: Any = None,
+    drops_by: str | None = None,
+) -> pl.DataFrame:
+    """Aggregate per-example metrics per group, with bootstrap confidence intervals.
+
+    Args:
+        df: rows from :func:`example_metrics` plus the group columns (needs ``target_rank``
+            and ``target_prob``).
+        by: group columns, e.g. ``["graft", "template"]``; empty for one overall group.
+        ks: top-k accuracies to report (computed as ``target_rank < k``).
+        n_boot: bootstrap resamples per group (examples resampled with replacement; the
+            same indices serve every metric of a group).
+        seed: bootstrap seed; the result is deterministic for a seed.
+        ci: coverage of the percentile interval (0.95 -> 2.5th and 97.5th percentiles).
+        drops: optional drop report: a reason -> count mapping (or a
+            ``graft.study.data.DropReport``) applying to every group, or, with ``drops_by``, a
+            mapping from values of that group column to such reports.
+        drops_by: group column that keys ``drops`` (e.g. ``"template"``).
+
+    Returns:
+        One row per group, in order of first appearance: the ``by`` columns, ``n``, then
+        for each statistic ``s`` in ``acc@k`` (each k), ``mean_rank``, ``median_rank``,
+        ``mean_prob`` the columns ``s``, ``s_lo``, ``s_hi``; then ``n_dropped`` and
+        ``dropped_reasons`` (``"reason=count; ..."``) when ``drops`` is given.
+    """
+    by = list(by)
+    missing = [c for c in [*by, "target_rank", "target_prob"] if c not in df.columns]
+    if missing:
+        raise ValueError(f"summarize: columns {missing} missing (have {df.columns})")
+    if drops_by is not None and drops is None:
+        raise ValueError("drops_by given without drops")
+
+    stats = {f"acc@{k}": f"mean:hit{k}" for k in ks}
+    stats |= {"mean_rank": "mean:rank", "median_rank": "median:rank", "mean_prob": "mean:prob"}
+    parts = df.partition_by(by, maintain_order=True, as_dict=True) if by else {(): df}
+    rows: list[dict[str, Any]] = []
+    for key, group in parts.items():
+        rank = group["target_rank"].to_numpy().astype(np.float64)
+        values = {"rank": rank, "prob": group["target_prob"].to_numpy().astype(np.float64)}
+        values |= {f"hit{k}": (rank < k).astype(np.float64) for k in ks}
+        intervals = bootstrap_ci(values, stats, n_boot=n_boot, seed=seed, ci=ci)
+        row: dict[str, Any] = dict(zip(by, key, strict=True))
+        row["n"] = group.height
+        for out, spec in stats.items():
+            func, _, name = spec.partition(":")
+            row[out] = float(np.mean(values[name]) if func == "mean" else np.median(values[name]))
+            row[f"{out}_lo"], row[f"{out}_hi"] = intervals[out]
+        rows.append(row)
+
+    schema = {c: df.schema[c] for c in by} | {"n": pl.Int64}
+    schema |= {f"{s}{suffix}": pl.Float64 for s in stats for suffix in ("", "_lo", "_hi")}
+    out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    if drops is not None:
+        n_dropped, reasons = _drop_columns(out, drops, drops_by)
+        out = out.with_columns(
+            pl.Series("n_dropped", n_dropped, dtype=pl.Int64),
+            pl.Series("dropped_reasons", reasons, dtype=pl.Utf8),
+        )
+    return out
+
+
+def top_tokens_table(
+    df: pl.DataFrame,
+    by: Sequence[str] = ("graft",),
+    per_group: int = 5,
+    seed: int = 0,
+    top: int = 10,
+    keep: Sequence[str] = ("prompt_id", "text", "target_text"),
+) -> pl.DataFrame:
+    """Long table of the top next tokens for a few sampled examples per group (paper C.7).
+
+    Args:
+        df: rows from :func:`example_metrics` plus the group columns.
+        by: group columns.
+        per_group: examples sampled per group (all when the group is smaller).
+        seed: sampling seed.
+        top: which ``top{top}_*`` columns to read.
+        keep: per-example columns to carry along when present.
+
+    Returns:
+        Columns: the ``by`` columns, ``example`` (Int64 row index within the group),
+        ``rank`` (0-based position in the top list), ``token_id``, ``token`` (when
+        decoded), ``prob``, ``is_target``, ``target_id`` and ``target_rank`` of the
+        example, then the ``keep`` columns that exist.
+    """
+    by = list(by)
+    extra = [c for c in keep if c in df.columns and c not in by]
+    id_col, tok_col, prob_col = f"top{top}_ids", f"top{top}_tokens", f"top{top}_probs"
+    lists = [c for c in (id_col, tok_col, prob_col) if c in df.columns]
+    if id_col not in lists or prob_col not in lists:
+        raise ValueError(f"top_tokens_table needs {id_col} and {prob_col} columns")
+    frames = []
+    parts = df.partition_by(by, maintain_order=True) if by else [df]
+    for group in parts:
+        group = group.with_row_index("example").with_columns(pl.col("example").cast(pl.Int64))
+        rng = np.random.default_rng([seed, group.height])
+        take = np.sort(rng.choice(group.height, size=min(per_group, group.height), replace=False))
+        picked = group.filter(pl.col("example").is_in(take.tolist())).select(
+            *by, "example", "target_id", "target_rank", *extra, *lists
+        )
+        frames.append(picked)
+    if not frames:
+        return pl.DataFrame()
+    long = (
+        pl.concat(frames)
+        .explode(lists)
+        .rename(
+            {id_col: "token_id", prob_col: "prob"}
+            | ({tok_col: "token"} if tok_col in lists else {})
+        )
+    )
+    long = long.with_columns(
+        rank=pl.int_range(pl.len()).over([*by, "example"]).cast(pl.Int64),
+        is_target=pl.col("token_id") == pl.col("target_id"),
+    )
+    order = [*by, "example", "rank", "token_id", *(["token"] if tok_col in lists else [])]
+    return long.select(*order, "prob", "is_target", "target_id", "target_rank", *extra)

@@ -1,0 +1,186 @@
+"""Figures of a finished run folder, drawn from its saved summary (no recomputation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from graft.results import plots
+
+LAYER_SEP = " | "
+#: Donor pairs of the component experiment -> panel titles.
+PAIR_LABELS = {
+    "sft": "SFT into PRE\n(forward prompts)",
+    "reversal": "both-directions model into\none-direction model (reversed prompts)",
+}
+_REFERENCES = ("PRE", "SFT", "TASK", "RELATION")
+_BASE_LEGEND = {"PRE": "PRE: base model alone", "SFT": "SFT: donor alone"}
+#: experiment -> (x-axis label, legend texts, footnote sentence) of its bar charts.
+_BAR_TEXT: dict[str, tuple[str, dict[str, str], str | None]] = {
+    "position": (
+        "positions given SFT weights (all layers, all components)",
+        {
+            "PRE": "PRE: pretrained model",
+            "SFT": "SFT: finetuned model",
+            plots.GRAFT_KEY: "PRE with SFT weights there",
+        },
+        None,
+    ),
+    "necessity": (
+        "positions where PRE weights go into SFT (all layers, all components)",
+        {
+            "SFT": "SFT: finetuned model",
+            "PRE": "PRE: pretrained model",
+            plots.GRAFT_KEY: "SFT with PRE weights there",
+        },
+        "Necessity: the finetuned model (SFT) runs with the pretrained (PRE) weights grafted "
+        "back at each position set.",
+    ),
+    "hybrid": (
+        "grafts into PRE (FE: task model; LT: task ATTN + relation O+FFN)",
+        {
+            "PRE": "PRE: pretrained model",
+            "TASK": "TASK: finetuned on set A",
+            "RELATION": "RELATION: finetuned on set B",
+            plots.GRAFT_KEY: "hybrid graft",
+        },
+        None,
+    ),
+}
+
+
+def _model_name(config: dict) -> str:
+    return str(config.get("options", {}).get("model", "?"))
+
+
+def metric_slug(metric: str) -> str:
+    """``acc@5`` -> ``acc5``: the metric's part of a figure's file name."""
+    return "".join(c for c in metric if c.isalnum() or c == "_") or "metric"
+
+
+def _whiskers(summary: pl.DataFrame) -> str:
+    """What the summary's ``_lo``/``_hi`` columns are (a ``ci_method`` column, if any)."""
+    if "ci_method" in summary.columns and summary.height:
+        return str(summary["ci_method"][0])
+    return plots.DEFAULT_WHISKERS
+
+
+def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
+    """Redraw the figures of the run in ``folder`` from ``summary.parquet``; return PNG paths.
+
+    Files are ``<folder>/figures/<experiment>_<template>[_<group>]_<metric>.png`` (and
+    ``.pdf``), so figures of different metrics live side by side.
+    """
+    folder = Path(folder)
+    summary_file = folder / "summary.parquet"
+    config_file = folder / "config.json"
+    if not summary_file.is_file() or not config_file.is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a finished run folder (needs summary.parquet and config.json)"
+        )
+    summary = pl.read_parquet(summary_file)
+    if metric not in summary.columns:
+        stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
+        raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
+    config = json.loads(config_file.read_text())
+    experiment = config.get("experiment", "custom")
+    model = _model_name(config)
+    order = [g["name"] for g in config.get("grafts", [])]
+    fig_dir = folder / "figures"
+    suffix = metric_slug(metric)
+    if experiment == "layers":
+        return _draw_layers(summary, order, model, metric, fig_dir, suffix)
+    if experiment == "component":
+        return _draw_components(summary, order, model, metric, fig_dir, suffix)
+    out: list[Path] = []
+    xlabel, legend, note = _BAR_TEXT.get(
+        experiment, ("grafts", {**_BASE_LEGEND, plots.GRAFT_KEY: "graft"}, None)
+    )
+    for (group, template), part in summary.partition_by(
+        ["group", "template"], as_dict=True, maintain_order=True
+    ).items():
+        names = [n for n in dict.fromkeys(order) if n in set(part["graft"])]
+        fig = plots.bar_chart(
+            part,
+            metric,
+            order=names,
+            model=model,
+            template=f"{template}{' ' + group if group else ''}",
+            reference_labels=[n for n in names if n in _REFERENCES],
+            legend_labels=legend,
+            xlabel=xlabel,
+            whiskers=_whiskers(part),
+            note=note,
+        )
+        stem = f"{experiment}_{template}" + (f"_{_slug(group)}" if group else "")
+        png, _ = plots.save_figure(fig, fig_dir, f"{stem}_{suffix}")
+        out.append(png)
+    return out
+
+
+def _draw_layers(
+    summary: pl.DataFrame, order: list[str], model: str, metric: str, fig_dir: Path, suffix: str
+) -> list[Path]:
+    out = []
+    for (group, template), part in summary.partition_by(
+        ["group", "template"], as_dict=True, maintain_order=True
+    ).items():
+        if not group:
+            continue  # references
+        cells = part.filter(pl.col("graft").str.contains(LAYER_SEP, literal=True))
+        split = (
+            cells["graft"]
+            .str.split_exact(LAYER_SEP, 1)
+            .struct.rename_fields(["positions", "layers"])
+        )
+        frame = cells.with_columns(split.struct.unnest())
+        row_order = list(dict.fromkeys(n.split(LAYER_SEP)[0] for n in order if LAYER_SEP in n))
+        col_order = list(dict.fromkeys(n.split(LAYER_SEP)[1] for n in order if LAYER_SEP in n))
+        n = int(part["n"].max())
+        fig = plots.heatmap(
+            frame,
+            value=metric,
+            row_order=[r for r in row_order if r in set(frame["positions"])],
+            col_order=[c for c in col_order if c in set(frame["layers"])],
+            title=f"{metric}: {model}, {template}, components {group} (n={n})",
+            note=f"Cells: {metric} over n={n} prompts, SFT weights grafted into PRE at the "
+            f"row's positions in the column's layers ({_whiskers(part)}s in summary.csv).",
+        )
+        png, _ = plots.save_figure(fig, fig_dir, f"layers_{_slug(group)}_{template}_{suffix}")
+        out.append(png)
+    return out
+
+
+def _draw_components(
+    summary: pl.DataFrame, order: list[str], model: str, metric: str, fig_dir: Path, suffix: str
+) -> list[Path]:
+    out = []
+    for template, part in summary.partition_by(
+        "template", as_dict=True, maintain_order=True
+    ).items():
+        template = template[0] if isinstance(template, tuple) else template
+        fig = plots.component_chart(
+            part,
+            metric,
+            group="group",
+            order=[n for n in dict.fromkeys(order) if n in set(part["graft"])],
+            model=model,
+            title=f"{metric} by component set grafted at the last token: {model}, {template}, "
+            f"{plots.n_text(part, None)}",
+            group_labels=PAIR_LABELS,
+            legend_labels={
+                "PRE": "PRE: base model alone",
+                "SFT": "SFT: donor alone",
+                plots.GRAFT_KEY: "base with the donor's components at LT",
+            },
+            whiskers=_whiskers(part),
+        )
+        png, _ = plots.save_figure(fig, fig_dir, f"component_{template}_{suffix}")
+        out.append(png)
+    return out
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-") or "x"

@@ -1,0 +1,248 @@
+"""The command line as one tool: one vocabulary across commands, help layout, early refusals."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+import torch
+from click.testing import CliRunner
+
+import experiments.smoke
+from experiments.cli import main
+from experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
+from graft.study import finetune as ft
+from graft.study.data import load_manifest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+#: Options whose help or default depends on the command: the output of this command
+#: (--out, --overwrite), the experiment's own position sets and specs (--positions, --spec).
+PER_COMMAND = {"--out", "--overwrite", "--positions", "--spec"}
+EXPERIMENTS = ("position", "necessity", "component", "hybrid", "layers", "tokens", "custom")
+
+
+def invoke(*args: str) -> click.testing.Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def _options(command: click.Command) -> dict[str, click.Option]:
+    return {
+        p.opts[0]: p
+        for p in command.params
+        if isinstance(p, click.Option) and p.opts[0] != "--help"
+    }
+
+
+def _commands() -> dict[str, click.Command]:
+    return dict(main.commands)
+
+
+def _signature(option: click.Option) -> tuple:
+    return (option.type.to_info_dict(), option.default, option.is_flag, option.multiple)
+
+
+def test_an_option_means_the_same_in_every_command():
+    seen: dict[str, tuple[str, click.Option]] = {}
+    for name, command in _commands().items():
+        for opt, option in _options(command).items():
+            if opt in seen and opt not in PER_COMMAND:
+                first, other = seen[opt]
+                if name == "data" or first == "data":
+                    continue  # data's --dataset names the kind to generate: checked below
+                assert _signature(option) == _signature(other), f"{opt}: {name} vs {first}"
+                if opt != "--variant":  # says whose variant it is
+                    assert option.help == other.help, f"{opt}: {name} vs {first}"
+            seen.setdefault(opt, (name, option))
+    data = _options(_commands()["data"])
+    position = _options(_commands()["position"])
+    for opt in ("--n-facts", "--data-seed", "--workspace"):
+        assert _signature(data[opt]) == _signature(position[opt]) and data[opt].help == (
+            position[opt].help
+        )
+    assert set(data["--dataset"].type.choices) >= {position["--dataset"].default}
+
+
+def test_renamed_options_are_gone():
+    """Old dialects: one name per meaning."""
+    finetune = _options(_commands()["finetune"])
+    for old in ("--data-kind", "--max-steps", "--split", "--direction", "--seed"):
+        assert old not in finetune
+    assert "--batch-size" not in _options(_commands()["position"])
+    assert {"--kind", "--seed"}.isdisjoint(_options(_commands()["data"]))
+    assert "--rows-per-forward" in _options(_commands()["position"])
+    assert "--finetune-max-steps" in finetune and "--train-seed" in finetune
+
+
+def _readme_table() -> dict[str, list[str]]:
+    """option -> [meaning, commands, default/range] from the README's vocabulary table."""
+    text = README.read_text()
+    section = text[text.index("## Command-line vocabulary") :]
+    section = section[: section.index("\n## ", 5)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        match = re.fullmatch(r"`(--[a-z0-9-]+)`", cells[0]) if len(cells) == 4 else None
+        if match:
+            rows[match.group(1)] = cells[1:]
+    return rows
+
+
+def test_readme_table_lists_every_shared_option_with_its_commands():
+    table = _readme_table()
+    used: dict[str, set[str]] = {}
+    for name, command in _commands().items():
+        for opt in _options(command):
+            used.setdefault(opt, set()).add(name)
+    shared = {opt for opt, commands in used.items() if len(commands) > 1}
+    assert shared <= set(table) <= set(used)
+    for opt in table:
+        commands, listed = used[opt], table[opt][1]
+        if commands >= set(EXPERIMENTS):
+            assert "experiments" in listed, opt
+            commands = commands - set(EXPERIMENTS)
+        for name in commands:
+            assert f"`{name}`" in listed, f"{opt}: README does not list {name}"
+
+
+@pytest.mark.parametrize("command", EXPERIMENTS)
+def test_help_puts_shared_options_first_and_remote_options_last(command):
+    names = [p.name for p in _commands()[command].params]
+    shared = [names.index(n) for n in SHARED_NAMES]
+    remote = [names.index(n) for n in REMOTE_PARAMS]
+    assert shared == sorted(shared) and max(shared) < min(remote)
+    assert remote == list(range(len(names) - len(remote), len(names)))
+    text = invoke(command, "--help").output
+    assert text.index("--model") < text.index("--remote") and "--dtype" in text
+    dtype = next(p for p in _commands()[command].params if p.name == "dtype")
+    assert dtype.help and "float32" in dtype.help
+
+
+def test_finetune_help_is_sectioned_and_lists_variants():
+    text = " ".join(invoke("finetune", "--help").output.split())
+    assert text.index("Model and data:") < text.index("Finetuning:") < text.index("Output:")
+    for variant in VARIANTS:
+        assert variant in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--ndif-host", "http://h:1"],
+        ["--ndif-model-key", "k"],
+        ["--donor-mode", "hosted"],
+        ["--hosted-donor", "sft=/m"],
+        ["--max-payload-mb", "64"],
+        ["--remote-timeout", "5"],
+        ["--remote-retries", "0"],
+    ],
+)
+def test_remote_options_without_remote_are_refused(tmp_path, args):
+    result = invoke("position", "--workspace", str(tmp_path / "ws"), *args)
+    assert result.exit_code == 2, result.output
+    assert f"{args[0]} applies only to remote runs: add --remote" in result.output
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize("command", ["position", "finetune"])
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("banana", "unknown device 'banana'"), ("cuda:99", "cuda")],
+)
+def test_bad_device_is_refused_before_anything_runs(tmp_path, command, device, message):
+    if device.startswith("cuda") and torch.cuda.device_count() > 99:
+        pytest.fail("this test assumes fewer than 100 GPUs")
+    result = invoke(command, "--device", device, "--workspace", str(tmp_path / "ws"))
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--device'" in result.output and message in result.output
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("finetune", ["--finetune-max-steps", "0"], "x>=1"),
+        (
+            "finetune",
+            ["--max-steps", "5"],
+            "No such option '--max-steps'. Did you mean '--finetune-max-steps'",
+        ),
+        ("finetune", ["--n-facts", "0"], "x>=1"),
+        ("finetune", ["--lr", "0"], "x>0"),
+        ("finetune", ["--batch-size", "0"], "x>=1"),
+        ("finetune", ["--dataset", "bogus"], "neither a dataset folder nor a data kind"),
+        ("finetune", ["--variant", "sideways"], "'sideways' is not one of"),
+        ("position", ["--seed", "-1"], "x>=0"),
+        ("position", ["--finetune-max-steps", "0"], "x>=1"),
+        ("position", ["--rows-per-forward", "0"], "x>=1"),
+        ("data", ["--data-seed", "-1"], "x>=0"),
+        ("data", ["--n-facts", "0"], "x>=1"),
+    ],
+)
+def test_out_of_range_values_exit_2(tmp_path, command, args, message):
+    result = invoke(command, *args, "--workspace", str(tmp_path / "ws"))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize("command", ["position", "finetune"])
+def test_dataset_folder_with_generation_options_is_refused(tmp_path, command):
+    folder = tmp_path / "data"
+    assert invoke("data", "--n-facts", "3", "--out", str(folder)).exit_code == 0
+    result = invoke(
+        command, "--dataset", str(folder), "--n-facts", "3", "--workspace", str(tmp_path / "ws")
+    )
+    assert result.exit_code == 2, result.output
+    assert "--n-facts and --data-seed describe a generated dataset" in result.output
+
+
+def test_finetune_refuses_a_variant_the_folder_lacks(tmp_path):
+    folder = tmp_path / "data"
+    assert invoke("data", "--n-facts", "3", "--out", str(folder)).exit_code == 0
+    result = invoke(
+        "finetune",
+        *("--model", "tiny-llama", "--dataset", str(folder), "--variant", "both"),
+        *("--workspace", str(tmp_path / "ws")),
+    )
+    assert result.exit_code == 2, result.output
+    assert "has direction 'one'; --variant both needs 'both'" in result.output
+
+
+def test_data_writes_where_experiments_read(tmp_path):
+    ws = tmp_path / "ws"
+    result = invoke("data", "--n-facts", "3", "--data-seed", "2", "--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    written = ws / "datasets" / "fake_movies_real_actors-one-n3-seed2"
+    assert str(written) in result.output
+    manifest = load_manifest(written)
+    read = ft.workspace_dataset("fake_movies_real_actors", n_facts=3, seed=2, workspace=ws)
+    assert read == written and load_manifest(read) == manifest  # found, not regenerated
+
+
+def test_finetune_variant_trains_the_donor_experiments_look_for(tmp_path):
+    ws = tmp_path / "ws"
+    result = invoke(
+        "finetune",
+        *("--model", "tiny-llama", "--variant", "task", "--n-facts", "5"),
+        *("--finetune-max-steps", "1", "--workspace", str(ws), "--quiet"),
+    )
+    assert result.exit_code == 0, result.output
+    cfg = ft.resolve_config("cpu", max_steps=1)
+    expected = ft.find_or_finetune(
+        "tiny-llama", "fake_movies_real_actors", "task", cfg, ws, n_facts=5
+    )
+    assert ft.is_finished(expected) and expected.parts[-2] == "A"
+    assert sorted(p.name for p in (ws / "finetuned").rglob("eval.json")) == ["eval.json"]
+
+
+def test_smoke_checks_its_invariants(monkeypatch):
+    result = invoke("smoke", "--family", "llama")
+    assert result.exit_code == 0, result.output
+    assert "ok: grafting nothing gives the base's logits" in result.output
+    original = experiments.smoke.run_grafts
+    monkeypatch.setattr(experiments.smoke, "run_grafts", lambda *a, **k: original(*a, **k) + 1e-3)
+    result = invoke("smoke", "--family", "llama")
+    assert result.exit_code == 1
+    assert "'none' differs from the base by 1.00e-03" in result.output

@@ -1,0 +1,449 @@
+"""Remote execution: nnsight's real RemoteBackend against an NDIF wire-protocol double.
+
+Both donor modes must reproduce the local engine (exactly, in float32 on the CPU), every
+failure must come back as one readable line, and every kind of trace the experiments use
+must survive nnsight's serialise / deserialise path (``remote="local"``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+
+import click
+import pytest
+import torch
+from click.testing import CliRunner
+
+from graft.core.arch import architecture_of
+from graft.core.engine import GraftRow, plan_batch, run_grafts, run_plan
+from graft.core.spec import parse_spec
+from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
+from graft.remote.client import (
+    PAPER_CONFIGS,
+    RemoteConfig,
+    RemoteError,
+    estimate_payload_bytes,
+    hf_model_key,
+    meta_model,
+    payload_table,
+    remote_options,
+    run_plan_remote,
+    run_rows,
+)
+from graft.remote.hosted import (
+    DONORS_ATTR,
+    GraftPairModel,
+    donor_module_id,
+    hosted_model_key,
+    parse_hosted_model_key,
+)
+
+try:
+    from tests.ndif_double import NdifDouble
+except ImportError:  # tests/ is not a package: conftest puts it on sys.path
+    from ndif_double import NdifDouble
+
+API_KEY = "test-key"
+BASE_KEY = hf_model_key("graft/tiny-llama")
+BF16_KEY = hf_model_key("graft/tiny-llama-bf16")
+OTHER_KEY = hf_model_key("graft/tiny-llama-narrow-mlp")
+PAIR_KEY = hosted_model_key(
+    "graft.tiny:llama",
+    {"sft": "graft.tiny:llama:donor", "relation": "graft.tiny:llama:donor=7"},
+)
+POSITION = "FE+LT:all:all"
+COMPONENT = "LT:h2:o,ffn"
+HYBRID = "FE:all:all@sft; LT:h2:o,ffn@relation"
+
+
+def make_rows(specs, n_prompts: int = 3, seed: int = 0) -> list[GraftRow]:
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n_prompts):
+        n = (6, 9, 11)[i % 3]  # several lengths: padded batches
+        ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
+        rows += [GraftRow(ids, {"FE": [1, 2], "M": [4, 5]}, parse_spec(s)) for s in specs]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """The client's tiny llama pair (plus a second donor), as graft.remote.hosted's tiny sources build it."""
+    base = tiny_model("llama")
+    return base, {"sft": perturbed_copy(base, seed=100), "relation": perturbed_copy(base, seed=7)}
+
+
+@pytest.fixture(scope="module")
+def server():
+    pytest.importorskip("aiohttp", reason="the NDIF double needs aiohttp (pip install -e .[dev])")
+    from nnsight.modeling.transformers import TransformersModel
+
+    from graft.models import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    narrow = tiny_config("llama")
+    narrow.intermediate_size = 48  # the key names a model whose MLP differs from the client's
+    import transformers
+
+    models = {
+        # the server's own copies: nothing is shared with the client's objects
+        BASE_KEY: TransformersModel(tiny_model("llama"), tokenizer=tok),
+        BF16_KEY: TransformersModel(tiny_model("llama").to(torch.bfloat16), tokenizer=tok),
+        OTHER_KEY: TransformersModel(
+            transformers.AutoModelForCausalLM.from_config(narrow).eval(), tokenizer=tok
+        ),
+        PAIR_KEY: None,  # built from its key on first use, as NDIF deploys a model
+    }
+    with NdifDouble(models, api_keys={API_KEY}) as double:
+        yield double
+
+
+def remote_cfg(server, **kwargs) -> RemoteConfig:
+    values = dict(
+        mode="remote",
+        host=server.url,
+        api_key=API_KEY,
+        model_key=BASE_KEY,
+        retries=1,
+        retry_wait_s=0.0,
+        timeout_s=60,
+    )
+    values.update(kwargs)
+    return RemoteConfig(**values)
+
+
+def assert_same(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype
+    diff = (a - b).abs().max().item()
+    assert diff <= tol, diff
+
+
+# ------------------------------------------------------------------ the wire protocol
+
+
+@pytest.mark.parametrize("spec", [POSITION, COMPONENT])
+def test_ship_mode_equals_local(server, llama, spec):
+    base, donors = llama
+    rows = make_rows([spec, "none"], n_prompts=3)
+    local = run_grafts(base, donors["sft"], rows, batch_size=4)
+    n_before = len(server.requests)
+    cfg = remote_cfg(server, rows_per_request=4)  # 6 rows -> 2 requests of 1 batch each
+    remote = run_rows(base, donors["sft"], rows, batch_size=4, remote=cfg)
+    assert torch.equal(remote, local)
+    seen = server.requests[n_before:]
+    assert [r.outcome for r in seen] == ["completed", "completed"]
+    assert all(r.model_key == BASE_KEY and r.compress for r in seen)
+    assert all(r.headers.get("ndif-api-key") == API_KEY for r in seen)
+    assert seen[0].env.get("attn_implementation") == base.config._attn_implementation
+
+
+def test_hosted_mode_equals_local_with_a_weightless_client(server, llama, capsys):
+    base, donors = llama
+    rows = make_rows([POSITION, COMPONENT, HYBRID], n_prompts=3)
+    local = run_grafts(base, donors, rows, batch_size=4)
+    client_base = meta_model(tiny_config("llama"))  # no weights on the client at all
+    cfg = remote_cfg(server, donor_mode="hosted", model_key=PAIR_KEY)
+    n_before = len(server.requests)
+    remote = run_rows(client_base, ["sft", "relation"], rows, batch_size=4, remote=cfg)
+    assert torch.equal(remote, local)
+    (record,) = server.requests[n_before:]  # 9 rows, 3 batches: one request
+    assert record.model_key == PAIR_KEY and record.outcome == "completed"
+    assert record.payload_bytes < 20_000  # ids only, no donor weights
+    assert "hosted donors (ids only)" in capsys.readouterr().err
+
+
+def test_ship_mode_prints_the_payload_and_results_may_come_on_the_socket(server, llama, capsys):
+    base, donors = llama
+    rows = make_rows([HYBRID], n_prompts=2)
+    local = run_grafts(base, donors, rows, batch_size=2)
+    server.result_on_socket = True
+    try:
+        remote = run_rows(base, donors, rows, batch_size=2, remote=remote_cfg(server))
+    finally:
+        server.result_on_socket = False
+    assert torch.equal(remote, local)
+    expected = estimate_payload_bytes(base, HYBRID)  # both donors' modules
+    err = capsys.readouterr().err
+    assert "request 1/1: 2 rows in 1 batches; donor weights" in err
+    from graft.remote.client import format_bytes
+
+    assert format_bytes(expected) in err
+
+
+def test_a_bfloat16_server_runs_shipped_float32_donors_in_its_dtype(server, llama):
+    base, donors = llama
+    rows = make_rows([COMPONENT, "LT:all:all"], n_prompts=2)
+    base16 = copy.deepcopy(base).to(torch.bfloat16)
+    donor16 = copy.deepcopy(donors["sft"]).to(torch.bfloat16)
+    local16 = run_grafts(base16, donor16, rows, batch_size=4)
+    cfg = remote_cfg(server, model_key=BF16_KEY, compress=False)
+    remote = run_rows(base, donors["sft"], rows, batch_size=4, remote=cfg)
+    assert torch.equal(remote, local16)
+
+
+def test_right_padding_and_one_planned_batch(server, llama):
+    base, donors = llama
+    rows = make_rows([COMPONENT, POSITION], 2)
+    kw = dict(batch_size=8, padding_side="right", sort_by_length=False)
+    local = run_grafts(base, donors["sft"], rows, **kw)
+    assert torch.equal(run_rows(base, donors["sft"], rows, remote=remote_cfg(server), **kw), local)
+    plan = plan_batch(architecture_of(base), rows, pad_id=0, padding_side="left")
+    one = run_plan_remote(base, donors["sft"], plan, remote_cfg(server))
+    assert torch.equal(one, run_plan(base, {"sft": donors["sft"]}, plan))
+
+
+def test_a_transient_failure_is_retried(server, llama):
+    base, donors = llama
+    rows = make_rows([COMPONENT], n_prompts=1)
+    server.transient_failures = 1
+    out = run_rows(base, donors["sft"], rows, remote=remote_cfg(server), log=None)
+    assert server.transient_failures == 0
+    assert torch.equal(out, run_grafts(base, donors["sft"], rows))
+
+
+# ------------------------------------------------------------------------- failures
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "overrides", "message"),
+    [
+        (
+            "unreachable",
+            {"host": "http://127.0.0.1:{port}"},
+            "cannot reach the NDIF host http://127.0.0.1:{port} (Connection refused); check "
+            "--ndif-host / NDIF_HOST and that the server is running (gave up after 2 attempts)",
+        ),
+        (
+            "auth",
+            {"api_key": "wrong"},
+            "rejected the API key (HTTP 401: Invalid or missing API key.); set NDIF_API_KEY",
+        ),
+        (
+            "model",
+            {"model_key": hf_model_key("someone/else")},
+            "is not deployed on this server.); check --ndif-model-key",
+        ),
+        (
+            "payload",
+            {"max_payload_mb": 0.05},
+            "one batch of 2 rows would send 157.00 KB of donor weights (limit 51.20 KB): use "
+            "--donor-mode hosted, graft fewer cells, or raise --max-payload-mb",
+        ),
+        (
+            "server",
+            {"model_key": OTHER_KEY},
+            "the server failed while running request 1/1: RuntimeError: shape mismatch",
+        ),
+        (
+            "transient",
+            {"retries": 0, "_transient": 1},
+            "request 1/1 to {host} failed: HTTP 503: Service temporarily unavailable.",
+        ),
+    ],
+)
+def test_failures_are_one_readable_line(server, llama, kind, overrides, message):
+    base, donors = llama
+    rows = make_rows([POSITION], n_prompts=2)
+    port = _free_port()
+    overrides = {
+        k: v.replace("{port}", str(port)) if isinstance(v, str) else v for k, v in overrides.items()
+    }
+    server.transient_failures = overrides.pop("_transient", 0)
+    try:
+        with pytest.raises(RemoteError) as info:
+            run_rows(base, donors["sft"], rows, remote=remote_cfg(server, **overrides), log=None)
+    finally:
+        server.transient_failures = 0
+    err = info.value
+    assert err.kind == kind
+    assert "\n" not in str(err)
+    assert message.replace("{port}", str(port)).replace("{host}", server.url) in str(err)
+    if kind == "server":  # the server's whole traceback is kept
+        assert "Traceback" in err.detail
+
+
+def test_the_server_refusing_a_large_request_is_a_payload_error(server, llama):
+    base, donors = llama
+    server.max_request_bytes = 10_000
+    try:
+        with pytest.raises(
+            RemoteError, match=r"refused request 1/1 as too large \(HTTP 413"
+        ) as info:
+            run_rows(base, donors["sft"], make_rows([POSITION], 1), remote=remote_cfg(server))
+    finally:
+        server.max_request_bytes = None
+    assert info.value.kind == "payload"
+
+
+def test_a_key_for_another_model_is_named(server, llama):
+    base, donors = llama
+    deep = tiny_model("llama", n_layers=6)  # the client has layers the served model lacks
+    with pytest.raises(
+        RemoteError, match=r"has no module Module:model\.model\.layers\.[45]"
+    ) as info:
+        run_rows(deep, perturbed_copy(deep), make_rows(["LT:-1:o"], 1), remote=remote_cfg(server))
+    assert info.value.kind == "model"
+
+
+def test_ship_mode_needs_the_donor_weights_and_hosted_mode_a_key():
+    base = tiny_model("llama")
+    with pytest.raises(RemoteError, match="ship mode sends donor 'sft'"):
+        run_rows(base, ["sft"], make_rows([COMPONENT], 1), remote=RemoteConfig(mode="remote"))
+    base.config._name_or_path = "meta-llama/Llama-3.2-1B"
+    assert RemoteConfig(mode="remote").resolved_model_key(base) == hf_model_key(
+        "meta-llama/Llama-3.2-1B"
+    )
+    hosted = RemoteConfig(mode="remote", donor_mode="hosted", hosted_donors={"sft": "/m/sft"})
+    assert hosted.resolved_model_key(base) == hosted_model_key(
+        "meta-llama/Llama-3.2-1B", {"sft": "/m/sft"}
+    )
+    with pytest.raises(RemoteError, match="hosted mode needs the graft pair's model key"):
+        RemoteConfig(mode="remote", donor_mode="hosted").resolved_model_key(base)
+    base.config._name_or_path = "/home/me/checkpoints/sft"
+    with pytest.raises(RemoteError, match="pass --ndif-model-key"):
+        RemoteConfig(mode="remote").resolved_model_key(base)
+
+
+# ------------------------------------------------- remote-safety of every trace kind
+
+
+SIMULATED = {
+    "llama": [POSITION, "(FE+LT)^C:all:all", COMPONENT, "LT:h2:attn", "ALL:all:q; head=donor"],
+    "gpt2": [POSITION, "LT:q4:o,ffn", "LT:h2:q", "FE:all:k,v", "LT:all:embed; head=paper"],
+    "gpt_neox": [POSITION, "LT:h2:v", "FE:all:q,k"],
+    "gemma3": [POSITION, "LT:h2:q_norm,k_norm,o", "ALL:all:norms"],
+}
+
+
+@pytest.mark.parametrize("family", list(SIMULATED))
+def test_every_trace_kind_survives_nnsight_serialisation(tiny_pairs, family):
+    base, sft = tiny_pairs(family, tied=True if family == "gpt2" else None)
+    donors = {"sft": sft, "relation": perturbed_copy(base, seed=7)}
+    rows = make_rows([*SIMULATED[family], HYBRID, "FE:all:all@relation; head=donor@sft"], 2)
+    local = run_grafts(base, donors, rows, batch_size=5)
+    # the engine's own trace, through nnsight's remote="local" path
+    assert_same(run_grafts(base, donors, rows, batch_size=5, remote="local"), local)
+    # the session requests run_rows sends, serialised and run in-process
+    cfg = RemoteConfig(mode="simulate", rows_per_request=6)
+    assert torch.equal(run_rows(base, donors, rows, batch_size=5, remote=cfg, log=None), local)
+
+
+def test_hosted_pair_trace_survives_serialisation(llama):
+    base, donors = llama
+    rows = make_rows([POSITION, HYBRID, "ALL:all:all; head=donor@relation"], 2)
+    local = run_grafts(base, donors, rows, batch_size=4)
+    pair = GraftPairModel(
+        copy.deepcopy(base), donors={k: copy.deepcopy(v) for k, v in donors.items()}
+    )
+    cfg = RemoteConfig(mode="simulate", donor_mode="hosted")
+    assert torch.equal(run_rows(pair, ["sft", "relation"], rows, batch_size=4, remote=cfg), local)
+
+
+def test_stale_persistent_ids_on_a_donor_do_not_redirect_it_to_the_base(server, llama):
+    base, donors = llama
+    donor = copy.deepcopy(donors["sft"])
+    rows = make_rows([COMPONENT], 2)
+    run_grafts(donor, base, rows, remote="local")  # tags the donor's modules as a traced base
+    assert "_persistent_id" in donor.model.layers[3].mlp.down_proj.__dict__
+    # without stripping the tags the server would run ITS base modules at those paths
+    out = run_rows(base, donor, rows, remote=remote_cfg(server), log=None)
+    assert torch.equal(out, run_grafts(base, donors["sft"], rows))
+
+
+# --------------------------------------------------------------- keys, sizes, options
+
+
+def test_hosted_model_key_format_and_round_trip():
+    key = hosted_model_key("meta-llama/Llama-3.2-1B", {"sft": "/models/sft", "a": "x/y@v1"})
+    assert key == (
+        'graft.remote.hosted.GraftPairModel:{"base": "meta-llama/Llama-3.2-1B", '
+        '"donors": {"a": "x/y@v1", "sft": "/models/sft"}}'
+    )
+    assert parse_hosted_model_key(key) == (
+        "meta-llama/Llama-3.2-1B",
+        {"a": "x/y@v1", "sft": "/models/sft"},
+    )
+    from nnsight.modeling.mixins.remotable import Remotable
+
+    tiny = hosted_model_key("graft.tiny:llama", {"sft": "graft.tiny:llama:donor"})
+    pair = Remotable.from_model_key(tiny)  # meta build: no weights
+    assert isinstance(pair, GraftPairModel) and pair.to_model_key() == tiny
+    inner = pair._module
+    assert hasattr(getattr(inner, DONORS_ATTR), "sft")
+    assert donor_module_id("sft", "model.layers.0.mlp") in pair._remoteable_persistent_objects()
+    assert json.loads(hf_model_key("openai-community/gpt2-xl").split(":", 1)[1]) == {
+        "repo_id": "openai-community/gpt2-xl",
+        "revision": None,
+        "task": "text-generation",
+    }
+
+
+def test_estimate_payload_bytes_counts_exactly_the_grafted_modules():
+    base = tiny_model("llama")
+    o = base.model.layers[3].self_attn.o_proj.weight.numel() * 4
+    assert estimate_payload_bytes(base, "LT:-1:o") == o
+    assert estimate_payload_bytes(base, ["LT:-1:o", "FE:-1:o"]) == o
+    assert estimate_payload_bytes(base, "LT:-1:o; FE:-1:o@task") == 2 * o
+    assert estimate_payload_bytes(base, "LT:-1:o", dtype=torch.bfloat16) == o // 2
+    everything = sum(p.numel() * 4 for p in base.parameters())
+    head = sum(p.numel() * 4 for p in (*base.model.norm.parameters(), *base.lm_head.parameters()))
+    assert estimate_payload_bytes(base, "LT:all:all") == everything - head
+    assert estimate_payload_bytes(base, "LT:all:all; head=donor") == everything
+
+
+def test_payload_of_paper_models_from_their_configs_alone():
+    table = {(r["model"], r["graft"]): r for r in payload_table()}
+    gpt2 = table[("gpt2-xl", "LT:all:all")]
+    # every weight but the final norm (wte is the tied unembedding): 1,557,611,200 params
+    assert gpt2["bytes_float32"] == (1_557_611_200 - 2 * 1600) * 4
+    llama = table[("llama3.2-1b", "LT:all:all")]
+    assert llama["bytes_bfloat16"] == (1_235_814_400 - 2048) * 2
+    assert table[("llama3.2-1b", "ALL:all:q")]["bytes_bfloat16"] == 16 * 2048 * 2048 * 2
+    assert set(PAPER_CONFIGS) == {r["model"] for r in table.values()}
+
+
+def test_remote_options_give_the_command_a_config():
+    seen = {}
+
+    @click.command()
+    @remote_options
+    def cmd(remote):
+        seen["cfg"] = remote
+
+    runner = CliRunner()
+    assert runner.invoke(cmd, []).exit_code == 0
+    assert seen["cfg"].mode == "local" and not seen["cfg"].enabled
+    args = [
+        "--remote",
+        "--ndif-host",
+        "http://h:1",
+        "--donor-mode",
+        "hosted",
+        "--hosted-donor",
+        "sft=/m/sft",
+        "--max-payload-mb",
+        "64",
+        "--remote-retries",
+        "0",
+    ]
+    result = runner.invoke(cmd, args)
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    assert (cfg.mode, cfg.host, cfg.donor_mode, cfg.max_payload_mb, cfg.retries) == (
+        "remote",
+        "http://h:1",
+        "hosted",
+        64.0,
+        0,
+    )
+    assert cfg.hosted_donors == {"sft": "/m/sft"}
+    bad = runner.invoke(cmd, ["--hosted-donor", "sft"])
+    assert bad.exit_code != 0 and "write NAME=SOURCE" in bad.output

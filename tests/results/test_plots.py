@@ -1,0 +1,234 @@
+"""Figures render headless and save PNG + PDF (graft.results.plots)."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import polars as pl
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.text import Text
+
+from graft.results.plots import (
+    GRAFT_COLOR,
+    REFERENCE_COLORS,
+    bar_chart,
+    component_chart,
+    graft_label,
+    heatmap,
+    save_figure,
+)
+from graft.results.report import PAIR_LABELS, draw_figures
+
+GRAFTS = ["PRE", "SFT", "FE:all:all", "LT:all:all", "FE+LT:all:all", "(FE+LT)^C:all:all"]
+
+
+def _summary(templates=("headline",), grafts=GRAFTS, group="") -> pl.DataFrame:
+    rows = []
+    for t_index, template in enumerate(templates):
+        for i, graft in enumerate(grafts):
+            v = (i * 0.15 + 0.05 * t_index) % 1
+            rows.append(
+                {
+                    "graft": graft,
+                    "template": template,
+                    "n": 50,
+                    "n_dropped": 2,
+                    "acc@5": v,
+                    "acc@5_lo": max(v - 0.1, 0),
+                    "acc@5_hi": min(v + 0.1, 1),
+                    "mean_rank": 40.0 * i,
+                    "mean_rank_lo": 30.0 * i,
+                    "mean_rank_hi": 50.0 * i,
+                    "group": group,
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def _check_saved(fig, tmp_path, stem):
+    png, pdf = save_figure(fig, tmp_path / "figs", stem)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
+    assert not list((tmp_path / "figs").glob(".*"))  # no temp files left
+
+
+def test_labels():
+    assert graft_label("FE+LT:all:all") == "FE+LT"
+    assert graft_label("(FE+LT)^C") == "(FE+LT)$^{C}$"
+    assert graft_label("none") == "PRE"
+    assert graft_label("LT:q4:o,ffn") == "LT:q4:o,ffn"
+
+
+def test_bar_chart(tmp_path):
+    fig = bar_chart(_summary(), model="smollm2-135m", template="headline")
+    ax = fig.axes[0]
+    title = ax.get_title()
+    assert "smollm2-135m" in title and "headline" in title and "n=50" in title
+    assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["PRE", "SFT", "FE"]
+    assert any(t.get_text() == "0.15" for t in ax.texts)
+    _check_saved(fig, tmp_path, "bar")
+    with pytest.raises(ValueError, match="several rows"):
+        bar_chart(_summary(("headline", "qa")))
+    with pytest.raises(ValueError, match="not in the frame"):
+        bar_chart(_summary(), order=["PRE", "XX"])
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+
+
+def _bar_colors(ax) -> set[str]:
+    return {to_hex(patch.get_facecolor()) for patch in ax.patches}
+
+
+def _legend(fig):
+    legend = fig.axes[0].get_legend() or fig.legends[0]
+    colors = {to_hex(h.get_facecolor()) for h in legend.legend_handles}
+    return legend, colors, [t.get_text() for t in legend.get_texts()]
+
+
+def test_bar_chart_says_what_the_whiskers_are():
+    fig = bar_chart(_summary())
+    assert any("whiskers: 95% bootstrap CI" in t for t in _texts(fig))
+    assert any(
+        "whiskers: Wilson 95% CI" in t
+        for t in _texts(bar_chart(_summary(), whiskers="Wilson 95% CI"))
+    )
+    no_ci = _summary().drop(["acc@5_lo", "acc@5_hi"])
+    assert any("no confidence intervals" in t for t in _texts(bar_chart(no_ci)))
+
+
+def test_bar_chart_legend_shows_every_bar_colour():
+    summary = _summary(grafts=["PRE", "TASK", "RELATION", "FE:all:all", "LT:all:all"])
+    refs = ["PRE", "TASK", "RELATION"]
+    fig = bar_chart(summary, reference_labels=refs, legend_labels={"TASK": "TASK: set A"})
+    legend, colors, texts = _legend(fig)
+    assert colors == _bar_colors(fig.axes[0])  # one entry per colour, no colour unexplained
+    assert len(colors) == 4 and to_hex(GRAFT_COLOR) in colors
+    assert texts == ["PRE", "TASK: set A", "RELATION", "graft"]
+    # references only: no graft entry
+    _, colors, texts = _legend(bar_chart(_summary(grafts=["PRE", "SFT"])))
+    assert texts == ["PRE", "SFT"] and colors == {to_hex(c) for c in REFERENCE_COLORS[:2]}
+
+
+def test_rank_plots_say_lower_is_better_and_keep_the_legend_off_the_bars():
+    fig = bar_chart(_summary(), "mean_rank")
+    ax = fig.axes[0]
+    assert "lower is better" in ax.get_ylabel()
+    assert "lower is better" not in bar_chart(_summary()).axes[0].get_ylabel()
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    legend_box = ax.get_legend().get_window_extent(renderer)
+    assert legend_box.x0 >= ax.get_window_extent(renderer).x1  # beside the axes, not on them
+    top = max(t.get_position()[1] for t in ax.texts)  # value labels stay inside the axes
+    assert top < ax.get_ylim()[1]
+
+
+def test_component_chart(tmp_path):
+    summary = pl.concat([_summary(group="sft"), _summary(group="reversal")], how="vertical")
+    fig = component_chart(
+        summary, group="group", model="tiny", group_labels=PAIR_LABELS, title=None
+    )
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2
+    assert [ax.get_title() for ax in axes] == [PAIR_LABELS["sft"], PAIR_LABELS["reversal"]]
+    assert [t.get_text() for t in axes[0].get_yticklabels()][:3] == ["PRE", "SFT", "FE"]
+    assert "n=50" in fig.get_suptitle()
+    # readable at page width: 7 inches, nothing rotated, no text below 7 pt
+    assert fig.get_figwidth() <= 7.0
+    texts = [t for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+    assert all(t.get_rotation() == 0 for t in texts)
+    assert min(t.get_fontsize() for t in texts) >= 7
+    _, colors, _ = _legend(fig)
+    assert colors == set().union(*(_bar_colors(ax) for ax in axes))
+    assert any("whiskers: 95% bootstrap CI" in t for t in _texts(fig))
+    _check_saved(fig, tmp_path, "components")
+    _check_saved(component_chart(_summary(), group=None), tmp_path, "components_single")
+
+
+def _run_folder(tmp_path, experiment, summary, grafts) -> str:
+    folder = tmp_path / experiment
+    folder.mkdir()
+    summary.write_parquet(folder / "summary.parquet")
+    config = {"experiment": experiment, "options": {"model": "tiny-llama"}}
+    config["grafts"] = [{"name": g} for g in grafts]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_figure_files_are_named_after_their_metric(tmp_path):
+    folder = _run_folder(tmp_path, "position", _summary(("headline", "qa")), GRAFTS)
+    acc = draw_figures(folder)
+    rank = draw_figures(folder, "mean_rank")
+    assert [p.name for p in acc] == ["position_headline_acc5.png", "position_qa_acc5.png"]
+    assert [p.name for p in rank] == [
+        "position_headline_mean_rank.png",
+        "position_qa_mean_rank.png",
+    ]
+    assert all(p.is_file() for p in acc + rank)  # the second metric overwrote nothing
+    with pytest.raises(ValueError, match="unknown metric 'acc@7'; use one of acc@5, mean_rank"):
+        draw_figures(folder, "acc@7")
+
+
+def test_necessity_figures_say_pre_weights_go_into_sft(tmp_path):
+    folder = _run_folder(tmp_path, "necessity", _summary(), GRAFTS)
+    (png,) = draw_figures(folder)
+    assert png.name == "necessity_headline_acc5.png"
+    import graft.results.plots as plots
+
+    captured = []
+    original = plots.save_figure
+    plots.save_figure = lambda fig, *a, **k: captured.append(fig) or original(fig, *a, **k)
+    try:
+        draw_figures(folder)
+    finally:
+        plots.save_figure = original
+    text = " ".join(_texts(captured[0]))
+    assert "PRE weights go into SFT" in captured[0].axes[0].get_xlabel()
+    assert "SFT with PRE weights there" in text and "grafted back" in text
+
+
+def test_hybrid_and_component_figures_from_run_folders(tmp_path, monkeypatch):
+    import graft.results.plots as plots
+
+    captured = []
+    original = plots.save_figure
+    monkeypatch.setattr(
+        plots, "save_figure", lambda fig, *a, **k: captured.append(fig) or original(fig, *a, **k)
+    )
+    hybrid = ["PRE", "TASK", "RELATION", "FE none + LT hybrid", "FE all + LT hybrid"]
+    draw_figures(_run_folder(tmp_path, "hybrid", _summary(grafts=hybrid), hybrid))
+    _, colors, texts = _legend(captured[-1])
+    assert len(colors) == 4 and any(t.startswith("TASK") for t in texts)
+    assert any(t.startswith("RELATION") for t in texts)
+    summary = pl.concat([_summary(group="sft"), _summary(group="reversal")])
+    (png,) = draw_figures(_run_folder(tmp_path, "component", summary, GRAFTS))
+    assert png.name == "component_headline_acc5.png"
+    titles = [ax.get_title() for ax in captured[-1].axes if ax.get_visible()]
+    assert titles == [PAIR_LABELS["sft"], PAIR_LABELS["reversal"]]
+    assert "n=50" in captured[-1].get_suptitle()
+
+
+def test_heatmap(tmp_path):
+    frame = pl.DataFrame(
+        {
+            "positions": [p for p in ("FE", "LT", "(FE+LT)^C") for _ in range(4)],
+            "layers": ["0-7", "8-15", "16-23", "24-29"] * 3,
+            "acc@5": [i / 12 for i in range(12)],
+        }
+    ).filter(pl.col("acc@5") != 0.5)  # one missing cell
+    fig = heatmap(frame, title="layer windows", note="Cells: acc@5 over n=4 prompts")
+    assert len(fig.axes) == 2  # the map and its colourbar
+    assert "Cells: acc@5 over n=4 prompts" in _texts(fig)
+    assert len(fig.axes[0].texts) == 11
+    _check_saved(fig, tmp_path, "heatmap")
+    with pytest.raises(ValueError, match="several rows"):
+        heatmap(pl.concat([frame, frame]))
+
+
+def test_backend_untouched():
+    before = matplotlib.get_backend()
+    bar_chart(_summary())
+    assert matplotlib.get_backend() == before

@@ -1,0 +1,318 @@
+"""Finetuning: presets, data split, a tiny finetune that learns, resume, workspace, CLI errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from click.testing import CliRunner
+
+from experiments.finetune import finetune as finetune_command
+from graft.models import load_model
+from graft.study import finetune as ft
+from graft.study.data import DatasetConfig, generate_dataset
+
+# Small and fast: 20 facts x 12 renderings, tiny model, big learning rate.
+TINY = ft.FinetuneConfig(name="cpu", learning_rate=2e-3, weight_decay=0.0, batch_size=32, epochs=2)
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_one_thread():
+    # One thread: the tiny models are faster that way, and CI machines are shared.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    random.seed(0)
+    torch.manual_seed(0)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "facts20"
+    return generate_dataset(DatasetConfig(n_facts=20), out)
+
+
+@pytest.fixture(scope="module")
+def split_dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "split"
+    return generate_dataset(DatasetConfig(n_facts=10, split=True), out)
+
+
+def test_presets() -> None:
+    assert ft.PAPER.learning_rate == 2e-5 and ft.PAPER.weight_decay == 0.01
+    assert ft.PAPER.batch_size == 4 and ft.PAPER.epochs == 10 and ft.PAPER.fp16_on_cuda
+    assert ft.GENTLE.learning_rate == 2e-6 and ft.GENTLE.weight_decay == 0
+    assert ft.GENTLE.generic_ratio > 0
+    assert set(ft.PRESETS) == {"paper", "gentle", "cpu"}
+    assert ft.resolve_config("cpu").key() == "cpu"
+    changed = ft.resolve_config("cpu", learning_rate=1e-3, seed=None)
+    assert changed.learning_rate == 1e-3 and changed.key().startswith("cpu-")
+    with pytest.raises(ft.FinetuneError, match="unknown preset"):
+        ft.resolve_config("fast")
+    with pytest.raises(ft.FinetuneError, match="positive"):
+        ft.resolve_config("cpu", epochs=0)
+
+
+@pytest.mark.parametrize("steps", [0, -2])
+def test_max_steps_below_one_is_refused(steps, dataset, tmp_path) -> None:
+    with pytest.raises(ft.FinetuneError, match=f"max_steps must be at least 1.*got {steps}"):
+        ft.resolve_config("cpu", max_steps=steps)
+    config = dataclasses.replace(TINY, max_steps=steps)  # built directly, not resolved
+    with pytest.raises(ft.FinetuneError, match="max_steps must be at least 1"):
+        ft.finetune("tiny-llama", dataset, tmp_path / "sft", config, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+    assert ft.resolve_config("cpu", max_steps=1).max_steps == 1
+    assert ft.resolve_config("cpu").max_steps == -1  # all epochs
+
+
+def test_split_is_by_text_and_seeded(dataset) -> None:
+    rows = [json.loads(line) for line in (dataset / "train.jsonl").read_text().splitlines()]
+    texts = [r["text"] for r in rows]
+    train, val = ft.split_texts(texts, 0.2, seed=0)
+    assert (len(train), len(val)) == (192, 48)
+    assert sorted(train + val) == sorted(texts)
+    assert ft.split_texts(texts, 0.2, seed=0) == (train, val)
+    assert ft.split_texts(texts, 0.2, seed=1) != (train, val)
+    fact_of = {r["text"]: r["fact_id"] for r in rows}
+    assert {fact_of[t] for t in train} == {r["fact_id"] for r in rows}  # every fact trained on
+
+
+def test_generic_corpus(tmp_path) -> None:
+    corpus = tmp_path / "generic.txt"
+    corpus.write_text("The river runs to the sea.\n\nBread is made from flour.\n")
+    assert ft.load_generic_texts(corpus) == [
+        "The river runs to the sea.",
+        "Bread is made from flour.",
+    ]
+    with pytest.raises(ft.FinetuneError, match="does not exist"):
+        ft.load_generic_texts(tmp_path / "missing.txt")
+
+
+def _eval_losses(out: Path) -> list[float]:
+    log = json.loads((out / "train_log.json").read_text())["log_history"]
+    return [e["eval_loss"] for e in log if "eval_loss" in e]
+
+
+@pytest.mark.slow
+def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, capsys) -> None:
+    out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", TINY, device="cpu", quiet=True)
+    assert not ft.partial_dir(out).exists()
+    losses = _eval_losses(out)
+    assert len(losses) == 2 and losses[1] < losses[0]
+    log = json.loads((out / "train_log.json").read_text())
+    train_losses = [e["loss"] for e in log["log_history"] if "loss" in e]
+    assert train_losses[-1] < train_losses[0]
+    assert log["best_checkpoint"] is not None
+
+    info = json.loads((out / "finetune_config.json").read_text())
+    assert info["config"] == TINY.to_dict() and info["seed"] == 0
+    assert info["n_train_texts"] == 192 and info["n_val_texts"] == 48
+    assert {"torch", "transformers", "nnsight", "graft"} <= set(info["versions"])
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert json.loads((out / "data_manifest.json").read_text()) == manifest
+
+    evaluation = json.loads((out / "eval.json").read_text())
+    for model in ("sft", "pre"):
+        forward = evaluation[model]["forward"]
+        assert set(forward["per_template"]) == {"headline", "qa", "movie"}
+        assert forward["overall"]["n"] == 60
+        assert 0 <= forward["overall"]["top5"] <= 1
+    # The finetune moved the target's probability (PRE is a random tiny model).
+    assert evaluation["sft"]["forward"]["overall"] != evaluation["pre"]["forward"]["overall"]
+
+    reloaded = load_model(out, device="cpu")
+    assert reloaded.source == "local" and (out / "model.safetensors").is_file()
+    base = load_model("tiny-llama", device="cpu")
+    assert not torch.equal(
+        reloaded.model.lm_head.weight, base.model.lm_head.weight
+    )  # it is the finetuned model
+    ids = reloaded.tokenizer("Keanu Reeves starred in", return_tensors="pt")["input_ids"]
+    assert ids.max() < 96
+
+    # A finished finetune is not redone.
+    capsys.readouterr()
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True) == out
+    assert "already done" in capsys.readouterr().out
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+class _InterruptAfterFirstSave(transformers.TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+def test_interrupted_finetune_resumes(dataset, tmp_path, capsys) -> None:
+    out = tmp_path / "sft"
+    with pytest.raises(KeyboardInterrupt):
+        ft.finetune(
+            "tiny-llama", dataset, out, TINY, device="cpu", quiet=True,
+            callbacks=[_InterruptAfterFirstSave()],
+        )  # fmt: skip
+    assert not out.exists()
+    checkpoints = sorted((ft.partial_dir(out) / "checkpoints").glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-6"]  # one epoch of 192 texts / 32
+
+    # Other settings are refused rather than mixed with the old checkpoints.
+    other = dataclasses.replace(TINY, learning_rate=1e-3)
+    with pytest.raises(ft.FinetuneError, match="other settings"):
+        ft.finetune("tiny-llama", dataset, out, other, device="cpu", quiet=True)
+
+    ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    assert "resuming finetune from" in capsys.readouterr().out
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["resumed_from"] == "checkpoint-6" and log["global_step"] == 12
+    assert len(_eval_losses(out)) == 2
+    assert not ft.partial_dir(out).exists()
+
+    # Resumed == uninterrupted (seeded data order and optimiser state restored).
+    straight = ft.finetune(
+        "tiny-llama", dataset, tmp_path / "straight", TINY, device="cpu", quiet=True
+    )
+    a = load_model(out, device="cpu").model.state_dict()
+    b = load_model(straight, device="cpu").model.state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_bad_dataset_inputs(tmp_path, split_dataset, dataset) -> None:
+    with pytest.raises(ft.FinetuneError, match="does not exist"):
+        ft.load_fact_dataset(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ft.FinetuneError, match="is empty; make one with graft.study.data"):
+        ft.load_fact_dataset(tmp_path / "empty")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n{"te')
+    with pytest.raises(ft.FinetuneError, match="has no test_prompts.jsonl"):
+        ft.load_fact_dataset(tmp_path / "half")
+    (tmp_path / "half" / "test_prompts.jsonl").write_text("")
+    with pytest.raises(ft.FinetuneError, match=r"train.jsonl, line 3: not valid JSON"):
+        ft.load_fact_dataset(tmp_path / "half")
+    with pytest.raises(ft.FinetuneError, match="split into sets A/B"):
+        ft.load_fact_dataset(split_dataset)
+    task = ft.load_fact_dataset(split_dataset, "A")
+    assert task.train_set == "A" and {r["set"] for r in task.train} == {"A"}
+    with pytest.raises(ft.FinetuneError, match="no fact set 'C'"):
+        ft.load_fact_dataset(split_dataset, "C")
+    with pytest.raises(ft.FinetuneError, match="unknown data variant"):
+        ft.parse_variant("sideways")
+    assert ft.parse_variant("task") == ("one", "A")
+    assert ft.parse_variant("both-B") == ("both", "B")
+    assert ft.parse_variant("both") == ("both", None)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "no-such-model"], "unknown model"),
+        (["--dataset", "{tmp}"], "has no train.jsonl"),
+        (["--dataset", "{tmp}/missing"], "neither a dataset folder nor a data kind"),
+        (["--dataset", "{tmp}", "--n-facts", "3"], "describe a generated dataset"),
+        (["--model", "tiny-llama", "--n-facts", "0"], "n-facts"),
+        (["--model", "tiny-llama", "--epochs", "-1"], "x>0"),
+        (["--preset", "turbo"], "turbo"),
+        (["--model", "tiny-llama", "--finetune-max-steps", "0"], "--finetune-max-steps"),
+    ],
+)
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, message) -> None:
+    ws = tmp_path / "ws"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = CliRunner().invoke(finetune_command, [*args, "--workspace", str(ws)])
+    assert result.exit_code == 2, result.output
+    error_lines = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(error_lines) == 1 and message in error_lines[0], result.output
+    assert not ws.exists() or not any(ws.rglob("*.safetensors"))
+
+
+@pytest.mark.slow
+def test_find_or_finetune_finetunes_once(tmp_path, capsys) -> None:
+    ws = tmp_path / "ws"
+    path = ft.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, ws, n_facts=20)
+    out = capsys.readouterr().out
+    assert "finetuning now" in out
+    assert path == ws / "finetuned/tiny-gpt2/fake_movies_real_actors-one-n20-seed0/all" / TINY.key()
+    assert ft.is_finished(path)
+    assert (
+        ft.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, ws, n_facts=20)
+        == path
+    )
+    assert "finetuning now" not in capsys.readouterr().out
+
+
+def test_find_or_finetune_prints_standalone_command(tmp_path, capsys, monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(ft, "finetune", lambda *a, **k: calls.append((a, k)) or a[2])
+    ws = tmp_path / "ws"
+    path = ft.find_or_finetune(
+        "tiny-llama", "fake_movies_real_actors", "task", "cpu", ws, n_facts=5
+    )
+    out = capsys.readouterr().out
+    assert (
+        f"graft-exp finetune --model tiny-llama --dataset fake_movies_real_actors "
+        f"--n-facts 5 --variant task --preset cpu --workspace {ws}"
+    ) in out
+    assert path.parts[-2:] == ("A", "cpu") and calls[0][1]["train_set"] == "A"
+    assert (ws / "datasets/fake_movies_real_actors-one-split-n5-seed0/train.jsonl").is_file()
+
+
+def test_evaluate_examples_counts_ranks_and_truncation() -> None:
+    from graft.study.data import TestExample
+
+    loaded = load_model("tiny-gpt2", device="cpu")
+    tok = loaded.tokenizer
+    texts = {"short": "Keanu Reeves starred in a movie with", "long": "Keanu Reeves " * 10}
+    examples = [
+        TestExample(
+            fact_id=i, template=name, text=text, input_ids=tok(text)["input_ids"], spans={},
+            target_text=" Tom", target_id=tok(" Tom", add_special_tokens=False)["input_ids"][0],
+        )
+        for i, (name, text) in enumerate(texts.items())
+    ]  # fmt: skip
+    result = ft.evaluate_examples(loaded.model, examples, pad_id=tok.pad_token_id, batch_size=2)
+    forward = result["forward"]
+    assert forward["overall"]["n"] == 2 and forward["overall"]["truncated"] == 1
+    with torch.no_grad():
+        logits = loaded.model(**tok(texts["short"], return_tensors="pt")).logits[0, -1]
+    rank = int((logits > logits[examples[0].target_id]).sum())
+    assert forward["per_template"]["short"]["mean_rank"] == rank
+    assert forward["per_template"]["short"]["top5"] == float(rank < 5)
+
+
+@pytest.mark.slow
+def test_quiet_finetune_prints_no_logs_or_bars(dataset, tmp_path, capfd) -> None:
+    one_step = dataclasses.replace(TINY, max_steps=1)
+    out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", one_step, device="cpu", quiet=True)
+    assert ft.is_finished(out)
+    captured = capfd.readouterr()
+    printed = captured.out + captured.err
+    for noise in ("'loss'", "'eval_loss'", "train_runtime", "eval PRE", "eval SFT", "it/s", "%|"):
+        assert noise not in printed, printed
+    assert printed.strip().splitlines() == [f"graft: finetuned model saved to {out}"]
+
+
+def test_finetune_refuses_bad_device_before_writing(dataset, tmp_path) -> None:
+    from graft.models import DeviceError
+
+    with pytest.raises(DeviceError, match="unknown device 'banana'"):
+        ft.finetune("tiny-llama", dataset, tmp_path / "sft", TINY, device="banana")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_finetune_refuses_dataset_without_usable_prompt(tmp_path) -> None:
+    facts = tmp_path / "facts.csv"
+    title = "The " + "Very " * 29 + "Long Night"
+    facts.write_text(
+        "movie_title,first_actor,second_actor\n"
+        f"{title},Ana Smith,John Ponce\n{title} Two,Mia Lopez,Carl Berg\n"
+    )
+    data = generate_dataset(DatasetConfig(kind="custom", facts_path=facts), tmp_path / "data")
+    # headline and qa prompts fit tiny-gpt2's 64 positions; only movie prompts are too long
+    examples, drops = ft._usable_test_prompts(data, load_model("tiny-gpt2", device="cpu"))
+    assert drops.dropped == {"too_long": 4} and {e.template for e in examples} == {"headline", "qa"}

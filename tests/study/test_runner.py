@@ -1,0 +1,362 @@
+"""graft.study.runner through its library API: a tiny run, batching, interruption and resume, errors.
+
+No finetune here: the donor is a perturbed copy of ``tiny-llama`` saved to a folder and given
+as an explicit model path, and the dataset is a small generated folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import socket
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+import graft.study.finetune as ft
+import graft.study.runner as runner
+from graft.core.spec import parse_spec
+from graft.core.tiny import perturbed_copy, tiny_model
+from graft.errors import GraftError
+from graft.models import tiny_tokenizer
+from graft.remote.client import RemoteConfig
+from graft.results.folder import MARKER_FILE, RunFolderError
+from graft.study.data import DatasetConfig, generate_dataset
+from graft.study.grafts import reference
+from graft.study.runner import (
+    ExperimentConfig,
+    ExperimentError,
+    Graft,
+    ModelSource,
+    load_examples,
+    run_experiment,
+    sample_examples,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return generate_dataset(DatasetConfig(n_facts=4), tmp_path_factory.mktemp("data") / "facts")
+
+
+@pytest.fixture(scope="module")
+def donor_path(tmp_path_factory) -> str:
+    """A fake finetune of tiny-llama (same weights as load_model('tiny-llama'), perturbed)."""
+    folder = tmp_path_factory.mktemp("donor") / "tiny-llama-perturbed"
+    perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+GRAFTS = [
+    reference("PRE", None),
+    reference("SFT", "sft"),
+    Graft("FE", parse_spec("FE:all:all")),
+    Graft("LT", parse_spec("LT:h2:o,ffn")),
+    Graft("M", parse_spec("M:all:all")),
+]
+
+
+def config(dataset, out, **kw) -> ExperimentConfig:
+    options = dict(
+        experiment="custom",
+        model="tiny-llama",
+        dataset=str(dataset),
+        templates=("headline", "movie"),
+        n=2,
+        batch_size=4,
+        device="cpu",
+        n_boot=20,
+        out=str(out),
+        progress=False,
+    )
+    return ExperimentConfig(**(options | kw))
+
+
+def run(cfg, donor_path, echo=None):
+    return run_experiment(
+        cfg, GRAFTS, donors={"sft": ModelSource(path=donor_path)}, echo=echo or (lambda _: None)
+    )
+
+
+def sort(df: pl.DataFrame) -> pl.DataFrame:
+    return df.sort(["prompt_id", "graft"])
+
+
+def test_run_experiment(dataset, donor_path, tmp_path):
+    lines: list[str] = []
+    result = run(config(dataset, tmp_path / "run"), donor_path, echo=lines.append)
+    # 2 headline prompts x 4 grafts (no M) + 2 movie prompts x 5 grafts = 18 rows, 5 batches
+    assert lines[0].startswith("custom: 4 prompts x 5 grafts = 18 rows in 5 batches (0 already")
+    assert result.examples.height == 18
+    assert sort(result.examples).equals(sort(pl.read_parquet(tmp_path / "run/examples.parquet")))
+    assert result.summary.equals(pl.read_parquet(tmp_path / "run/summary.parquet"))
+    by_template = {
+        t: result.summary.filter(pl.col("template") == t)["graft"].to_list()
+        for t in ("headline", "movie")
+    }
+    assert by_template == {
+        "headline": ["PRE", "SFT", "FE", "LT"],
+        "movie": [g.name for g in GRAFTS],
+    }
+    assert result.config["donors"]["sft"]["path"] == donor_path
+    assert result.config["donors"]["sft"]["fingerprint"]
+    assert result.config["options"]["templates"] == ["headline", "movie"]
+    assert result.drops == {"headline": {}, "movie": {}}
+    lp = {
+        g: part["target_logprob"].to_list()
+        for (g,), part in sort(result.examples).group_by(["graft"], maintain_order=True)
+    }
+    assert lp["PRE"] != lp["SFT"] and lp["PRE"] != lp["FE"]
+
+
+def test_batching_does_not_change_numbers(dataset, donor_path, tmp_path):
+    one = run(config(dataset, tmp_path / "b1", batch_size=1), donor_path).examples
+    many = run(config(dataset, tmp_path / "b32", batch_size=32), donor_path).examples
+    one, many = sort(one), sort(many)
+    assert one.select(["prompt_id", "graft", "target_id"]).equals(
+        many.select(["prompt_id", "graft", "target_id"])
+    )
+    diff = (one["target_logprob"] - many["target_logprob"]).abs().max()
+    # logits agree to the engine's float32 bound, 1e-5; log-probs to twice that
+    assert diff <= 2e-5
+
+
+def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
+    expected = sort(run(config(dataset, tmp_path / "full"), donor_path).examples)
+
+    calls: list[int] = []
+    original = runner._run_rows
+
+    def crash_on_third(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the user hits Ctrl-C in the middle of batch 2
+        return original(*args)
+
+    monkeypatch.setattr(runner, "_run_rows", crash_on_third)
+    out = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        run(config(dataset, out), donor_path)
+    assert sorted(p.name for p in (out / "parts/examples").iterdir()) == [
+        "0.parquet",
+        "1.parquet",
+    ]
+    assert not (out / "examples.parquet").exists() and not (out / "summary.parquet").exists()
+
+    calls.clear()
+    monkeypatch.setattr(runner, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    lines: list[str] = []
+    resumed = run(config(dataset, out), donor_path, echo=lines.append)
+    assert "(2 already done)" in lines[0] and len(calls) == 3
+    assert sort(resumed.examples).equals(expected)
+    assert resumed.examples.select(["prompt_id", "graft"]).is_duplicated().sum() == 0
+
+
+def test_bad_input_writes_nothing(dataset, donor_path, tmp_path):
+    out = tmp_path / "out"
+    donors = {"sft": ModelSource(path=donor_path)}
+    cfg = config(dataset, out)
+    with pytest.raises(ExperimentError, match="no grafts"):
+        run_experiment(cfg, [], donors=donors)
+    with pytest.raises(ExperimentError, match=r"uses donor\(s\) \['task'\] not loaded"):
+        run_experiment(cfg, [Graft("x", parse_spec("LT:all:o@task"))], donors=donors)
+    with pytest.raises(ExperimentError, match="names span.* Q that no test prompt has"):
+        run_experiment(cfg, [Graft("x", parse_spec("Q+LT:all:o"))], donors=donors)
+    bad_templates = dataclasses.replace(cfg, templates=("headline", "nope"))
+    with pytest.raises(ExperimentError, match="--templates nope.*available: headline, movie, qa"):
+        run_experiment(bad_templates, GRAFTS, donors=donors)
+    bad_dataset = dataclasses.replace(cfg, dataset="not_a_kind")
+    with pytest.raises(ExperimentError, match="neither a dataset folder nor a data kind"):
+        run_experiment(bad_dataset, GRAFTS, donors=donors)
+    assert not out.exists()
+
+
+def test_load_and_sample_examples(dataset):
+    tok = tiny_tokenizer()
+    cfg = ExperimentConfig(experiment="x", templates=("qa", "headline", "qa"))
+    examples, drops = load_examples(dataset, tok, cfg)
+    assert [e.template for e in examples] == ["qa"] * 4 + ["headline"] * 4  # no duplicates
+    assert set(drops) == {"qa", "headline"}
+    assert len({e.prompt_id for e in examples}) == len(examples)
+
+    picked = sample_examples(examples, 2, seed=0)
+    assert [e.template for e in picked] == ["qa"] * 2 + ["headline"] * 2
+    assert [examples.index(e) for e in picked] == sorted(examples.index(e) for e in picked)
+    assert sample_examples(examples, 2, seed=0) == picked
+    assert any(sample_examples(examples, 2, seed=s) != picked for s in range(1, 6))
+    assert sample_examples(examples, 10, seed=0) == examples
+    assert sample_examples(examples, None, seed=0) == examples
+
+
+def test_default_out():
+    cfg = ExperimentConfig(experiment="position", model="tiny-llama", seed=3)
+    assert runner.default_out(cfg) == Path("runs/position/tiny-llama-fake_movies_real_actors-seed3")
+    assert runner.default_out(cfg, "gentle").name.endswith("-gentle-seed3")
+
+
+# ------------------------------------------------------------------ trust: wrong tables, run folders
+
+
+@pytest.mark.parametrize(
+    ("grafts", "message"),
+    [
+        (
+            [Graft("a", parse_spec("FE:all:all")), Graft("a", parse_spec("LT:all:all"))],
+            "two grafts are named 'a': 'FE:all:all' and 'LT:all:all'",
+        ),
+        (
+            [reference("PRE", None), Graft("PRE", parse_spec("FE+LT:all:all"))],
+            "two grafts are named 'PRE': 'none' and 'FE+LT:all:all'",
+        ),
+        (
+            [Graft("FE", parse_spec("FE:all:all")), Graft("FE", parse_spec("FE:all:all"))],
+            "two grafts are named 'FE'",
+        ),
+        ([Graft(" ", parse_spec("FE:all:all"))], "has no name"),
+    ],
+)
+def test_grafts_of_one_name_are_refused_never_pooled(
+    dataset, donor_path, tmp_path, grafts, message
+):
+    """Two grafts of one name were pooled into one summary row with doubled n."""
+    out = tmp_path / "out"
+    with pytest.raises(ExperimentError, match=re.escape(message)):
+        run_experiment(config(dataset, out), grafts, donors={"sft": ModelSource(path=donor_path)})
+    assert not out.exists()
+
+
+def test_one_name_in_two_groups_is_two_results():
+    grafts = [Graft("PRE", parse_spec("none"), "sft"), Graft("PRE", parse_spec("none"), "rev")]
+    runner.check_grafts(grafts, {})  # the summary keys on (group, graft): nothing pooled
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_reachability_check_connects_only():
+    from graft.remote.client import RemoteError, check_reachable
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        check_reachable(RemoteConfig(mode="remote", host=f"http://127.0.0.1:{port}"))
+    check_reachable(RemoteConfig(mode="simulate"))  # nothing to reach
+    with pytest.raises(RemoteError, match="cannot reach the NDIF host"):
+        check_reachable(RemoteConfig(mode="remote", host=f"http://127.0.0.1:{closed_port()}"))
+    with pytest.raises(RemoteError, match="is not a URL"):
+        check_reachable(RemoteConfig(mode="remote", host="http://127.0.0.1:port"))
+
+
+def bad_starts(dataset, donor_path, tmp_path) -> dict:
+    """Starts that fail validation, as (config, grafts, donors)."""
+    donors = {"sft": ModelSource(path=donor_path)}
+    gpt2 = tmp_path / "tiny-gpt2"
+    tiny_model("gpt2", seed=0).save_pretrained(gpt2)
+    tiny_tokenizer().save_pretrained(gpt2)
+    (tmp_path / "file").write_text("x")
+    unreachable = RemoteConfig(mode="remote", host=f"http://127.0.0.1:{closed_port()}", retries=0)
+    return {
+        "layer out of range": ({}, [Graft("x", parse_spec("LT:9:o"))], donors),
+        "donor of another family": ({}, GRAFTS, {"sft": ModelSource(path=str(gpt2))}),
+        "unknown device": ({"device": "banana"}, GRAFTS, donors),
+        "unreachable host": ({"remote": unreachable}, GRAFTS, donors),
+        "unwritable workspace": (
+            {"dataset": "fake_movies_real_actors", "workspace": str(tmp_path / "file" / "ws")},
+            GRAFTS,
+            donors,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("layer out of range", "layer 9"),
+        ("donor of another family", "gpt2"),
+        ("unknown device", "unknown device 'banana'"),
+        ("unreachable host", "cannot reach the NDIF host"),
+        ("unwritable workspace", "cannot generate the dataset in the workspace"),
+    ],
+)
+def test_failed_start_leaves_no_trace_and_the_rerun_works(
+    dataset, donor_path, tmp_path, case, message
+):
+    """A failed start once left config.json behind, and the corrected rerun into the same
+    (default) folder was refused as a different configuration."""
+    out = tmp_path / "out"
+    changes, grafts, donors = bad_starts(dataset, donor_path, tmp_path)[case]
+    with pytest.raises(GraftError, match=message) as info:
+        cfg = dataclasses.replace(config(dataset, out), **changes)
+        run_experiment(cfg, grafts, donors=donors)
+    assert "\n" not in str(info.value)
+    assert not out.exists()
+    assert run(config(dataset, out), donor_path).examples.height == 18
+
+
+def test_unwritable_out_is_refused_before_anything_runs(dataset, donor_path, tmp_path):
+    (tmp_path / "file").write_text("x")
+    for out in (tmp_path / "file", tmp_path / "file" / "run"):
+        with pytest.raises(RunFolderError, match="run folder"):
+            run(config(dataset, out), donor_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_overwrite_never_clears_a_folder_graft_did_not_write(dataset, donor_path, tmp_path):
+    """--overwrite pointed at a model folder once deleted the model's config.json."""
+    before = {p.name: p.read_bytes() for p in Path(donor_path).iterdir()}
+    for overwrite in (True, False):
+        with pytest.raises(RunFolderError, match=f"no {MARKER_FILE} marker"):
+            run(config(dataset, donor_path, overwrite=overwrite), donor_path)
+    assert {p.name: p.read_bytes() for p in Path(donor_path).iterdir()} == before
+    out = tmp_path / "run"
+    run(config(dataset, out), donor_path)
+    assert (out / MARKER_FILE).is_file()
+    changed = run(config(dataset, out, n=1, overwrite=True), donor_path)  # graft's: cleared
+    assert changed.examples.height == 9
+
+
+def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch):
+    def no_finetune(*args, **kwargs):
+        raise AssertionError("finetuned before the templates were checked")
+
+    monkeypatch.setattr(ft, "finetune", no_finetune)
+    cfg = ExperimentConfig(
+        experiment="position",
+        model="tiny-llama",
+        n_facts=4,
+        templates=("nope",),
+        workspace=str(tmp_path / "ws"),
+        out=str(tmp_path / "out"),
+        progress=False,
+    )
+    with pytest.raises(ExperimentError, match="--templates nope"):
+        run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")})
+    assert not (tmp_path / "ws" / "finetuned").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_pending_finetune_is_announced_with_an_estimate(
+    dataset, donor_path, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(ft, "find_or_finetune", lambda *args, **kwargs: donor_path)
+    cfg = config(dataset, tmp_path / "out", workspace=str(tmp_path / "ws"), finetune_max_steps=2)
+    run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "finetuned first" in ln]
+    assert "'one' model of tiny-llama" in line and "2 steps" in line and "(an estimate)" in line
+    # explicit model folders need no finetune: nothing announced
+    run(config(dataset, tmp_path / "out2"), donor_path)
+    assert "finetuned first" not in capsys.readouterr().err
