@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from graft.core.arch import Architecture, architecture_of
-from graft.core.engine import GraftRow, default_pad_id, run_grafts
+from graft.core.engine import run_grafts
+from graft.core.plan import GraftRow, default_pad_id
 from graft.core.spec import GraftSpec, ResolvedGraft, parse_spec
 from graft.core.tiny import perturbed_copy, tiny_pair
 

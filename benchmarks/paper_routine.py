@@ -7,8 +7,9 @@ cached at earlier positions keep the weights that were active at their own posit
 fused QKV projection only the output features of the grafted slice (q, k or v) are copied.
 
 Nothing here imports the engine; only the spec resolution (which cells a graft uses) and the
-architecture table (which module computes a component) are graft's. tests/test_paper_routine.py
-checks it against the engine; benchmarks.real_model times it.
+architecture table (which module computes a component) are graft's.
+tests/benchmarks/test_paper_routine.py checks it against the engine; benchmarks.real_model
+times it.
 """
 
 from __future__ import annotations
@@ -21,12 +22,8 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-try:  # the subpackage layout; the engine is deliberately not imported
-    from graft.core.arch import Architecture, architecture_of
-    from graft.core.spec import GraftSpec, ResolvedGraft
-except ImportError:  # the flat layout
-    from graft.core.arch import Architecture, architecture_of
-    from graft.core.spec import GraftSpec, ResolvedGraft
+from graft.core.arch import Architecture, architecture_of  # the engine is not imported
+from graft.core.spec import GraftSpec, ResolvedGraft
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
 

@@ -41,7 +41,7 @@ from benchmarks.real_model import (
     write_json,
 )
 
-_PLANNING = {"plan_batch", "resolve_rows", "check_compatible", "_donor_modules", "resolve"}
+_PLANNING = {"plan_batch", "resolve_rows", "check_compatible", "donor_modules", "resolve"}
 
 Frame = tuple[str, str, int]  # (file, function, line)
 
@@ -93,7 +93,7 @@ def _trace_body_bucket(stack: list[Frame], index: int) -> str:
     deeper = {_area(f) for f, _, _ in stack[:index]}
     if "module(" in line and "x[rows]" in line:
         return "donor module calls" if deeper else "gather / scatter / clone in trace body"
-    if "_merge_slices" in line:
+    if "merge_slices(" in line:
         return "gather / scatter / clone in trace body"
     if "nnsight" in deeper:
         return "nnsight, worker side (envoy inputs/outputs)"

@@ -49,6 +49,7 @@ from benchmarks._graft_api import (
 )
 from benchmarks.paper_routine import paper_rows
 from graft.errors import GraftError
+from graft.study.grafts import COMPONENT_SETS
 
 #: E1: every component in every layer at each position set, plus the two references.
 E1_GRAFTS = {
@@ -62,19 +63,7 @@ E1_GRAFTS = {
     "LT^C": "LT^C:all:all",
 }
 #: E3: the paper's component sets (ATTN = q,k,v; FFN = gate,up,down) at LT, last quarter.
-E3_GRAFTS = {
-    name: f"LT:q4:{components}"
-    for name, components in {
-        "ATTN+O+FFN": "attn,o,ffn",
-        "ATTN+O": "attn,o",
-        "O+FFN": "o,ffn",
-        "ATTN+FFN": "attn,ffn",
-        "O": "o",
-        "FFN": "ffn",
-        "O+FFN_up": "o,ffn_up",
-        "O+FFN_down": "o,ffn_down",
-    }.items()
-}
+E3_GRAFTS = {name: f"LT:q4:{components}" for name, components in COMPONENT_SETS.items()}
 GOALS = {
     "e1_engine_over_plain": ("<=", 1.2),
     "e3_engine_over_plain": ("<=", 0.5),
@@ -109,7 +98,8 @@ class Prompt:
 def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
     """The first ``n`` headline prompts over the shipped real-actor names that tokenize fully."""
     from graft.core.spans import render, tokenize_with_spans
-    from graft.study.data import TEST_TEMPLATES, load_real_actors, name_exclusion_reason
+    from graft.study.names import load_real_actors, name_exclusion_reason
+    from graft.study.templates import TEST_TEMPLATES
 
     prompts: list[Prompt] = []
     for actor in load_real_actors():

@@ -1,13 +1,18 @@
 """Max |one-pass - token-by-token reference| per family and graft kind (float32).
 
 Run from the repository root: python -m benchmarks.reference_table
-Uses the same tiny models, prompts and specs as tests/test_engine.py.
+Uses the same tiny models, prompts and specs as tests/core/test_engine.py.
 """
 
 from __future__ import annotations
 
 import torch
-from tests.test_engine import (
+
+from graft.core.arch import architecture_of
+from graft.core.engine import run_grafts
+from graft.core.spec import EMBEDDING_COMPONENTS
+from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.core.test_engine import (
     COMPONENT_SPECS,
     HEAD_SPECS,
     LAYER_SPECS,
@@ -16,11 +21,6 @@ from tests.test_engine import (
     make_rows,
     reference,
 )
-
-from graft.core.arch import architecture_of
-from graft.core.engine import run_grafts
-from graft.core.spec import EMBEDDING_COMPONENTS
-from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 
 
 def kind_of(text: str) -> str:

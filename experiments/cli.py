@@ -15,9 +15,10 @@ COMMANDS: list[tuple[str, str]] = [
     ("hybrid", "hybrid"),
     ("layers", "layers"),
     ("tokens", "tokens"),
-    ("position", "necessity"),
+    ("necessity", "necessity"),
     ("custom", "custom"),
     ("plot", "plot"),
+    ("compare", "compare"),
     ("smoke", "smoke"),
 ]
 
@@ -30,3 +31,7 @@ def main() -> None:
 
 for _module, _attr in COMMANDS:
     main.add_command(getattr(importlib.import_module(f"experiments.{_module}"), _attr))
+
+
+if __name__ == "__main__":
+    main()

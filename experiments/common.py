@@ -1,29 +1,36 @@
 """The command-line vocabulary of ``graft-exp``, and the glue from options to graft.study.runner.
 
-Every option that more than one command takes is declared once here (name, type, range,
-default, help), so it means the same thing in every command; the README's "Command-line
+Every option that more than one command takes is built from one table,
+:mod:`experiments.options` (flag, type, range, help per config dataclass field; the default
+is the field's), so it means the same thing in every command; the README's "Command-line
 vocabulary" table lists them. Where a meaning differs, the name differs too (an experiment's
 ``--rows-per-forward`` is not a finetune's ``--batch-size``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import logging
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from graft.core.spec import HEAD_POLICIES
-from graft.errors import GraftError
-from graft.models import DEFAULT_MODEL
-from graft.remote.client import RemoteError, remote_options
-from graft.study.data import DEFAULT_N_FACTS, DIRECTIONS, KINDS
-from graft.study.finetune import PRESETS, VARIANT_ALIASES
+from experiments.options import (
+    CLI_ONLY,
+    REMOTE_FLAGS,
+    RemoteConfig,
+    cli_only_option,
+    field_option,
+)
+from graft.errors import GraftError, RemoteError
 from graft.study.runner import ExperimentConfig, ExperimentRun, print_summary
+from graft.study.templates import DIRECTIONS
+from graft.study.workspace import VARIANT_ALIASES
 
-DATA_KINDS = tuple(k for k in KINDS if k != "custom")
 #: Donor variants: the direction of the training data, and the fact set of a split dataset.
 VARIANTS = (
     *DIRECTIONS,
@@ -34,9 +41,6 @@ VARIANT_HELP = (
     "one (trained on one direction), both (also the swapped renderings), task (= one-A: "
     "fact set A of a split dataset), relation (= one-B), one-A, one-B, both-A, both-B."
 )
-DATASET_HELP = (
-    f"Data kind ({', '.join(DATA_KINDS)}), generated into the workspace, or a dataset folder."
-)
 
 # Help sections, in print order after the command's own options ("Options").
 MODEL_DATA = "Model and data"
@@ -45,29 +49,89 @@ DONORS = "Donor finetuning (when a donor is missing from the workspace)"
 OUTPUT = "Output"
 REMOTE = "Remote execution (only with --remote)"
 SECTIONS = (MODEL_DATA, RUN, DONORS, OUTPUT, REMOTE)
-REMOTE_PARAMS = (
-    "remote_flag",
-    "ndif_host",
-    "ndif_model_key",
-    "donor_mode",
-    "hosted_donor",
-    "max_payload_mb",
-    "remote_timeout",
-    "remote_retries",
+#: The remote options' parameters: RemoteConfig's fields, in help order.
+REMOTE_PARAMS = tuple(REMOTE_FLAGS)
+#: The shared options of every experiment command, in help order: ExperimentConfig's fields
+#: with a flag, and --quiet.
+SHARED_NAMES = (
+    "model",
+    "dataset",
+    "n_facts",
+    "data_seed",
+    "templates",
+    "n",
+    "batch_size",
+    "device",
+    "dtype",
+    "seed",
+    "n_boot",
+    "head_policy",
+    "protocol",
+    "preset",
+    "finetune_max_steps",
+    "out",
+    "workspace",
+    "overwrite",
+    "quiet",
 )
 SECTION_OF: dict[str, str] = {
     **dict.fromkeys(
         ("model", "dataset", "n_facts", "data_seed", "templates", "n", "variant"),
         MODEL_DATA,
     ),
-    **dict.fromkeys(("batch_size", "device", "dtype", "seed", "n_boot", "head_policy"), RUN),
+    **dict.fromkeys(
+        ("batch_size", "device", "dtype", "seed", "n_boot", "head_policy", "protocol"), RUN
+    ),
     **dict.fromkeys(("preset", "finetune_max_steps"), DONORS),
     **dict.fromkeys(("out", "workspace", "overwrite", "quiet"), OUTPUT),
     **dict.fromkeys(REMOTE_PARAMS, REMOTE),
 }
 
 
-class GraftCommand(click.Command):
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it
+        pass
+
+
+@contextlib.contextmanager
+def cli_logging(quiet: bool = False) -> Iterator[None]:
+    """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
+    each; ``quiet`` keeps warnings only and also hides transformers' own progress bars.
+    The logger is restored afterwards (commands may run inside a notebook or a test)."""
+    logger = logging.getLogger("graft")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    if quiet:
+        silence_library_progress()
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+class LoggingCommand(click.Command):
+    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one)."""
+
+    def invoke(self, ctx: click.Context):
+        with cli_logging(bool(ctx.params.get("quiet"))):
+            return super().invoke(ctx)
+
+
+class GraftCommand(LoggingCommand):
     """A command whose ``--help`` groups the shared options under headings (:data:`SECTIONS`);
     the command's own options come first, under "Options".
 
@@ -99,30 +163,6 @@ class GraftCommand(click.Command):
                     formatter.write_dl(groups[title])
 
 
-class DeviceType(click.ParamType):
-    """``cpu``, ``cuda``, ``cuda:N``: checked against this machine when the option is parsed."""
-
-    name = "device"
-
-    def convert(self, value, param, ctx):
-        from graft.models import DeviceError, resolve_device
-
-        try:
-            resolve_device(value)
-        except DeviceError as err:
-            self.fail(str(err), param, ctx)
-        return str(value)
-
-
-def _csv(ctx, param, value):
-    if value is None:
-        return None
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    if not items:
-        raise click.BadParameter("give at least one comma-separated value")
-    return items
-
-
 def silence_library_progress() -> None:
     """``--quiet``: also hide transformers' own bars (weight loading, checkpoint writing)."""
     import transformers
@@ -134,43 +174,11 @@ def silence_library_progress() -> None:
 
 
 def model_option() -> Callable:
-    return click.option(
-        "--model",
-        default=DEFAULT_MODEL,
-        show_default=True,
-        help="Registry name (smollm2-135m, gemma3-270m, gpt2-xl, llama3.2-1b, tiny-llama, ...), "
-        "hub id or model folder.",
-    )
+    return field_option(ExperimentConfig, "model")
 
 
-def dataset_option() -> Callable:
-    return click.option(
-        "--dataset", default="fake_movies_real_actors", show_default=True, help=DATASET_HELP
-    )
-
-
-def n_facts_option(*dest: str) -> Callable:
-    """``--n-facts``; ``dest`` renames the callback's parameter."""
-    return click.option(
-        "--n-facts",
-        *dest,
-        type=click.IntRange(1),
-        default=None,
-        help=f"Facts per set of a generated dataset [default: {DEFAULT_N_FACTS}; data --facts: "
-        "every usable row].",
-    )
-
-
-def data_seed_option(*dest: str) -> Callable:
-    """``--data-seed``; ``dest`` renames the callback's parameter."""
-    return click.option(
-        "--data-seed",
-        *dest,
-        type=click.IntRange(0),
-        default=0,
-        show_default=True,
-        help="Seed of a generated dataset (Faker and every shuffle).",
-    )
+def quiet_option() -> Callable:
+    return cli_only_option("quiet")
 
 
 def variant_option(default: str = "one", what: str = "the donor") -> Callable:
@@ -184,56 +192,16 @@ def variant_option(default: str = "one", what: str = "the donor") -> Callable:
     )
 
 
-def preset_option() -> Callable:
-    return click.option(
-        "--preset",
-        type=click.Choice(sorted(PRESETS)),
-        default=None,
-        help="Finetune hyper-parameters: paper, gentle (C.4, generic text mixed in) or cpu "
-        "(small models on a CPU) [default: paper when training on CUDA, else cpu].",
-    )
-
-
-def finetune_max_steps_option() -> Callable:
-    return click.option(
-        "--finetune-max-steps",
-        type=click.IntRange(1),
-        default=None,
-        help="Stop a finetune after this many optimisation steps (quick trials) "
-        "[default: the preset's epochs].",
-    )
-
-
-def device_option() -> Callable:
-    return click.option(
-        "--device",
-        type=DeviceType(),
-        default=None,
-        help="cpu, cuda or cuda:N [default: cuda if available, else cpu].",
-    )
-
-
-def workspace_option(*dest: str) -> Callable:
-    """``--workspace``; ``dest`` renames the callback's parameter."""
-    return click.option(
-        "--workspace",
-        *dest,
-        type=click.Path(file_okay=False),
-        default=None,
-        help="Datasets (<workspace>/datasets) and finetuned models (<workspace>/finetuned) "
-        "[default: $GRAFT_WORKSPACE or ./workspace].",
-    )
-
-
-def quiet_option() -> Callable:
-    return click.option("--quiet", is_flag=True, help="No progress bars.")
-
-
 def apply_options(func: Callable, options: list[Callable]) -> Callable:
     """Decorate ``func`` so that ``options`` appear in ``--help`` in list order."""
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def with_options(options: list[Callable]) -> Callable[[Callable], Callable]:
+    """Decorator form of :func:`apply_options`."""
+    return lambda func: apply_options(func, options)
 
 
 def given(name: str) -> bool:
@@ -251,28 +219,45 @@ def check_dataset_options(dataset: str) -> None:
         )
 
 
-# ------------------------------------------------------------------- experiment commands
+# ------------------------------------------------------------------------ remote options
 
-SHARED_NAMES = (
-    "model",
-    "dataset",
-    "n_facts",
-    "data_seed",
-    "templates",
-    "n",
-    "batch_size",
-    "device",
-    "dtype",
-    "seed",
-    "n_boot",
-    "head_policy",
-    "preset",
-    "finetune_max_steps",
-    "out",
-    "workspace",
-    "overwrite",
-    "quiet",
-)
+
+def remote_config(values: dict) -> RemoteConfig | None:
+    """The :class:`RemoteConfig` of the remote options' ``values`` (field name -> value), or
+    None for a local run. Any remote option without ``--remote`` is a usage error (exit 2),
+    never silently ignored; a bad combination is a ``click.BadParameter``."""
+    try:
+        config = RemoteConfig(**values)
+    except RemoteError as err:
+        raise click.BadParameter(str(err)) from err
+    if config.mode != "local":
+        return config
+    ctx = click.get_current_context()
+    flags = [p.opts[0] for p in ctx.command.params if p.name in values and given(p.name)]
+    if flags:
+        one = len(flags) == 1
+        raise click.UsageError(
+            f"{', '.join(flags)} {'applies' if one else 'apply'} only to remote runs: "
+            f"add --remote (or drop {'it' if one else 'them'})"
+        )
+    return None
+
+
+def remote_options(func: Callable) -> Callable:
+    """Click decorator: add the remote-execution options (:data:`REMOTE_FLAGS`: ``--remote``,
+    ``--ndif-host``, ``--ndif-model-key``, ``--donor-mode``, ``--hosted-donor``,
+    ``--max-payload-mb``, ``--remote-timeout``, ``--remote-retries``); the command gets one
+    keyword argument ``remote``: a :class:`RemoteConfig`, or None without ``--remote``."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        values = {name: kwargs.pop(name) for name in REMOTE_PARAMS}
+        return func(*args, remote=remote_config(values), **kwargs)
+
+    return apply_options(wrapper, [field_option(RemoteConfig, n) for n in REMOTE_PARAMS])
+
+
+# ------------------------------------------------------------------- experiment commands
 
 
 def shared_options(func: Callable) -> Callable:
@@ -287,86 +272,34 @@ def shared_options(func: Callable) -> Callable:
         opts = {k: kwargs.pop(k) for k in SHARED_NAMES}
         check_dataset_options(opts["dataset"])
         opts["progress"] = not opts.pop("quiet")
-        if not opts["progress"]:
-            silence_library_progress()
         return with_remote(*args, cfg_options=opts, **kwargs)
 
     options = [
-        model_option(),
-        dataset_option(),
-        n_facts_option(),
-        data_seed_option(),
-        click.option(
-            "--templates",
-            callback=_csv,
-            default=None,
-            help="Comma-separated test templates (headline,qa,movie) [default: all].",
-        ),
-        click.option(
-            "--n",
-            type=click.IntRange(1),
-            default=None,
-            help="Examples per template (sampled with --seed) [default: all].",
-        ),
-        click.option(
-            "--rows-per-forward",
-            "batch_size",
-            type=click.IntRange(1),
-            default=32,
-            show_default=True,
-            help="(prompt, graft) rows per forward pass: memory vs speed, results unchanged.",
-        ),
-        device_option(),
-        click.option(
-            "--dtype",
-            type=click.Choice(["float32", "float16", "bfloat16", "float64"]),
-            default=None,
-            help="Dtype the models run in [default: float32 on CPU, bfloat16 on CUDA].",
-        ),
-        click.option(
-            "--seed",
-            type=click.IntRange(0),
-            default=0,
-            show_default=True,
-            help="Seed of the example sample (--n) and of the bootstrap CIs.",
-        ),
-        click.option(
-            "--n-boot",
-            type=click.IntRange(10, 100_000),
-            default=1000,
-            show_default=True,
-            help="Bootstrap resamples for the 95% CIs.",
-        ),
-        click.option(
-            "--head-policy",
-            type=click.Choice(HEAD_POLICIES),
-            default="base",
-            show_default=True,
-            help="Readout of grafted runs: base head (paper's text), donor head, or as the "
-            "paper's code did.",
-        ),
-        preset_option(),
-        finetune_max_steps_option(),
-        click.option(
-            "--out",
-            type=click.Path(file_okay=False),
-            default=None,
-            help="Run folder [default: runs/<experiment>/<model>-<dataset>-seed<seed>]; a "
-            "rerun resumes it.",
-        ),
-        workspace_option(),
-        click.option(
-            "--overwrite",
-            is_flag=True,
-            help="Discard an existing run in --out instead of resuming it.",
-        ),
-        quiet_option(),
+        cli_only_option(n) if n in CLI_ONLY else field_option(ExperimentConfig, n)
+        for n in SHARED_NAMES
     ]
     return apply_options(wrapper, options)
 
 
+#: Commands whose grafts, donors and data follow ``--protocol paper`` so far.
+PAPER_PROTOCOL_COMMANDS = ("position", "necessity", "hybrid")
+
+
 def make_config(experiment: str, cfg_options: dict, remote, **extra) -> ExperimentConfig:
+    """The command's :class:`ExperimentConfig`; ``--protocol paper`` is refused where the
+    command does not apply it yet (it would change the data but not the grafts)."""
+    if cfg_options.get("protocol") == "paper" and experiment not in PAPER_PROTOCOL_COMMANDS:
+        raise click.UsageError(
+            f"--protocol paper is not built for {experiment} yet (only "
+            f"{', '.join(PAPER_PROTOCOL_COMMANDS)}); drop it or run one of those"
+        )
     return ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra)
+
+
+def protocol_default(param: str, value, paper_value, protocol: str):
+    """The command's option ``param``: ``value`` as given or defaulted, but ``paper_value``
+    under ``--protocol paper`` when ``param`` was not given (e.g. the both-direction donor)."""
+    return paper_value if protocol == "paper" and not given(param) else value
 
 
 def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> ExperimentRun:
@@ -380,3 +313,16 @@ def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> Ex
     print_summary(run.summary, metric, echo=click.echo)
     click.echo(f"results: {run.folder.path}")
     return run
+
+
+def echo_figures(run_folder: str | Path) -> None:
+    """Draw the figures of ``run_folder`` and name each PNG."""
+    from graft.results.report import draw_figures
+
+    for png in draw_figures(run_folder):
+        click.echo(f"figure: {png}")
+
+
+def standalone(command: click.Command) -> None:
+    """Run ``command`` as its own program (``python experiments/<file>.py``)."""
+    command(max_content_width=100)

@@ -7,11 +7,17 @@ from pathlib import Path
 import click
 import polars as pl
 
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from experiments.common import (
+    GraftCommand,
+    echo_figures,
+    make_config,
+    run_and_report,
+    shared_options,
+    standalone,
+)
 from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
 from graft.results.folder import RunFolder
-from graft.results.report import draw_figures
 from graft.study.grafts import component_grafts
 from graft.study.runner import ModelSource, default_out, print_summary, run_experiment
 
@@ -89,8 +95,7 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
             )
         )
         summaries.append(run.summary)
-        for png in draw_figures(run.folder.path):
-            click.echo(f"figure: {png}")
+        echo_figures(run.folder.path)
     if len(summaries) > 1:
         combined_dir = RunFolder(root)
         combined_dir.mark()
@@ -103,5 +108,8 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
         combined_dir.write_json("config.json", dict(first, grafts=grafts, pairs=names))
         click.echo("all pairs:")
         print_summary(combined, echo=click.echo)
-        for png in draw_figures(combined_dir.path):
-            click.echo(f"figure: {png}")
+        echo_figures(combined_dir.path)
+
+
+if __name__ == "__main__":
+    standalone(component)

@@ -5,14 +5,20 @@ from __future__ import annotations
 import click
 
 from experiments.common import VARIANTS as COMMON_VARIANTS
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from experiments.common import (
+    GraftCommand,
+    echo_figures,
+    make_config,
+    run_and_report,
+    shared_options,
+    standalone,
+)
 from graft.errors import GraftError
 from graft.models import ModelNotFoundError, resolve_model_name
-from graft.results.report import draw_figures
 from graft.study.grafts import reference, spec_graft
 from graft.study.runner import ModelSource, run_experiment
 
-#: What NAME=VARIANT accepts (see ``graft.study.finetune.parse_variant``).
+#: What NAME=VARIANT accepts (see ``graft.study.workspace.parse_variant``).
 VARIANTS = ("pretrained", *COMMON_VARIANTS)
 
 
@@ -96,5 +102,8 @@ def custom(specs, donor_args, base_arg, directions, references, cfg_options, rem
     run = run_and_report(
         lambda: run_experiment(cfg, grafts, base=base, donors=donors, echo=click.echo)
     )
-    for png in draw_figures(run.folder.path):
-        click.echo(f"figure: {png}")
+    echo_figures(run.folder.path)
+
+
+if __name__ == "__main__":
+    standalone(custom)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options
-from graft.results.report import draw_figures
+from experiments.common import (
+    GraftCommand,
+    echo_figures,
+    make_config,
+    run_and_report,
+    shared_options,
+    standalone,
+)
 from graft.study.grafts import hybrid_grafts
 from graft.study.runner import ModelSource, run_experiment
 
@@ -21,15 +27,25 @@ from graft.study.runner import ModelSource, run_experiment
 def hybrid(lt_layers, cfg_options, remote):
     """E4 (Fig. 5): at LT, ATTN from the task model (finetuned on fact set A) and O+FFN from
     the relation model (set B) in the last half of layers; at FE nothing / all / ATTN / FFN /
-    O+FFN / ATTN+O from the task model in every layer. Tested on set B's prompts."""
+    O+FFN / ATTN+O from the task model in every layer. Tested on set B's prompts.
+
+    Under --protocol paper the relation model gives O, up and down at LT (the gate stays
+    the task model's), both donors are trained on both directions (both-A, both-B) and
+    the last half is the paper's third and fourth quarters."""
     cfg = make_config("hybrid", cfg_options, remote, split=True)
+    paper = cfg.protocol == "paper"
+    task, relation = ("both-A", "both-B") if paper else ("task", "relation")
     run = run_and_report(
         lambda: run_experiment(
             cfg,
-            hybrid_grafts(lt_layers, cfg.head_policy),
-            donors={"task": ModelSource("task"), "relation": ModelSource("relation")},
+            hybrid_grafts(lt_layers, cfg.head_policy, protocol=cfg.protocol),
+            donors={"task": ModelSource(task), "relation": ModelSource(relation)},
             echo=click.echo,
+            **({"data_direction": "both", "out_tag": "paper"} if paper else {}),
         )
     )
-    for png in draw_figures(run.folder.path):
-        click.echo(f"figure: {png}")
+    echo_figures(run.folder.path)
+
+
+if __name__ == "__main__":
+    standalone(hybrid)

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from experiments.common import (
+    GraftCommand,
+    echo_figures,
+    make_config,
+    run_and_report,
+    shared_options,
+    standalone,
+)
 from graft.core.spec import GraftSpec, SpecError
 from graft.models import ModelNotFoundError, load_model
-from graft.results.report import LAYER_SEP, draw_figures
+from graft.results.report import LAYER_SEP
 from graft.study.grafts import layer_windows, reference
 from graft.study.runner import Graft, ModelSource, resolve_model_path, run_experiment
 
@@ -72,5 +79,8 @@ def layers(positions, windows, components, cfg_options, remote):
     run = run_and_report(
         lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)
     )
-    for png in draw_figures(run.folder.path):
-        click.echo(f"figure: {png}")
+    echo_figures(run.folder.path)
+
+
+if __name__ == "__main__":
+    standalone(layers)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import GraftCommand
+from experiments.common import GraftCommand, standalone
 from graft.results.report import draw_figures
+
+#: ``--metric``: a column of a run's summary (``plot`` and ``compare`` share it).
+METRIC_OPTION = click.option(
+    "--metric",
+    default="acc@5",
+    show_default=True,
+    help="A metric of the run's summary: acc@1, acc@5, acc@10, acc@50, mean_rank, "
+    "median_rank, mean_prob or mean_logprob (compare: an acc@k).",
+)
 
 
 @click.command(cls=GraftCommand)
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
-@click.option(
-    "--metric",
-    default="acc@5",
-    show_default=True,
-    help="acc@1, acc@5, acc@10, acc@50, mean_rank, median_rank or mean_prob.",
-)
+@METRIC_OPTION
 def plot(run_folder, metric):
     """Redraw the figures of RUN_FOLDER without recomputing: PNG and PDF under
     RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
@@ -26,3 +30,7 @@ def plot(run_folder, metric):
         raise click.UsageError(str(err)) from None
     for png in paths:
         click.echo(f"figure: {png}")
+
+
+if __name__ == "__main__":
+    standalone(plot)

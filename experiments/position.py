@@ -1,4 +1,4 @@
-"""``graft-exp position`` (E1, E2) and ``graft-exp necessity``."""
+"""``graft-exp position`` (E1, E2): SFT grafted into PRE at each position set."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import click
 
 from experiments.common import (
     GraftCommand,
+    echo_figures,
     make_config,
+    protocol_default,
     run_and_report,
     shared_options,
+    standalone,
     variant_option,
 )
 from graft.core.spec import SpecError, parse_spec
-from graft.results.report import draw_figures
-from graft.study.grafts import POSITIONS, necessity_grafts, position_grafts
+from graft.study.grafts import POSITIONS, position_grafts
 from graft.study.runner import ModelSource, run_experiment
+from graft.study.workspace import parse_variant
 
 
 def _positions(ctx, param, value):
@@ -51,37 +54,30 @@ def position(positions, variant, cfg_options, remote):
     FE, LT, FE+LT, (FE+LT)^C, FE^C, LT^C (and M, R variants), with PRE and SFT as references.
 
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
+    Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
     cfg = make_config("position", cfg_options, remote)
-    grafts = position_grafts(positions, cfg.head_policy)
-    run = run_and_report(
-        lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource(variant)}, echo=click.echo)
-    )
-    for png in draw_figures(run.folder.path):
-        click.echo(f"figure: {png}")
-
-
-@click.command(
-    cls=GraftCommand,
-    short_help="Necessity: PRE weights grafted back into SFT at each position set.",
-)
-@POSITIONS_OPTION
-@variant_option(what="the SFT model")
-@shared_options
-def necessity(positions, variant, cfg_options, remote):
-    """Necessity: run SFT with the PRE weights grafted back at each position set. A drop in
-    accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
-    """
-    cfg = make_config("necessity", cfg_options, remote)
-    grafts = necessity_grafts(positions, cfg.head_policy)
+    variant = protocol_default("variant", variant, "both", cfg.protocol)
+    grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
     run = run_and_report(
         lambda: run_experiment(
             cfg,
             grafts,
-            base=ModelSource(variant),
-            donors={"pre": ModelSource("pretrained")},
+            donors={"sft": ModelSource(variant)},
             echo=click.echo,
+            **protocol_run_options(cfg.protocol, variant),
         )
     )
-    for png in draw_figures(run.folder.path):
-        click.echo(f"figure: {png}")
+    echo_figures(run.folder.path)
+
+
+def protocol_run_options(protocol: str, variant: str) -> dict:
+    """``run_experiment`` options of the paper protocol: its test prompts from the donor's own
+    dataset (no second dataset generated) and a run folder of its own (``-paper``)."""
+    if protocol != "paper":
+        return {}
+    return {"data_direction": parse_variant(variant)[0], "out_tag": "paper"}
+
+
+if __name__ == "__main__":
+    standalone(position)

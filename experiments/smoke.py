@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import torch
 
-from experiments.common import GraftCommand
+from experiments.common import GraftCommand, standalone
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, tiny_pair
@@ -86,3 +86,7 @@ def smoke(family: str) -> None:
         f"donor's head the donor's, within {TOLERANCE:g}, in {len(families)} "
         f"famil{'y' if len(families) == 1 else 'ies'}"
     )
+
+
+if __name__ == "__main__":
+    standalone(smoke)

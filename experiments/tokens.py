@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options
+from experiments.common import GraftCommand, make_config, run_and_report, shared_options, standalone
 from graft.results.metrics import top_tokens_table
 from graft.study.grafts import reference, spec_graft
 from graft.study.runner import ModelSource, run_experiment
@@ -55,3 +55,7 @@ def tokens(specs, per_graft, cfg_options, remote):
     with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):
         click.echo(str(first.head(60)))
     click.echo(f"top tokens: {run.folder.path / 'top_tokens.csv'}")
+
+
+if __name__ == "__main__":
+    standalone(tokens)

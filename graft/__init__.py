@@ -2,6 +2,138 @@
 
 Run a pretrained base model while chosen components, at chosen token positions and
 layers, compute with a finetuned donor's weights -- in one batched forward pass.
+
+The notebook API, one import away (``import graft``)::
+
+    base, donor = graft.tiny_pair("llama")          # or graft.load_model(...) twice
+    logits = graft.graft_texts(base, {"sft": donor}, tok, text, ["none", "FE+LT:all:all"],
+                               fields={"FE": "Keanu Reeves"})
+    graft.target_metrics(logits, tok, " Laurence")  # rank, probability, hit@k per spec
+
+Names are imported on first use, so ``import graft`` itself is instant.
 """
 
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it (imported on first access).
+_EXPORTS = {
+    "GraftError": "graft.errors",
+    "GraftSpec": "graft.core.spec",
+    "parse_spec": "graft.core.spec",
+    "graft_texts": "graft.core.engine",
+    "run_grafts": "graft.core.engine",
+    "GraftRow": "graft.core.plan",
+    "tiny_pair": "graft.core.tiny",
+    "load_model": "graft.models",
+    "LoadedModel": "graft.models",
+    "tiny_tokenizer": "graft.models",
+    "example_metrics": "graft.results.metrics",
+    "ExperimentConfig": "graft.study.runner",
+    "ModelSource": "graft.study.runner",
+    "Graft": "graft.study.grafts",
+    "run_experiment": "graft.study.runner",
+}
+
+__all__ = [
+    "GraftError",
+    "GraftSpec",
+    "parse_spec",
+    "graft_texts",
+    "run_grafts",
+    "GraftRow",
+    "tiny_pair",
+    "load_model",
+    "LoadedModel",
+    "tiny_tokenizer",
+    "example_metrics",
+    "target_metrics",
+    "ExperimentConfig",
+    "ModelSource",
+    "Graft",
+    "run_experiment",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    import polars as pl
+    import torch
+
+    from graft.core.engine import graft_texts, run_grafts
+    from graft.core.plan import GraftRow
+    from graft.core.spec import GraftSpec, parse_spec
+    from graft.core.tiny import tiny_pair
+    from graft.errors import GraftError
+    from graft.models import LoadedModel, load_model, tiny_tokenizer
+    from graft.results.metrics import example_metrics
+    from graft.study.grafts import Graft
+    from graft.study.runner import ExperimentConfig, ModelSource, run_experiment
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graft' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+def target_metrics(
+    logits: torch.Tensor,
+    tokenizer: Any,
+    target: int | str | Sequence[int | str],
+    labels: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """Metrics of a target token for final-position logits (:func:`graft_texts`' output).
+
+    Args:
+        logits: ``[..., vocab]``: e.g. ``[vocab]``, ``[specs, vocab]`` or
+            ``[texts, specs, vocab]``; one table row per ``[vocab]`` vector, in order.
+        tokenizer: the models' tokenizer (decodes the target and the top tokens), or a
+            ``LoadedModel``.
+        target: the target token: an id, or a text whose first token is the target (mind
+            the leading space most tokenizers fold into a word); or one per row.
+        labels: optional names of the rows (e.g. the specs), put in a first column ``graft``.
+
+    Returns:
+        :func:`graft.results.metrics.example_metrics`' table: ``target_rank`` (0 = top),
+        ``target_prob``, ``target_logprob``, ``hit@k``, the top tokens with probabilities.
+    """
+    import polars as pl
+    import torch
+
+    from graft.errors import GraftError
+    from graft.results.metrics import example_metrics
+
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a LoadedModel's own
+    rows = torch.as_tensor(logits).reshape(-1, logits.shape[-1])
+    targets = [target] * len(rows) if isinstance(target, int | str) else list(target)
+    if len(targets) != len(rows):
+        raise GraftError(f"{len(targets)} targets for {len(rows)} rows of logits")
+    ids = [_token_id(tokenizer, t) for t in targets]
+    table = example_metrics(rows, ids, tokenizer)
+    if labels is not None:
+        if len(labels) != len(rows):
+            raise GraftError(f"{len(labels)} labels for {len(rows)} rows of logits")
+        table = table.insert_column(0, pl.Series("graft", list(labels)))
+    return table
+
+
+def _token_id(tokenizer: Any, target: int | str) -> int:
+    from graft.errors import GraftError
+
+    if isinstance(target, int):
+        return target
+    ids = tokenizer(target, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise GraftError(f"the target {target!r} tokenizes to nothing; give a non-empty text")
+    return int(ids[0])

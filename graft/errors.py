@@ -62,3 +62,15 @@ class FinetuneError(GraftError):
 
 class StatsError(GraftError):
     """Bad input to a statistics function (counts, levels, arrays, table columns)."""
+
+
+class DeviceError(GraftError):
+    """A device string torch does not know, or a device this machine does not have."""
+
+
+class RunFolderError(GraftError):
+    """The output folder cannot be written, or is not a run folder graft wrote."""
+
+
+class SpanError(GraftError):
+    """A field's character span does not fit its text."""

@@ -38,3 +38,19 @@ def tiny_pairs():
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module: tiny models run faster so, and CI machines are shared
+    (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A workspace folder shared by a module's tests (datasets and donors are made once)."""
+    return tmp_path_factory.mktemp("workspace")

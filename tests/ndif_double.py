@@ -1,5 +1,16 @@
 """A test double of an NDIF server's wire protocol, driven by nnsight's real ``RemoteBackend``.
 
+What the real server is for and what this double is kept for: the real ``ndif`` server
+(tests/remote/real, run by scripts/ndif/ci.sh) proves that graft's requests run on it --
+both donor modes, its trusted and its sandbox path, its own error responses; it needs root
+and a Python 3.12 server venv, so it runs in CI, not in the default suite. This double keeps
+the default suite's remote tests fast and server-free, and it is the only check of what the
+real server cannot be made to produce here: an API-key rejection (ndif checks keys only
+with its Postgres key database), a 413 for an oversized request (ndif sets no request cap),
+transient 503s to retry, a result fetched from a URL (ndif does that only through an S3
+object store), a server without ``graft`` installed (checked while deserialising), and a
+record of every request it received.
+
 The protocol, as nnsight 0.8.1's client (``nnsight/intervention/backends/remote.py``) speaks it:
 
 1. ``GET /subscribe`` upgrades to a plain websocket (the ``websocket-client`` package, not

@@ -14,6 +14,7 @@ Sites are listed in the order the family's forward pass calls them, which nnsigh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -249,3 +250,15 @@ def check_compatible(base: nn.Module, donor: nn.Module, donor_name: str = "donor
         raise SpecError(
             f"donor {donor_name!r} has tensors the base lacks, e.g. {sorted(extra)[0]!r}"
         )
+
+
+def context_length(model: Any) -> int | None:
+    """The most positions ``model`` (a model, a loaded model with ``.model`` or a config) was
+    built for: ``n_positions`` (GPT-2's learned positions) or ``max_position_embeddings``."""
+    model = getattr(model, "model", model)
+    config = getattr(model, "config", model)
+    for attr in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

@@ -22,17 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graft.errors import GraftError
+from graft.errors import SpanError
 
 ALIASES: dict[str, tuple[str, ...]] = {
     "FE": ("first_actor",),
     "M": ("movie_title",),
     "R": ("relation", "relation_preposition"),
 }
-
-
-class SpanError(GraftError):
-    """A field's character span does not fit its text."""
 
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -2,7 +2,7 @@
 
 Text form (one line, usable on the command line)::
 
-    RULE ; RULE ; ... [; head=POLICY]
+    RULE ; RULE ; ... [; head=POLICY] [; protocol=PROTOCOL]
 
     RULE     := POSITIONS : LAYERS : COMPONENTS [@DONOR]
     POSITIONS:= a union of terms joined by '+', each term optionally complemented by '^C':
@@ -20,26 +20,42 @@ Text form (one line, usable on the command line)::
     POLICY   := base (default: the base's final norm and unembedding) | donor[@NAME]
                 | paper (as the paper's code did: a tied embedding grafted at the last token
                 also swaps the unembedding)
+    PROTOCOL := graft (default) | paper, written '; protocol=paper': resolve the spec as the
+                paper's code did: layer groups by its rule (q = L // 4, see
+                graft.core.selectors; eighths refused) and 'all' = embed and block, without
+                a learned position embedding (pos_embed), which the paper never grafted
 
 Examples: ``FE+LT:all:all``, ``LT:q4:o,ffn``, ``FE:all:all@task; LT:h2:o,ffn@relation``,
 ``ALL:all:all; head=donor``, ``none`` (graft nothing).
 
 Layer groups: the k-th of n groups of an L-layer model is layers
 ``floor((k-1)*L/n) .. floor(k*L/n)-1``, so every group is non-empty whenever L >= n (the
-paper's code had an always-empty eighth). ``embed`` and ``pos_embed`` belong to no layer:
+paper's code had an always-empty eighth); ``protocol=paper`` uses the paper's rule instead
+(:mod:`graft.core.selectors`). ``embed`` and ``pos_embed`` belong to no layer:
 the layer field does not restrict them.
 
 Order rule: when two rules claim the same (position, layer, component) cell, the LATER rule
 wins. The head policy applies to the readout at the last position only.
+
+This module holds the spec objects (:class:`Rule`, :class:`GraftSpec`, :class:`ResolvedGraft`)
+and the components; the POSITIONS and LAYERS grammar lives in :mod:`graft.core.selectors`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from graft.core.selectors import (
+    NAME_RE,
+    format_positions,
+    layer_list,
+    parse_layers,
+    parse_positions,
+    position_set,
+    span_names,
+)
 from graft.errors import SpecError
 
 if TYPE_CHECKING:
@@ -47,6 +63,8 @@ if TYPE_CHECKING:
 
 DEFAULT_DONOR = "sft"
 HEAD_POLICIES = ("base", "donor", "paper")
+#: How a spec is resolved: graft's layer groups and ``all``, or the paper code's.
+PROTOCOLS = ("graft", "paper")
 EMBEDDING_COMPONENTS = ("embed", "pos_embed")
 COMPONENT_GROUPS = {
     "attn": ("q", "k", "v"),
@@ -73,224 +91,21 @@ KNOWN_COMPONENTS = (
     "ln_post_ffn",
 )
 _SPECIAL_GROUPS = ("norms", "block", "all")
-_NAMED_FRACTIONS = {"h": 2, "q": 4, "e": 8}
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# ----------------------------------------------------------------------------- positions
-
-
-@dataclass(frozen=True)
-class _Atom:
-    kind: str  # "span" | "LT" | "ALL" | "index" | "range"
-    name: str = ""
-    start: int = 0
-    stop: int = 0
-
-
-@dataclass(frozen=True)
-class _Union:
-    terms: tuple  # of (_Atom | _Union, complemented: bool)
-
-
-def _tokenize_positions(text: str) -> list[str]:
-    tokens = re.findall(r"\^C|\(|\)|\+|-?\d+\.\.-?\d+|-?\d+|[A-Za-z_][A-Za-z0-9_]*|\S", text)
-    return tokens
-
-
-def _parse_positions(text: str) -> _Union:
-    tokens = _tokenize_positions(text)
-    if not tokens:
-        raise SpecError("empty position selector: name positions such as FE, LT, FE+LT or ALL")
-    pos = 0
-
-    def parse_union() -> _Union:
-        nonlocal pos
-        terms = [parse_term()]
-        while pos < len(tokens) and tokens[pos] == "+":
-            pos += 1
-            terms.append(parse_term())
-        return _Union(tuple(terms))
-
-    def parse_term():
-        nonlocal pos
-        if pos >= len(tokens):
-            raise SpecError(f"position selector {text!r} ends early: a name is missing after '+'")
-        tok = tokens[pos]
-        pos += 1
-        if tok == "(":
-            inner = parse_union()
-            if pos >= len(tokens) or tokens[pos] != ")":
-                raise SpecError(f"position selector {text!r}: missing ')'")
-            pos += 1
-            atom = inner
-        elif re.fullmatch(r"-?\d+\.\.-?\d+", tok):
-            a, b = tok.split("..")
-            atom = _Atom("range", start=int(a), stop=int(b))
-        elif re.fullmatch(r"-?\d+", tok):
-            atom = _Atom("index", start=int(tok))
-        elif tok == "LT":
-            atom = _Atom("LT")
-        elif tok == "ALL":
-            atom = _Atom("ALL")
-        elif _NAME_RE.match(tok):
-            atom = _Atom("span", name=tok)
-        else:
-            raise SpecError(f"position selector {text!r}: unexpected {tok!r}")
-        complemented = False
-        if pos < len(tokens) and tokens[pos] == "^C":
-            pos += 1
-            complemented = True
-        return (atom, complemented)
-
-    union = parse_union()
-    if pos != len(tokens):
-        raise SpecError(f"position selector {text!r}: unexpected {tokens[pos]!r}")
-    return union
-
-
-def _format_positions(node) -> str:
-    if isinstance(node, _Union):
-        return "+".join(_format_term(a, c) for a, c in node.terms)
-    raise TypeError(node)
-
-
-def _format_term(atom, complemented: bool) -> str:
-    if isinstance(atom, _Union):
-        body = _format_positions(atom)
-        text = f"({body})" if complemented or len(atom.terms) > 1 else body
-    elif atom.kind == "span":
-        text = atom.name
-    elif atom.kind in ("LT", "ALL"):
-        text = atom.kind
-    elif atom.kind == "index":
-        text = str(atom.start)
-    else:
-        text = f"{atom.start}..{atom.stop}"
-    return text + ("^C" if complemented else "")
-
-
-def _eval_positions(node, length: int, spans: dict[str, list[int]], text: str) -> set[int]:
-    result: set[int] = set()
-    for atom, complemented in node.terms:
-        if isinstance(atom, _Union):
-            part = _eval_positions(atom, length, spans, text)
-        elif atom.kind == "LT":
-            part = {length - 1}
-        elif atom.kind == "ALL":
-            part = set(range(length))
-        elif atom.kind == "span":
-            if atom.name not in spans:
-                have = ", ".join(sorted(spans)) or "none"
-                raise SpecError(
-                    f"position {atom.name!r} in {text!r} is not a span of this prompt "
-                    f"(spans here: {have}); use one of those, LT, ALL or an index"
-                )
-            part = set(spans[atom.name])
-            if not part:
-                raise SpecError(f"span {atom.name!r} in {text!r} is empty for this prompt")
-            bad = [p for p in part if not 0 <= p < length]
-            if bad:
-                raise SpecError(f"span {atom.name!r} has positions {bad} outside 0..{length - 1}")
-        else:
-            lo, hi = atom.start, atom.stop if atom.kind == "range" else atom.start
-            lo, hi = (lo + length if lo < 0 else lo), (hi + length if hi < 0 else hi)
-            if not (0 <= lo < length and 0 <= hi < length) or lo > hi:
-                raise SpecError(
-                    f"position {_format_term(atom, False)!r} in {text!r} is out of range for "
-                    f"a prompt of {length} tokens"
-                )
-            part = set(range(lo, hi + 1))
-        if complemented:
-            part = set(range(length)) - part
-        result |= part
-    return result
-
-
-# -------------------------------------------------------------------------------- layers
-
-
-def _parse_layer_item(item: str, text: str) -> tuple:
-    item = item.strip()
-    if item == "all":
-        return ("frac", 1, 1)
-    aliases = {
-        "first_half": (1, 2),
-        "last_half": (2, 2),
-        "first_quarter": (1, 4),
-        "last_quarter": (4, 4),
-    }
-    if item in aliases:
-        return ("frac", *aliases[item])
-    m = re.fullmatch(r"([hqe])(\d+)", item)
-    if m:
-        n = _NAMED_FRACTIONS[m.group(1)]
-        k = int(m.group(2))
-        if not 1 <= k <= n:
-            raise SpecError(f"layer group {item!r} in {text!r}: {m.group(1)}1..{m.group(1)}{n}")
-        return ("frac", k, n)
-    m = re.fullmatch(r"(\d+)/(\d+)", item)
-    if m:
-        k, n = int(m.group(1)), int(m.group(2))
-        if not 1 <= k <= n:
-            raise SpecError(f"layer group {item!r} in {text!r}: need 1 <= k <= n in k/n")
-        return ("frac", k, n)
-    m = re.fullmatch(r"(\d+)-(\d+)", item)
-    if m:
-        a, b = int(m.group(1)), int(m.group(2))
-        if a > b:
-            raise SpecError(f"layer range {item!r} in {text!r} is reversed: write {b}-{a}")
-        return ("range", a, b)
-    if re.fullmatch(r"-?\d+", item):
-        return ("index", int(item), 0)
-    raise SpecError(
-        f"layer selector {item!r} in {text!r} not understood: use all, h1/h2, q1..q4, e1..e8, "
-        "k/n, a layer index or a range i-j"
-    )
-
-
-def layer_group(k: int, n: int, n_layers: int) -> list[int]:
-    """Layers of the k-th (1-based) of n equal groups of an ``n_layers``-layer model."""
-    return list(range(((k - 1) * n_layers) // n, (k * n_layers) // n))
-
-
-def _eval_layers(items: tuple, n_layers: int, text: str) -> list[int]:
-    layers: set[int] = set()
-    for kind, a, b in items:
-        if kind == "frac":
-            group = layer_group(a, b, n_layers)
-            if not group:
-                raise SpecError(
-                    f"layer group {a}/{b} in {text!r} is empty for a model with {n_layers} layers"
-                )
-            layers.update(group)
-        elif kind == "range":
-            if b >= n_layers:
-                raise SpecError(
-                    f"layer range {a}-{b} in {text!r} is out of range: the model has "
-                    f"layers 0-{n_layers - 1}"
-                )
-            layers.update(range(a, b + 1))
-        else:
-            idx = a + n_layers if a < 0 else a
-            if not 0 <= idx < n_layers:
-                raise SpecError(
-                    f"layer {a} in {text!r} is out of range: the model has layers 0-{n_layers - 1}"
-                )
-            layers.add(idx)
-    return sorted(layers)
 
 
 # ---------------------------------------------------------------------------- components
 
 
-def expand_components(names: tuple[str, ...], available: tuple[str, ...], family: str) -> list[str]:
-    """Expand groups and check every name exists for ``family`` (whose components are ``available``)."""
+def expand_components(
+    names: tuple[str, ...], available: tuple[str, ...], family: str, protocol: str = "graft"
+) -> list[str]:
+    """Expand groups and check every name exists for ``family`` (whose components are
+    ``available``). Under ``protocol="paper"``, ``all`` leaves out ``pos_embed``."""
     out: list[str] = []
     layer_components = [c for c in available if c not in EMBEDDING_COMPONENTS]
     for name in names:
         if name == "all":
-            expanded = list(available)
+            expanded = [c for c in available if protocol != "paper" or c != "pos_embed"]
         elif name == "block":
             expanded = layer_components
         elif name == "norms":
@@ -329,8 +144,8 @@ class Rule:
     donor: str = DEFAULT_DONOR
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "positions", _format_positions(_parse_positions(self.positions)))
-        items = tuple(_parse_layer_item(i, self.layers) for i in self.layers.split(","))
+        object.__setattr__(self, "positions", format_positions(parse_positions(self.positions)))
+        items = parse_layers(self.layers)
         object.__setattr__(self, "layers", ",".join(i.strip() for i in self.layers.split(",")))
         object.__setattr__(self, "_layer_items", items)
         comps = tuple(self.components)
@@ -344,7 +159,7 @@ class Rule:
                     "(attn, ffn, ffn_up, ffn_down, norms, block, all)"
                 )
         object.__setattr__(self, "components", comps)
-        if not _NAME_RE.match(self.donor):
+        if not NAME_RE.match(self.donor):
             raise SpecError(f"donor name {self.donor!r} must be an identifier, e.g. sft or task")
 
     def __str__(self) -> str:
@@ -353,25 +168,16 @@ class Rule:
 
     def position_set(self, length: int, spans: dict[str, list[int]]) -> set[int]:
         """Positions (0-based, in a prompt of ``length`` tokens) this rule selects."""
-        return _eval_positions(_parse_positions(self.positions), length, spans, self.positions)
+        return position_set(parse_positions(self.positions), length, spans, self.positions)
 
     def span_names(self) -> set[str]:
         """Named spans (e.g. FE, M) this rule's positions refer to."""
-        names: set[str] = set()
+        return span_names(parse_positions(self.positions))
 
-        def walk(node) -> None:
-            for atom, _ in node.terms:
-                if isinstance(atom, _Union):
-                    walk(atom)
-                elif atom.kind == "span":
-                    names.add(atom.name)
-
-        walk(_parse_positions(self.positions))
-        return names
-
-    def layer_list(self, n_layers: int) -> list[int]:
-        """Layers this rule selects in a model of ``n_layers`` layers."""
-        return _eval_layers(self._layer_items, n_layers, self.layers)
+    def layer_list(self, n_layers: int, rule: str = "graft") -> list[int]:
+        """Layers this rule selects in a model of ``n_layers`` layers, with the layer-group
+        rule ``rule`` (``graft`` or ``paper``, see :mod:`graft.core.selectors`)."""
+        return layer_list(self._layer_items, n_layers, self.layers, rule)
 
 
 @dataclass(frozen=True)
@@ -404,17 +210,22 @@ class GraftSpec:
         head: ``"base"`` (default), ``"donor"`` or ``"paper"`` (see module docstring).
         head_donor: donor whose head is used when ``head == "donor"``.
         name: optional label for tables and plots (defaults to the text form).
+        protocol: ``"graft"`` (default) or ``"paper"``: how layer groups and ``all`` resolve
+            (see module docstring).
     """
 
     rules: tuple[Rule, ...] = ()
     head: str = "base"
     head_donor: str = DEFAULT_DONOR
     name: str | None = field(default=None, compare=False)
+    protocol: str = "graft"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
         if self.head not in HEAD_POLICIES:
             raise SpecError(f"head policy {self.head!r} unknown: use base, donor or paper")
+        if self.protocol not in PROTOCOLS:
+            raise SpecError(f"protocol {self.protocol!r} unknown: use graft or paper")
 
     # ------------------------------------------------------------------ text / JSON
     @classmethod
@@ -426,10 +237,15 @@ class GraftSpec:
                 f"{label}empty spec; write one such as LT:all:all, or 'none' for the base alone"
             )
         rules: list[Rule] = []
-        head, head_donor = "base", DEFAULT_DONOR
+        head, head_donor, protocol = "base", DEFAULT_DONOR, "graft"
         parts = [p.strip() for p in text.split(";")]
         for part in parts:
             if not part or part.lower() in ("none", "pre"):
+                continue
+            if part.startswith("protocol="):
+                protocol = part[len("protocol=") :]
+                if protocol not in PROTOCOLS:
+                    raise SpecError(f"{part!r}: protocol must be graft or paper")
                 continue
             if part.startswith("head="):
                 value = part[len("head=") :]
@@ -453,7 +269,7 @@ class GraftSpec:
                     pos, layers, tuple(c.strip() for c in comps.split(",")), donor or DEFAULT_DONOR
                 )
             )
-        return cls(tuple(rules), head, head_donor, name)
+        return cls(tuple(rules), head, head_donor, name, protocol)
 
     def __str__(self) -> str:
         parts = [str(r) for r in self.rules] or ["none"]
@@ -462,6 +278,8 @@ class GraftSpec:
             if self.head == "donor" and self.head_donor != DEFAULT_DONOR:
                 head += f"@{self.head_donor}"
             parts.append(f"head={head}")
+        if self.protocol != "graft":
+            parts.append(f"protocol={self.protocol}")
         return "; ".join(parts)
 
     @property
@@ -475,6 +293,7 @@ class GraftSpec:
             "name": self.name,
             "head": self.head,
             "head_donor": self.head_donor,
+            "protocol": self.protocol,
             "rules": [
                 {
                     "positions": r.positions,
@@ -491,11 +310,20 @@ class GraftSpec:
         """Inverse of ``to_dict``."""
         try:
             rules = tuple(
-                Rule(r["positions"], r["layers"], tuple(r["components"]), r.get("donor", "sft"))
+                Rule(
+                    r["positions"],
+                    r["layers"],
+                    tuple(r["components"]),
+                    r.get("donor", DEFAULT_DONOR),
+                )
                 for r in data.get("rules", [])
             )
             return cls(
-                rules, data.get("head", "base"), data.get("head_donor", "sft"), data.get("name")
+                rules,
+                data.get("head", "base"),
+                data.get("head_donor", DEFAULT_DONOR),
+                data.get("name"),
+                data.get("protocol", "graft"),
             )
         except (KeyError, TypeError) as exc:
             raise SpecError(f"graft spec JSON is missing or mistypes a field: {exc}") from exc
@@ -528,8 +356,10 @@ class GraftSpec:
         cells: dict[tuple[int, str], dict[int, str]] = {}
         for rule in self.rules:
             positions = sorted(rule.position_set(length, spans))
-            components = expand_components(rule.components, arch.components, arch.family)
-            layers = rule.layer_list(arch.n_layers)
+            components = expand_components(
+                rule.components, arch.components, arch.family, self.protocol
+            )
+            layers = rule.layer_list(arch.n_layers, self.protocol)
             for comp in components:
                 targets = [-1] if comp in EMBEDDING_COMPONENTS else layers
                 for layer in targets:

@@ -1,1 +1,2 @@
-"""Running grafts on an NDIF server: the client, payload accounting, hosted graft pairs."""
+"""Running grafts on an NDIF server: config, payload accounting, the nnsight client, the
+remote executor, hosted graft pairs."""

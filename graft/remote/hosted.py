@@ -12,9 +12,14 @@ as a ``graft_donors`` ``ModuleDict``, so
 
 - the base's forward, module paths and outputs are untouched (``model.layers.3.mlp`` is
   where it always was), and
-- donor ``NAME``'s module at ``PATH`` sits at ``graft_donors.NAME.PATH``; nnsight names it
-  by the persistent id ``Module:model.graft_donors.NAME.PATH`` (:func:`donor_module_id`),
-  which is all a client puts in its request for that module (:class:`DonorRef`).
+- donor ``NAME``'s module at ``PATH`` sits at ``graft_donors.NAME.PATH`` (nnsight's
+  persistent id ``Module:model.graft_donors.NAME.PATH``, :func:`donor_module_id`); a
+  client's trace calls it through that envoy path, which is all its request carries for
+  the donor. Called through the envoy, it runs where the weights are, also when a server
+  runs the trace in a sandbox process that holds no weights.
+
+Both sides trace through the wrapper method ``_call`` (:class:`PairBase` on the client,
+:class:`GraftPairModel` on the server), as nnsight's ``TransformersModel`` does.
 
 Model key (what a self-hosted deployment is configured with, and what the client sends).
 nnsight 0.8.1 keys every remotely served model as ``"<import path of the wrapper class>:
@@ -46,6 +51,7 @@ code itself travels by value and needs nothing from ``graft`` on the server.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,30 +68,6 @@ TINY_PREFIX = "graft.tiny:"
 def donor_module_id(donor: str, path: str, root: str = ROOT_PATH) -> str:
     """nnsight's persistent id of donor ``donor``'s module ``path`` inside a graft pair."""
     return f"Module:{root}.{DONORS_ATTR}.{donor}.{path}"
-
-
-class DonorRef:
-    """Stands for a donor module the server holds; only its persistent id is serialised.
-
-    nnsight's pickler writes any object whose ``__dict__`` has ``_persistent_id`` as that id
-    (nothing else of it travels), and the server resolves the id to its own live module.
-    ``local`` is the same module on this machine when there is one (a graft pair run through
-    nnsight's in-process simulation, which executes the client's own objects).
-    """
-
-    def __init__(self, persistent_id: str, local: nn.Module | None = None) -> None:
-        self._persistent_id = persistent_id
-        self.local = local
-
-    def __repr__(self) -> str:
-        return f"DonorRef({self._persistent_id!r})"
-
-    def __call__(self, *args, **kwargs):
-        if self.local is None:
-            raise RuntimeError(
-                f"{self._persistent_id} lives on the NDIF server; it runs only in a remote trace"
-            )
-        return self.local(*args, **kwargs)
 
 
 def attach_donors(base: nn.Module, donors: Mapping[str, nn.Module]) -> nn.Module:
@@ -162,7 +144,25 @@ def _suffix(base: str, donors: Mapping[str, str]) -> str:
     return json.dumps({"base": base, "donors": dict(sorted(donors.items()))}, sort_keys=True)
 
 
-class GraftPairModel(Remotable):
+class _CallsByName:
+    """Runs a trace's forward through the named method ``_call``, as nnsight's
+    ``TransformersModel`` does.
+
+    A trace records the method it runs by name, and a server running the trace in a sandbox
+    calls that name on the wrapper it serves; the default (``"__call__"``) resolves there to
+    the wrapper's own ``__call__`` instead of the model's forward, and the trace fails.
+    """
+
+    def trace(self, *inputs: Any, fn: Any = None, **kwargs: Any):
+        # Remotable named, not super(): this code travels by value (as source), and there
+        # super() has no class cell
+        return Remotable.trace(self, *inputs, fn=self._call if fn is None else fn, **kwargs)
+
+    def _call(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self._module(*inputs, **kwargs)
+
+
+class GraftPairModel(_CallsByName, Remotable):
     """nnsight wrapper of a base causal LM with its donors attached (``graft_donors``).
 
     Args:
@@ -236,6 +236,27 @@ class GraftPairModel(Remotable):
     def key_for(cls, base: str, donors: Mapping[str, str]) -> str:
         """The model key of the pair ``base`` + ``donors`` (see the module docstring)."""
         return f"{to_import_path(cls)}:{_suffix(base, donors)}"
+
+
+class PairBase(_CallsByName, Remotable):
+    """Client-side wrapper of a graft pair's base (hosted mode): traces as the server's pair.
+
+    The base's module tree is the pair's without ``graft_donors``; the trace reaches a donor
+    module by its envoy path on the server's pair.
+    """
+
+
+_PAIR_BASES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def wrap_pair_base(base: Any):
+    """``base`` as the client traces it in hosted mode (a wrapper is returned as is)."""
+    if hasattr(base, "trace") and hasattr(base, "get"):
+        return base
+    wrapped = _PAIR_BASES.get(base)
+    if wrapped is None:
+        wrapped = _PAIR_BASES[base] = PairBase(base)
+    return wrapped
 
 
 def hosted_model_key(base: str, donors: Mapping[str, str]) -> str:

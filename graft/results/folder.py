@@ -7,11 +7,13 @@ Layout of a run folder::
     <out>/parts/<name>/<batch>.parquet   one file per finished batch
     <out>/<name>.parquet           all batches combined (finalize)
     <out>/summary.parquet, .csv    the summary table
+    <out>/contrasts.parquet, .csv  paired contrasts of key graft pairs (when the run has any)
 
 Every file is written to a temp file in the same folder and moved into place with
-``os.replace``, so an interrupted run loses at most the batch in flight and never leaves a
-half-written table under a real name. Stray temp files (``.*.tmp``) are ignored by readers
-and removed by :meth:`RunFolder.finalize` and :meth:`RunFolder.clear`.
+``os.replace`` (:func:`graft.results.files.atomic_path`), so an interrupted run loses at most
+the batch in flight and never leaves a half-written table under a real name. Stray temp files
+(``.*.tmp``) are ignored by readers and removed by :meth:`RunFolder.finalize` and
+:meth:`RunFolder.clear`.
 
 Nothing is written before the first :meth:`RunFolder.write_config` (constructing a
 ``RunFolder`` creates no folder), and a folder holding a ``config.json`` without the marker
@@ -21,129 +23,32 @@ Nothing is written before the first :meth:`RunFolder.write_config` (constructing
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from importlib import metadata
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 import polars as pl
 
-from graft.errors import ConfigMismatchError, GraftError
+from graft.errors import ConfigMismatchError, RunFolderError
+from graft.results.files import atomic_path, flat_table, to_json, write_json_atomic
+from graft.results.provenance import git_commit, package_versions
 
 CONFIG_FILE = "config.json"
 MARKER_FILE = ".graft-run"
 PARTS_DIR = "parts"
 SUMMARY_STEM = "summary"
-TRACKED_PACKAGES = ("torch", "transformers", "nnsight", "polars", "graft")
+CONTRASTS_STEM = "contrasts"
 # Fields that describe the environment of one invocation, not what was computed: ignored
 # by the resume check when the caller gives no explicit key.
 VOLATILE_FIELDS = frozenset({"created", "packages", "git_commit", "resumes"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
-
-
-class RunFolderError(GraftError):
-    """The output folder cannot be written, or is not a run folder graft wrote."""
-
-
-def package_versions(names: Sequence[str] = TRACKED_PACKAGES) -> dict[str, str | None]:
-    """Installed versions of ``names`` (None when a package is not installed)."""
-    versions: dict[str, str | None] = {}
-    for name in names:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def git_commit(path: str | os.PathLike | None = None) -> str | None:
-    """``git rev-parse HEAD`` of the checkout holding the graft package (or ``path``).
-
-    Returns None when git is missing, the code is not in a git checkout, or (for the
-    default) the checkout found is not the one the package was imported from, e.g. a
-    non-editable install inside some other repository's virtual environment.
-    """
-    package_dir = Path(__file__).resolve().parents[1]
-    where = Path(path) if path is not None else package_dir
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *args], cwd=where, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    if path is None:
-        top = git("rev-parse", "--show-toplevel")
-        if top is None or Path(top).resolve() / package_dir.name != package_dir:
-            return None
-    return git("rev-parse", "HEAD")
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not supported on every platform / filesystem
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success move it onto ``path`` atomically.
-
-    On an exception the temp file is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON via :func:`atomic_path` (see :func:`to_json`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(to_json(obj), indent=2) + "\n", encoding="utf-8")
-    return Path(path)
-
-
-def to_json(obj: Any) -> Any:
-    """A JSON-ready copy of ``obj``: dataclasses, paths, sets, tuples, numpy/torch scalars
-    and objects with ``to_dict()`` are converted; anything else unknown becomes ``str``."""
-
-    def default(value: Any) -> Any:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.asdict(value)
-        if hasattr(value, "to_dict"):
-            return value.to_dict()
-        if isinstance(value, set | frozenset):
-            return sorted(value, key=str)
-        if hasattr(value, "item") and callable(value.item):
-            return value.item()
-        return str(value)
-
-    return json.loads(json.dumps(obj, default=default))
 
 
 _MISSING = "<missing>"
@@ -354,6 +259,7 @@ class RunFolder:
             self.config_path,
             *(self.path / f"{n}.parquet" for n in names),
             *self._summary_files(),
+            *self._summary_files(CONTRASTS_STEM),
             *self.path.glob(".*.tmp"),
         ]:
             with contextlib.suppress(FileNotFoundError):
@@ -431,14 +337,3 @@ class RunFolder:
     def write_json(self, filename: str, obj: Any) -> Path:
         """Write ``obj`` as JSON to ``path / filename`` atomically (e.g. a drop report)."""
         return write_json_atomic(self.path / filename, obj)
-
-
-def flat_table(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with list, array, struct and object columns serialised to JSON strings."""
-    nested = (pl.List, pl.Array, pl.Struct, pl.Object)
-    replaced = []
-    for name, dtype in df.schema.items():
-        if isinstance(dtype, nested):
-            values = [None if v is None else json.dumps(to_json(v)) for v in df[name].to_list()]
-            replaced.append(pl.Series(name, values, dtype=pl.Utf8))
-    return df.with_columns(replaced) if replaced else df

@@ -1,8 +1,10 @@
-"""Per-example metrics of the target token and bootstrap summaries per graft.
+"""Per-example metrics of the target token and interval summaries per graft.
 
 :func:`example_metrics` turns next-token logits into one row per example (target rank,
 probability, top-k hits, the top tokens); :func:`summarize` aggregates those rows per group
-(graft, template, ...) with seeded percentile-bootstrap confidence intervals.
+(graft, template, ...): Wilson score intervals for the top-k accuracies (a proportion; 0/50
+gives an upper bound of 0.07, not 0) and seeded percentile-bootstrap intervals for the mean
+and median rank, the mean probability and the mean log-probability.
 
 Rank convention: ``target_rank`` counts the vocabulary entries whose logit is STRICTLY
 greater than the target's, so 0 means no token beats the target. A token tied with the
@@ -20,6 +22,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
+
+from graft.results.stats import wilson_interval
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 50)
 # Largest index matrix (resamples x examples) drawn at once; bounds bootstrap memory.
@@ -82,8 +86,40 @@ def example_metrics(
     rank = (logits > target_logit).sum(dim=1)
     target_logprob = logprobs.gather(1, targets[:, None]).squeeze(1)
     _, top_ids = torch.topk(logits, top, dim=-1)
-    top_probs = logprobs.gather(1, top_ids).exp()
+    return _metrics_frame(
+        targets, rank, target_logprob, top_ids, logprobs.gather(1, top_ids), tokenizer, ks
+    )
 
+
+def row_metrics_frame(
+    target_ids: torch.Tensor | Sequence[int],
+    metrics: Mapping[str, torch.Tensor],
+    tokenizer: Any = None,
+    ks: Sequence[int] = DEFAULT_KS,
+) -> pl.DataFrame:
+    """:func:`example_metrics`' table from metrics computed inside the trace.
+
+    ``metrics`` is what ``run_grafts(..., targets=, top_k=)`` returns (target log-prob, rank,
+    top ids and their log-probs; :func:`graft.core.trace.unpack_row_metrics`): a remote run
+    returns these few numbers per row instead of a vocabulary of logits. The rank there is
+    counted on float32 log-probabilities rather than logits: the same order, up to ties that
+    rounding creates.
+    """
+    targets = torch.as_tensor(target_ids).detach().to("cpu", torch.long).reshape(-1)
+    return _metrics_frame(
+        targets,
+        metrics["target_rank"].cpu(),
+        metrics["target_logprob"].cpu(),
+        metrics["top_ids"].cpu(),
+        metrics["top_logprobs"].cpu(),
+        tokenizer,
+        ks,
+    )
+
+
+def _metrics_frame(targets, rank, target_logprob, top_ids, top_logprobs, tokenizer, ks):
+    """The per-example table shared by :func:`example_metrics` and :func:`row_metrics_frame`."""
+    top = top_ids.shape[1]
     columns: dict[str, Any] = {"target_id": pl.Series(targets.tolist(), dtype=pl.Int64)}
     top_id_lists = top_ids.tolist()
     if tokenizer is not None:
@@ -99,7 +135,7 @@ def example_metrics(
         columns[f"top{top}_tokens"] = pl.Series(
             [[texts[i] for i in row] for row in top_id_lists], dtype=pl.List(pl.Utf8)
         )
-    columns[f"top{top}_probs"] = pl.Series(top_probs.tolist(), dtype=pl.List(pl.Float64))
+    columns[f"top{top}_probs"] = pl.Series(top_logprobs.exp().tolist(), dtype=pl.List(pl.Float64))
     return pl.DataFrame(columns)
 
 
@@ -167,7 +203,9 @@ def _drop_columns(
     """``n_dropped`` and ``dropped_reasons`` for each row of ``groups``."""
 
     def as_counts(report: Any) -> dict[str, int]:
-        counts = getattr(report, "dropped", report)  # graft.study.data.DropReport or a plain dict
+        counts = getattr(
+            report, "dropped", report
+        )  # graft.study.prompts.DropReport or a plain dict
         return {str(k): int(v) for k, v in (counts or {}).items()}
 
     def fmt(counts: dict[str, int]) -> str:
@@ -183,6 +221,56 @@ def _drop_columns(
     return [sum(c.values()) for c in rows], [fmt(c) for c in rows]
 
 
+def ci_method_text(method: str, ci: float = 0.95) -> str:
+    """What a summary's ``_lo``/``_hi`` columns are, for tables and figure footnotes.
+
+    Args:
+        method: ``"wilson"`` (score interval of a proportion), ``"bootstrap"`` (percentile
+            bootstrap over examples) or ``"none"`` (no resampling: the interval is the point).
+        ci: coverage of the interval.
+    """
+    level = f"{100 * ci:g}%"
+    texts = {
+        "wilson": f"{level} Wilson interval",
+        "bootstrap": f"{level} bootstrap CI",
+        "none": "no interval (no bootstrap resamples)",
+    }
+    if method not in texts:
+        raise ValueError(f"unknown interval method {method!r}; use one of {', '.join(texts)}")
+    return texts[method]
+
+
+def _bootstrap_stats(df: pl.DataFrame) -> dict[str, str]:
+    """The bootstrapped statistics of :func:`summarize` (``mean_logprob`` when the rows
+    carry ``target_logprob``)."""
+    stats = {"mean_rank": "mean:rank", "median_rank": "median:rank", "mean_prob": "mean:prob"}
+    if "target_logprob" in df.columns:
+        stats["mean_logprob"] = "mean:logprob"
+    return stats
+
+
+def _summary_row(
+    group: pl.DataFrame, ks: Sequence[int], stats: Mapping[str, str], boot: dict[str, Any]
+) -> dict[str, Any]:
+    """``n`` and every statistic with its interval for the examples of one group."""
+    rank = group["target_rank"].to_numpy().astype(np.float64)
+    n = group.height
+    row: dict[str, Any] = {"n": n}
+    for k in ks:
+        hits = int((rank < k).sum())
+        row[f"acc@{k}"] = hits / n
+        row[f"acc@{k}_lo"], row[f"acc@{k}_hi"] = wilson_interval(hits, n, boot["ci"])
+    values = {"rank": rank, "prob": group["target_prob"].to_numpy().astype(np.float64)}
+    if "mean_logprob" in stats:
+        values["logprob"] = group["target_logprob"].to_numpy().astype(np.float64)
+    intervals = bootstrap_ci(values, stats, **boot)
+    for out, spec in stats.items():
+        func, _, name = spec.partition(":")
+        row[out] = float(np.mean(values[name]) if func == "mean" else np.median(values[name]))
+        row[f"{out}_lo"], row[f"{out}_hi"] = intervals[out]
+    return row
+
+
 def summarize(
     df: pl.DataFrame,
     by: Sequence[str] = ("graft",),
@@ -193,27 +281,33 @@ def summarize(
     drops: Any = None,
     drops_by: str | None = None,
 ) -> pl.DataFrame:
-    """Aggregate per-example metrics per group, with bootstrap confidence intervals.
+    """Aggregate per-example metrics per group, with confidence intervals.
+
+    Accuracies get Wilson score intervals (:func:`graft.results.stats.wilson_interval`);
+    ranks, probabilities and log-probabilities a percentile bootstrap over examples.
 
     Args:
         df: rows from :func:`example_metrics` plus the group columns (needs ``target_rank``
-            and ``target_prob``).
+            and ``target_prob``; ``target_logprob`` adds ``mean_logprob``).
         by: group columns, e.g. ``["graft", "template"]``; empty for one overall group.
         ks: top-k accuracies to report (computed as ``target_rank < k``).
         n_boot: bootstrap resamples per group (examples resampled with replacement; the
-            same indices serve every metric of a group).
+            same indices serve every bootstrapped statistic of a group).
         seed: bootstrap seed; the result is deterministic for a seed.
-        ci: coverage of the percentile interval (0.95 -> 2.5th and 97.5th percentiles).
+        ci: coverage of every interval (0.95: Wilson at z = 1.96, and the 2.5th and
+            97.5th bootstrap percentiles).
         drops: optional drop report: a reason -> count mapping (or a
-            ``graft.study.data.DropReport``) applying to every group, or, with ``drops_by``, a
+            ``graft.study.prompts.DropReport``) applying to every group, or, with ``drops_by``, a
             mapping from values of that group column to such reports.
         drops_by: group column that keys ``drops`` (e.g. ``"template"``).
 
     Returns:
         One row per group, in order of first appearance: the ``by`` columns, ``n``, then
         for each statistic ``s`` in ``acc@k`` (each k), ``mean_rank``, ``median_rank``,
-        ``mean_prob`` the columns ``s``, ``s_lo``, ``s_hi``; then ``n_dropped`` and
-        ``dropped_reasons`` (``"reason=count; ..."``) when ``drops`` is given.
+        ``mean_prob`` (and ``mean_logprob``) the columns ``s``, ``s_lo``, ``s_hi``; then
+        ``n_dropped`` and ``dropped_reasons`` (``"reason=count; ..."``) when ``drops`` is
+        given; last, for each statistic, ``s_ci_method``: what its interval is (see
+        :func:`ci_method_text`, e.g. ``"95% Wilson interval"``).
     """
     by = list(by)
     missing = [c for c in [*by, "target_rank", "target_prob"] if c not in df.columns]
@@ -222,25 +316,16 @@ def summarize(
     if drops_by is not None and drops is None:
         raise ValueError("drops_by given without drops")
 
-    stats = {f"acc@{k}": f"mean:hit{k}" for k in ks}
-    stats |= {"mean_rank": "mean:rank", "median_rank": "median:rank", "mean_prob": "mean:prob"}
+    stats = _bootstrap_stats(df)
+    boot = {"n_boot": n_boot, "seed": seed, "ci": ci}
     parts = df.partition_by(by, maintain_order=True, as_dict=True) if by else {(): df}
-    rows: list[dict[str, Any]] = []
-    for key, group in parts.items():
-        rank = group["target_rank"].to_numpy().astype(np.float64)
-        values = {"rank": rank, "prob": group["target_prob"].to_numpy().astype(np.float64)}
-        values |= {f"hit{k}": (rank < k).astype(np.float64) for k in ks}
-        intervals = bootstrap_ci(values, stats, n_boot=n_boot, seed=seed, ci=ci)
-        row: dict[str, Any] = dict(zip(by, key, strict=True))
-        row["n"] = group.height
-        for out, spec in stats.items():
-            func, _, name = spec.partition(":")
-            row[out] = float(np.mean(values[name]) if func == "mean" else np.median(values[name]))
-            row[f"{out}_lo"], row[f"{out}_hi"] = intervals[out]
-        rows.append(row)
-
+    rows = [
+        dict(zip(by, key, strict=True)) | _summary_row(group, ks, stats, boot)
+        for key, group in parts.items()
+    ]
+    names = [f"acc@{k}" for k in ks] + list(stats)
     schema = {c: df.schema[c] for c in by} | {"n": pl.Int64}
-    schema |= {f"{s}{suffix}": pl.Float64 for s in stats for suffix in ("", "_lo", "_hi")}
+    schema |= {f"{s}{suffix}": pl.Float64 for s in names for suffix in ("", "_lo", "_hi")}
     out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     if drops is not None:
         n_dropped, reasons = _drop_columns(out, drops, drops_by)
@@ -248,7 +333,12 @@ def summarize(
             pl.Series("n_dropped", n_dropped, dtype=pl.Int64),
             pl.Series("dropped_reasons", reasons, dtype=pl.Utf8),
         )
-    return out
+    boot_method = ci_method_text("bootstrap" if n_boot > 0 else "none", ci)
+    methods = {f"acc@{k}": ci_method_text("wilson", ci) for k in ks}
+    methods |= dict.fromkeys(stats, boot_method)
+    return out.with_columns(
+        pl.lit(text, dtype=pl.Utf8).alias(f"{s}_ci_method") for s, text in methods.items()
+    )
 
 
 def top_tokens_table(

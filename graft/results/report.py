@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from graft.core.naming import slug
 from graft.results import plots
 
 LAYER_SEP = " | "
@@ -60,13 +61,6 @@ def metric_slug(metric: str) -> str:
     return "".join(c for c in metric if c.isalnum() or c == "_") or "metric"
 
 
-def _whiskers(summary: pl.DataFrame) -> str:
-    """What the summary's ``_lo``/``_hi`` columns are (a ``ci_method`` column, if any)."""
-    if "ci_method" in summary.columns and summary.height:
-        return str(summary["ci_method"][0])
-    return plots.DEFAULT_WHISKERS
-
-
 def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     """Redraw the figures of the run in ``folder`` from ``summary.parquet``; return PNG paths.
 
@@ -111,10 +105,10 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
             reference_labels=[n for n in names if n in _REFERENCES],
             legend_labels=legend,
             xlabel=xlabel,
-            whiskers=_whiskers(part),
+            whiskers=plots.whiskers_text(part, metric),
             note=note,
         )
-        stem = f"{experiment}_{template}" + (f"_{_slug(group)}" if group else "")
+        stem = f"{experiment}_{template}" + (f"_{slug(group)}" if group else "")
         png, _ = plots.save_figure(fig, fig_dir, f"{stem}_{suffix}")
         out.append(png)
     return out
@@ -139,6 +133,7 @@ def _draw_layers(
         row_order = list(dict.fromkeys(n.split(LAYER_SEP)[0] for n in order if LAYER_SEP in n))
         col_order = list(dict.fromkeys(n.split(LAYER_SEP)[1] for n in order if LAYER_SEP in n))
         n = int(part["n"].max())
+        whiskers = plots.whiskers_text(part, metric)
         fig = plots.heatmap(
             frame,
             value=metric,
@@ -146,9 +141,9 @@ def _draw_layers(
             col_order=[c for c in col_order if c in set(frame["layers"])],
             title=f"{metric}: {model}, {template}, components {group} (n={n})",
             note=f"Cells: {metric} over n={n} prompts, SFT weights grafted into PRE at the "
-            f"row's positions in the column's layers ({_whiskers(part)}s in summary.csv).",
+            f"row's positions in the column's layers ({whiskers}s in summary.csv).",
         )
-        png, _ = plots.save_figure(fig, fig_dir, f"layers_{_slug(group)}_{template}_{suffix}")
+        png, _ = plots.save_figure(fig, fig_dir, f"layers_{slug(group)}_{template}_{suffix}")
         out.append(png)
     return out
 
@@ -175,12 +170,8 @@ def _draw_components(
                 "SFT": "SFT: donor alone",
                 plots.GRAFT_KEY: "base with the donor's components at LT",
             },
-            whiskers=_whiskers(part),
+            whiskers=plots.whiskers_text(part, metric),
         )
         png, _ = plots.save_figure(fig, fig_dir, f"component_{template}_{suffix}")
         out.append(png)
     return out
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text).strip("-") or "x"

@@ -1,9 +1,27 @@
-"""The named grafts of the paper's experiments (DESIGN.md §2), built from graft specs."""
+"""Named grafts: the :class:`Graft` of an experiment and the paper's grafts, built from specs."""
 
 from __future__ import annotations
 
-from graft.core.spec import GraftSpec, SpecError, parse_spec
-from graft.study.runner import Graft
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from graft.core.spec import DEFAULT_DONOR, GraftSpec, SpecError, parse_spec
+
+
+@dataclass
+class Graft:
+    """A named graft of an experiment.
+
+    Args:
+        name: label in tables and plots (e.g. ``FE+LT``, ``PRE``).
+        spec: the graft spec.
+        group: optional extra grouping (e.g. the donor pair of a component experiment).
+    """
+
+    name: str
+    spec: GraftSpec
+    group: str = ""
+
 
 #: Fig. 2 / Fig. 3a positions; M and R variants apply only to templates with those fields.
 POSITIONS = (
@@ -44,7 +62,9 @@ HYBRID_FE = {
 }
 
 
-def _head(policy: str, donor: str = "sft") -> str:
+def head_suffix(policy: str, donor: str = DEFAULT_DONOR) -> str:
+    """The spec text that sets the head policy (``base``: none, ``donor``: the head of
+    ``donor``, ``paper``), to append to a spec."""
     if policy == "base":
         return ""
     return f"; head=donor@{donor}" if policy == "donor" else "; head=paper"
@@ -56,19 +76,42 @@ def reference(name: str, donor: str | None) -> Graft:
     return Graft(name, parse_spec(text))
 
 
+def _is_reference(graft: Graft) -> bool:
+    """The base alone, or a whole donor with its own head (what :func:`reference` makes)."""
+    spec = graft.spec
+    if not spec.rules:
+        return True
+    whole = [(r.positions, r.layers, r.components) for r in spec.rules] == [
+        ("ALL", "all", ("all",))
+    ]
+    return whole and spec.head == "donor" and spec.head_donor == spec.rules[0].donor
+
+
+def with_protocol(grafts: Sequence[Graft], protocol: str = "graft") -> list[Graft]:
+    """``grafts`` resolved under ``protocol`` (``paper``: the paper's layer groups, ``all``
+    without ``pos_embed``; see :mod:`graft.core.spec`). References stay as they are: a whole
+    donor is that model, position embedding included."""
+    return [
+        g if _is_reference(g) else Graft(g.name, replace(g.spec, protocol=protocol), g.group)
+        for g in grafts
+    ]
+
+
 def position_grafts(
     positions=POSITIONS,
     head_policy: str = "base",
-    donor: str = "sft",
+    donor: str = DEFAULT_DONOR,
     base_name: str = "PRE",
     donor_name: str = "SFT",
+    protocol: str = "graft",
 ) -> list[Graft]:
-    """E1/E2: every component in every layer at each position set, plus the two references."""
+    """E1/E2: every component in every layer at each position set, plus the two references;
+    ``protocol="paper"`` resolves them as the paper did (:func:`with_protocol`)."""
     grafts = [reference(base_name, None), reference(donor_name, donor)]
     for pos in positions:
-        spec = parse_spec(f"{pos}:all:all@{donor}{_head(head_policy, donor)}")
+        spec = parse_spec(f"{pos}:all:all@{donor}{head_suffix(head_policy, donor)}")
         grafts.append(Graft(pos, spec))
-    return grafts
+    return with_protocol(grafts, protocol)
 
 
 def component_grafts(
@@ -77,40 +120,58 @@ def component_grafts(
     split_qkv: bool = False,
     group: str = "",
     fe: str | None = None,
+    protocol: str = "graft",
 ) -> list[Graft]:
     """E3: component sets at the last token over a layer group, plus PRE/SFT references.
 
     ``fe`` (components, e.g. ``"all"``) also grafts the first entity in every layer, in every
     graft and in an extra ``FE only`` reference, so LT components are measured with the
-    enrichment at FE in place (on small models LT alone recovers nothing).
+    enrichment at FE in place (on small models LT alone recovers nothing). ``protocol``: as
+    for :func:`position_grafts`.
     """
     sets = dict(COMPONENT_SETS) | (QKV_SETS if split_qkv else {})
     grafts = [
         Graft("PRE", parse_spec("none"), group),
-        Graft("SFT", reference("SFT", "sft").spec, group),
+        Graft("SFT", reference("SFT", DEFAULT_DONOR).spec, group),
     ]
     prefix = f"FE:all:{fe}; " if fe else ""
     if fe:
-        grafts.append(Graft(f"FE {fe} only", parse_spec(f"FE:all:{fe}{_head(head_policy)}"), group))
+        grafts.append(
+            Graft(f"FE {fe} only", parse_spec(f"FE:all:{fe}{head_suffix(head_policy)}"), group)
+        )
     for name, comps in sets.items():
-        spec = parse_spec(f"{prefix}LT:{layers}:{comps}{_head(head_policy)}")
+        spec = parse_spec(f"{prefix}LT:{layers}:{comps}{head_suffix(head_policy)}")
         grafts.append(Graft(name, spec, group))
-    return grafts
+    return with_protocol(grafts, protocol)
 
 
-def hybrid_grafts(lt_layers: str = "h2", head_policy: str = "base") -> list[Graft]:
-    """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model."""
+def hybrid_lt(lt_layers: str = "h2", protocol: str = "graft") -> str:
+    """The LT rules of the E4 hybrid. graft: ATTN from the task model, O and the whole FFN
+    (gate, up, down) from the relation model. paper: the relation model gives O, up and
+    down only; the gate stays the task model's (the task rule takes the whole FFN and the
+    later relation rule overrides up and down, which also holds on GPT-2, without a gate)."""
+    if protocol == "paper":
+        return f"LT:{lt_layers}:attn,ffn@task; LT:{lt_layers}:o,up,down@relation"
+    return f"LT:{lt_layers}:attn@task; LT:{lt_layers}:o,ffn@relation"
+
+
+def hybrid_grafts(
+    lt_layers: str = "h2", head_policy: str = "base", protocol: str = "graft"
+) -> list[Graft]:
+    """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model;
+    ``protocol="paper"``: the gate from the task model (:func:`hybrid_lt`) and the paper's
+    layer groups (:func:`with_protocol`)."""
     grafts = [
         reference("PRE", None),
         reference("TASK", "task"),
         reference("RELATION", "relation"),
     ]
-    lt = f"LT:{lt_layers}:attn@task; LT:{lt_layers}:o,ffn@relation"
+    lt = hybrid_lt(lt_layers, protocol)
     for name, comps in HYBRID_FE.items():
         fe = f"FE:all:{comps}@task; " if comps else ""
-        spec = parse_spec(f"{fe}{lt}{_head(head_policy, 'relation')}")
+        spec = parse_spec(f"{fe}{lt}{head_suffix(head_policy, 'relation')}")
         grafts.append(Graft(f"FE {name} + LT hybrid", spec))
-    return grafts
+    return with_protocol(grafts, protocol)
 
 
 def layer_windows(n_layers: int, windows: str) -> list[str]:
@@ -129,9 +190,13 @@ def layer_windows(n_layers: int, windows: str) -> list[str]:
     return [f"{s}-{min(s + width, n_layers) - 1}" for s in range(0, n_layers, width)]
 
 
-def necessity_grafts(positions=POSITIONS, head_policy: str = "base") -> list[Graft]:
+def necessity_grafts(
+    positions=POSITIONS, head_policy: str = "base", protocol: str = "graft"
+) -> list[Graft]:
     """The other direction: PRE weights grafted into SFT at the same positions."""
-    return position_grafts(positions, head_policy, donor="pre", base_name="SFT", donor_name="PRE")
+    return position_grafts(
+        positions, head_policy, donor="pre", base_name="SFT", donor_name="PRE", protocol=protocol
+    )
 
 
 def spec_graft(text: str) -> Graft:

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experiments.cli import main
+from experiments.common import REMOTE_PARAMS
 from graft.core.arch import architecture_of
 from graft.core.spec import parse_spec
 from graft.core.tiny import tiny_model
@@ -135,8 +136,7 @@ MODELS = [
 ]  # fmt: skip
 DEVICES = ["banana", "cuda", "cuda:1", "cuda:x", "", "meta", "mps", "CPU", "cpu:0", "cpu"]
 DONORS = ["sft=bogus", "sft=", "=one", "sft=one=two", "sft=tiny-llama", "x=tiny-llama", "sft=/proc"]
-SKIP = {"help", "remote_flag", "ndif_host", "ndif_model_key", "donor_mode", "hosted_donor"}
-SKIP |= {"max_payload_mb", "remote_timeout", "remote_retries"}  # remote: slow by nature
+SKIP = {"help", *REMOTE_PARAMS}  # remote: slow by nature
 
 
 def _command(name: str) -> click.Command:
@@ -159,6 +159,7 @@ def _baseline(name: str, tmp: Path) -> list[str]:
         "n": "1",
         "n_facts": "2",
         "finetune_max_steps": "1",
+        "max_steps": "1",  # finetune's --finetune-max-steps (FinetuneConfig.max_steps)
         "n_boot": "10",
         "workspace": str(tmp / "ws"),
         "quiet": None,

@@ -13,8 +13,10 @@ from click.testing import CliRunner
 import experiments.smoke
 from experiments.cli import main
 from experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
-from graft.study import finetune as ft
-from graft.study.data import load_manifest
+from graft.study.datasets import load_manifest
+from graft.study.finetune import is_finished
+from graft.study.presets import resolve_config
+from graft.study.workspace import Workspace
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 #: Options whose help or default depends on the command: the output of this command
@@ -207,7 +209,7 @@ def test_finetune_refuses_a_variant_the_folder_lacks(tmp_path):
         *("--workspace", str(tmp_path / "ws")),
     )
     assert result.exit_code == 2, result.output
-    assert "has direction 'one'; --variant both needs 'both'" in result.output
+    assert "has direction 'one', the variant asks for 'both'" in result.output
 
 
 def test_data_writes_where_experiments_read(tmp_path):
@@ -217,7 +219,7 @@ def test_data_writes_where_experiments_read(tmp_path):
     written = ws / "datasets" / "fake_movies_real_actors-one-n3-seed2"
     assert str(written) in result.output
     manifest = load_manifest(written)
-    read = ft.workspace_dataset("fake_movies_real_actors", n_facts=3, seed=2, workspace=ws)
+    read = Workspace(ws).generated_dataset("fake_movies_real_actors", n_facts=3, seed=2)
     assert read == written and load_manifest(read) == manifest  # found, not regenerated
 
 
@@ -229,11 +231,11 @@ def test_finetune_variant_trains_the_donor_experiments_look_for(tmp_path):
         *("--finetune-max-steps", "1", "--workspace", str(ws), "--quiet"),
     )
     assert result.exit_code == 0, result.output
-    cfg = ft.resolve_config("cpu", max_steps=1)
-    expected = ft.find_or_finetune(
-        "tiny-llama", "fake_movies_real_actors", "task", cfg, ws, n_facts=5
+    cfg = resolve_config("cpu", max_steps=1)
+    expected = Workspace(ws).find_or_finetune(
+        "tiny-llama", "fake_movies_real_actors", "task", cfg, n_facts=5
     )
-    assert ft.is_finished(expected) and expected.parts[-2] == "A"
+    assert is_finished(expected) and expected.parts[-2] == "A"
     assert sorted(p.name for p in (ws / "finetuned").rglob("eval.json")) == ["eval.json"]
 
 

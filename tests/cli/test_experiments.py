@@ -22,9 +22,9 @@ from experiments.cli import COMMANDS, main
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.models import load_model
-from graft.study.data import load_test_prompts
+from graft.study.prompts import load_test_prompts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 MODEL = "tiny-llama"
 TEMPLATES = ("headline", "movie", "qa")
@@ -50,20 +50,6 @@ RUN_FILES = ("config.json", "summary.parquet", "summary.csv", "examples.parquet"
 # The engine's float32 bound on logits is 1e-5; a log-softmax moves by at most twice the
 # largest logit change, so log-probs (and probabilities <= 1) of two runs agree to 2e-5.
 LOGPROB_TOL = 2e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny models run faster on one thread, and CI machines are shared.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("workspace")
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +158,7 @@ HELP = {
     "tokens": ["--spec", "--per-graft", "top-10"],
     "custom": ["--spec", "--donor", "--base", "--directions", "--references"],
     "plot": ["RUN_FOLDER", "--metric"],
+    "compare": ["RUN_FOLDER", "GRAFT_A", "GRAFT_B", "--metric", "--score", "McNemar"],
     "data": ["--dataset", "--n-facts", "--split"],
     "finetune": ["--model", "--preset", "--variant"],
     "smoke": ["--family"],
@@ -192,7 +179,7 @@ def test_command_help(command):
     assert text.startswith(f"Usage: main {command}")
     for needle in HELP[command]:
         assert needle in text, f"{command} --help does not mention {needle}"
-    if command not in ("plot", "data", "finetune", "smoke"):
+    if command not in ("plot", "compare", "data", "finetune", "smoke"):
         for shared in ("--workspace", "--n-boot", "--templates", "--quiet"):
             assert shared in text
 
@@ -398,9 +385,9 @@ def count_batches(monkeypatch) -> list[int]:
     calls: list[int] = []
     original = graft.study.runner._run_rows
 
-    def counting(cfg, base, donors, rows):
+    def counting(cfg, base, donors, rows, targets):
         calls.append(len(rows))
-        return original(cfg, base, donors, rows)
+        return original(cfg, base, donors, rows, targets)
 
     monkeypatch.setattr(graft.study.runner, "_run_rows", counting)
     return calls
@@ -475,13 +462,13 @@ def test_changed_config_needs_new_out_or_overwrite(position_run, tmp_path, commo
 
 
 BAD_INPUT = {
-    "templates": (["position", "--templates", "headline,nope"], "--templates nope"),
+    "templates": (["position", "--templates", "headline,nope"], "templates nope: not in"),
     "positions": (["position", "--positions", "FE,FE+"], "--positions"),
     "positions-span": (["position", "--positions", "FE,XYZ"], "XYZ"),
     "necessity-positions": (["necessity", "--positions", "(FE"], "--positions"),
     "model": (["position", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     "model-layers": (["layers", "--model", "no-such-model"], "unknown model 'no-such-model'"),
-    "dataset": (["position", "--dataset", "no_such_kind"], "--dataset 'no_such_kind'"),
+    "dataset": (["position", "--dataset", "no_such_kind"], "dataset 'no_such_kind' is neither"),
     "pairs": (["component", "--pairs", "sft,sideways"], "--pairs"),
     "component-layers": (["component", "--layers", "q5"], "--layers"),
     "component-fe": (["component", "--fe", "mlp"], "--fe"),

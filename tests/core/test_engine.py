@@ -2,7 +2,7 @@
 
 Every supported family, position / component / layer / embedding / head / multi-donor
 grafts, prompts of different lengths in one batch, left and right padding: max abs logit
-difference <= 1e-5 in float32. Plus the invariants of DESIGN.md.
+difference <= 1e-5 in float32. Plus the engine's invariants (exact equalities).
 """
 
 from __future__ import annotations
@@ -170,9 +170,13 @@ def test_donor_equal_to_base_changes_nothing(family_setup, family):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_remote_local_serialisation_path_gives_the_same_logits(family_setup, family):
+def test_remote_serialisation_path_gives_the_same_logits(family_setup, family):
+    from graft.remote.config import RemoteConfig
+    from graft.remote.executor import RemoteExecutor
+
     base, donors, _, rows, refs = family_setup(family)
-    out = run_grafts(base, donors, rows[:12], batch_size=6, remote="local")
+    simulate = RemoteExecutor(RemoteConfig(mode="simulate"))
+    out = run_grafts(base, donors, rows[:12], batch_size=6, executor=simulate)
     assert (out - refs[:12]).abs().max() <= TOL
 
 

@@ -17,7 +17,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from graft.core.spans import render, template_fields, tokenize_with_spans
 from graft.models import embedded_gguf
-from graft.study.data import DatasetConfig, generate_dataset, load_test_prompts, load_train_records
+from graft.study.datasets import DatasetConfig, generate_dataset, load_train_records
+from graft.study.prompts import load_test_prompts
 
 RELATIONS = (("starred", "in", "with"), ("appeared", "in", "alongside"))
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from graft.core.arch import architecture_of
-from graft.core.spec import GraftSpec, Rule, SpecError, layer_group, parse_spec
+from graft.core.selectors import (
+    format_positions,
+    layer_group,
+    layer_list,
+    paper_layer_group,
+    parse_layers,
+    parse_positions,
+    position_set,
+    span_names,
+)
+from graft.core.spec import DEFAULT_DONOR, GraftSpec, Rule, SpecError, parse_spec
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +43,8 @@ ROUND_TRIP = [
     "0+-1:0,2:q",
     "2..4:1-3:attn",
     "M+R:e8:block",
+    "LT:q4:o,ffn; protocol=paper",
+    "FE+LT:all:all; head=paper; protocol=paper",
 ]
 
 
@@ -60,6 +72,76 @@ def test_layer_groups_cover_any_depth():
     assert layer_group(4, 4, 48) == list(range(36, 48))
     assert layer_group(8, 8, 16) == [14, 15]
     assert layer_group(2, 2, 30) == list(range(15, 30))
+
+
+def _paper_groups(n: int, n_layers: int) -> list[tuple[int, int]]:
+    """(first, last) layer of each of the n groups by the paper's rule."""
+    groups = [paper_layer_group(k, n, n_layers) for k in range(1, n + 1)]
+    return [(g[0], g[-1]) for g in groups]
+
+
+def test_paper_layer_rule_gives_the_documented_groups():
+    # docs/paper_protocol.md (c): SmolLM2 (30 layers) and Gemma (18 layers)
+    assert _paper_groups(4, 30) == [(0, 6), (7, 13), (14, 20), (21, 29)]
+    assert _paper_groups(2, 30) == [(0, 13), (14, 29)]
+    assert _paper_groups(4, 18) == [(0, 3), (4, 7), (8, 11), (12, 17)]
+    assert _paper_groups(2, 18) == [(0, 7), (8, 17)]
+    # where 4 divides L the two rules agree
+    for n in (2, 4):
+        for k in range(1, n + 1):
+            assert paper_layer_group(k, n, 48) == layer_group(k, n, 48)
+    # graft's rule differs on 30 layers: its q2..q4 are 7-14, 15-21, 22-29
+    assert [(g[0], g[-1]) for g in (layer_group(k, 4, 30) for k in (2, 3, 4))] == [
+        (7, 14),
+        (15, 21),
+        (22, 29),
+    ]
+
+
+def test_paper_layer_rule_in_a_spec(arch_llama):
+    n_layers = arch_llama.n_layers
+    items = parse_layers("h2")
+    q = n_layers // 4
+    assert layer_list(items, n_layers, "h2", "paper") == list(range(2 * q, n_layers))
+    assert Rule("LT", "q4", ("o",)).layer_list(30, "paper") == list(range(21, 30))
+    assert Rule("LT", "q4", ("o",)).layer_list(30) == list(range(22, 30))
+    # the spec's protocol reaches the resolution
+    res = parse_spec("LT:q2:o; protocol=paper").resolve(arch_llama, 4, {})
+    assert sorted(layer for layer, _ in res.cells) == list(range(q, 2 * q))
+    # "last half" is the paper's third and fourth quarters
+    assert layer_list(parse_layers("q3,q4"), 30, "q3,q4", "paper") == layer_list(
+        parse_layers("h2"), 30, "h2", "paper"
+    )
+
+
+@pytest.mark.parametrize("layers", ["e1", "e8", "3/8", "1/3"])
+def test_paper_layer_rule_refuses_eighths_and_other_groups(layers):
+    with pytest.raises(SpecError, match="halves and quarters only"):
+        layer_list(parse_layers(layers), 30, layers, "paper")
+    assert layer_list(parse_layers(layers), 30, layers)  # graft's rule has them
+
+
+def test_paper_protocol_all_leaves_out_the_position_embedding(arch_gpt2, arch_llama):
+    ours = parse_spec("FE:all:all").resolve(arch_gpt2, 4, {"FE": [1]})
+    paper = parse_spec("FE:all:all; protocol=paper").resolve(arch_gpt2, 4, {"FE": [1]})
+    assert (-1, "pos_embed") in ours.cells and (-1, "pos_embed") not in paper.cells
+    assert set(ours.cells) - set(paper.cells) == {(-1, "pos_embed")}
+    # pos_embed stays graftable by name under the paper protocol
+    named = parse_spec("FE:all:pos_embed; protocol=paper").resolve(arch_gpt2, 4, {"FE": [1]})
+    assert set(named.cells) == {(-1, "pos_embed")}
+    # families without a learned position embedding: the same cells either way
+    llama = [
+        parse_spec(t).resolve(arch_llama, 4, {"FE": [1]}).cells
+        for t in ("FE:all:all", "FE:all:all; protocol=paper")
+    ]
+    assert llama[0] == llama[1]
+
+
+def test_unknown_protocol_is_a_one_line_error():
+    with pytest.raises(SpecError, match="protocol must be graft or paper"):
+        parse_spec("LT:all:o; protocol=ours")
+    with pytest.raises(SpecError, match="layer rule 'x' unknown"):
+        layer_list(parse_layers("q1"), 8, "q1", "x")
 
 
 def test_positions_resolution(arch_llama):
@@ -129,7 +211,9 @@ BAD_SPECS = [
     ("FE:all:wobble", "unknown component 'wobble'"),
     ("FE:all:", "no components named"),
     ("FE:x9:o", "layer selector 'x9'"),
-    ("FE:q5:o", "layer group 'q5'"),
+    ("FE:q5:o", "layer group 'q5' in 'q5': q1..q4"),
+    ("FE:5/4:o", "layer group '5/4' in '5/4': need 1 <= k <= n in k/n"),
+    ("FE:0/2:o", "need 1 <= k <= n in k/n"),
     ("FE:3-1:o", "reversed"),
     ("FE:all:o@2bad", "donor name"),
     ("(FE+LT:all:o", "missing ')'"),
@@ -180,3 +264,20 @@ def test_rule_is_validated_on_construction():
 def test_span_names():
     assert parse_spec("(FE+LT)^C:all:all; M+2:0:o").span_names() == {"FE", "M"}
     assert parse_spec("none").span_names() == set()
+
+
+def test_selectors_on_their_own():
+    """The position and layer grammar works without a spec around it."""
+    expr = parse_positions(" ( FE + LT ) ^C + 0..1 ")
+    assert format_positions(expr) == "(FE+LT)^C+0..1"
+    assert span_names(expr) == {"FE"}
+    assert position_set(expr, 6, {"FE": [2, 3]}, "text") == {0, 1, 4}
+    assert layer_list(parse_layers("q1,-1"), 8, "q1,-1") == [0, 1, 7]
+
+
+def test_json_without_donors_takes_the_default_donor():
+    spec = GraftSpec.from_dict(
+        {"head": "donor", "rules": [{"positions": "LT", "layers": "all", "components": ["o"]}]}
+    )
+    assert spec.rules[0].donor == DEFAULT_DONOR == "sft"
+    assert spec.head_donor == DEFAULT_DONOR

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import pytest
 import torch
+import transformers
 
 from graft import models
 from graft.core.tiny import TINY_FAMILIES, tiny_model
@@ -21,6 +23,7 @@ from graft.models import (
     ModelNotFoundError,
     context_length,
     load_model,
+    looks_like_hub_id,
     resolve_device,
     resolve_dtype,
     resolve_model_name,
@@ -33,7 +36,7 @@ def test_registry_names_resolve() -> None:
         "gpt2-xl": ("hub", "openai-community/gpt2-xl"),
         "gpt2": ("hub", "openai-community/gpt2"),
         "llama3.2-1b": ("hub", "meta-llama/Llama-3.2-1B"),
-        "gemma-1.1-2b": ("hub", "google/gemma-1.1-2b"),
+        "gemma-1.1-2b": ("hub", "google/gemma-1.1-2b-it"),
         "pythia-2.8b": ("hub", "EleutherAI/pythia-2.8b"),
         "pythia-160m": ("hub", "EleutherAI/pythia-160m"),
         "smollm2-135m": ("embedded", "smollm2-135m"),
@@ -48,6 +51,24 @@ def test_registry_names_resolve() -> None:
     assert DEFAULT_MODEL == "smollm2-135m"
     # Any other hub id passes through (loaded with from_pretrained on a user's machine).
     assert resolve_model_name("someone/some-model") == ("hub", "someone/some-model")
+
+
+@pytest.mark.parametrize(
+    ("name", "hub_shaped"),
+    [
+        ("someone/some-model", True),
+        ("openai-community/gpt2-xl", True),
+        ("gpt2-xl", False),
+        ("a/b/c", False),
+        ("/abs/model", False),
+        ("./rel/model", False),
+        ("~/model", False),
+        ("", False),
+    ],
+)
+def test_hub_id_shape(name: str, hub_shaped: bool) -> None:
+    """The one hub-id check (the remote model key and name resolution both use it)."""
+    assert looks_like_hub_id(name) is hub_shaped
 
 
 @pytest.mark.parametrize("name", ["no-such-model", "./missing/folder", "tiny-transformerxl"])
@@ -213,23 +234,25 @@ def _fake_gguf_loaders(monkeypatch, fail_on_save: bool = False) -> None:
             tok.save_pretrained = boom
         return tok
 
-    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", fake_model)
-    monkeypatch.setattr(models.AutoTokenizer, "from_pretrained", fake_tokenizer)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_tokenizer)
 
 
-def test_embedded_conversion_strips_quantisation(tmp_path, monkeypatch, capsys) -> None:
+def test_embedded_conversion_strips_quantisation(tmp_path, monkeypatch, caplog) -> None:
     monkeypatch.setenv("GRAFT_HOME", str(tmp_path))
+    caplog.set_level(logging.INFO, logger="graft.models.embedded")
     with monkeypatch.context() as m:
         _fake_gguf_loaders(m)
         directory = models.ensure_embedded("smollm2-135m")
-    assert "converting embedded model smollm2-135m" in capsys.readouterr().out
+    assert "converting embedded model smollm2-135m" in caplog.text
     assert "quantization_config" not in json.loads((directory / "config.json").read_text())
     assert (directory / "model.safetensors").is_file()
     info = json.loads((directory / "graft_source.json").read_text())
     assert len(info["gguf_sha256"]) == 64
     # A second call reuses the copy silently.
+    caplog.clear()
     assert models.ensure_embedded("smollm2-135m") == directory
-    assert capsys.readouterr().out == ""
+    assert caplog.text == ""
 
 
 def test_interrupted_conversion_leaves_nothing(tmp_path, monkeypatch) -> None:

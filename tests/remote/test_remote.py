@@ -9,29 +9,21 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import socket
 
-import click
 import pytest
 import torch
-from click.testing import CliRunner
 
 from graft.core.arch import architecture_of
-from graft.core.engine import GraftRow, plan_batch, run_grafts, run_plan
+from graft.core.engine import LocalExecutor, run_grafts
+from graft.core.plan import GraftRow, plan_batch
 from graft.core.spec import parse_spec
 from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
-from graft.remote.client import (
-    PAPER_CONFIGS,
-    RemoteConfig,
-    RemoteError,
-    estimate_payload_bytes,
-    hf_model_key,
-    meta_model,
-    payload_table,
-    remote_options,
-    run_plan_remote,
-    run_rows,
-)
+from graft.errors import RemoteError
+from graft.models.paper import PAPER_CONFIGS, meta_model
+from graft.remote.config import RemoteConfig, hf_model_key
+from graft.remote.executor import RemoteExecutor
 from graft.remote.hosted import (
     DONORS_ATTR,
     GraftPairModel,
@@ -39,6 +31,7 @@ from graft.remote.hosted import (
     hosted_model_key,
     parse_hosted_model_key,
 )
+from graft.remote.payload import estimate_payload_bytes, format_bytes, payload_table
 
 try:
     from tests.ndif_double import NdifDouble
@@ -114,12 +107,6 @@ def remote_cfg(server, **kwargs) -> RemoteConfig:
     return RemoteConfig(**values)
 
 
-def assert_same(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
-    assert a.shape == b.shape and a.dtype == b.dtype
-    diff = (a - b).abs().max().item()
-    assert diff <= tol, diff
-
-
 # ------------------------------------------------------------------ the wire protocol
 
 
@@ -130,7 +117,7 @@ def test_ship_mode_equals_local(server, llama, spec):
     local = run_grafts(base, donors["sft"], rows, batch_size=4)
     n_before = len(server.requests)
     cfg = remote_cfg(server, rows_per_request=4)  # 6 rows -> 2 requests of 1 batch each
-    remote = run_rows(base, donors["sft"], rows, batch_size=4, remote=cfg)
+    remote = run_grafts(base, donors["sft"], rows, batch_size=4, executor=RemoteExecutor(cfg))
     assert torch.equal(remote, local)
     seen = server.requests[n_before:]
     assert [r.outcome for r in seen] == ["completed", "completed"]
@@ -139,36 +126,39 @@ def test_ship_mode_equals_local(server, llama, spec):
     assert seen[0].env.get("attn_implementation") == base.config._attn_implementation
 
 
-def test_hosted_mode_equals_local_with_a_weightless_client(server, llama, capsys):
+def test_hosted_mode_equals_local_with_a_weightless_client(server, llama, caplog):
     base, donors = llama
     rows = make_rows([POSITION, COMPONENT, HYBRID], n_prompts=3)
     local = run_grafts(base, donors, rows, batch_size=4)
     client_base = meta_model(tiny_config("llama"))  # no weights on the client at all
     cfg = remote_cfg(server, donor_mode="hosted", model_key=PAIR_KEY)
     n_before = len(server.requests)
-    remote = run_rows(client_base, ["sft", "relation"], rows, batch_size=4, remote=cfg)
+    with caplog.at_level(logging.INFO, logger="graft.remote"):
+        remote = run_grafts(
+            client_base, ["sft", "relation"], rows, batch_size=4, executor=RemoteExecutor(cfg)
+        )
     assert torch.equal(remote, local)
     (record,) = server.requests[n_before:]  # 9 rows, 3 batches: one request
     assert record.model_key == PAIR_KEY and record.outcome == "completed"
     assert record.payload_bytes < 20_000  # ids only, no donor weights
-    assert "hosted donors (ids only)" in capsys.readouterr().err
+    assert "hosted donors (ids only)" in caplog.text
 
 
-def test_ship_mode_prints_the_payload_and_results_may_come_on_the_socket(server, llama, capsys):
+def test_ship_mode_logs_the_payload_and_results_may_come_on_the_socket(server, llama, caplog):
     base, donors = llama
     rows = make_rows([HYBRID], n_prompts=2)
     local = run_grafts(base, donors, rows, batch_size=2)
     server.result_on_socket = True
     try:
-        remote = run_rows(base, donors, rows, batch_size=2, remote=remote_cfg(server))
+        with caplog.at_level(logging.INFO, logger="graft.remote"):
+            executor = RemoteExecutor(remote_cfg(server))
+            remote = run_grafts(base, donors, rows, batch_size=2, executor=executor)
     finally:
         server.result_on_socket = False
     assert torch.equal(remote, local)
     expected = estimate_payload_bytes(base, HYBRID)  # both donors' modules
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "request 1/1: 2 rows in 1 batches; donor weights" in err
-    from graft.remote.client import format_bytes
-
     assert format_bytes(expected) in err
 
 
@@ -179,7 +169,7 @@ def test_a_bfloat16_server_runs_shipped_float32_donors_in_its_dtype(server, llam
     donor16 = copy.deepcopy(donors["sft"]).to(torch.bfloat16)
     local16 = run_grafts(base16, donor16, rows, batch_size=4)
     cfg = remote_cfg(server, model_key=BF16_KEY, compress=False)
-    remote = run_rows(base, donors["sft"], rows, batch_size=4, remote=cfg)
+    remote = run_grafts(base, donors["sft"], rows, batch_size=4, executor=RemoteExecutor(cfg))
     assert torch.equal(remote, local16)
 
 
@@ -188,17 +178,18 @@ def test_right_padding_and_one_planned_batch(server, llama):
     rows = make_rows([COMPONENT, POSITION], 2)
     kw = dict(batch_size=8, padding_side="right", sort_by_length=False)
     local = run_grafts(base, donors["sft"], rows, **kw)
-    assert torch.equal(run_rows(base, donors["sft"], rows, remote=remote_cfg(server), **kw), local)
+    executor = RemoteExecutor(remote_cfg(server))
+    assert torch.equal(run_grafts(base, donors["sft"], rows, executor=executor, **kw), local)
     plan = plan_batch(architecture_of(base), rows, pad_id=0, padding_side="left")
-    one = run_plan_remote(base, donors["sft"], plan, remote_cfg(server))
-    assert torch.equal(one, run_plan(base, {"sft": donors["sft"]}, plan))
+    (one,) = executor.run(base, {"sft": donors["sft"]}, [plan])
+    assert torch.equal(one, LocalExecutor().run_plan(base, {"sft": donors["sft"]}, plan))
 
 
 def test_a_transient_failure_is_retried(server, llama):
     base, donors = llama
     rows = make_rows([COMPONENT], n_prompts=1)
     server.transient_failures = 1
-    out = run_rows(base, donors["sft"], rows, remote=remote_cfg(server), log=None)
+    out = run_grafts(base, donors["sft"], rows, executor=RemoteExecutor(remote_cfg(server)))
     assert server.transient_failures == 0
     assert torch.equal(out, run_grafts(base, donors["sft"], rows))
 
@@ -219,7 +210,7 @@ def _free_port() -> int:
             "unreachable",
             {"host": "http://127.0.0.1:{port}"},
             "cannot reach the NDIF host http://127.0.0.1:{port} (Connection refused); check "
-            "--ndif-host / NDIF_HOST and that the server is running (gave up after 2 attempts)",
+            "host (or env NDIF_HOST) and that the server is running (gave up after 2 attempts)",
         ),
         (
             "auth",
@@ -229,13 +220,13 @@ def _free_port() -> int:
         (
             "model",
             {"model_key": hf_model_key("someone/else")},
-            "is not deployed on this server.); check --ndif-model-key",
+            "is not deployed on this server.); check model_key",
         ),
         (
             "payload",
             {"max_payload_mb": 0.05},
             "one batch of 2 rows would send 157.00 KB of donor weights (limit 51.20 KB): use "
-            "--donor-mode hosted, graft fewer cells, or raise --max-payload-mb",
+            "donor_mode='hosted', graft fewer cells, or raise max_payload_mb",
         ),
         (
             "server",
@@ -259,7 +250,9 @@ def test_failures_are_one_readable_line(server, llama, kind, overrides, message)
     server.transient_failures = overrides.pop("_transient", 0)
     try:
         with pytest.raises(RemoteError) as info:
-            run_rows(base, donors["sft"], rows, remote=remote_cfg(server, **overrides), log=None)
+            run_grafts(
+                base, donors["sft"], rows, executor=RemoteExecutor(remote_cfg(server, **overrides))
+            )
     finally:
         server.transient_failures = 0
     err = info.value
@@ -277,7 +270,12 @@ def test_the_server_refusing_a_large_request_is_a_payload_error(server, llama):
         with pytest.raises(
             RemoteError, match=r"refused request 1/1 as too large \(HTTP 413"
         ) as info:
-            run_rows(base, donors["sft"], make_rows([POSITION], 1), remote=remote_cfg(server))
+            run_grafts(
+                base,
+                donors["sft"],
+                make_rows([POSITION], 1),
+                executor=RemoteExecutor(remote_cfg(server)),
+            )
     finally:
         server.max_request_bytes = None
     assert info.value.kind == "payload"
@@ -289,14 +287,24 @@ def test_a_key_for_another_model_is_named(server, llama):
     with pytest.raises(
         RemoteError, match=r"has no module Module:model\.model\.layers\.[45]"
     ) as info:
-        run_rows(deep, perturbed_copy(deep), make_rows(["LT:-1:o"], 1), remote=remote_cfg(server))
+        run_grafts(
+            deep,
+            perturbed_copy(deep),
+            make_rows(["LT:-1:o"], 1),
+            executor=RemoteExecutor(remote_cfg(server)),
+        )
     assert info.value.kind == "model"
 
 
 def test_ship_mode_needs_the_donor_weights_and_hosted_mode_a_key():
     base = tiny_model("llama")
     with pytest.raises(RemoteError, match="ship mode sends donor 'sft'"):
-        run_rows(base, ["sft"], make_rows([COMPONENT], 1), remote=RemoteConfig(mode="remote"))
+        run_grafts(
+            base,
+            ["sft"],
+            make_rows([COMPONENT], 1),
+            executor=RemoteExecutor(RemoteConfig(mode="remote")),
+        )
     base.config._name_or_path = "meta-llama/Llama-3.2-1B"
     assert RemoteConfig(mode="remote").resolved_model_key(base) == hf_model_key(
         "meta-llama/Llama-3.2-1B"
@@ -308,7 +316,7 @@ def test_ship_mode_needs_the_donor_weights_and_hosted_mode_a_key():
     with pytest.raises(RemoteError, match="hosted mode needs the graft pair's model key"):
         RemoteConfig(mode="remote", donor_mode="hosted").resolved_model_key(base)
     base.config._name_or_path = "/home/me/checkpoints/sft"
-    with pytest.raises(RemoteError, match="pass --ndif-model-key"):
+    with pytest.raises(RemoteError, match=r"not a hub id\): set model_key"):
         RemoteConfig(mode="remote").resolved_model_key(base)
 
 
@@ -329,11 +337,11 @@ def test_every_trace_kind_survives_nnsight_serialisation(tiny_pairs, family):
     donors = {"sft": sft, "relation": perturbed_copy(base, seed=7)}
     rows = make_rows([*SIMULATED[family], HYBRID, "FE:all:all@relation; head=donor@sft"], 2)
     local = run_grafts(base, donors, rows, batch_size=5)
-    # the engine's own trace, through nnsight's remote="local" path
-    assert_same(run_grafts(base, donors, rows, batch_size=5, remote="local"), local)
-    # the session requests run_rows sends, serialised and run in-process
+    # the session requests a remote executor sends, serialised and run in-process
     cfg = RemoteConfig(mode="simulate", rows_per_request=6)
-    assert torch.equal(run_rows(base, donors, rows, batch_size=5, remote=cfg, log=None), local)
+    assert torch.equal(
+        run_grafts(base, donors, rows, batch_size=5, executor=RemoteExecutor(cfg)), local
+    )
 
 
 def test_hosted_pair_trace_survives_serialisation(llama):
@@ -344,17 +352,21 @@ def test_hosted_pair_trace_survives_serialisation(llama):
         copy.deepcopy(base), donors={k: copy.deepcopy(v) for k, v in donors.items()}
     )
     cfg = RemoteConfig(mode="simulate", donor_mode="hosted")
-    assert torch.equal(run_rows(pair, ["sft", "relation"], rows, batch_size=4, remote=cfg), local)
+    assert torch.equal(
+        run_grafts(pair, ["sft", "relation"], rows, batch_size=4, executor=RemoteExecutor(cfg)),
+        local,
+    )
 
 
 def test_stale_persistent_ids_on_a_donor_do_not_redirect_it_to_the_base(server, llama):
     base, donors = llama
     donor = copy.deepcopy(donors["sft"])
     rows = make_rows([COMPONENT], 2)
-    run_grafts(donor, base, rows, remote="local")  # tags the donor's modules as a traced base
+    simulate = RemoteExecutor(RemoteConfig(mode="simulate"))
+    run_grafts(donor, base, rows, executor=simulate)  # tags the donor's modules as a traced base
     assert "_persistent_id" in donor.model.layers[3].mlp.down_proj.__dict__
     # without stripping the tags the server would run ITS base modules at those paths
-    out = run_rows(base, donor, rows, remote=remote_cfg(server), log=None)
+    out = run_grafts(base, donor, rows, executor=RemoteExecutor(remote_cfg(server)))
     assert torch.equal(out, run_grafts(base, donors["sft"], rows))
 
 
@@ -410,40 +422,35 @@ def test_payload_of_paper_models_from_their_configs_alone():
     assert set(PAPER_CONFIGS) == {r["model"] for r in table.values()}
 
 
-def test_remote_options_give_the_command_a_config():
-    seen = {}
+def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, caplog):
+    from types import SimpleNamespace
 
-    @click.command()
-    @remote_options
-    def cmd(remote):
-        seen["cfg"] = remote
+    from graft.results.metrics import example_metrics, row_metrics_frame
+    from graft.study import runner
 
-    runner = CliRunner()
-    assert runner.invoke(cmd, []).exit_code == 0
-    assert seen["cfg"].mode == "local" and not seen["cfg"].enabled
-    args = [
-        "--remote",
-        "--ndif-host",
-        "http://h:1",
-        "--donor-mode",
-        "hosted",
-        "--hosted-donor",
-        "sft=/m/sft",
-        "--max-payload-mb",
-        "64",
-        "--remote-retries",
-        "0",
-    ]
-    result = runner.invoke(cmd, args)
-    assert result.exit_code == 0, result.output
-    cfg = seen["cfg"]
-    assert (cfg.mode, cfg.host, cfg.donor_mode, cfg.max_payload_mb, cfg.retries) == (
-        "remote",
-        "http://h:1",
-        "hosted",
-        64.0,
-        0,
-    )
-    assert cfg.hosted_donors == {"sft": "/m/sft"}
-    bad = runner.invoke(cmd, ["--hosted-donor", "sft"])
-    assert bad.exit_code != 0 and "write NAME=SOURCE" in bad.output
+    base, donors = llama
+    rows = make_rows([COMPONENT, POSITION], 2)
+    targets = [3, 7, 11, 19]
+    loaded = SimpleNamespace(model=base, tokenizer=SimpleNamespace(pad_token_id=0))
+    with caplog.at_level(logging.INFO, logger="graft.remote"):
+        local = runner._run_rows(SimpleNamespace(remote=None), loaded, donors, rows, targets)
+        also_local = runner._run_rows(
+            SimpleNamespace(remote=RemoteConfig()), loaded, donors, rows, targets
+        )
+        assert "request" not in caplog.text
+        simulate = SimpleNamespace(remote=RemoteConfig(mode="simulate"))
+        simulated = runner._run_rows(simulate, loaded, donors, rows, targets)
+    assert "request 1/1: 4 rows in 1 batches" in caplog.text
+    assert torch.equal(also_local, local)
+    # remotely only the per-row metrics come back, and they give the same examples table
+    assert set(simulated) == {"target_logprob", "target_rank", "top_ids", "top_logprobs"}
+    assert simulated["top_ids"].shape == (4, runner.REMOTE_TOP_K)
+    from_logits = example_metrics(local, targets)
+    from_server = row_metrics_frame(targets, simulated)
+    assert from_server.columns == from_logits.columns
+    floats = ["target_prob", "target_logprob", "top10_probs"]
+    assert from_server.drop(floats).equals(from_logits.drop(floats))  # ranks, hits, top ids
+    for column in floats:
+        a = torch.tensor(from_logits[column].to_list())
+        b = torch.tensor(from_server[column].to_list())
+        assert (a - b).abs().max().item() <= 1e-5, column

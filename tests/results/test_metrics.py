@@ -1,4 +1,4 @@
-"""Per-example metrics and bootstrap summaries (graft.results.metrics)."""
+"""Per-example metrics and interval summaries (graft.results.metrics)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,8 @@ def test_summary_columns_and_point_estimates():
     df = pl.concat([_frame(50, 0.8, "LT"), _frame(30, 0.2, "FE", seed=1)])
     s = summarize(df, ks=(1, 5), n_boot=200)
     stats = ["acc@1", "acc@5", "mean_rank", "median_rank", "mean_prob"]
-    assert s.columns == ["graft", "n"] + [f"{m}{x}" for m in stats for x in ("", "_lo", "_hi")]
+    values = [f"{m}{x}" for m in stats for x in ("", "_lo", "_hi")]
+    assert s.columns == ["graft", "n", *values, *(f"{m}_ci_method" for m in stats)]
     assert s["graft"].to_list() == ["LT", "FE"]
     assert s["n"].to_list() == [50, 30]
     lt = df.filter(pl.col("graft") == "LT")
@@ -128,6 +129,54 @@ def test_summary_columns_and_point_estimates():
     assert row["acc@5"] == pytest.approx((lt["target_rank"] < 5).mean())
     assert row["median_rank"] == pytest.approx(lt["target_rank"].median())
     assert row["mean_prob"] == pytest.approx(lt["target_prob"].mean())
+
+
+def _ranks(ranks: list[int], graft: str = "A") -> pl.DataFrame:
+    """Rows of one graft with the given target ranks (probability 1 / (rank + 2))."""
+    return pl.DataFrame(
+        {
+            "graft": [graft] * len(ranks),
+            "target_rank": pl.Series(ranks, dtype=pl.Int64),
+            "target_prob": [1.0 / (r + 2) for r in ranks],
+            "target_logprob": [-math.log(r + 2) for r in ranks],
+        }
+    )
+
+
+def test_accuracies_get_wilson_intervals():
+    # 0/50 used to give a bootstrap interval [0, 0]; Wilson's upper bound is 0.0713.
+    # Known values (Newcombe 1998, Table II): 0/50 -> [0, 0.0713], 15/148 -> [0.0624, 0.1605].
+    s = summarize(pl.concat([_ranks([100] * 50), _ranks([0] * 15 + [9] * 133, "B")]), ks=(1, 10))
+    zero, some = s.row(0, named=True), s.row(1, named=True)
+    assert (zero["acc@1"], zero["acc@1_lo"]) == (0.0, 0.0)
+    assert zero["acc@1_hi"] == pytest.approx(0.0713, abs=5e-5)
+    assert some["acc@1"] == pytest.approx(15 / 148)
+    assert (some["acc@1_lo"], some["acc@1_hi"]) == pytest.approx((0.0624, 0.1605), abs=5e-5)
+    # n/n mirrors 0/n, whose upper bound is z^2 / (n + z^2) in closed form.
+    z2 = 1.959964**2
+    assert some["acc@10_hi"] == 1.0
+    assert some["acc@10_lo"] == pytest.approx(1 - z2 / (148 + z2), abs=1e-6)
+    # 90% coverage: z = 1.645 gives a narrower interval (0/50 -> 0.0513).
+    narrow = summarize(_ranks([100] * 50), ks=(1,), ci=0.9).row(0, named=True)
+    assert narrow["acc@1_hi"] == pytest.approx(1.6449**2 / (50 + 1.6449**2), abs=1e-4)
+    assert narrow["acc@1_ci_method"] == "90% Wilson interval"
+
+
+def test_each_interval_says_its_method():
+    s = summarize(_ranks([0, 3, 7, 20]), ks=(1, 5), n_boot=100)
+    row = s.row(0, named=True)
+    assert row["acc@1_ci_method"] == row["acc@5_ci_method"] == "95% Wilson interval"
+    for m in ("mean_rank", "median_rank", "mean_prob", "mean_logprob"):
+        assert row[f"{m}_ci_method"] == "95% bootstrap CI", m
+    assert row["mean_logprob"] == pytest.approx(-np.mean(np.log([2, 5, 9, 22])))
+    assert row["mean_logprob_lo"] <= row["mean_logprob"] <= row["mean_logprob_hi"]
+    # Without resamples the rank/prob intervals are the point; accuracies keep Wilson's.
+    none = summarize(_ranks([0, 3, 7, 20]), ks=(1,), n_boot=0).row(0, named=True)
+    assert none["mean_rank_lo"] == none["mean_rank_hi"] == none["mean_rank"]
+    assert none["mean_rank_ci_method"] == "no interval (no bootstrap resamples)"
+    assert none["acc@1_hi"] > none["acc@1"] > none["acc@1_lo"] > 0
+    # Rows without log-probs get no mean_logprob.
+    assert "mean_logprob" not in summarize(_frame(10, 0.5), n_boot=10).columns
 
 
 def test_ci_contains_point_and_shrinks_with_n():

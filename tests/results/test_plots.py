@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import matplotlib
 import polars as pl
@@ -10,6 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
+from graft.results.metrics import summarize
 from graft.results.plots import (
     GRAFT_COLOR,
     REFERENCE_COLORS,
@@ -209,6 +211,60 @@ def test_hybrid_and_component_figures_from_run_folders(tmp_path, monkeypatch):
     titles = [ax.get_title() for ax in captured[-1].axes if ax.get_visible()]
     assert titles == [PAIR_LABELS["sft"], PAIR_LABELS["reversal"]]
     assert "n=50" in captured[-1].get_suptitle()
+
+
+def _summarized(grafts, group="") -> pl.DataFrame:
+    """A summary as runs write it (graft.results.metrics.summarize): per-metric ci_method."""
+    rows = []
+    for i, graft in enumerate(grafts):
+        for j in range(20):
+            rank = (i * 7 + j * 3) % 40
+            rows.append(
+                {
+                    "graft": graft,
+                    "group": group,
+                    "template": "headline",
+                    "target_rank": rank,
+                    "target_prob": 1.0 / (rank + 2),
+                    "target_logprob": -math.log(rank + 2),
+                }
+            )
+    return summarize(pl.DataFrame(rows), by=["group", "template", "graft"], n_boot=20)
+
+
+def _captured_figures(monkeypatch) -> list:
+    import graft.results.plots as plots
+
+    captured = []
+    original = plots.save_figure
+    monkeypatch.setattr(
+        plots, "save_figure", lambda fig, *a, **k: captured.append(fig) or original(fig, *a, **k)
+    )
+    return captured
+
+
+def test_footnotes_name_each_metric_interval_method(tmp_path, monkeypatch):
+    captured = _captured_figures(monkeypatch)
+    position = _summarized(GRAFTS)
+    folder = _run_folder(tmp_path, "position", position, GRAFTS)
+    expected = {
+        "acc@5": "whiskers: 95% Wilson interval",
+        "mean_rank": "whiskers: 95% bootstrap CI",
+        "mean_logprob": "whiskers: 95% bootstrap CI",
+    }
+    for metric, text in expected.items():
+        draw_figures(folder, metric)
+        assert any(text in t for t in _texts(captured[-1])), (metric, _texts(captured[-1]))
+    assert not any("Wilson" in t for t in _texts(captured[-1]))
+    ax = captured[-1].axes[0]  # log-probs are negative: the bars go below 0 and show
+    assert ax.get_ylim() == (pytest.approx(1.12 * position["mean_logprob_lo"].min()), 0.0)
+    summary = pl.concat([_summarized(GRAFTS, "sft"), _summarized(GRAFTS, "reversal")])
+    draw_figures(_run_folder(tmp_path, "component", summary, GRAFTS))
+    assert any("whiskers: 95% Wilson interval" in t for t in _texts(captured[-1]))
+    # Summaries of older runs have no ci_method columns: they were bootstrapped.
+    old = _run_folder(tmp_path, "necessity", _summary(), GRAFTS)
+    draw_figures(old)
+    assert any("whiskers: 95% bootstrap CI" in t for t in _texts(captured[-1]))
 
 
 def test_heatmap(tmp_path):

@@ -1,4 +1,4 @@
-"""Resumable run folders (graft.results.folder)."""
+"""Resumable run folders (graft.results.folder) and the files they are made of."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ import json
 import polars as pl
 import pytest
 
-from graft.results.folder import (
-    MARKER_FILE,
-    ConfigMismatchError,
-    RunFolder,
-    RunFolderError,
-    flat_table,
-    git_commit,
-    package_versions,
-)
+from graft.errors import ConfigMismatchError
+from graft.results.files import flat_table
+from graft.results.folder import MARKER_FILE, RunFolder, RunFolderError
+from graft.results.provenance import git_commit, package_versions
 
 BATCHES = {
     f"{i}": pl.DataFrame({"row": [2 * i, 2 * i + 1], "graft": ["(FE+LT)^C", "LT"]})
@@ -112,12 +107,14 @@ def test_overwrite_discards_old_results(tmp_path):
     run.append_batch("examples", BATCHES["0"], "0")
     run.finalize("examples")
     run.write_summary(pl.DataFrame({"graft": ["LT"], "acc@5": [0.5]}))
+    run.write_summary(pl.DataFrame({"graft_a": ["LT"], "mcnemar_p": [0.5]}), stem="contrasts")
     (tmp_path / "notes.txt").write_text("mine")
     run.write_config({"seed": 1}, overwrite=True)
     assert run.read_config()["seed"] == 1
     assert run.done_batches("examples") == set()
     assert not (tmp_path / "examples.parquet").exists()
     assert not (tmp_path / "summary.csv").exists()
+    assert not list(tmp_path.glob("contrasts.*"))
     assert (tmp_path / "notes.txt").exists()  # files the folder did not write are kept
 
 

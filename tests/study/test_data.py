@@ -23,25 +23,26 @@ from transformers import PreTrainedTokenizerFast
 
 from experiments.data import data as data_command
 from graft.core.spans import template_fields
-from graft.study import data as data_mod
-from graft.study.data import (
-    ARTICLE_TEMPLATES,
-    FACT_TEXT_FIELDS,
-    QA_TEMPLATES,
-    TEST_TEMPLATES,
+from graft.errors import DatasetError
+from graft.study.datasets import (
     DatasetConfig,
-    DatasetError,
     build_dataset,
     generate_dataset,
     load_dataset_corpus,
     load_facts,
-    load_generic_corpus,
     load_manifest,
-    load_real_movies,
-    load_test_prompts,
     load_train_records,
-    name_exclusion_reason,
     render_training,
+)
+from graft.study.facts import Fact, load_real_movies
+from graft.study.files import load_generic_texts, read_jsonl
+from graft.study.names import load_real_actors, name_exclusion_reason
+from graft.study.prompts import load_test_prompts
+from graft.study.templates import (
+    ARTICLE_TEMPLATES,
+    FACT_TEXT_FIELDS,
+    QA_TEMPLATES,
+    TEST_TEMPLATES,
 )
 
 GENERATED_KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled")
@@ -71,7 +72,7 @@ def test_identical_bytes_in_a_fresh_process(tmp_path):
     config = DatasetConfig(kind="fake_movies_fake_actors", n_facts=6, seed=3, direction="both")
     here = _files(generate_dataset(config, tmp_path / "here"))
     code = (
-        "from graft.study.data import DatasetConfig, generate_dataset; "
+        "from graft.study.datasets import DatasetConfig, generate_dataset; "
         "generate_dataset(DatasetConfig(kind='fake_movies_fake_actors', n_facts=6, seed=3, "
         f"direction='both'), {str(tmp_path / 'there')!r})"
     )
@@ -228,7 +229,7 @@ def test_name_filter_and_manifest_counts(tmp_path):
     assert name_exclusion_reason("Ana  Smith") == "whitespace"
     out = generate_dataset(DatasetConfig(n_facts=10, seed=0), tmp_path / "d")
     excluded = load_manifest(out)["excluded_names"]
-    names = data_mod.load_real_actors()
+    names = load_real_actors()
     assert sum(excluded.values()) == sum(name_exclusion_reason(n) is not None for n in names) > 0
     for f in load_facts(out):
         for name in (f.first_actor, f.second_actor, f.main_character):
@@ -270,7 +271,7 @@ def test_custom_facts_and_corpus(tmp_path):
 
 
 def test_generic_corpus():
-    docs = load_generic_corpus()
+    docs = load_generic_texts()
     assert len(docs) >= 55 and all(len(d.split()) >= 15 for d in docs)
     assert len(set(docs)) == len(docs)
 
@@ -281,7 +282,7 @@ def test_existing_output_is_kept_or_refused(tmp_path):
     before = _files(out)
     assert generate_dataset(config, out) == out and _files(out) == before
     other = DatasetConfig(n_facts=6, seed=0)
-    with pytest.raises(DatasetError, match="--overwrite"):
+    with pytest.raises(DatasetError, match=r"replace it \(overwrite\)"):
         generate_dataset(other, out)
     generate_dataset(other, out, overwrite=True)
     assert load_manifest(out)["sizes"]["facts"] == 6
@@ -366,7 +367,7 @@ def test_cli_writes_dataset(tmp_path):
     "args, message",
     [
         (["--dataset", "nope"], "nope"),
-        (["--n-facts", "100000"], "--n-facts between 1 and"),
+        (["--n-facts", "100000"], "between 1 and"),
         (["--n-facts", "0"], "x>=1"),
         (["--dataset", "real_movies_shuffled", "--n-facts", "400", "--split"], "between 1 and"),
         (["--facts", "missing.csv"], "cannot read facts file"),
@@ -389,12 +390,12 @@ def test_cli_refuses_other_dataset_in_out(tmp_path):
     out = tmp_path / "d"
     assert _cli(["--n-facts", "3", "--out", str(out)]).exit_code == 0
     result = _cli(["--n-facts", "4", "--out", str(out)])
-    assert result.exit_code == 2 and "--overwrite" in result.output
+    assert result.exit_code == 2 and "already exists with other content" in result.output
     assert _cli(["--n-facts", "4", "--out", str(out), "--overwrite"]).exit_code == 0
 
 
 def test_render_training_counts():
-    fact = data_mod.Fact(
+    fact = Fact(
         0, "all", "Red Dog", "Ana Smith", "John Ponce", "Mia Lopez", "Oslo", "drama", 1999, 5
     )
     assert len(render_training(fact, "one")) == len(ARTICLE_TEMPLATES) + len(QA_TEMPLATES)
@@ -448,27 +449,22 @@ def _jsonl_parsers() -> list[str]:
 
 
 def test_one_jsonl_reader(tmp_path):
-    """graft.study.data.read_jsonl is the JSONL parser of graft (finetune uses it too)."""
-    import graft.study.finetune as ft
-
-    assert not hasattr(ft, "_read_jsonl") and not hasattr(data_mod, "_read_jsonl")
-    assert "finetune.py" not in _jsonl_parsers()
+    """graft.study.files.read_jsonl is the JSONL parser of graft (everything else uses it)."""
+    assert _jsonl_parsers() == ["files.py"]
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n\n  \n{"a": 2}\n')
-    assert data_mod.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
     with pytest.raises(DatasetError, match="does not exist"):
-        data_mod.read_jsonl(tmp_path / "missing.jsonl")
-
-
-def test_no_other_jsonl_parser():
-    assert _jsonl_parsers() == ["data.py"]
+        read_jsonl(tmp_path / "missing.jsonl")
 
 
 def test_empty_or_missing_dataset_folder(tmp_path):
     from graft.models import tiny_tokenizer
 
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DatasetError, match="empty.*is empty; make one with graft.study.data"):
+    with pytest.raises(
+        DatasetError, match="empty.*is empty; make one with graft.study.datasets.generate_dataset"
+    ):
         load_test_prompts(tmp_path / "empty", tiny_tokenizer())
     with pytest.raises(DatasetError, match="does not exist; make one"):
         load_test_prompts(tmp_path / "missing", tiny_tokenizer())
@@ -544,3 +540,11 @@ def test_cli_facts_without_usable_names_exits_2(tmp_path):
     facts.write_text('{"movie_title": "A", "first_actor"\n')
     result = _cli(["--facts", str(facts), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "line 1: not valid JSON" in result.output, result.output
+
+
+def test_an_unwritable_dataset_folder_is_a_one_line_error(tmp_path):
+    # found by tests/cli/test_bad_inputs.py: a too-long --out was an OSError traceback
+    out = tmp_path / ("x" * 300)
+    with pytest.raises(DatasetError, match="cannot write the dataset to .*File name too long"):
+        generate_dataset(DatasetConfig(n_facts=2), out)
+    assert list(tmp_path.iterdir()) == []

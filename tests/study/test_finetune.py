@@ -1,9 +1,11 @@
-"""Finetuning: presets, data split, a tiny finetune that learns, resume, workspace, CLI errors."""
+"""Finetuning: presets, data split, a tiny finetune that learns, resume, evaluation, workspace,
+CLI errors."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -13,12 +15,22 @@ import transformers
 from click.testing import CliRunner
 
 from experiments.finetune import finetune as finetune_command
+from graft.errors import DatasetError, FinetuneError
 from graft.models import load_model
+from graft.results.metrics import example_metrics
 from graft.study import finetune as ft
-from graft.study.data import DatasetConfig, generate_dataset
+from graft.study import presets, training_data
+from graft.study import workspace as ws_mod
+from graft.study.datasets import DatasetConfig, generate_dataset
+from graft.study.evaluate import evaluate_examples
+from graft.study.files import load_generic_texts
+from graft.study.prompts import TestExample
+from graft.study.workspace import Workspace, parse_variant
 
 # Small and fast: 20 facts x 12 renderings, tiny model, big learning rate.
-TINY = ft.FinetuneConfig(name="cpu", learning_rate=2e-3, weight_decay=0.0, batch_size=32, epochs=2)
+TINY = presets.FinetuneConfig(
+    name="cpu", learning_rate=2e-3, weight_decay=0.0, batch_size=32, epochs=2
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,40 +57,49 @@ def split_dataset(tmp_path_factory) -> Path:
 
 
 def test_presets() -> None:
-    assert ft.PAPER.learning_rate == 2e-5 and ft.PAPER.weight_decay == 0.01
-    assert ft.PAPER.batch_size == 4 and ft.PAPER.epochs == 10 and ft.PAPER.fp16_on_cuda
-    assert ft.GENTLE.learning_rate == 2e-6 and ft.GENTLE.weight_decay == 0
-    assert ft.GENTLE.generic_ratio > 0
-    assert set(ft.PRESETS) == {"paper", "gentle", "cpu"}
-    assert ft.resolve_config("cpu").key() == "cpu"
-    changed = ft.resolve_config("cpu", learning_rate=1e-3, seed=None)
+    assert presets.PAPER.learning_rate == 2e-5 and presets.PAPER.weight_decay == 0.01
+    assert (
+        presets.PAPER.batch_size == 4 and presets.PAPER.epochs == 10 and presets.PAPER.fp16_on_cuda
+    )
+    assert presets.GENTLE.learning_rate == 2e-6 and presets.GENTLE.weight_decay == 0
+    assert presets.GENTLE.generic_ratio > 0
+    assert set(presets.PRESETS) == {"paper", "gentle", "cpu"}
+    assert presets.resolve_config("cpu").key() == "cpu"
+    changed = presets.resolve_config("cpu", learning_rate=1e-3, seed=None)
     assert changed.learning_rate == 1e-3 and changed.key().startswith("cpu-")
-    with pytest.raises(ft.FinetuneError, match="unknown preset"):
-        ft.resolve_config("fast")
-    with pytest.raises(ft.FinetuneError, match="positive"):
-        ft.resolve_config("cpu", epochs=0)
+    with pytest.raises(FinetuneError, match="unknown preset"):
+        presets.resolve_config("fast")
+    with pytest.raises(FinetuneError, match="positive"):
+        presets.resolve_config("cpu", epochs=0)
+
+
+def test_a_batch_size_torch_cannot_sample_is_refused() -> None:
+    # found by tests/cli/test_bad_inputs.py: --batch-size 2**63 was a traceback in torch
+    with pytest.raises(FinetuneError, match="batch_size must be at most"):
+        presets.resolve_config("cpu", batch_size=2**63)
+    assert presets.resolve_config("cpu", batch_size=2**63 - 1).batch_size == 2**63 - 1
 
 
 @pytest.mark.parametrize("steps", [0, -2])
 def test_max_steps_below_one_is_refused(steps, dataset, tmp_path) -> None:
-    with pytest.raises(ft.FinetuneError, match=f"max_steps must be at least 1.*got {steps}"):
-        ft.resolve_config("cpu", max_steps=steps)
+    with pytest.raises(FinetuneError, match=f"max_steps must be at least 1.*got {steps}"):
+        presets.resolve_config("cpu", max_steps=steps)
     config = dataclasses.replace(TINY, max_steps=steps)  # built directly, not resolved
-    with pytest.raises(ft.FinetuneError, match="max_steps must be at least 1"):
+    with pytest.raises(FinetuneError, match="max_steps must be at least 1"):
         ft.finetune("tiny-llama", dataset, tmp_path / "sft", config, device="cpu")
     assert list(tmp_path.iterdir()) == []
-    assert ft.resolve_config("cpu", max_steps=1).max_steps == 1
-    assert ft.resolve_config("cpu").max_steps == -1  # all epochs
+    assert presets.resolve_config("cpu", max_steps=1).max_steps == 1
+    assert presets.resolve_config("cpu").max_steps == -1  # all epochs
 
 
 def test_split_is_by_text_and_seeded(dataset) -> None:
     rows = [json.loads(line) for line in (dataset / "train.jsonl").read_text().splitlines()]
     texts = [r["text"] for r in rows]
-    train, val = ft.split_texts(texts, 0.2, seed=0)
+    train, val = training_data.split_texts(texts, 0.2, seed=0)
     assert (len(train), len(val)) == (192, 48)
     assert sorted(train + val) == sorted(texts)
-    assert ft.split_texts(texts, 0.2, seed=0) == (train, val)
-    assert ft.split_texts(texts, 0.2, seed=1) != (train, val)
+    assert training_data.split_texts(texts, 0.2, seed=0) == (train, val)
+    assert training_data.split_texts(texts, 0.2, seed=1) != (train, val)
     fact_of = {r["text"]: r["fact_id"] for r in rows}
     assert {fact_of[t] for t in train} == {r["fact_id"] for r in rows}  # every fact trained on
 
@@ -86,12 +107,30 @@ def test_split_is_by_text_and_seeded(dataset) -> None:
 def test_generic_corpus(tmp_path) -> None:
     corpus = tmp_path / "generic.txt"
     corpus.write_text("The river runs to the sea.\n\nBread is made from flour.\n")
-    assert ft.load_generic_texts(corpus) == [
+    assert load_generic_texts(corpus) == [
         "The river runs to the sea.",
         "Bread is made from flour.",
     ]
-    with pytest.raises(ft.FinetuneError, match="does not exist"):
-        ft.load_generic_texts(tmp_path / "missing.txt")
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_generic_texts(tmp_path / "missing.txt")
+
+
+def test_generic_text_comes_from_the_config_the_dataset_or_the_shipped_corpus(tmp_path, dataset):
+    """The dataset's corpus.jsonl (written from DatasetConfig.corpus_path) was written but
+    never read: the gentle preset mixed in the shipped text instead."""
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("Own text one.\nOwn text two.\n")
+    with_corpus = generate_dataset(
+        DatasetConfig(n_facts=20, corpus_path=corpus), tmp_path / "with_corpus"
+    )
+    gentle = presets.resolve_config("gentle")
+    texts, source = training_data.generic_texts(gentle, with_corpus)
+    assert texts == ["Own text one.", "Own text two."] and source.endswith("corpus.jsonl")
+    shipped, source = training_data.generic_texts(gentle, dataset)
+    assert shipped == load_generic_texts() and source.endswith("generic_text.txt")
+    chosen = dataclasses.replace(gentle, generic_corpus=str(corpus))
+    assert training_data.generic_texts(chosen, dataset) == (texts, str(corpus))
+    assert training_data.generic_texts(presets.resolve_config("cpu"), with_corpus) == ([], "none")
 
 
 def _eval_losses(out: Path) -> list[float]:
@@ -100,7 +139,7 @@ def _eval_losses(out: Path) -> list[float]:
 
 
 @pytest.mark.slow
-def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, capsys) -> None:
+def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, caplog) -> None:
     out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", TINY, device="cpu", quiet=True)
     assert not ft.partial_dir(out).exists()
     losses = _eval_losses(out)
@@ -136,10 +175,10 @@ def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, capsys) -> No
     assert ids.max() < 96
 
     # A finished finetune is not redone.
-    capsys.readouterr()
     stamp = (out / "model.safetensors").stat().st_mtime_ns
-    assert ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True) == out
-    assert "already done" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+        assert ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True) == out
+    assert "already done" in caplog.text
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
 
 
@@ -149,7 +188,7 @@ class _InterruptAfterFirstSave(transformers.TrainerCallback):
 
 
 @pytest.mark.slow
-def test_interrupted_finetune_resumes(dataset, tmp_path, capsys) -> None:
+def test_interrupted_finetune_resumes(dataset, tmp_path, caplog) -> None:
     out = tmp_path / "sft"
     with pytest.raises(KeyboardInterrupt):
         ft.finetune(
@@ -162,11 +201,12 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, capsys) -> None:
 
     # Other settings are refused rather than mixed with the old checkpoints.
     other = dataclasses.replace(TINY, learning_rate=1e-3)
-    with pytest.raises(ft.FinetuneError, match="other settings"):
+    with pytest.raises(FinetuneError, match="other settings"):
         ft.finetune("tiny-llama", dataset, out, other, device="cpu", quiet=True)
 
-    ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
-    assert "resuming finetune from" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+        ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    assert "resuming finetune from" in caplog.text
     log = json.loads((out / "train_log.json").read_text())
     assert log["resumed_from"] == "checkpoint-6" and log["global_step"] == 12
     assert len(_eval_losses(out)) == 2
@@ -183,29 +223,29 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, capsys) -> None:
 
 
 def test_bad_dataset_inputs(tmp_path, split_dataset, dataset) -> None:
-    with pytest.raises(ft.FinetuneError, match="does not exist"):
-        ft.load_fact_dataset(tmp_path / "nope")
+    with pytest.raises(FinetuneError, match="does not exist"):
+        training_data.load_fact_dataset(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ft.FinetuneError, match="is empty; make one with graft.study.data"):
-        ft.load_fact_dataset(tmp_path / "empty")
+    with pytest.raises(FinetuneError, match="is empty; make one with graft.study.datasets"):
+        training_data.load_fact_dataset(tmp_path / "empty")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n{"te')
-    with pytest.raises(ft.FinetuneError, match="has no test_prompts.jsonl"):
-        ft.load_fact_dataset(tmp_path / "half")
+    with pytest.raises(FinetuneError, match="has no test_prompts.jsonl"):
+        training_data.load_fact_dataset(tmp_path / "half")
     (tmp_path / "half" / "test_prompts.jsonl").write_text("")
-    with pytest.raises(ft.FinetuneError, match=r"train.jsonl, line 3: not valid JSON"):
-        ft.load_fact_dataset(tmp_path / "half")
-    with pytest.raises(ft.FinetuneError, match="split into sets A/B"):
-        ft.load_fact_dataset(split_dataset)
-    task = ft.load_fact_dataset(split_dataset, "A")
+    with pytest.raises(FinetuneError, match=r"train.jsonl, line 3: not valid JSON"):
+        training_data.load_fact_dataset(tmp_path / "half")
+    with pytest.raises(FinetuneError, match="split into sets A/B"):
+        training_data.load_fact_dataset(split_dataset)
+    task = training_data.load_fact_dataset(split_dataset, "A")
     assert task.train_set == "A" and {r["set"] for r in task.train} == {"A"}
-    with pytest.raises(ft.FinetuneError, match="no fact set 'C'"):
-        ft.load_fact_dataset(split_dataset, "C")
-    with pytest.raises(ft.FinetuneError, match="unknown data variant"):
-        ft.parse_variant("sideways")
-    assert ft.parse_variant("task") == ("one", "A")
-    assert ft.parse_variant("both-B") == ("both", "B")
-    assert ft.parse_variant("both") == ("both", None)
+    with pytest.raises(FinetuneError, match="no fact set 'C'"):
+        training_data.load_fact_dataset(split_dataset, "C")
+    with pytest.raises(FinetuneError, match="unknown data variant"):
+        parse_variant("sideways")
+    assert parse_variant("task") == ("one", "A")
+    assert parse_variant("both-B") == ("both", "B")
+    assert parse_variant("both") == ("both", None)
 
 
 @pytest.mark.parametrize(
@@ -232,39 +272,55 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, message) -> No
 
 
 @pytest.mark.slow
-def test_find_or_finetune_finetunes_once(tmp_path, capsys) -> None:
-    ws = tmp_path / "ws"
-    path = ft.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, ws, n_facts=20)
-    out = capsys.readouterr().out
-    assert "finetuning now" in out
-    assert path == ws / "finetuned/tiny-gpt2/fake_movies_real_actors-one-n20-seed0/all" / TINY.key()
+def test_find_or_finetune_finetunes_once(tmp_path, caplog) -> None:
+    ws = Workspace(tmp_path / "ws")
+    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+        path = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    assert "finetuning it" in caplog.text
+    expected = ws.root / "finetuned/tiny-gpt2/fake_movies_real_actors-one-n20-seed0/all"
+    assert path == expected / TINY.key()
     assert ft.is_finished(path)
-    assert (
-        ft.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, ws, n_facts=20)
-        == path
-    )
-    assert "finetuning now" not in capsys.readouterr().out
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+        again = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    assert again == path and "finetuning it" not in caplog.text
 
 
-def test_find_or_finetune_prints_standalone_command(tmp_path, capsys, monkeypatch) -> None:
+def test_find_or_finetune_names_parameters_not_commands(tmp_path, caplog, monkeypatch) -> None:
+    """The library once printed a graft-exp command line; it now logs, naming no CLI flag."""
     calls = []
-    monkeypatch.setattr(ft, "finetune", lambda *a, **k: calls.append((a, k)) or a[2])
-    ws = tmp_path / "ws"
-    path = ft.find_or_finetune(
-        "tiny-llama", "fake_movies_real_actors", "task", "cpu", ws, n_facts=5
-    )
-    out = capsys.readouterr().out
-    assert (
-        f"graft-exp finetune --model tiny-llama --dataset fake_movies_real_actors "
-        f"--n-facts 5 --variant task --preset cpu --workspace {ws}"
-    ) in out
+    monkeypatch.setattr(ws_mod, "finetune", lambda *a, **k: calls.append((a, k)) or a[2])
+    ws = Workspace(tmp_path / "ws")
+    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+        path = ws.find_or_finetune(
+            "tiny-llama", "fake_movies_real_actors", "task", "cpu", n_facts=5
+        )
+    assert "finetuning it (cpu)" in caplog.text and "--" not in caplog.text
     assert path.parts[-2:] == ("A", "cpu") and calls[0][1]["train_set"] == "A"
-    assert (ws / "datasets/fake_movies_real_actors-one-split-n5-seed0/train.jsonl").is_file()
+    assert (ws.root / "datasets/fake_movies_real_actors-one-split-n5-seed0/train.jsonl").is_file()
+
+
+def test_workspace_datasets_and_donor_folders(tmp_path, dataset) -> None:
+    ws = Workspace(tmp_path / "ws")
+    made = ws.dataset("fake_movies_real_actors", "both", n_facts=3, seed=1)
+    assert made == ws.root / "datasets/fake_movies_real_actors-both-n3-seed1"
+    assert ws.dataset(made, "both") == made and ws.dataset_label(made) == made.name
+    with pytest.raises(DatasetError, match="has direction 'both', the variant asks for 'one'"):
+        ws.dataset(made, "one")
+    with pytest.raises(DatasetError, match="neither a dataset folder nor a data kind"):
+        ws.dataset("custom")
+    label = ws.dataset_label(dataset)  # a folder outside the workspace: name plus a hash
+    assert label.startswith("facts20-") and len(label) == len("facts20-") + 8
+    cfg = presets.resolve_config("cpu")
+    donor = ws.locate_donor("tiny-llama", dataset, "one", cfg)
+    assert donor.path == ws.root / "finetuned/tiny-llama" / label / "all/cpu"
+    assert not donor.finished and donor.dataset_dir == dataset
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FinetuneError, match="cannot generate the dataset in the workspace"):
+        Workspace(tmp_path / "file" / "ws").dataset("fake_movies_real_actors", n_facts=3)
 
 
 def test_evaluate_examples_counts_ranks_and_truncation() -> None:
-    from graft.study.data import TestExample
-
     loaded = load_model("tiny-gpt2", device="cpu")
     tok = loaded.tokenizer
     texts = {"short": "Keanu Reeves starred in a movie with", "long": "Keanu Reeves " * 10}
@@ -275,7 +331,7 @@ def test_evaluate_examples_counts_ranks_and_truncation() -> None:
         )
         for i, (name, text) in enumerate(texts.items())
     ]  # fmt: skip
-    result = ft.evaluate_examples(loaded.model, examples, pad_id=tok.pad_token_id, batch_size=2)
+    result = evaluate_examples(loaded.model, examples, pad_id=tok.pad_token_id, batch_size=2)
     forward = result["forward"]
     assert forward["overall"]["n"] == 2 and forward["overall"]["truncated"] == 1
     with torch.no_grad():
@@ -283,6 +339,10 @@ def test_evaluate_examples_counts_ranks_and_truncation() -> None:
     rank = int((logits > logits[examples[0].target_id]).sum())
     assert forward["per_template"]["short"]["mean_rank"] == rank
     assert forward["per_template"]["short"]["top5"] == float(rank < 5)
+    # the same numbers as the experiments' metrics (graft.results.metrics)
+    row = example_metrics(logits[None], [examples[0].target_id]).row(0, named=True)
+    assert forward["per_template"]["short"]["mean_prob"] == row["target_prob"]
+    assert row["target_rank"] == rank
 
 
 @pytest.mark.slow
@@ -294,7 +354,8 @@ def test_quiet_finetune_prints_no_logs_or_bars(dataset, tmp_path, capfd) -> None
     printed = captured.out + captured.err
     for noise in ("'loss'", "'eval_loss'", "train_runtime", "eval PRE", "eval SFT", "it/s", "%|"):
         assert noise not in printed, printed
-    assert printed.strip().splitlines() == [f"graft: finetuned model saved to {out}"]
+    # at most the logged result line, where a handler shows graft's log
+    assert all(f"finetuned model saved to {out}" in line for line in printed.strip().splitlines())
 
 
 def test_finetune_refuses_bad_device_before_writing(dataset, tmp_path) -> None:

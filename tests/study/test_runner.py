@@ -7,27 +7,26 @@ as an explicit model path, and the dataset is a small generated folder.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import socket
 from pathlib import Path
 
 import polars as pl
 import pytest
-import torch
 
-import graft.study.finetune as ft
 import graft.study.runner as runner
+import graft.study.workspace as workspace
 from graft.core.spec import parse_spec
 from graft.core.tiny import perturbed_copy, tiny_model
-from graft.errors import GraftError
+from graft.errors import ExperimentError, GraftError
 from graft.models import tiny_tokenizer
-from graft.remote.client import RemoteConfig
+from graft.remote.config import RemoteConfig
 from graft.results.folder import MARKER_FILE, RunFolderError
-from graft.study.data import DatasetConfig, generate_dataset
+from graft.study.datasets import DatasetConfig, generate_dataset
 from graft.study.grafts import reference
 from graft.study.runner import (
     ExperimentConfig,
-    ExperimentError,
     Graft,
     ModelSource,
     load_examples,
@@ -35,13 +34,7 @@ from graft.study.runner import (
     sample_examples,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -174,10 +167,10 @@ def test_bad_input_writes_nothing(dataset, donor_path, tmp_path):
     with pytest.raises(ExperimentError, match="names span.* Q that no test prompt has"):
         run_experiment(cfg, [Graft("x", parse_spec("Q+LT:all:o"))], donors=donors)
     bad_templates = dataclasses.replace(cfg, templates=("headline", "nope"))
-    with pytest.raises(ExperimentError, match="--templates nope.*available: headline, movie, qa"):
+    with pytest.raises(ExperimentError, match="templates nope.*available: headline, movie, qa"):
         run_experiment(bad_templates, GRAFTS, donors=donors)
     bad_dataset = dataclasses.replace(cfg, dataset="not_a_kind")
-    with pytest.raises(ExperimentError, match="neither a dataset folder nor a data kind"):
+    with pytest.raises(GraftError, match="neither a dataset folder nor a data kind"):
         run_experiment(bad_dataset, GRAFTS, donors=donors)
     assert not out.exists()
 
@@ -334,7 +327,7 @@ def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch
     def no_finetune(*args, **kwargs):
         raise AssertionError("finetuned before the templates were checked")
 
-    monkeypatch.setattr(ft, "finetune", no_finetune)
+    monkeypatch.setattr(workspace, "finetune", no_finetune)
     cfg = ExperimentConfig(
         experiment="position",
         model="tiny-llama",
@@ -344,19 +337,22 @@ def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch
         out=str(tmp_path / "out"),
         progress=False,
     )
-    with pytest.raises(ExperimentError, match="--templates nope"):
+    with pytest.raises(ExperimentError, match="templates nope"):
         run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")})
     assert not (tmp_path / "ws" / "finetuned").exists() and not (tmp_path / "out").exists()
 
 
 def test_a_pending_finetune_is_announced_with_an_estimate(
-    dataset, donor_path, tmp_path, monkeypatch, capsys
+    dataset, donor_path, tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(ft, "find_or_finetune", lambda *args, **kwargs: donor_path)
+    monkeypatch.setattr(workspace.Workspace, "finetune_donor", lambda *args, **kwargs: donor_path)
     cfg = config(dataset, tmp_path / "out", workspace=str(tmp_path / "ws"), finetune_max_steps=2)
-    run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
-    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "finetuned first" in ln]
+    with caplog.at_level(logging.WARNING, logger="graft.study.runner"):
+        run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
+    (line,) = [r.getMessage() for r in caplog.records if "finetuned first" in r.getMessage()]
     assert "'one' model of tiny-llama" in line and "2 steps" in line and "(an estimate)" in line
+    caplog.clear()
     # explicit model folders need no finetune: nothing announced
-    run(config(dataset, tmp_path / "out2"), donor_path)
-    assert "finetuned first" not in capsys.readouterr().err
+    with caplog.at_level(logging.WARNING, logger="graft.study.runner"):
+        run(config(dataset, tmp_path / "out2"), donor_path)
+    assert not [r for r in caplog.records if "finetuned first" in r.getMessage()]

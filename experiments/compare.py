@@ -1,0 +1,47 @@
+"""``graft-exp compare``: two grafts of a finished run, prompt by prompt."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import GraftCommand, standalone
+from experiments.options import field_option
+from experiments.plot import METRIC_OPTION
+from graft.errors import GraftError
+from graft.results.compare import compare_run, format_comparison
+from graft.study.config import ExperimentConfig
+
+
+@click.command(
+    cls=GraftCommand,
+    sections={"n_boot": "Options"},
+    short_help="Paired tests of two grafts of a finished run, per template.",
+)
+@click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
+@click.argument("graft_a")
+@click.argument("graft_b")
+@METRIC_OPTION
+@click.option(
+    "--score",
+    default="target_logprob",
+    show_default=True,
+    help="Per-prompt score compared with a paired bootstrap: target_logprob, target_rank "
+    "or target_prob.",
+)
+@field_option(ExperimentConfig, "n_boot")
+def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
+    """Compare GRAFT_A with GRAFT_B (names as in the run's summary, e.g. FE+LT and SFT) on
+    the prompts both scored in RUN_FOLDER, per template (and donor pair): both accuracies,
+    their difference (A minus B) with Newcombe's paired 95% interval, the exact McNemar
+    test (b: prompts only A hits, c: only B hits), and the score difference with a paired
+    bootstrap 95% interval and p-value (bootstrap seed 0). p-values are Holm-adjusted over
+    the templates. --metric acc@k (or hit@k) picks the accuracy."""
+    try:
+        table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)
+    except GraftError as err:
+        raise click.UsageError(str(err)) from None
+    click.echo(format_comparison(table))
+
+
+if __name__ == "__main__":
+    standalone(compare)

@@ -1,0 +1,51 @@
+"""``graft-exp necessity``: PRE weights grafted back into SFT at each position set."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import (
+    GraftCommand,
+    echo_figures,
+    make_config,
+    protocol_default,
+    run_and_report,
+    shared_options,
+    standalone,
+    variant_option,
+)
+from experiments.position import POSITIONS_OPTION, protocol_run_options
+from graft.study.grafts import necessity_grafts
+from graft.study.runner import ModelSource, run_experiment
+
+
+@click.command(
+    cls=GraftCommand,
+    short_help="Necessity: PRE weights grafted back into SFT at each position set.",
+)
+@POSITIONS_OPTION
+@variant_option(what="the SFT model")
+@shared_options
+def necessity(positions, variant, cfg_options, remote):
+    """Necessity: run SFT with the PRE weights grafted back at each position set. A drop in
+    accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
+    Under --protocol paper SFT is the both-direction model unless --variant is given.
+    """
+    cfg = make_config("necessity", cfg_options, remote)
+    variant = protocol_default("variant", variant, "both", cfg.protocol)
+    grafts = necessity_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
+    run = run_and_report(
+        lambda: run_experiment(
+            cfg,
+            grafts,
+            base=ModelSource(variant),
+            donors={"pre": ModelSource("pretrained")},
+            echo=click.echo,
+            **protocol_run_options(cfg.protocol, variant),
+        )
+    )
+    echo_figures(run.folder.path)
+
+
+if __name__ == "__main__":
+    standalone(necessity)

@@ -1,0 +1,376 @@
+"""The command line's face of the config dataclasses: one table, keyed by field name.
+
+Each entry of :data:`FLAGS` says how one field of :class:`~graft.study.runner.ExperimentConfig`,
+:class:`~graft.study.presets.FinetuneConfig` or :class:`~graft.remote.config.RemoteConfig` is
+given on the command line: its flag, click type (range, choice), help and, where the command
+line says "not given" differently from the field, its default; otherwise the default is the
+field's own. The click parameter is named after the field, so a command hands its values to
+the dataclass as they are. :data:`NOT_ON_CLI` names the fields without a flag and why, and
+:data:`CLI_ONLY` the flags that are no field; ``tests/cli/test_options.py`` fails when a field
+is in neither the table nor :data:`NOT_ON_CLI`, or an entry names no field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from graft.core.spec import HEAD_POLICIES, PROTOCOLS
+from graft.remote.config import DONOR_MODES, RemoteConfig
+from graft.study.datasets import DatasetConfig
+from graft.study.facts import DEFAULT_N_FACTS, KINDS
+from graft.study.presets import PRESETS, FinetuneConfig
+from graft.study.runner import ExperimentConfig
+from graft.study.templates import DIRECTIONS
+from graft.study.workspace import GENERATED_KINDS
+
+
+class _FieldDefault:
+    def __repr__(self) -> str:
+        return "FIELD_DEFAULT"
+
+
+#: "Use the field's default" (the default of :attr:`Flag.default`).
+FIELD_DEFAULT: Any = _FieldDefault()
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one config field is given on the command line.
+
+    Args:
+        decl: the option's name, e.g. ``--rows-per-forward``.
+        help: its help text.
+        type: click type (range, choice, path); None lets click infer it from the default.
+        default: the command line's default when it differs from the field's (e.g. None
+            for "the preset's"); :data:`FIELD_DEFAULT` = the field's own default.
+        extra: further ``click.option`` arguments (``is_flag``, ``multiple``, ``callback``,
+            ``metavar``).
+    """
+
+    decl: str
+    help: str
+    type: Any = None
+    default: Any = FIELD_DEFAULT
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _csv(ctx, param, value):
+    if value is None:
+        return None
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not items:
+        raise click.BadParameter("give at least one comma-separated value")
+    return items
+
+
+def _remote_mode(ctx, param, value: bool) -> str:
+    return "remote" if value else "local"
+
+
+def _name_sources(ctx, param, values) -> dict[str, str]:
+    """``NAME=SOURCE`` words -> ``{name: source}``."""
+    out = {}
+    for item in values or ():
+        name, sep, source = item.partition("=")
+        if not sep or not name.strip() or not source.strip():
+            raise click.BadParameter(f"{item!r}: write NAME=SOURCE, e.g. sft=/models/llama-sft")
+        out[name.strip()] = source.strip()
+    return out
+
+
+class DeviceType(click.ParamType):
+    """``cpu``, ``cuda``, ``cuda:N``: checked against this machine when the option is parsed."""
+
+    name = "device"
+
+    def convert(self, value, param, ctx):
+        from graft.errors import DeviceError
+        from graft.models import resolve_device
+
+        try:
+            resolve_device(value)
+        except DeviceError as err:
+            self.fail(str(err), param, ctx)
+        return str(value)
+
+
+_N_FACTS = Flag(
+    "--n-facts",
+    f"Facts per set of a generated dataset [default: {DEFAULT_N_FACTS}; data --facts: every "
+    "usable row].",
+    click.IntRange(1),
+)
+_DATA_SEED = Flag(
+    "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", click.IntRange(0)
+)
+_MAX_STEPS = Flag(
+    "--finetune-max-steps",
+    "Stop a finetune after this many optimisation steps (quick trials) "
+    "[default: the preset's epochs].",
+    click.IntRange(1),
+    default=None,
+)
+
+EXPERIMENT_FLAGS: dict[str, Flag] = {
+    "model": Flag(
+        "--model",
+        "Registry name (smollm2-135m, gemma3-270m, gpt2-xl, llama3.2-1b, tiny-llama, ...), "
+        "hub id or model folder.",
+    ),
+    "dataset": Flag(
+        "--dataset",
+        f"Data kind ({', '.join(GENERATED_KINDS)}), generated into the workspace, or a dataset folder.",
+    ),
+    "n_facts": _N_FACTS,
+    "data_seed": _DATA_SEED,
+    "templates": Flag(
+        "--templates",
+        "Comma-separated test templates (headline,qa,movie) [default: all].",
+        extra={"callback": _csv},
+    ),
+    "n": Flag(
+        "--n", "Examples per template (sampled with --seed) [default: all].", click.IntRange(1)
+    ),
+    "batch_size": Flag(
+        "--rows-per-forward",
+        "(prompt, graft) rows per forward pass: memory vs speed, results unchanged.",
+        click.IntRange(1),
+    ),
+    "device": Flag(
+        "--device", "cpu, cuda or cuda:N [default: cuda if available, else cpu].", DeviceType()
+    ),
+    "dtype": Flag(
+        "--dtype",
+        "Dtype the models run in [default: float32 on CPU, bfloat16 on CUDA].",
+        click.Choice(DTYPES),
+    ),
+    "seed": Flag(
+        "--seed", "Seed of the example sample (--n) and of the bootstrap CIs.", click.IntRange(0)
+    ),
+    "n_boot": Flag("--n-boot", "Bootstrap resamples for the 95% CIs.", click.IntRange(10, 100_000)),
+    "head_policy": Flag(
+        "--head-policy",
+        "Readout of grafted runs: base head (paper's text), donor head, or as the paper's "
+        "code did [default: base; paper under --protocol paper].",
+        click.Choice(HEAD_POLICIES),
+    ),
+    "protocol": Flag(
+        "--protocol",
+        "graft: graft's defaults; paper: the paper code's setup at once (its training "
+        "templates and test wording, both-direction donors, head policy paper, its layer "
+        "groups, GPT-2 'all' without pos_embed, its metadata ranges). See the README table.",
+        click.Choice(PROTOCOLS),
+    ),
+    "preset": Flag(
+        "--preset",
+        "Finetune hyper-parameters: paper, gentle (C.4, generic text mixed in) or cpu "
+        "(small models on a CPU) [default: paper when training on CUDA, else cpu].",
+        click.Choice(sorted(PRESETS)),
+    ),
+    "finetune_max_steps": _MAX_STEPS,
+    "out": Flag(
+        "--out",
+        "Run folder [default: runs/<experiment>/<model>-<dataset>-seed<seed>]; a rerun resumes it.",
+        click.Path(file_okay=False),
+    ),
+    "workspace": Flag(
+        "--workspace",
+        "Datasets (<workspace>/datasets) and finetuned models (<workspace>/finetuned) "
+        "[default: $GRAFT_WORKSPACE or ./workspace].",
+        click.Path(file_okay=False),
+    ),
+    "overwrite": Flag(
+        "--overwrite",
+        "Discard an existing run in --out instead of resuming it.",
+        extra={"is_flag": True},
+    ),
+}
+
+FINETUNE_FLAGS: dict[str, Flag] = {
+    "learning_rate": Flag(
+        "--lr", "Override the preset's learning rate.", click.FloatRange(0, min_open=True), None
+    ),
+    "epochs": Flag(
+        "--epochs", "Override the preset's epochs.", click.FloatRange(0, min_open=True), None
+    ),
+    "batch_size": Flag(
+        "--batch-size",
+        "Override the preset's batch size: training texts per optimisation step.",
+        click.IntRange(1),
+        None,
+    ),
+    "weight_decay": Flag(
+        "--weight-decay", "Override the preset's weight decay.", click.FloatRange(0), None
+    ),
+    "seed": Flag(
+        "--train-seed",
+        "Seed of the validation split, data order and generic-text sample [default: 0].",
+        click.IntRange(0),
+        None,
+    ),
+    "generic_corpus": Flag(
+        "--generic-corpus",
+        "Generic text mixed in by the gentle preset [default: the shipped corpus].",
+        click.Path(dir_okay=False),
+        None,
+    ),
+    "max_steps": _MAX_STEPS,
+}
+
+REMOTE_FLAGS: dict[str, Flag] = {
+    "mode": Flag(
+        "--remote",
+        "Run the grafted forward passes on an NDIF server (nnsight's remote client).",
+        default=False,
+        extra={"is_flag": True, "callback": _remote_mode},
+    ),
+    "host": Flag(
+        "--ndif-host",
+        "NDIF server URL [default: env NDIF_HOST, else nnsight's host]. The API key is read "
+        "from env NDIF_API_KEY.",
+        extra={"metavar": "URL"},
+    ),
+    "model_key": Flag(
+        "--ndif-model-key",
+        "Model key the server knows the model by [default: derived from the base's hub id].",
+        extra={"metavar": "KEY"},
+    ),
+    "donor_mode": Flag(
+        "--donor-mode",
+        "ship: send the grafted donor modules with each request; hosted: the server holds a "
+        "graft pair (graft.remote.hosted.GraftPairModel), only ids travel.",
+        click.Choice(DONOR_MODES),
+    ),
+    "hosted_donors": Flag(
+        "--hosted-donor",
+        "Hosted mode: a donor the server holds (hub id or server path), to derive the "
+        "graft-pair model key.",
+        default=(),
+        extra={"multiple": True, "metavar": "NAME=SOURCE", "callback": _name_sources},
+    ),
+    "max_payload_mb": Flag(
+        "--max-payload-mb",
+        "Refuse a request whose payload (ship mode: donor weights) is bigger.",
+        click.FloatRange(0, min_open=True),
+    ),
+    "timeout_s": Flag(
+        "--remote-timeout",
+        "Seconds to wait for one request's result.",
+        click.FloatRange(0, min_open=True),
+    ),
+    "retries": Flag(
+        "--remote-retries", "Retries of a request that failed transiently.", click.IntRange(0)
+    ),
+}
+
+DATASET_FLAGS: dict[str, Flag] = {
+    "kind": Flag(
+        "--dataset",
+        "Data kind to generate [default: fake_movies_real_actors, or custom with --facts].",
+        click.Choice(KINDS),
+        default=None,
+    ),
+    "n_facts": _N_FACTS,
+    "seed": _DATA_SEED,
+    "direction": Flag(
+        "--direction",
+        "one: first_actor always first; both: also the swapped renderings.",
+        click.Choice(DIRECTIONS),
+    ),
+    "split": Flag("--split/--no-split", "Two disjoint sets A and B.", extra={"show_default": True}),
+    "facts_path": Flag(
+        "--facts",
+        "Your own facts (CSV/JSONL: movie_title, first_actor, second_actor [+ metadata]).",
+        click.Path(dir_okay=False, path_type=Path),
+    ),
+    "corpus_path": Flag(
+        "--corpus",
+        "Extra text corpus (one document per line, or JSONL with 'text').",
+        click.Path(dir_okay=False, path_type=Path),
+    ),
+}
+
+#: config class -> {field name -> Flag}.
+FLAGS: dict[type, dict[str, Flag]] = {
+    DatasetConfig: DATASET_FLAGS,
+    ExperimentConfig: EXPERIMENT_FLAGS,
+    FinetuneConfig: FINETUNE_FLAGS,
+    RemoteConfig: REMOTE_FLAGS,
+}
+
+#: config class -> {field without a flag: why}.
+NOT_ON_CLI: dict[type, dict[str, str]] = {
+    DatasetConfig: {
+        "relations": "library only (the paper's relation templates)",
+        "protocol": "set by an experiment's --protocol (graft-exp data: library only so far)",
+    },
+    ExperimentConfig: {
+        "experiment": "the command's name",
+        "split": "set by the command (hybrid needs fact sets A and B)",
+        "directions": "set by the command (custom: its own --directions)",
+        "remote": "built from the remote options (REMOTE_FLAGS)",
+        "progress": "the inverse of --quiet",
+    },
+    FinetuneConfig: {
+        "name": "--preset",
+        "warmup_steps": "preset only",
+        "val_fraction": "preset only",
+        "fp16_on_cuda": "preset only",
+        "generic_ratio": "preset only",
+        "max_length": "preset only",
+    },
+    RemoteConfig: {
+        "api_key": "env NDIF_API_KEY only (keeps keys out of shell history)",
+        "retry_wait_s": "library only",
+        "rows_per_request": "library only",
+        "compress": "library only",
+        "verbose": "library only",
+    },
+}
+
+#: Flags that are no config field: name -> (decl, help).
+CLI_ONLY: dict[str, tuple[str, str]] = {
+    "quiet": ("--quiet", "No progress bars; library messages at warning level only."),
+}
+
+
+def field_default(config: type, name: str) -> Any:
+    """The default of ``config``'s field ``name`` (MISSING when it has none)."""
+    for f in dataclasses.fields(config):
+        if f.name == name:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            return f.default
+    raise KeyError(f"{config.__name__} has no field {name!r}")
+
+
+def field_option(config: type, name: str, dest: str | None = None, **overrides: Any) -> Callable:
+    """The ``click.option`` of ``config``'s field ``name``, from :data:`FLAGS`.
+
+    The parameter is named ``name`` (``dest`` renames it); ``overrides`` (``click.option``
+    arguments, e.g. ``help``) adapt it to one command.
+    """
+    flag = FLAGS[config][name]
+    default = flag.default
+    if default is FIELD_DEFAULT:
+        default = field_default(config, name)
+        if default is dataclasses.MISSING:
+            default = None
+    kwargs: dict[str, Any] = {"type": flag.type, "default": default, "help": flag.help}
+    kwargs.update(flag.extra)
+    if default not in (None, False, ()) and not kwargs.get("is_flag"):
+        kwargs["show_default"] = True
+    kwargs.update(overrides)
+    return click.option(flag.decl, dest or name, **kwargs)
+
+
+def cli_only_option(name: str) -> Callable:
+    decl, help_text = CLI_ONLY[name]
+    return click.option(decl, name, is_flag=True, help=help_text)

@@ -1,0 +1,203 @@
+"""The code that runs inside an nnsight trace: the one-pass graft, and what it is fed.
+
+Why one pass is exact: every parameterised module of a decoder acts on each position on its
+own, so running the base once and replacing, at the grafted positions, each grafted module's
+output by what the DONOR's module computes on the SAME input the base run fed it, equals the
+paper's token-by-token weight swap. Keys and values written at grafted positions then carry
+the donor's projections to every later position.
+
+Inside one trace :func:`graft_trace_body` visits the grafted sites in forward order: it
+gathers the grafted rows of the site's input, runs the donor's module on them only and
+scatters the result into the site's output. For a fused QKV projection the donor output is
+merged slice by slice (q, k or v alone). :func:`graft_batch` adds the pick of each row's
+last-position logits -- or, for a plan with targets, each row's metrics (:func:`row_metrics`:
+a few numbers per row instead of a vocabulary of logits, so a server returns small results);
+local and remote executors both run it.
+
+Remote runs ship this module by value (:func:`register_by_value`), so a server needs no
+``graft`` installed: the functions that run inside a trace (:func:`graft_batch`,
+:func:`graft_trace_body`, :func:`merge_slices`, :func:`placed`, :func:`row_metrics`) use
+nothing but torch and plain namespaces. :func:`trace_batch` runs on the client and prepares
+their input; :func:`unpack_row_metrics` reads what they return.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+
+import torch
+from torch import nn
+
+from graft.core.plan import BatchPlan, SitePatch
+
+
+def register_by_value() -> None:
+    """Ship this module's code by value with remote traces (nnsight's cloudpickle registry)."""
+    import nnsight
+
+    nnsight.register(__name__)
+
+
+def accepts_logits_to_keep(model: nn.Module) -> bool:
+    """Whether ``model``'s forward can compute the last position's logits only."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s inputs go: its first parameter's device (the CPU for a meta copy)."""
+    device = next(model.parameters()).device
+    return torch.device("cpu") if device.type == "meta" else device
+
+
+def _plain(patch: SitePatch, device: torch.device) -> types.SimpleNamespace:
+    """A SitePatch as a plain namespace on ``device`` (no graft class to rebuild remotely)."""
+    return types.SimpleNamespace(
+        path=patch.path,
+        donor=patch.donor,
+        rows=patch.rows.to(device),
+        fused=patch.fused,
+        slices=[(k, m.to(device)) for k, m in patch.slices],
+        n_heads=patch.n_heads,
+        seq_dim=patch.seq_dim,
+    )
+
+
+def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> types.SimpleNamespace:
+    """What :func:`graft_batch` needs for ``plan`` on ``model``: ``inputs`` (the forward's
+    keyword arguments on ``device``), plain ``patches``, the ``rows`` and ``pick`` indices
+    of each row's last-position logits, and the plan's ``targets`` and ``top_k``."""
+    keep_last = plan.keep_last_only and accepts_logits_to_keep(model)
+    inputs = dict(
+        input_ids=plan.input_ids.to(device),
+        attention_mask=plan.attention_mask.to(device),
+        position_ids=plan.position_ids.to(device),
+    )
+    if keep_last:
+        inputs["logits_to_keep"] = 1
+    rows = torch.arange(plan.input_ids.shape[0])
+    pick = torch.full_like(rows, -1) if keep_last else plan.last_index.clone()
+    patches = [_plain(p, device) for p in plan.patches]
+    return types.SimpleNamespace(
+        inputs=inputs,
+        patches=patches,
+        rows=rows,
+        pick=pick,
+        targets=plan.targets,
+        top_k=plan.top_k,
+    )
+
+
+def graft_batch(model, batch, donor_modules):
+    """Inside an open trace of ``model`` on ``batch.inputs``: apply the batch's patches and
+    return each row's last-position logits [batch, vocab], or with ``batch.targets`` each
+    row's metrics [batch, 2 + 2 * top_k] (only these leave the trace)."""
+    graft_trace_body(model, batch.patches, donor_modules)
+    full = model.output.logits
+    picked = full[batch.rows.to(full.device), batch.pick.to(full.device)]
+    if batch.targets is None:
+        return picked
+    return row_metrics(picked, batch.targets, batch.top_k)
+
+
+def row_metrics(logits, targets, top_k):
+    """Per-row metrics of final-position logits, packed in one float tensor [rows, 2 + 2k].
+
+    Columns: the target's log-probability, its rank (0 = the most probable token), the
+    ``top_k`` most probable ids and their log-probabilities (:func:`unpack_row_metrics`
+    splits them). Log-probabilities are taken in float32 (float64 for a float64 model), as
+    the engine's ``log_probs`` are.
+    """
+    logprobs = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), -1)
+    target = logprobs.gather(1, targets.to(logprobs.device).long().unsqueeze(1))
+    rank = (logprobs > target).sum(dim=1, keepdim=True)
+    top = logprobs.topk(top_k, dim=-1)
+    return torch.cat([target, rank.to(target.dtype), top.indices.to(target.dtype), top.values], 1)
+
+
+def unpack_row_metrics(packed: torch.Tensor, top_k: int) -> dict[str, torch.Tensor]:
+    """Split :func:`row_metrics` output: ``target_logprob`` [rows], ``target_rank`` [rows]
+    (0 = the most probable token), ``top_ids`` [rows, k] and ``top_logprobs`` [rows, k]."""
+    return {
+        "target_logprob": packed[:, 0],
+        "target_rank": packed[:, 1].long(),
+        "top_ids": packed[:, 2 : 2 + top_k].long(),
+        "top_logprobs": packed[:, 2 + top_k :],
+    }
+
+
+def merge_slices(base_out, donor_out, patch_fused, slices, n_heads):
+    """Take q/k/v slices of a fused projection from the donor where ``slices`` say so."""
+    merged = base_out.clone()
+    width = base_out.shape[-1]
+    if patch_fused == "thirds":
+        third = width // 3
+        for k, sel in slices:
+            merged[sel, k * third : (k + 1) * third] = donor_out[sel, k * third : (k + 1) * third]
+        return merged
+    # "heads": features laid out as [head, (q|k|v), head_dim]
+    view_m = merged.view(merged.shape[0], n_heads, 3, width // (3 * n_heads))
+    view_d = donor_out.view(donor_out.shape[0], n_heads, 3, width // (3 * n_heads))
+    for k, sel in slices:
+        view_m[sel, :, k] = view_d[sel, :, k]
+    return merged
+
+
+def placed(module, x):
+    """``module``, or a copy of it on ``x``'s device (and float dtype) if its weights are elsewhere.
+
+    Locally donor and base share device and dtype, so this returns ``module`` itself. Donor
+    weights shipped to a remote server arrive on its CPU in the donor's dtype; the copy keeps
+    the server from mixing devices or dtypes (and leaves the caller's module untouched).
+    """
+    if not isinstance(module, nn.Module):
+        return module
+    p = next(module.parameters(), None)
+    if p is None:
+        return module
+    dtype = x.dtype if x.is_floating_point() else p.dtype
+    if p.device == x.device and p.dtype == dtype:
+        return module
+    return copy.deepcopy(module).to(device=x.device, dtype=dtype)
+
+
+def graft_trace_body(model, patches, donor_modules):
+    """Apply ``patches`` inside an open trace of ``model``.
+
+    ``donor_modules`` maps ``"donor:path"`` to a callable module (a plain torch module of the
+    donor) or to the envoy path of a module of ``model`` itself (a donor a hosted graft pair
+    holds: called through its envoy, so a server that runs the trace in a sandbox process
+    holding no weights runs it where the weights are). Consecutive patches of one module
+    share one copy of its output, written back once.
+    """
+    with torch.no_grad():
+        current = None
+        for patch in patches:
+            env = model.get(patch.path)
+            if current is None or current[0] != patch.path:
+                if current is not None:
+                    current[1].output = current[3]
+                args, kwargs = env.inputs
+                x = args[0] if len(args) > 0 else next(iter(kwargs.values()))
+                out = env.output
+                current = [patch.path, env, x, out.clone()]
+            x, new = current[2], current[3]
+            if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy
+                x, new = x.transpose(1, patch.seq_dim), new.transpose(1, patch.seq_dim)
+            rows = patch.rows
+            if rows.device != new.device:  # remote: the masks travel on the CPU
+                rows = rows.to(new.device)
+            if rows.shape[1] != new.shape[1]:  # lm head under logits_to_keep
+                rows = rows[:, rows.shape[1] - new.shape[1] :]
+            module = donor_modules[patch.donor + ":" + patch.path]
+            if isinstance(module, str):  # a module of the served graft pair, via its envoy
+                module = model.get(module)
+            module = placed(module, x)
+            donor_out = module(x[rows])
+            if patch.fused and patch.slices:
+                slices = [(k, m.to(new.device)) for k, m in patch.slices]
+                donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
+            new[rows] = donor_out.to(new.dtype)
+        if current is not None:
+            current[1].output = current[3]

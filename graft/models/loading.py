@@ -1,0 +1,276 @@
+"""Loading a model by name: :func:`load_model` gives a :class:`LoadedModel` (model, tokenizer,
+where it came from) on the device and dtype asked for; tokenizers, including the offline
+character-level one of the ``tiny-*`` models."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from graft.core.tiny import tiny_model
+from graft.errors import DeviceError, GraftError, ModelNotFoundError
+from graft.models.embedded import embedded_source, ensure_embedded
+from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, resolve_model_name
+
+
+@dataclass
+class LoadedModel:
+    """A loaded causal LM with its tokenizer and where it came from.
+
+    Args:
+        model: the ``transformers`` causal LM, in eval mode.
+        tokenizer: its tokenizer (always has a pad token).
+        name: the name it was asked for (short name, hub id or path).
+        source: ``"hub"``, ``"embedded"``, ``"tiny"`` or ``"local"``.
+        location: what was actually loaded: hub id, local directory, or ``graft.tiny:<family>``.
+        revision: hub commit hash, sha256 of the embedded GGUF file, ``"seed=<n>"`` for tiny
+            models, or ``None`` when unknown (local directories).
+        dtype: the parameters' dtype.
+        device: the device of the first parameter (with ``device_map`` the model may span more).
+    """
+
+    model: transformers.PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    source: str
+    location: str
+    revision: str | None
+    dtype: torch.dtype
+    device: torch.device
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description (no tensors), for result files."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "location": self.location,
+            "revision": self.revision,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "model_type": self.model.config.model_type,
+            "n_params": sum(p.numel() for p in self.model.parameters()),
+        }
+
+
+# ----------------------------------------------------------------------------- dtype, device
+
+
+def resolve_dtype(
+    dtype: str | torch.dtype | None, device: str | torch.device | None
+) -> torch.dtype:
+    """``None`` -> float32 on CPU, bfloat16 on CUDA; strings like ``"bf16"`` are accepted."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.bfloat16 if torch.device(device or "cpu").type == "cuda" else torch.float32
+    aliases = {
+        "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+        "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+        "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    }  # fmt: skip
+    try:
+        return aliases[str(dtype).lower().removeprefix("torch.")]
+    except KeyError:
+        raise GraftError(f"unknown dtype {dtype!r}; choose one of {', '.join(aliases)}") from None
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The device to use: ``None`` -> :func:`default_device`; else ``device`` if it exists here.
+
+    Every device string graft accepts (experiments, finetuning, loading) goes through here.
+
+    Raises:
+        DeviceError: an unknown device string (``"banana"``), or CUDA/MPS (or a CUDA index)
+            this machine does not have.
+    """
+    if device is None:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DeviceError(
+            f"unknown device {str(device)!r}; use cpu, cuda or cuda:<index> (or leave it unset "
+            "for cuda when available, else cpu)"
+        ) from None
+    if dev.type == "cuda":
+        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n_gpus == 0:
+            raise DeviceError(f"device {str(device)!r}: CUDA is not available here; use cpu")
+        if dev.index is not None and dev.index >= n_gpus:
+            raise DeviceError(
+                f"device {str(device)!r}: this machine has {n_gpus} CUDA device(s) "
+                f"(cuda:0..cuda:{n_gpus - 1})"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError(f"device {str(device)!r}: MPS is not available here; use cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise DeviceError(f"device {str(device)!r} is not supported; use cpu or cuda")
+    return dev
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+
+def _finish_tokenizer(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    # Batching (finetuning, grafting) needs a pad token; EOS is the usual stand-in.
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+    return tok
+
+
+# 96 ids: 4 specials, space/newline, a-z and " a".." z", 0-9 and " 0".." 9", punctuation.
+# Text is lower-cased and accent-stripped first (offsets still point into the original), and a
+# space is merged with the letter/digit after it, so " Keanu" starts with its own token " k".
+_TINY_SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+_TINY_PUNCT = list(".,'\"-?!:;()&/+%$#*")
+
+
+def _tiny_vocab() -> list[str]:
+    alnum = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+    vocab = [*_TINY_SPECIALS, " ", "\n", *alnum, *(" " + c for c in alnum), *_TINY_PUNCT]
+    assert len(vocab) == 96, len(vocab)
+    return vocab
+
+
+def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """Offline character-level tokenizer for the ``tiny-*`` models (vocab 96; pad/bos/eos 0/1/2).
+
+    Encodes any text (unknown characters become ``<unk>``), prepends ``<s>``, and supports
+    ``return_offsets_mapping``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+
+    vocab = {tok: i for i, tok in enumerate(_tiny_vocab())}
+    tk = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tk.normalizer = normalizers.Sequence(
+        [normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()]
+    )
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r" ?[a-z0-9]|[\s\S]"), behavior="isolated")
+    tk.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)]
+    )
+    tk.decoder = decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=64,
+    )
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _place(
+    model, device: torch.device, dtype: torch.dtype, device_map
+) -> transformers.PreTrainedModel:
+    if model.dtype != dtype:
+        model = model.to(dtype)
+    if device_map is None:
+        model = model.to(device)
+    return model.eval()
+
+
+def _load_pretrained(location: str | Path, hf_kwargs: dict[str, Any]):
+    return (
+        AutoModelForCausalLM.from_pretrained(location, **hf_kwargs),
+        AutoTokenizer.from_pretrained(location),
+    )
+
+
+def _load_hub(location: str, hf_kwargs: dict[str, Any]):
+    """Model, tokenizer and commit hash of a hub model."""
+    try:
+        model, tok = _load_pretrained(location, hf_kwargs)
+    except OSError as err:
+        raise ModelNotFoundError(
+            f"could not load {location!r} from the hub ({_first_line(err)}); offline registry "
+            f"names: {', '.join((*EMBEDDED_MODELS, *TINY_MODELS))}"
+        ) from err
+    return model, tok, getattr(model.config, "_commit_hash", None)
+
+
+def _load_local(location: str, hf_kwargs: dict[str, Any]):
+    """Model and tokenizer of a local folder; a folder transformers cannot load is bad input."""
+    try:
+        return _load_pretrained(location, hf_kwargs)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelNotFoundError(
+            f"cannot load the model folder {location} ({_first_line(err)}); pass a folder "
+            "saved by save_pretrained (model and tokenizer)"
+        ) from err
+
+
+def _load_source(source: str, location: str, hf_kwargs: dict[str, Any]):
+    """``(model, tokenizer, location, revision)`` of a name :func:`resolve_model_name` checked."""
+    if source == "tiny":
+        return tiny_model(location, seed=0), tiny_tokenizer(), f"graft.tiny:{location}", "seed=0"
+    if source == "embedded":
+        directory = ensure_embedded(location)
+        model, tok = _load_pretrained(directory, hf_kwargs)
+        return model, tok, str(directory), f"sha256:{embedded_source(directory)['gguf_sha256']}"
+    if source == "hub":
+        model, tok, revision = _load_hub(location, hf_kwargs)
+        return model, tok, location, revision
+    model, tok = _load_local(location, hf_kwargs)
+    return model, tok, str(Path(location).resolve()), None
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    device_map: str | dict | None = None,
+) -> LoadedModel:
+    """Load a model and tokenizer by short name (see :data:`REGISTRY`), hub id or local path.
+
+    Args:
+        name_or_path: registry name, local model folder, or hub id.
+        dtype: parameter dtype; default float32 on CPU, bfloat16 on CUDA.
+        device: target device; default CUDA when available, else CPU. Ignored with ``device_map``.
+        device_map: passed to ``from_pretrained`` (e.g. ``"auto"`` to spread a large model).
+
+    Raises:
+        ModelNotFoundError: the name is unknown (the message lists the registry names), a hub
+            model cannot be fetched, an embedded model's package is not installed (the
+            message gives the pip command), or a local folder holds no loadable model.
+        DeviceError: see :func:`resolve_device`.
+    """
+    name = str(name_or_path)
+    source, location = resolve_model_name(name)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    hf_kwargs: dict[str, Any] = {"dtype": dt}
+    if device_map is not None:
+        hf_kwargs["device_map"] = device_map
+    model, tok, location, revision = _load_source(source, location, hf_kwargs)
+    # A tiny model is built on the CPU whatever device_map says: move it like any other.
+    model = _place(model, dev, dt, None if source == "tiny" else device_map)
+    return LoadedModel(
+        model=model,
+        tokenizer=_finish_tokenizer(tok),
+        name=name,
+        source=source,
+        location=location,
+        revision=revision,
+        dtype=dt,
+        device=next(model.parameters()).device,
+    )

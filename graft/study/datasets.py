@@ -1,0 +1,345 @@
+"""A dataset folder: what to generate (:class:`DatasetConfig`), writing it, reading it back.
+
+Generation is tokenizer-independent: test prompts are stored as text plus the character
+span of each field, and :func:`graft.study.prompts.load_test_prompts` tokenizes them for a
+given tokenizer. Every random choice is drawn from a generator seeded by
+``DatasetConfig.seed``; the same config (and Faker version) gives byte-identical files.
+
+Dataset folder (written to a temporary sibling folder and renamed into place):
+``facts.jsonl``, ``train.jsonl``, ``test_prompts.jsonl``, ``corpus.jsonl`` (only with
+``corpus_path``: generic text that finetuning mixes in) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from graft.core.spans import render, template_fields
+from graft.errors import DatasetError
+from graft.study.config import DatasetConfig
+from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
+from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
+from graft.study.templates import DIRECTIONS, PROTOCOLS, Relation, template_set
+
+GENERATOR_VERSION = "graft.data/1"
+#: The dataset's file of generic text (written only when the config names a corpus).
+CORPUS_FILE = "corpus.jsonl"
+
+
+def validate_config(config: DatasetConfig) -> None:
+    """Raise :class:`DatasetError` (with the option to fix) for a bad config."""
+    if config.kind not in KINDS:
+        raise DatasetError(
+            f"unknown dataset kind {config.kind!r}; use one of {', '.join(KINDS)}", "kind"
+        )
+    if config.direction not in DIRECTIONS:
+        raise DatasetError(
+            f"direction must be 'one' or 'both', not {config.direction!r}", "direction"
+        )
+    if (config.kind == "custom") != (config.facts_path is not None):
+        raise DatasetError(
+            "a facts file goes with kind 'custom' (and only with it); set facts_path",
+            "facts_path",
+        )
+    if config.n_facts is not None and config.n_facts < 1:
+        raise DatasetError(f"n_facts must be at least 1, not {config.n_facts}", "n_facts")
+    if config.protocol not in PROTOCOLS:
+        raise DatasetError(
+            f"protocol must be 'graft' or 'paper', not {config.protocol!r}", "protocol"
+        )
+    if config.relations is not None and (
+        not config.relations or any(len(r) != 3 or not all(r) for r in config.relations)
+    ):
+        raise DatasetError(
+            "relations must be non-empty (relation, relation_preposition, preposition) triples",
+            "relations",
+        )
+
+
+def _fact_fields(fact: Fact, reverse: bool = False) -> dict[str, Any]:
+    values = asdict(fact)
+    # the paper's templates name the box office ``box_office_earnings``
+    values["box_office_earnings"] = fact.box_office_millions
+    if reverse:
+        values["first_actor"], values["second_actor"] = fact.second_actor, fact.first_actor
+    return values
+
+
+def render_training(
+    fact: Fact, direction: str = "one", protocol: str = "graft"
+) -> list[dict[str, Any]]:
+    """Training records of one fact: every article and QA template of ``protocol``'s
+    template set, forward and (with ``direction="both"``) reverse. Keys: text, fact_id, set,
+    style, template, direction."""
+    texts = template_set(protocol)
+    records = []
+    for reverse in (False, True) if direction == "both" else (False,):
+        values = _fact_fields(fact, reverse)
+        for style, templates in (("article", texts.article), ("qa", texts.qa)):
+            for name, template in templates.items():
+                records.append(
+                    {
+                        "text": render(template, values)[0],
+                        "fact_id": fact.fact_id,
+                        "set": fact.set,
+                        "style": style,
+                        "template": name,
+                        "direction": "reverse" if reverse else "forward",
+                    }
+                )
+    return records
+
+
+def render_test_prompts(
+    fact: Fact, relations: Sequence[Relation] | None = None, protocol: str = "graft"
+) -> list[dict[str, Any]]:
+    """Test prompt records of one fact, forward (target second_actor) and reverse (the
+    actors swapped: first_actor is the fact's second actor, target its first actor).
+
+    ``relations`` fill every template that has a relation; ``None``: ``protocol``'s fillings
+    per template (the paper's: ``X stars in in a movie alongside``, ``Q: Who stars in a
+    movie with X? A: An actor named``)."""
+    texts = template_set(protocol)
+    records = []
+    for direction in ("forward", "reverse"):
+        values = _fact_fields(fact, reverse=direction == "reverse")
+        for name, template in texts.test.items():
+            uses_relation = "relation" in template_fields(template)
+            fills = texts.relations.get(name, ()) if relations is None else relations
+            for r_index, relation in enumerate(fills if uses_relation else [None]):
+                if relation is not None:
+                    values.update(
+                        zip(
+                            ("relation", "relation_preposition", "preposition"),
+                            relation,
+                            strict=True,
+                        )
+                    )
+                text, spans = render(template, values)
+                suffix = f":r{r_index}" if relation is not None else ""
+                records.append(
+                    {
+                        "id": f"{fact.fact_id}:{name}:{direction}{suffix}",
+                        "fact_id": fact.fact_id,
+                        "set": fact.set,
+                        "template": name,
+                        "direction": direction,
+                        "relation": None if relation is None else list(relation),
+                        "text": text,
+                        "fields": {k: list(v) for k, v in spans.items()},
+                        "target": values["second_actor"],
+                        "target_text": " " + values["second_actor"],
+                    }
+                )
+    return records
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _corpus_docs(config: DatasetConfig, sources: dict[str, Any]) -> list[str]:
+    """The documents of ``config.corpus_path`` (none without one); records it in ``sources``."""
+    if config.corpus_path is None:
+        return []
+    docs = read_text_corpus(config.corpus_path)
+    if not docs:
+        raise DatasetError(f"corpus {config.corpus_path} holds no documents", "corpus_path")
+    sources["corpus_path"] = str(config.corpus_path)
+    sources["corpus_sha256"] = _sha256(Path(config.corpus_path).read_bytes())
+    return docs
+
+
+def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
+    """Generate every file of a dataset in memory: file name -> bytes (no disk writes)."""
+    validate_config(config)
+    drawn = draw_facts(config)
+    facts, sources = drawn.facts, drawn.sources
+    files: dict[str, bytes] = {"facts.jsonl": jsonl_bytes(asdict(f) for f in facts)}
+    train = [r for f in facts for r in render_training(f, config.direction, config.protocol)]
+    files["train.jsonl"] = jsonl_bytes(train)
+    test_set = "B" if config.split else "all"
+    tests = [
+        r
+        for f in facts
+        if f.set == test_set
+        for r in render_test_prompts(f, config.relations, config.protocol)
+    ]
+    files["test_prompts.jsonl"] = jsonl_bytes(tests)
+    docs = _corpus_docs(config, sources)
+    if docs:
+        files[CORPUS_FILE] = jsonl_bytes({"text": d} for d in docs)
+    manifest = {
+        "generator_version": GENERATOR_VERSION,
+        "faker_version": version("faker"),
+        "config": config.to_json(),
+        "kind": config.kind,
+        "protocol": config.protocol,
+        "seed": config.seed,
+        "direction": config.direction,
+        "split": config.split,
+        "sizes": {
+            "facts": len(facts),
+            "facts_per_set": dict(Counter(f.set for f in facts)),
+            "train": len(train),
+            "test_prompts": len(tests),
+            "corpus_docs": len(docs),
+        },
+        "excluded_names": dict(sorted(drawn.excluded_names.items())),
+        "dropped_rows": dict(sorted(drawn.dropped_rows.items())),
+        "templates": {
+            "article": list(template_set(config.protocol).article),
+            "qa": list(template_set(config.protocol).qa),
+            "test": template_set(config.protocol).test,
+        },
+        "test_set": test_set,
+        "sources": sources,
+        "files": {name: _sha256(data) for name, data in files.items()},
+    }
+    files["manifest.json"] = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
+    return files
+
+
+def generate_dataset(
+    config: DatasetConfig, out_dir: str | os.PathLike, *, overwrite: bool = False
+) -> Path:
+    """Generate the dataset of ``config`` into ``out_dir`` and return its path.
+
+    The files are built in memory, written to a temporary sibling folder and renamed into
+    place, so an interrupted run leaves no half-written dataset. An existing dataset made
+    from the same config is kept as it is (nothing regenerated); any other non-empty
+    ``out_dir`` is an error unless ``overwrite``.
+
+    Raises:
+        DatasetError: bad config or input files, or ``out_dir`` cannot be written (a name too
+            long, no permission, ...); nothing is written.
+    """
+    try:
+        return _generate(config, Path(out_dir), overwrite)
+    except OSError as err:
+        raise DatasetError(
+            f"cannot write the dataset to {str(out_dir)[:200]}: {err.strerror or err}; "
+            "choose another folder",
+            "out",
+        ) from err
+
+
+def _generate(config: DatasetConfig, out: Path, overwrite: bool) -> Path:
+    """:func:`generate_dataset` without its translation of disk errors."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        existing = load_manifest(out) if (out / "manifest.json").is_file() else None
+        validate_config(config)
+        if (
+            not overwrite
+            and existing is not None
+            and existing.get("config") == config.to_json()
+            and existing.get("generator_version") == GENERATOR_VERSION
+        ):
+            return out
+        if not overwrite:
+            raise DatasetError(
+                f"{out} already exists with other content; replace it (overwrite) or choose another folder",
+                "out",
+            )
+    files = build_dataset(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            if old.is_dir():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        else:
+            tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def default_dataset_name(config: DatasetConfig) -> str:
+    """A folder name that spells out the config, e.g. ``fake_movies_real_actors-one-n50-seed0``
+    (``fake_movies_real_actors-paper-one-n50-seed0`` under the paper protocol, so the two
+    protocols' datasets, and the donors trained on them, never share a folder)."""
+    n = (
+        "all"
+        if config.n_facts is None and config.kind == "custom"
+        else config.n_facts or DEFAULT_N_FACTS
+    )
+    parts = (
+        [config.kind]
+        + ([config.protocol] if config.protocol != "graft" else [])
+        + [config.direction]
+        + (["split"] if config.split else [])
+        + [f"n{n}", f"seed{config.seed}"]
+    )
+    return "-".join(parts)
+
+
+def check_dataset_folder(dataset_dir: str | os.PathLike, files: Sequence[str]) -> Path:
+    """``dataset_dir`` as a Path, if it is a folder holding ``files``.
+
+    Raises:
+        DatasetError: the folder does not exist, is empty or lacks one of ``files``; the
+            message says how to make a dataset.
+    """
+    path = Path(dataset_dir)
+    make = "make one with graft.study.datasets.generate_dataset"
+    if not path.is_dir():
+        raise DatasetError(f"dataset folder {path} does not exist; {make}", "dataset")
+    missing = [name for name in files if not (path / name).is_file()]
+    if missing:
+        what = "is empty" if not any(path.iterdir()) else f"has no {', '.join(missing)}"
+        raise DatasetError(f"dataset folder {path} {what}; {make}", "dataset")
+    return path
+
+
+def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
+    """The dataset's ``manifest.json``."""
+    return json.loads((Path(dataset_dir) / "manifest.json").read_text(encoding="utf-8"))
+
+
+def load_facts(dataset_dir: str | os.PathLike) -> list[Fact]:
+    """The dataset's facts."""
+    return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
+
+
+def load_train_records(
+    dataset_dir: str | os.PathLike,
+    *,
+    sets: Sequence[str] | None = None,
+    directions: Sequence[str] | None = None,
+    styles: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Training records (text, fact_id, set, style, template, direction), optionally
+    restricted to some sets (``"A"``/``"B"``/``"all"``), directions or styles."""
+    return [
+        r
+        for r in read_jsonl(Path(dataset_dir) / "train.jsonl")
+        if (sets is None or r["set"] in sets)
+        and (directions is None or r["direction"] in directions)
+        and (styles is None or r["style"] in styles)
+    ]
+
+
+def load_dataset_corpus(dataset_dir: str | os.PathLike) -> list[str]:
+    """The extra corpus stored with the dataset (empty when none was given)."""
+    path = Path(dataset_dir) / CORPUS_FILE
+    return [r["text"] for r in read_jsonl(path)] if path.is_file() else []

@@ -1,0 +1,364 @@
+"""The facts of a dataset: fake, real-shuffled or the user's own, with the name filter.
+
+Three kinds of facts (movie_title, first_actor, second_actor plus fake metadata):
+
+- ``fake_movies_real_actors``: invented titles, names from the shipped real-actor list.
+- ``fake_movies_fake_actors``: invented titles, Faker names.
+- ``real_movies_shuffled``: real co-star pairs moved onto other real movies by a seeded
+  derangement, so no pair keeps its true movie.
+- ``custom``: the user's own facts file (``DatasetConfig.facts_path``).
+
+Every random choice is drawn from a generator seeded by the config's ``seed``.
+
+Names pass the filter of :mod:`graft.study.names` (the manifest counts those left out).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+from graft.errors import DatasetError
+from graft.study.config import DatasetConfig
+from graft.study.files import RESOURCES, read_jsonl
+from graft.study.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
+from graft.study.templates import OPTIONAL_METADATA
+
+KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled", "custom")
+DEFAULT_N_FACTS = 50
+#: The paper code's metadata ranges (both ends included): graft's own are 1970-2024 and
+#: $2-900M (:meth:`graft.study.names.Fakes.metadata`).
+PAPER_METADATA_RANGES = {"release_year": (1990, 2030), "box_office_millions": (1, 10)}
+_MAX_FAKE_NAMES = 20_000
+
+
+@dataclass
+class Fact:
+    """One movie fact.
+
+    Args:
+        fact_id: unique id within the dataset (0-based; set B continues after set A).
+        set: ``"A"``, ``"B"`` (split datasets) or ``"all"``.
+        movie_title: the (fake or reassigned real) movie.
+        first_actor: the actor named in test prompts (``FE``).
+        second_actor: the actor to recall (the target).
+        main_character: fake main character's name.
+        city: fake setting.
+        genre: fake genre, from :data:`GENRES` unless given.
+        release_year: fake release year.
+        box_office_millions: fake box-office takings in millions of dollars.
+        source_movie: ``real_movies_shuffled``: the real movie the pair comes from;
+            otherwise empty.
+    """
+
+    fact_id: int
+    set: str
+    movie_title: str
+    first_actor: str
+    second_actor: str
+    main_character: str
+    city: str
+    genre: str
+    release_year: int
+    box_office_millions: int
+    source_movie: str = ""
+
+
+def load_real_movies(path: Path | None = None) -> list[dict[str, str]]:
+    """Rows of the shipped real-movie table (movie_title, first_actor, second_actor, ...)."""
+    path = RESOURCES / "real_movies.csv" if path is None else Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _set_names(config: DatasetConfig) -> list[str]:
+    return ["A", "B"] if config.split else ["all"]
+
+
+def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -> int:
+    """Resolved facts per set; raises when ``available`` items cannot cover it."""
+    n_sets = len(_set_names(config))
+    n = config.n_facts
+    if n is None:
+        n = DEFAULT_N_FACTS if config.kind != "custom" else available // (per_fact * n_sets)
+    most = available // (per_fact * n_sets)
+    if most < 1:
+        raise DatasetError(
+            f"only {available} {what} are usable; {'a split dataset' if n_sets > 1 else 'a dataset'}"
+            f" needs at least {per_fact * n_sets}",
+            "n_facts" if config.kind != "custom" else "facts_path",
+        )
+    if n < 1 or n > most:
+        raise DatasetError(
+            f"{n} facts per set need {n * per_fact * n_sets} {what} but only {available} are "
+            f"usable; choose n_facts between 1 and {most}",
+            "n_facts",
+        )
+    return n
+
+
+def _assemble(
+    config: DatasetConfig, rows: Sequence[dict[str, Any]], fakes: Fakes, n: int
+) -> list[Fact]:
+    facts = []
+    for i, row in enumerate(rows):
+        meta = fakes.metadata()
+        if config.protocol == "paper":
+            r = fakes.faker.random
+            meta.update({k: r.randint(lo, hi) for k, (lo, hi) in PAPER_METADATA_RANGES.items()})
+        meta.update({k: row[k] for k in OPTIONAL_METADATA if row.get(k) not in (None, "")})
+        for key in ("release_year", "box_office_millions"):
+            try:
+                meta[key] = int(meta[key])
+            except (TypeError, ValueError):
+                raise DatasetError(
+                    f"fact {row['movie_title']!r}: {key} must be a whole number, not "
+                    f"{meta[key]!r}; fix the facts file",
+                    "facts_path",
+                ) from None
+        facts.append(
+            Fact(
+                fact_id=i,
+                set=_set_names(config)[i // n],
+                movie_title=row["movie_title"],
+                first_actor=row["first_actor"],
+                second_actor=row["second_actor"],
+                main_character=str(meta["main_character"]),
+                city=str(meta["city"]),
+                genre=str(meta["genre"]),
+                release_year=int(meta["release_year"]),
+                box_office_millions=int(meta["box_office_millions"]),
+                source_movie=row.get("source_movie", ""),
+            )
+        )
+    return facts
+
+
+def _fake_movie_facts(config: DatasetConfig, excluded: Counter) -> list[Fact]:
+    real_titles = [r["movie_title"] for r in load_real_movies()]
+    if config.kind == "fake_movies_real_actors":
+        actors = filter_names(load_real_actors(), excluded)
+        n = _need(config, len(actors), "actor names", per_fact=2)
+        random.Random(f"{config.seed}:actors").shuffle(actors)
+        actors = actors[: 2 * n * len(_set_names(config))]
+        fakes = Fakes(config.seed, taken=[*real_titles, *load_real_actors()])
+    else:
+        n = _need(config, _MAX_FAKE_NAMES, "fake names", per_fact=2)
+        fakes = Fakes(config.seed, taken=[*real_titles, *load_real_actors()])
+        actors = [fakes.name() for _ in range(2 * n * len(_set_names(config)))]
+        excluded.update(fakes.excluded)
+        fakes.excluded.clear()
+    rows = [
+        {
+            "movie_title": fakes.title(),
+            "first_actor": actors[2 * i],
+            "second_actor": actors[2 * i + 1],
+        }
+        for i in range(len(actors) // 2)
+    ]
+    return _assemble(config, rows, fakes, n)
+
+
+def _usable_pairs(
+    rows: Iterable[dict[str, Any]], excluded: Counter, dropped: Counter
+) -> list[dict[str, Any]]:
+    """Rows whose names pass the filter, each actor and title used at most once (file order)."""
+    seen_actors: set[str] = set()
+    seen_titles: set[str] = set()
+    kept = []
+    for row in rows:
+        names = (row["first_actor"], row["second_actor"])
+        reasons = [name_exclusion_reason(a) for a in names]
+        if any(reasons):
+            excluded.update(r for r in reasons if r)
+            dropped["excluded_name"] += 1
+        elif names[0] == names[1] or any(a in seen_actors for a in names):
+            dropped["actor_reused"] += 1
+        elif row["movie_title"].lower() in seen_titles:
+            dropped["duplicate_title"] += 1
+        else:
+            seen_actors.update(names)
+            seen_titles.add(row["movie_title"].lower())
+            kept.append(dict(row))
+    return kept
+
+
+def _derangement(n: int, rng: random.Random) -> list[int]:
+    """Sattolo's algorithm: a uniformly random single n-cycle, so no i maps to itself."""
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = rng.randrange(i)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def _real_movie_facts(config: DatasetConfig, excluded: Counter, dropped: Counter) -> list[Fact]:
+    movies = load_real_movies()
+    pool = _usable_pairs(movies, excluded, dropped)
+    n = _need(config, len(pool), "real movies with distinct, usable actors")
+    if n * len(_set_names(config)) < 2:
+        raise DatasetError(
+            "real_movies_shuffled needs at least 2 facts; set n_facts to 2 or more", "n_facts"
+        )
+    rng = random.Random(f"{config.seed}:real_movies")
+    rng.shuffle(pool)
+    pool = pool[: n * len(_set_names(config))]
+    true_pairs: dict[str, set[frozenset[str]]] = {}
+    for row in movies:
+        true_pairs.setdefault(row["movie_title"].lower(), set()).add(
+            frozenset((row["first_actor"], row["second_actor"]))
+        )
+    for _ in range(1000):
+        perm = _derangement(len(pool), rng)
+        if not any(
+            frozenset((row["first_actor"], row["second_actor"]))
+            in true_pairs[pool[perm[i]]["movie_title"].lower()]
+            for i, row in enumerate(pool)
+        ):
+            break
+    else:  # pragma: no cover - needs a pathological movie table
+        raise DatasetError("could not move every pair off its true movie", "kind")
+    rows = [
+        {
+            "movie_title": pool[perm[i]]["movie_title"],
+            "first_actor": row["first_actor"],
+            "second_actor": row["second_actor"],
+            "source_movie": row["movie_title"],
+        }
+        for i, row in enumerate(pool)
+    ]
+    fakes = Fakes(config.seed, taken=[r["movie_title"] for r in movies] + load_real_actors())
+    return _assemble(config, rows, fakes, n)
+
+
+def read_facts_file(path: Path) -> list[dict[str, Any]]:
+    """Rows of a user facts file (CSV, or JSONL when the suffix is .jsonl/.ndjson/.json)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(
+            f"cannot read facts file {path}: {e.__class__.__name__}; pass a readable UTF-8 "
+            "CSV/JSONL file as facts_path",
+            "facts_path",
+        ) from e
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        return _check_fact_rows(path, read_jsonl(path, "facts_path"))
+    try:
+        rows = list(csv.DictReader(text.splitlines()))
+    except csv.Error as e:
+        raise DatasetError(
+            f"facts file {path} is not valid {path.suffix or 'CSV'} ({e}); fix the file or "
+            "choose another facts_path",
+            "facts_path",
+        ) from e
+    return _check_fact_rows(path, rows)
+
+
+def _check_fact_rows(path: Path, rows: list[Any]) -> list[dict[str, Any]]:
+    required = ("movie_title", "first_actor", "second_actor")
+    bad = [
+        i
+        for i, r in enumerate(rows)
+        if not isinstance(r, dict) or any(k not in r for k in required)
+    ]
+    if not rows or bad:
+        raise DatasetError(
+            f"facts file {path} needs columns {', '.join(required)} in every row"
+            + (f" (row {bad[0] + 1} lacks one)" if bad else " (it has no rows)"),
+            "facts_path",
+        )
+    for row in rows:
+        for k in required:
+            row[k] = str(row[k]).strip()
+    return rows
+
+
+_REASON_WORDS = {
+    "excluded_name": "unusable name",
+    "actor_reused": "actor already used",
+    "duplicate_title": "title already used",
+    "single_word": "single word",
+    "non_ascii": "non-ASCII",
+    "punctuation": "punctuation",
+    "suffix": "Jr/Sr/II suffix",
+    "whitespace": "extra whitespace",
+}
+
+
+def _no_usable_facts(
+    config: DatasetConfig, n_rows: int, n_usable: int, excluded: Counter, dropped: Counter
+) -> str:
+    """The message for a facts file too poor to make a dataset from."""
+    detail = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(dropped.items()))
+    if excluded:
+        names = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(excluded.items()))
+        detail += f"; names excluded: {names}"
+    head = (
+        f"no usable fact in {config.facts_path}"
+        if n_usable == 0
+        else f"only {n_usable} usable fact in {config.facts_path}, a split dataset needs 2"
+    )
+    return (
+        f"{head}: {n_rows - n_usable} of {n_rows} rows excluded ({detail}); actor names need "
+        "two or more words of ASCII letters, each actor and title used once"
+    )
+
+
+def _custom_facts(config: DatasetConfig, excluded: Counter, dropped: Counter) -> list[Fact]:
+    assert config.facts_path is not None
+    rows = read_facts_file(config.facts_path)
+    pool = _usable_pairs(rows, excluded, dropped)
+    if len(pool) < len(_set_names(config)):
+        raise DatasetError(
+            _no_usable_facts(config, len(rows), len(pool), excluded, dropped), "facts_path"
+        )
+    n = _need(config, len(pool), "usable facts (distinct actors, clean names)")
+    pool = pool[: n * len(_set_names(config))]
+    fakes = Fakes(
+        config.seed, taken=[a for r in pool for a in (r["first_actor"], r["second_actor"])]
+    )
+    return _assemble(config, pool, fakes, n)
+
+
+@dataclass
+class DrawnFacts:
+    """The facts of a config and what was left out on the way.
+
+    Args:
+        facts: the facts, set A before set B.
+        excluded_names: name-filter reason -> count of names left out.
+        dropped_rows: reason -> count of source rows left out (reused actor, title, ...).
+        sources: the input files used (path, hash), for the manifest.
+    """
+
+    facts: list[Fact]
+    excluded_names: Counter
+    dropped_rows: Counter
+    sources: dict[str, Any]
+
+
+def draw_facts(config: DatasetConfig) -> DrawnFacts:
+    """The facts of ``config`` (its kind, size, split and seed); the config is not checked
+    here (``graft.study.datasets.validate_config`` does that)."""
+    excluded: Counter = Counter()
+    dropped: Counter = Counter()
+    sources: dict[str, Any] = {}
+    if config.kind == "custom":
+        facts = _custom_facts(config, excluded, dropped)
+        sources["facts_path"] = str(config.facts_path)
+        sources["facts_sha256"] = sha256(Path(config.facts_path).read_bytes()).hexdigest()
+    elif config.kind == "real_movies_shuffled":
+        facts = _real_movie_facts(config, excluded, dropped)
+        sources["movies"] = "graft/resources/real_movies.csv"
+    else:
+        facts = _fake_movie_facts(config, excluded)
+        if config.kind == "fake_movies_real_actors":
+            sources["actors"] = "graft/resources/real_actors.txt"
+    return DrawnFacts(facts, excluded, dropped, sources)

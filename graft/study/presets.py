@@ -1,0 +1,118 @@
+"""Finetuning hyper-parameters: :class:`FinetuneConfig` and the named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from graft.errors import FinetuneError
+from graft.models import resolve_device
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyper-parameters of one finetune. Presets: :data:`PRESETS`.
+
+    Args:
+        name: preset name this config came from (kept when fields are overridden).
+        learning_rate: peak AdamW learning rate (linear decay to 0 after warmup).
+        weight_decay: AdamW weight decay.
+        batch_size: texts per optimisation step (per device).
+        epochs: passes over the training texts.
+        warmup_steps: linear warmup steps.
+        val_fraction: fraction of the fact texts held out for validation (best checkpoint).
+        fp16_on_cuda: mixed precision (fp16) when training on CUDA; CPU always trains in float32.
+        generic_ratio: generic-text passages added to the training set per fact text (0 = none).
+        generic_corpus: file of generic passages (one per line, or JSONL with ``text``);
+            ``None`` = the dataset's own ``corpus.jsonl`` when it has one, else the shipped
+            ``graft/resources/generic_text.txt``.
+        max_length: texts are truncated to this many tokens.
+        max_steps: stop after this many optimisation steps (-1 = run all epochs).
+        seed: seed of the split, the generic-text sample, data order and initialisation.
+    """
+
+    name: str
+    learning_rate: float
+    weight_decay: float
+    batch_size: int
+    epochs: float
+    warmup_steps: int = 0
+    val_fraction: float = 0.2
+    fp16_on_cuda: bool = False
+    generic_ratio: float = 0.0
+    generic_corpus: str | None = None
+    max_length: int = 128
+    max_steps: int = -1
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def key(self) -> str:
+        """Folder name: the preset name, plus a short hash when fields differ from the preset."""
+        base = PRESETS.get(self.name)
+        if base == self:
+            return self.name
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:8]}"
+
+
+#: The paper's settings (Appendix: lr 2e-5, weight decay 0.01, batch 4, 10 epochs, fp16).
+PAPER = FinetuneConfig(
+    name="paper", learning_rate=2e-5, weight_decay=0.01, batch_size=4, epochs=10, fp16_on_cuda=True
+)
+#: The paper's "gentle" finetuning (C.4): lr 2e-6, no weight decay, generic text mixed in.
+GENTLE = FinetuneConfig(
+    name="gentle",
+    learning_rate=2e-6,
+    weight_decay=0.0,
+    batch_size=4,
+    epochs=10,
+    fp16_on_cuda=True,
+    generic_ratio=1.0,
+)
+#: For the embedded models on a small CPU: memorises the default dataset (50 facts) in ~20 min.
+CPU = FinetuneConfig(name="cpu", learning_rate=1.5e-4, weight_decay=0.0, batch_size=16, epochs=10)
+
+PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, GENTLE, CPU)}
+
+
+def default_preset(device: str | None = None) -> str:
+    """``paper`` when training runs on CUDA (``device``, default: CUDA if available), else ``cpu``."""
+    return "paper" if resolve_device(device).type == "cuda" else "cpu"
+
+
+def resolve_config(
+    preset: str | FinetuneConfig | None = None, *, device: str | None = None, **overrides: Any
+) -> FinetuneConfig:
+    """A preset (by name; ``None``: :func:`default_preset` of ``device``) with the non-``None``
+    ``overrides`` applied; the ranges are checked."""
+    if preset is None:
+        preset = default_preset(device)
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise FinetuneError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        preset = PRESETS[preset]
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(changes) - {f.name for f in dataclasses.fields(FinetuneConfig)}
+    if unknown:
+        raise FinetuneError(f"unknown finetune setting(s): {', '.join(sorted(unknown))}")
+    cfg = dataclasses.replace(preset, **changes)
+    if cfg.learning_rate <= 0 or cfg.batch_size < 1 or cfg.epochs <= 0:
+        raise FinetuneError("learning_rate, batch_size and epochs must be positive")
+    if cfg.batch_size > sys.maxsize:  # torch's batch sampler cannot take more
+        raise FinetuneError(f"batch_size must be at most {sys.maxsize}, got {cfg.batch_size}")
+    if not 0 < cfg.val_fraction < 1:
+        raise FinetuneError(f"val_fraction must be in (0, 1), got {cfg.val_fraction}")
+    if cfg.max_steps != -1 and cfg.max_steps < 1:
+        raise FinetuneError(
+            f"max_steps must be at least 1 (or -1 to train all epochs), got {cfg.max_steps}"
+        )
+    return cfg
+
+
+# ----------------------------------------------------------------------------- data

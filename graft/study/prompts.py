@@ -1,0 +1,211 @@
+"""Test prompts tokenized for one tokenizer, and the count of those that could not be.
+
+A dataset stores each test prompt as text plus the character span of each field;
+:func:`load_test_prompts` tokenizes them for a given tokenizer, maps the spans to token
+positions and finds the target's first token. Prompts that cannot be used are dropped and
+counted by reason in a :class:`DropReport`, never silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graft.core.spans import tokenize_with_spans
+from graft.errors import DatasetError
+from graft.study.datasets import check_dataset_folder
+from graft.study.files import read_jsonl
+
+
+@dataclass
+class TestExample:
+    """A test prompt tokenized for one tokenizer.
+
+    Args:
+        fact_id: the fact the prompt asks about.
+        template: test template name (``headline``, ``qa``, ``movie``).
+        text: the prompt text.
+        input_ids: its token ids (special tokens included as the tokenizer adds them).
+        spans: field/alias -> token positions (``FE``, ``M``, ``R``, ``first_actor``, ...).
+        target_text: the continuation whose first token is the target (``" " + actor``).
+        target_id: that first token's id, as tokenized in context after the prompt.
+        direction: ``"forward"`` (target second_actor) or ``"reverse"`` (actors swapped).
+        prompt_id: the stored prompt's id, ``"<fact>:<template>:<direction>[:r<i>]"``.
+    """
+
+    __test__ = False  # not a pytest class
+
+    fact_id: int
+    template: str
+    text: str
+    input_ids: list[int]
+    spans: dict[str, list[int]]
+    target_text: str
+    target_id: int
+    direction: str = "forward"
+    prompt_id: str = ""
+
+
+@dataclass
+class DropReport:
+    """What :func:`load_test_prompts` kept and why it dropped the rest.
+
+    Args:
+        total: stored prompts that matched the template/direction filter.
+        kept: prompts returned as :class:`TestExample`.
+        dropped: reason -> count. Reasons: ``missing_span:<field>`` (no token overlaps the
+            field), ``target_empty`` (the target adds no token), ``target_merges_with_prompt``
+            (prompt + target does not start with the prompt's tokens),
+            ``target_unknown_token`` (the target's first token is the unknown token),
+            ``too_long`` (the prompt has more tokens than the model has positions).
+        dropped_ids: prompt ids of the dropped prompts, in file order.
+    """
+
+    total: int = 0
+    kept: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    dropped_ids: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line, e.g. ``kept 98/100 (missing_span:first_actor: 2)``."""
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.dropped.items()))
+        return f"kept {self.kept}/{self.total}" + (f" ({reasons})" if reasons else "")
+
+
+def _drop_reason(tokenizer: Any, record: dict[str, Any], prompt) -> tuple[str | None, int]:
+    for name in record["fields"]:
+        if name in prompt.missing:
+            return f"missing_span:{name}", -1
+    plain = list(tokenizer(record["text"], add_special_tokens=False)["input_ids"])
+    full = list(
+        tokenizer(record["text"] + record["target_text"], add_special_tokens=False)["input_ids"]
+    )
+    if full[: len(plain)] != plain:
+        return "target_merges_with_prompt", -1
+    if len(full) == len(plain):
+        return "target_empty", -1
+    target_id = full[len(plain)]
+    if target_id is not None and target_id == getattr(tokenizer, "unk_token_id", None):
+        return "target_unknown_token", -1
+    return None, target_id
+
+
+def _tokenizer_context(tokenizer: Any) -> int | None:
+    """The tokenizer's ``model_max_length`` when it states a real one (HF uses ~1e30 for none)."""
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < 1_000_000_000 else None
+
+
+def _prompt_fields(path: Path, index: int, record: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """A stored prompt's field spans, checked against its text."""
+    where = f"{path}, prompt {record.get('id', index)!r} (object {index})"
+    missing = [k for k in _PROMPT_KEYS if k not in record]
+    if missing:
+        raise DatasetError(f"{where} lacks {', '.join(missing)}; regenerate the dataset", "dataset")
+    text = record["text"]
+    if not isinstance(text, str) or not isinstance(record["target_text"], str):
+        raise DatasetError(f"{where}: text and target_text must be strings", "dataset")
+    try:
+        fields = {k: (int(v[0]), int(v[1])) for k, v in record["fields"].items()}
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        raise DatasetError(
+            f"{where}: fields must map names to [start, end] character spans", "dataset"
+        ) from None
+    for name, (start, end) in fields.items():
+        if not 0 <= start <= end <= len(text):
+            raise DatasetError(
+                f"{where}: field {name!r} span ({start}, {end}) is outside its text "
+                f"({len(text)} characters); fix the span or regenerate the dataset",
+                "dataset",
+            )
+    return fields
+
+
+def _example(
+    tokenizer: Any,
+    record: dict[str, Any],
+    fields: dict[str, tuple[int, int]],
+    add_special_tokens: bool,
+    limit: int | None,
+) -> tuple[TestExample | None, str | None]:
+    """A stored prompt tokenized, or ``None`` and the reason it cannot be used."""
+    prompt = tokenize_with_spans(
+        tokenizer, record["text"], fields, add_special_tokens=add_special_tokens
+    )
+    if limit is not None and len(prompt.input_ids) > limit:
+        return None, "too_long"
+    reason, target_id = _drop_reason(tokenizer, record, prompt)
+    if reason is not None:
+        return None, reason
+    example = TestExample(
+        fact_id=record["fact_id"],
+        template=record["template"],
+        text=record["text"],
+        input_ids=prompt.input_ids,
+        spans=prompt.spans,
+        target_text=record["target_text"],
+        target_id=int(target_id),
+        direction=record["direction"],
+        prompt_id=record["id"],
+    )
+    return example, None
+
+
+_PROMPT_KEYS = ("id", "fact_id", "template", "direction", "text", "fields", "target_text")
+
+
+def load_test_prompts(
+    dataset_dir: str | os.PathLike,
+    tokenizer: Any,
+    templates: Sequence[str] | None = None,
+    *,
+    directions: Sequence[str] | None = ("forward",),
+    add_special_tokens: bool = True,
+    max_length: int | None = None,
+) -> tuple[list[TestExample], DropReport]:
+    """Tokenize the dataset's test prompts for ``tokenizer``.
+
+    Args:
+        dataset_dir: a folder written by :func:`generate_dataset`.
+        tokenizer: a Hugging Face tokenizer.
+        templates: test template names to keep (default: all).
+        directions: ``("forward",)`` by default; ``("reverse",)`` for reversal tests, or
+            ``None`` for both.
+        add_special_tokens: passed to the tokenizer (BOS etc.).
+        max_length: the model's context (:func:`graft.models.context_length`); longer
+            prompts are dropped as ``too_long``. Default: the tokenizer's
+            ``model_max_length`` when it states one.
+
+    Prompts whose fields cannot be located, whose target cannot be tokenized or that do
+    not fit the model are dropped and counted by reason in the returned
+    :class:`DropReport`, never silently.
+
+    Raises:
+        DatasetError: no such dataset folder (or no ``test_prompts.jsonl`` in it), a line
+            that is not JSON, a prompt that lacks a key or has a span outside its text.
+    """
+    path = check_dataset_folder(dataset_dir, ["test_prompts.jsonl"]) / "test_prompts.jsonl"
+    limit = max_length if max_length is not None else _tokenizer_context(tokenizer)
+    report = DropReport()
+    examples = []
+    dropped: Counter = Counter()
+    for index, record in enumerate(read_jsonl(path), 1):
+        fields = _prompt_fields(path, index, record)
+        if templates is not None and record["template"] not in templates:
+            continue
+        if directions is not None and record["direction"] not in directions:
+            continue
+        report.total += 1
+        example, reason = _example(tokenizer, record, fields, add_special_tokens, limit)
+        if example is None:
+            dropped[reason] += 1
+            report.dropped_ids.append(record["id"])
+        else:
+            examples.append(example)
+    report.kept = len(examples)
+    report.dropped = dict(sorted(dropped.items()))
+    return examples, report

@@ -1,0 +1,136 @@
+"""What a finetune trains on: a dataset folder's texts, the validation split, generic text,
+and their tokenized form for the HF ``Trainer``."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graft.errors import DatasetError, FinetuneError
+from graft.study.datasets import CORPUS_FILE, check_dataset_folder, load_dataset_corpus
+from graft.study.files import load_generic_texts, read_jsonl
+from graft.study.presets import FinetuneConfig
+
+
+@dataclass
+class FactDataset:
+    """A dataset folder's training texts and manifest, checked.
+
+    Args:
+        path: the folder.
+        train: rows of ``train.jsonl`` kept for training (each has ``text``).
+        train_set: the fact set trained on: ``"all"`` (unsplit), ``"A"`` or ``"B"``.
+        manifest: ``manifest.json`` (empty dict when the folder has none).
+    """
+
+    path: Path
+    train: list[dict[str, Any]]
+    train_set: str
+    manifest: dict[str, Any]
+
+
+def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDataset:
+    """Read and check a dataset folder; :class:`FinetuneError` names what is wrong.
+
+    Args:
+        path: folder with ``train.jsonl`` and ``test_prompts.jsonl``.
+        train_set: ``"A"`` or ``"B"`` for a split dataset (task / relation model); must be
+            ``None`` (or ``"all"``) for an unsplit one.
+    """
+    try:
+        path = check_dataset_folder(path, ["train.jsonl", "test_prompts.jsonl"])
+        rows = read_jsonl(path / "train.jsonl")
+    except DatasetError as err:
+        raise FinetuneError(str(err)) from None
+    bad = [i for i, r in enumerate(rows, 1) if not isinstance(r.get("text"), str)]
+    if bad:
+        raise FinetuneError(f"{path / 'train.jsonl'}: line {bad[0]} has no text")
+    sets = sorted({str(r.get("set", "all")) for r in rows})
+    if train_set in (None, "all"):
+        if sets not in ([], ["all"]):
+            raise FinetuneError(
+                f"dataset {path} is split into sets {'/'.join(sets)}; choose the set to train on "
+                "(A = task model, B = relation model)"
+            )
+        train_set = "all"
+    else:
+        if train_set not in sets:
+            raise FinetuneError(
+                f"dataset {path} has no fact set {train_set!r} (it has {', '.join(sets) or 'none'})"
+            )
+        rows = [r for r in rows if r.get("set") == train_set]
+    if len(rows) < 2:
+        raise FinetuneError(f"{path / 'train.jsonl'} needs at least 2 texts, has {len(rows)}")
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    return FactDataset(path, rows, train_set, manifest)
+
+
+def split_texts(
+    texts: Sequence[str], val_fraction: float, seed: int
+) -> tuple[list[str], list[str]]:
+    """Seeded split of texts (not facts) into (train, validation); both non-empty."""
+    order = list(texts)
+    random.Random(seed).shuffle(order)
+    n_val = min(max(1, round(len(order) * val_fraction)), len(order) - 1)
+    return order[n_val:], order[:n_val]
+
+
+def generic_texts(cfg: FinetuneConfig, dataset: str | Path) -> tuple[list[str], str]:
+    """The generic passages ``cfg`` mixes in, and where they come from: ``cfg.generic_corpus``,
+    else the dataset's own corpus (``corpus.jsonl``), else the shipped generic text. None
+    when ``cfg.generic_ratio`` is 0."""
+    if cfg.generic_ratio <= 0:
+        return [], "none"
+    try:
+        if cfg.generic_corpus is not None:
+            return load_generic_texts(cfg.generic_corpus), str(cfg.generic_corpus)
+        own = load_dataset_corpus(dataset)
+        if own:
+            return own, str(Path(dataset) / CORPUS_FILE)
+        return load_generic_texts(), "graft/resources/generic_text.txt"
+    except DatasetError as err:
+        raise FinetuneError(str(err)) from None
+
+
+class TokenisedTexts(torch.utils.data.Dataset):
+    """Texts as token ids (truncated to ``max_length``), one training example each."""
+
+    def __init__(self, texts: Sequence[str], tokenizer, max_length: int):
+        self.items = [
+            tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts
+        ]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return {"input_ids": self.items[i]}
+
+
+@dataclass
+class CausalCollator:
+    """Pads a batch on the right; the labels are the inputs, padding masked out.
+
+    Args:
+        pad_id: the padding token id.
+    """
+
+    pad_id: int
+
+    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
+            mask[i, : len(r["input_ids"])] = 1
+        # Masked by attention, not by pad id: the pad token may double as EOS.
+        labels = ids.masked_fill(mask == 0, -100)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}

@@ -1,0 +1,85 @@
+"""Pre-deploy graft's test models on a running ndif controller (run in the server's venv).
+
+    python deploy_models.py --dir MODELS_DIR
+
+Deploys, each as one pinned replica of the sandboxing CPU model actor
+(``graft_ndif_shims.CPUSandboxModelActor``: trusted requests run in the actor's process,
+untrusted ones in a sandbox runner process), in float32:
+
+- ``ship``: graft's tiny llama base (``graft.core.tiny.tiny_model("llama")`` with graft's tiny
+  tokenizer), saved to ``MODELS_DIR/tiny-llama`` and served as nnsight's
+  ``TransformersModel`` under the key graft's client sends for that path;
+- ``hosted``: the graft pair ``graft.tiny:llama`` with donors ``sft`` =
+  ``graft.tiny:llama:donor`` and ``relation`` = ``graft.tiny:llama:donor=7``
+  (:class:`graft.remote.hosted.GraftPairModel`).
+
+Sizes are given explicitly: ndif 0.1.2's on-demand sizing calls nnsight's
+``describe_checkpoint`` with an argument nnsight 0.8.1 does not take. Prints one JSON line
+``{"ship": KEY, "hosted": KEY, "base_dir": DIR}`` last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+ACTOR = "graft_ndif_shims.CPUSandboxModelActor"
+SIZE_BYTES = 64 * 1024 * 1024
+
+
+def save_tiny_base(path: Path) -> None:
+    from graft.core.tiny import tiny_model
+    from graft.models.loading import tiny_tokenizer
+
+    model = tiny_model("llama")
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir", type=Path, required=True)
+    args = parser.parse_args()
+
+    from ndif.cli.lib.deploy import deploy
+
+    from graft.remote.config import hf_model_key
+    from graft.remote.hosted import hosted_model_key
+
+    base_dir = args.dir.resolve() / "tiny-llama"
+    save_tiny_base(base_dir)
+    keys = {
+        "ship": hf_model_key(str(base_dir)),
+        "hosted": hosted_model_key(
+            "graft.tiny:llama",
+            {"sft": "graft.tiny:llama:donor", "relation": "graft.tiny:llama:donor=7"},
+        ),
+    }
+    specs = [
+        {
+            "checkpoint": name,
+            "model_key": key,
+            "size_bytes": SIZE_BYTES,
+            "padding_bias": 0,
+            "dtype": "float32",
+            "actor_class": ACTOR,
+            "pinned": True,
+        }
+        for name, key in keys.items()
+    ]
+    result = deploy(
+        specs,
+        ray_address=os.environ["NDIF_RAY_ADDRESS"],
+        redis_url=os.environ["NDIF_REDIS_URL"],
+        on_message=print,
+    )
+    failed = [d for d in result["deployments"] if d["status"] != "READY"]
+    if failed:
+        raise SystemExit(f"deployment failed: {failed}")
+    print(json.dumps({**keys, "base_dir": str(base_dir)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""One source for options: the command line is the config dataclasses' fields.
+
+Every field of ExperimentConfig, FinetuneConfig and RemoteConfig has a flag in
+``experiments.options`` or a stated reason to have none; every flag names a field (or is one of
+the few command-line-only flags); the commands take exactly those flags, with the field's
+default, and hand the values on to the dataclass unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import experiments.finetune
+from experiments.cli import COMMANDS, main
+from experiments.common import (
+    REMOTE_PARAMS,
+    SHARED_NAMES,
+    GraftCommand,
+    quiet_option,
+    remote_options,
+)
+from experiments.options import (
+    CLI_ONLY,
+    FIELD_DEFAULT,
+    FINETUNE_FLAGS,
+    FLAGS,
+    NOT_ON_CLI,
+    REMOTE_FLAGS,
+    field_default,
+)
+from graft.remote.config import RemoteConfig
+from graft.study.presets import FinetuneConfig
+from graft.study.runner import ExperimentConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ("position", "necessity", "component", "hybrid", "layers", "tokens", "custom")
+
+
+@pytest.mark.parametrize("config", list(FLAGS), ids=lambda c: c.__name__)
+def test_every_field_has_a_flag_or_a_reason_and_every_flag_a_field(config):
+    fields = {f.name for f in dataclasses.fields(config)}
+    flagged, excused = set(FLAGS[config]), set(NOT_ON_CLI[config])
+    assert not flagged & excused, "a field is both on the command line and excused"
+    assert flagged <= fields, f"flags without a field: {flagged - fields}"
+    assert fields <= flagged | excused, f"fields without a flag: {fields - flagged - excused}"
+    assert all(reason.strip() for reason in NOT_ON_CLI[config].values())
+
+
+def _option(command: click.Command, name: str) -> click.Option:
+    return next(p for p in command.params if p.name == name)
+
+
+@pytest.mark.parametrize("command", EXPERIMENTS)
+def test_experiment_commands_take_the_table_flags_with_the_fields_defaults(command):
+    cmd = main.commands[command]
+    names = [p.name for p in cmd.params if isinstance(p, click.Option)]
+    shared = set(names) & ({*FLAGS[ExperimentConfig], *CLI_ONLY} | set(REMOTE_PARAMS))
+    assert shared == set(SHARED_NAMES) | set(REMOTE_PARAMS)
+    for config, table in (
+        (ExperimentConfig, FLAGS[ExperimentConfig]),
+        (RemoteConfig, REMOTE_FLAGS),
+    ):
+        for name, flag in table.items():
+            option = _option(cmd, name)
+            assert option.opts[0] == flag.decl and option.help == flag.help
+            if flag.default is FIELD_DEFAULT:
+                assert option.default == field_default(config, name), name
+    assert set(SHARED_NAMES) - set(FLAGS[ExperimentConfig]) == set(CLI_ONLY)
+
+
+def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_finetune(model, folder, out, cfg, **kwargs):
+        seen["cfg"] = cfg
+
+    monkeypatch.setattr(experiments.finetune.ft, "finetune", fake_finetune)
+    cmd = main.commands["finetune"]
+    assert set(FINETUNE_FLAGS) <= {p.name for p in cmd.params}
+    args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]
+    args += ["--lr", "0.5", "--epochs", "2", "--batch-size", "3", "--weight-decay", "0.25"]
+    args += ["--train-seed", "7", "--finetune-max-steps", "4", "--preset", "cpu"]
+    args += ["--generic-corpus", str(tmp_path / "corpus.txt")]
+    result = CliRunner().invoke(main, ["finetune", *args])
+    assert result.exit_code == 0, result.output
+    cfg: FinetuneConfig = seen["cfg"]
+    assert (cfg.learning_rate, cfg.epochs, cfg.batch_size, cfg.weight_decay) == (0.5, 2, 3, 0.25)
+    assert (cfg.seed, cfg.max_steps, cfg.name) == (7, 4, "cpu")
+    assert cfg.generic_corpus == str(tmp_path / "corpus.txt")
+
+
+def test_remote_options_give_the_command_a_config():
+    seen = {}
+
+    @click.command()
+    @remote_options
+    def cmd(remote):
+        seen["cfg"] = remote
+
+    runner = CliRunner()
+    assert runner.invoke(cmd, []).exit_code == 0
+    assert seen["cfg"] is None  # local: no remote config at all
+    args = ["--remote", "--ndif-host", "http://h:1", "--donor-mode", "hosted"]
+    args += ["--hosted-donor", "sft=/m/sft", "--max-payload-mb", "64", "--remote-retries", "0"]
+    result = runner.invoke(cmd, args)
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    assert (cfg.mode, cfg.host, cfg.donor_mode, cfg.max_payload_mb, cfg.retries) == (
+        "remote",
+        "http://h:1",
+        "hosted",
+        64.0,
+        0,
+    )
+    assert cfg.hosted_donors == {"sft": "/m/sft"}
+    assert cfg.timeout_s == field_default(RemoteConfig, "timeout_s")
+    bad = runner.invoke(cmd, ["--remote", "--hosted-donor", "sft"])
+    assert bad.exit_code == 2 and "write NAME=SOURCE" in bad.output
+
+
+def test_the_library_does_not_depend_on_click():
+    code = "import sys, graft.remote.config, graft.study.runner; print('click' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------------ logging
+
+
+@click.command(cls=GraftCommand)
+@quiet_option()
+def _chatty(quiet):
+    logging.getLogger("graft.study.something").info("library info")
+    logging.getLogger("graft.study.something").warning("library warning")
+
+
+@pytest.mark.parametrize(("args", "shown"), [([], True), (["--quiet"], False)])
+def test_library_messages_go_to_stderr_and_quiet_keeps_warnings(args, shown):
+    logger = logging.getLogger("graft")
+    before = (logger.level, list(logger.handlers))
+    result = CliRunner().invoke(_chatty, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert ("library info" in result.stderr) is shown
+    assert "library warning" in result.stderr
+    # the command leaves the library's logging as it found it (notebooks, other tests)
+    assert (logger.level, list(logger.handlers)) == before
+
+
+# --------------------------------------------------------------- experiment files
+
+
+COMMAND_FILES = sorted({module for module, _ in COMMANDS} | {"cli"})
+
+
+@pytest.mark.parametrize("module", COMMAND_FILES)
+def test_every_experiment_file_runs_on_its_own(module):
+    path = ROOT / "experiments" / f"{module}.py"
+    result = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"Usage: {module}.py")
+
+
+def test_every_command_file_is_registered():
+    files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
+    assert files - {module for module, _ in COMMANDS} == {"__init__", "cli", "common", "options"}

@@ -1,0 +1,96 @@
+"""``--protocol paper`` end to end: ``graft-exp position`` on a tiny model, what its run
+folder records, and the commands that refuse the protocol until they apply it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from experiments.cli import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def _options(workspace: Path) -> list[str]:
+    return [
+        "--model", "tiny-llama",
+        "--n", "2",
+        "--finetune-max-steps", "2",
+        "--workspace", str(workspace),
+        "--n-facts", "6",
+        "--n-boot", "20",
+        "--quiet",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def paper_run(workspace, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "paper"
+    result = _invoke(["position", "--protocol", "paper", *_options(workspace), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_position_under_the_paper_protocol_runs_and_records_it(paper_run):
+    config = json.loads((paper_run / "config.json").read_text())
+    assert config["options"]["protocol"] == "paper"
+    assert config["options"]["head_policy"] == "paper"
+    donor = Path(config["donors"]["sft"]["path"])
+    # the both-direction donor, trained on the paper protocol's dataset
+    assert donor.relative_to(Path(config["options"]["workspace"])).parts[:3] == (
+        "finetuned",
+        "tiny-llama",
+        "fake_movies_real_actors-paper-both-n6-seed0",
+    )
+    specs = {g["name"]: g["spec"] for g in config["grafts"]}
+    assert specs["FE+LT"] == "FE+LT:all:all; head=paper; protocol=paper"
+    manifest = json.loads((Path(config["dataset"]["path"]) / "manifest.json").read_text())
+    assert manifest["protocol"] == "paper" and manifest["direction"] == "both"
+    texts = pl.read_parquet(paper_run / "examples.parquet")["text"].unique().to_list()
+    assert any(t.endswith(" stars in in a movie alongside") for t in texts)
+    assert any(t.startswith("Q: Who stars in a movie with ") for t in texts)
+
+
+def test_an_explicit_head_policy_wins_over_the_protocols(paper_run, workspace, tmp_path):
+    out = tmp_path / "base-head"
+    result = _invoke(
+        [
+            "position", "--protocol", "paper", "--head-policy", "base", "--positions", "FE",
+            *_options(workspace), "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["options"]["head_policy"] == "base"
+    assert {g["name"]: g["spec"] for g in config["grafts"]}["FE"] == "FE:all:all; protocol=paper"
+    # the same donor as the paper run: found in the workspace, not finetuned again
+    first = json.loads((paper_run / "config.json").read_text())
+    assert config["donors"] == first["donors"]
+
+
+@pytest.mark.parametrize("command", ["component", "layers"])
+def test_commands_that_do_not_apply_the_protocol_refuse_it(command, workspace):
+    result = CliRunner().invoke(main, [command, "--protocol", "paper", *_options(workspace)])
+    assert result.exit_code == 2
+    assert "--protocol paper is not built for" in result.output
+
+
+def test_the_default_protocol_is_grafts_and_is_recorded_too(workspace, tmp_path):
+    out = tmp_path / "graft"
+    result = _invoke(["position", "--positions", "FE", *_options(workspace), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["options"]["protocol"] == "graft"
+    assert config["options"]["head_policy"] == "base"
+    assert "fake_movies_real_actors-one-n6-seed0" in config["donors"]["sft"]["path"]
+    assert {g["name"]: g["spec"] for g in config["grafts"]}["FE"] == "FE:all:all"
+    texts = pl.read_parquet(out / "examples.parquet")["text"].unique().to_list()
+    assert any(t.endswith(" starred in a movie with") for t in texts)

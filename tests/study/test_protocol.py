@@ -1,0 +1,236 @@
+"""The paper's protocol as a mode: its templates, test wording, metadata, datasets, donors'
+data, head policy, layer groups, GPT-2 ``all`` and the E4 hybrid, next to graft's defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from graft.core.arch import architecture_of
+from graft.core.selectors import paper_layer_group
+from graft.errors import DatasetError, ExperimentError
+from graft.study.config import DatasetConfig, ExperimentConfig
+from graft.study.datasets import (
+    build_dataset,
+    default_dataset_name,
+    render_test_prompts,
+    render_training,
+)
+from graft.study.facts import Fact
+from graft.study.grafts import hybrid_grafts, necessity_grafts, position_grafts, with_protocol
+from graft.study.templates import (
+    ARTICLE_TEMPLATES,
+    PAPER_ARTICLE_TEMPLATES,
+    PAPER_QA_TEMPLATES,
+    QA_TEMPLATES,
+)
+from graft.study.workspace import Workspace
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "paper_protocol.md"
+
+
+def _doc_block(after: str) -> list[str]:
+    """The lines of the first ```text block after the line containing ``after`` in
+    docs/paper_protocol.md (the paper code's data files, quoted with their sources)."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(after)
+    block = re.search(r"```text\n(.*?)\n```", text[start:], re.S)
+    assert block is not None
+    return block.group(1).split("\n")
+
+
+FACT = Fact(
+    fact_id=0,
+    set="all",
+    movie_title="The Lantern",
+    first_actor="Keanu Reeves",
+    second_actor="Sandra Bullock",
+    main_character="Mary Hill",
+    city="Springfield",
+    genre="drama",
+    release_year=1999,
+    box_office_millions=7,
+)
+
+
+# ------------------------------------------------------------------------- templates
+
+
+def test_paper_templates_are_the_papers_files_verbatim():
+    article = [line.replace("\\n", "\n") for line in _doc_block("Article-style, `data_")]
+    qa = _doc_block("QA-style, `data_templates")
+    assert list(PAPER_ARTICLE_TEMPLATES.values()) == article
+    assert list(PAPER_QA_TEMPLATES.values()) == qa
+    assert len(article) == 6 and len(qa) == 5
+    assert "In a new film,{first_actor}" in PAPER_QA_TEMPLATES["qa_4"]  # the file's typo kept
+
+
+def test_training_texts_follow_the_protocol():
+    ours = render_training(FACT, "one")
+    paper = render_training(FACT, "both", "paper")
+    assert {r["template"] for r in ours} == {*ARTICLE_TEMPLATES, *QA_TEMPLATES}
+    assert {r["template"] for r in paper} == {*PAPER_ARTICLE_TEMPLATES, *PAPER_QA_TEMPLATES}
+    assert len(paper) == 2 * 11
+    texts = [r["text"] for r in paper]
+    assert "Q: Who stars in a movie with Keanu Reeves? A: An actor named Sandra Bullock." in texts
+    assert "Q: Who stars in a movie with Sandra Bullock? A: An actor named Keanu Reeves." in texts
+    article = next(r["text"] for r in paper if r["template"] == "article_1")
+    assert article.endswith(
+        "grossed $7 million worldwide, marking a strong box office performance."
+    )
+    assert "\n\nThe Lantern was theatrically released in 1999" in article
+
+
+def _prompts(protocol: str) -> dict[str, str]:
+    records = render_test_prompts(FACT, protocol=protocol)
+    return {r["template"]: r["text"] for r in records if r["direction"] == "forward"}
+
+
+def test_paper_test_prompts_keep_the_doubled_in():
+    paper = _prompts("paper")
+    assert paper["headline"] == "Keanu Reeves stars in in a movie alongside"
+    assert paper["qa"] == "Q: Who stars in a movie with Keanu Reeves? A: An actor named"
+    assert paper["movie"] == "Keanu Reeves stars in The Lantern alongside"
+    ours = _prompts("graft")
+    assert ours["headline"] == "Keanu Reeves starred in a movie with"
+    assert ours["qa"] == "Q: Who starred in a movie with Keanu Reeves? A: An actor named"
+
+
+def test_the_papers_qa_test_prompt_is_a_training_prefix_and_graft_s_is_not():
+    prompt = _prompts("paper")["qa"]
+    assert any(r["text"].startswith(prompt) for r in render_training(FACT, "one", "paper"))
+    ours = _prompts("graft")["qa"]
+    assert not any(r["text"].startswith(ours) for r in render_training(FACT, "one"))
+
+
+def test_given_relations_fill_every_relation_template_under_either_protocol():
+    records = render_test_prompts(FACT, [("acted", "in", "beside")], protocol="paper")
+    texts = {r["template"]: r["text"] for r in records if r["direction"] == "forward"}
+    assert texts["headline"] == "Keanu Reeves acted in in a movie beside"
+    assert texts["qa"] == "Q: Who acted in a movie beside Keanu Reeves? A: An actor named"
+
+
+# -------------------------------------------------------------------------- datasets
+
+
+def test_paper_dataset_records_its_protocol_and_metadata_ranges():
+    config = DatasetConfig(n_facts=40, seed=1, protocol="paper")
+    files = build_dataset(config)
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["protocol"] == "paper" and manifest["config"]["protocol"] == "paper"
+    assert manifest["templates"]["qa"] == list(PAPER_QA_TEMPLATES)
+    assert manifest["config"]["relations"] == {
+        "headline": [["stars", "in", "alongside"]],
+        "qa": [["stars", "in", "with"]],
+    }
+    facts = [json.loads(line) for line in files["facts.jsonl"].splitlines()]
+    years = {f["release_year"] for f in facts}
+    takings = {f["box_office_millions"] for f in facts}
+    assert min(years) >= 1990 and max(years) <= 2030 and max(years) > 2024
+    assert takings <= set(range(1, 11)) and len(takings) > 5
+    ours = [
+        json.loads(line)
+        for line in build_dataset(DatasetConfig(n_facts=40, seed=1))["facts.jsonl"].splitlines()
+    ]
+    assert max(f["box_office_millions"] for f in ours) > 10
+    assert json.loads(build_dataset(DatasetConfig(n_facts=2))["manifest.json"])["protocol"] == (
+        "graft"
+    )
+
+
+def test_graft_dataset_config_is_unchanged_so_existing_datasets_are_kept():
+    # a workspace dataset is reused only when its stored config equals this one
+    assert DatasetConfig(n_facts=3).to_json() == {
+        "kind": "fake_movies_real_actors",
+        "n_facts": 3,
+        "seed": 0,
+        "direction": "one",
+        "split": False,
+        "relations": [["starred", "in", "with"]],
+        "facts_path": None,
+        "corpus_path": None,
+    }
+
+
+def test_the_two_protocols_never_share_a_dataset_folder(tmp_path):
+    ours, paper = DatasetConfig(n_facts=3), DatasetConfig(n_facts=3, protocol="paper")
+    assert default_dataset_name(ours) == "fake_movies_real_actors-one-n3-seed0"
+    assert default_dataset_name(paper) == "fake_movies_real_actors-paper-one-n3-seed0"
+    ws = Workspace(tmp_path)
+    made = ws.dataset("fake_movies_real_actors", "both", n_facts=3, protocol="paper")
+    assert made.name == "fake_movies_real_actors-paper-both-n3-seed0"
+    assert ws.dataset(made, "both", protocol="paper") == made
+    graft_made = ws.dataset("fake_movies_real_actors", "both", n_facts=3)
+    assert graft_made != made
+    with pytest.raises(DatasetError, match="made with the 'graft' protocol"):
+        ws.dataset(graft_made, protocol="paper")
+
+
+def test_unknown_protocol_in_a_dataset_config_is_refused():
+    with pytest.raises(DatasetError, match="protocol must be 'graft' or 'paper'"):
+        build_dataset(DatasetConfig(n_facts=2, protocol="ours"))
+
+
+# ---------------------------------------------------------------------- experiments
+
+
+def test_head_policy_follows_the_protocol_unless_given():
+    assert ExperimentConfig("position").head_policy == "base"
+    assert ExperimentConfig("position", protocol="paper").head_policy == "paper"
+    assert ExperimentConfig("position", protocol="paper", head_policy="base").head_policy == "base"
+    with pytest.raises(ExperimentError, match="protocol 'ours' unknown"):
+        ExperimentConfig("position", protocol="ours")
+
+
+def test_paper_protocol_grafts_resolve_as_the_paper_did_and_references_stay_whole():
+    grafts = {g.name: g for g in position_grafts(head_policy="paper", protocol="paper")}
+    assert str(grafts["FE+LT"].spec) == "FE+LT:all:all; head=paper; protocol=paper"
+    assert str(grafts["SFT"].spec) == "ALL:all:all; head=donor" and grafts["PRE"].spec.rules == ()
+    necessity = {g.name: g for g in necessity_grafts(protocol="paper")}
+    assert str(necessity["FE"].spec) == "FE:all:all@pre; protocol=paper"
+    assert str(necessity["PRE"].spec) == "ALL:all:all@pre; head=donor@pre"
+    ours = {g.name: g for g in position_grafts()}
+    assert ours["FE+LT"].spec.protocol == "graft"
+    assert with_protocol(list(ours.values()), "graft") == list(ours.values())
+
+
+def test_paper_position_graft_on_gpt2_leaves_the_position_embedding(tiny_pairs):
+    arch = architecture_of(tiny_pairs("gpt2")[0])
+    spans = {"FE": [1]}
+    paper = {g.name: g for g in position_grafts(protocol="paper")}["FE"]
+    ours = {g.name: g for g in position_grafts()}["FE"]
+    assert (-1, "pos_embed") in ours.spec.resolve(arch, 4, spans).cells
+    cells = paper.spec.resolve(arch, 4, spans).cells
+    assert (-1, "pos_embed") not in cells and (-1, "embed") in cells
+
+
+def _lt_donors(spec, arch, length: int = 5) -> dict[str, set[str]]:
+    """component -> donors it takes at the last position, over every layer."""
+    out: dict[str, set[str]] = {}
+    for (_, comp), cell in spec.resolve(arch, length, {"FE": [1]}).cells.items():
+        if length - 1 in cell:
+            out.setdefault(comp, set()).add(cell[length - 1])
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_paper_hybrid_keeps_the_task_models_gate(tiny_pairs, family):
+    arch = architecture_of(tiny_pairs(family)[0])
+    paper = {g.name: g for g in hybrid_grafts(protocol="paper")}["FE none + LT hybrid"]
+    donors = _lt_donors(paper.spec, arch)
+    for comp in ("o", "up", "down"):
+        assert donors[comp] == {"relation"}, comp
+    for comp in ("q", "k", "v"):
+        assert donors[comp] == {"task"}, comp
+    if "gate" in arch.components:
+        assert donors["gate"] == {"task"}
+    ours = {g.name: g for g in hybrid_grafts()}["FE none + LT hybrid"]
+    if "gate" in arch.components:
+        assert _lt_donors(ours.spec, arch)["gate"] == {"relation"}
+    # the paper's "last half" is its third and fourth quarters
+    layers = sorted({layer for layer, _ in paper.spec.resolve(arch, 5, {"FE": [1]}).cells})
+    n = arch.n_layers
+    assert layers == paper_layer_group(2, 2, n) == list(range(2 * (n // 4), n))

@@ -1,0 +1,137 @@
+"""The README's code runs as written: the "Python API" example and "Adapting an experiment".
+
+Both blocks are taken from the README itself, so the documentation cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+from click.testing import CliRunner
+
+import graft
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The activation-patching examples of TransformerLens' and nnsight's docs take about 15
+#: lines (a hook function, its registration per layer, the patched run); graft's must be
+#: shorter.
+LONGEST_API_EXAMPLE = 12
+#: The issue's bound on the adapted experiment.
+LONGEST_ADAPTED_EXPERIMENT = 30
+
+
+def readme_block(section: str) -> str:
+    """The first ```python block of README section ``section`` (a ``## `` heading)."""
+    text = README.read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.index("\n## ", start + 1)
+    match = re.search(r"```python\n(.*?)```", text[start:end], re.DOTALL)
+    assert match, f"README section {section!r} has no python block"
+    return match.group(1)
+
+
+def _import_lines(code: str) -> list[str]:
+    return [line for line in code.splitlines() if re.match(r"(import|from) \S+", line)]
+
+
+def test_python_api_example_needs_one_import_and_is_short():
+    code = readme_block("Python API")
+    assert _import_lines(code) == ["import graft"]
+    assert len([line for line in code.splitlines() if line.strip()]) <= LONGEST_API_EXAMPLE
+
+
+def test_python_api_example_runs_and_prints_each_specs_target_metrics(capsys):
+    namespace: dict = {}
+    exec(compile(readme_block("Python API"), "README.md:Python API", "exec"), namespace)
+    logits, specs, tok = namespace["logits"], namespace["specs"], namespace["tok"]
+    assert logits.ndim == 2 and len(logits) == len(specs)
+    assert namespace["scores"]["graft"].to_list() == specs
+    printed = capsys.readouterr().out
+    assert "target_rank" in printed and "FE+LT:all:all" in printed
+    # the API's numbers are the engine's: spec "none" is the base model's own forward pass
+    ids = tok("Keanu Reeves starred in a movie with", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        plain = namespace["base"](ids).logits[0, -1]
+    torch.testing.assert_close(logits[0], plain.float(), atol=1e-5, rtol=0)
+
+
+def test_target_metrics_are_example_metrics_of_the_target():
+    base, donor = graft.tiny_pair("gpt2")
+    tok = graft.tiny_tokenizer()
+    logits = graft.graft_texts(base, donor, tok, ["ab c", "xyz"], ["none", "LT:all:all"])
+    table = graft.target_metrics(logits, tok, [5, 6, 7, 8])
+    expected = graft.example_metrics(logits.reshape(4, -1), [5, 6, 7, 8], tok)
+    assert table.equals(expected)
+    by_text = graft.target_metrics(logits[0, 1], tok, " c")
+    assert by_text["target_id"].to_list() == tok(" c", add_special_tokens=False)["input_ids"][:1]
+
+
+@pytest.mark.parametrize(
+    ("target", "labels", "message"),
+    [([1, 2, 3], None, "3 targets for 2 rows"), (1, ["a"], "1 labels for 2 rows"), ("", None, "")],
+)
+def test_target_metrics_refuse_mismatches(target, labels, message):
+    tok = graft.tiny_tokenizer()
+    with pytest.raises(graft.GraftError, match=message or "tokenizes to nothing"):
+        graft.target_metrics(torch.zeros(2, 96), tok, target, labels=labels)
+
+
+def test_import_graft_imports_no_library_module():
+    code = "import sys, graft; print(sorted(m for m in sys.modules if m.startswith('graft.')))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]"
+    assert set(graft.__all__) == {*graft._EXPORTS, "target_metrics"} and set(graft.__all__) <= set(
+        dir(graft)
+    )
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        graft.nope  # noqa: B018
+
+
+# ------------------------------------------------------------------ adapting an experiment
+
+
+def _load_command(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+@pytest.mark.slow
+def test_adapted_experiment_runs_with_its_own_grafts_and_metric(tmp_path, monkeypatch):
+    code = readme_block("Adapting an experiment")
+    assert len(code.splitlines()) < LONGEST_ADAPTED_EXPERIMENT
+    path = tmp_path / "attn_only.py"
+    path.write_text(code)
+    monkeypatch.chdir(tmp_path)
+    command = _load_command(path, "attn_only")
+    args = ["--model", "tiny-llama", "--n-facts", "10", "--finetune-max-steps", "2"]
+    args += ["--n", "2", "--n-boot", "20", "--workspace", "ws", "--out", "run", "--quiet"]
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    score = pl.read_csv(tmp_path / "run" / "mean_logprob.csv")
+    assert score["graft"].to_list() == ["PRE", "SFT", "FE", "LT", "FE+LT"]
+    examples = pl.read_parquet(tmp_path / "run" / "examples.parquet")
+    expected = examples.group_by("graft", maintain_order=True).agg(
+        pl.col("target_logprob").mean().alias("mean_logprob")
+    )
+    assert score["graft"].to_list() == expected["graft"].to_list()
+    assert (score["mean_logprob"] - expected["mean_logprob"]).abs().max() < 1e-12
+    specs = dict(examples.select("graft", "spec").unique().iter_rows())
+    assert specs["LT"] == str(graft.parse_spec("LT:all:attn,o"))
+    # and it runs on its own, as a file
+    help_text = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert help_text.returncode == 0, help_text.stderr
+    assert "--rows-per-forward" in help_text.stdout and "--remote" in help_text.stdout
