@@ -2,7 +2,9 @@
 
 :func:`run_grafts` resolves every row's spec (bad input fails before any compute), sorts the
 rows by length, plans each batch (:mod:`graft.core.plan`), hands the plans to an *executor*
-and scatters the logits it returns back into input order. The executor decides where a plan
+and scatters the logits it returns back into input order. Locally, a row whose graft is a
+donor's own forward (every cell and the head from one donor: ``ALL:all:all; head=donor``)
+runs as that plain forward, and a batch that grafts nothing runs without a trace. The executor decides where a plan
 runs: :class:`LocalExecutor` runs each in one nnsight trace on this machine; a remote
 executor (``graft.remote.executor.RemoteExecutor``) packs plans into requests to an NDIF
 server. Both run the same trace code (:mod:`graft.core.trace`), so they give the same
@@ -11,6 +13,7 @@ numbers. :func:`graft_texts` is the notebook entry point on text prompts.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
@@ -22,14 +25,21 @@ from graft.core.arch import Architecture, architecture_of, check_compatible, con
 from graft.core.plan import (
     BatchPlan,
     GraftRow,
+    LayoutCache,
     SitePatch,
     check_targets,
     default_pad_id,
     plan_batch,
     resolve_rows,
 )
-from graft.core.spec import GraftSpec, ResolvedGraft
-from graft.core.trace import graft_batch, model_device, trace_batch, unpack_row_metrics
+from graft.core.spec import EMBEDDING_COMPONENTS, GraftSpec, ResolvedGraft
+from graft.core.trace import (
+    graft_batch,
+    model_device,
+    row_metrics,
+    trace_batch,
+    unpack_row_metrics,
+)
 from graft.core.wrapping import unwrap, wrap
 from graft.errors import SpecError
 
@@ -84,12 +94,24 @@ class LocalExecutor:
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
         """Logits [batch, vocab] at each row's last token, on the base's device."""
-        model, torch_model = wrap(base), unwrap(base)
+        torch_model = unwrap(base)
         batch = trace_batch(plan, torch_model, model_device(torch_model))
-        mods = donor_modules(donors, plan.patches)
+        if not plan.patches:  # nothing grafted: the model's own forward, no trace
+            return _plain_forward(torch_model, batch)
+        model, mods = wrap(base), donor_modules(donors, plan.patches)
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods).save()
         return logits
+
+
+def _plain_forward(torch_model: nn.Module, batch) -> torch.Tensor:
+    """What :func:`graft_batch` returns for a batch with no patches, without a trace."""
+    with torch.no_grad():
+        full = torch_model(**batch.inputs).logits
+    picked = full[batch.rows.to(full.device), batch.pick.to(full.device)]
+    if batch.targets is None:
+        return picked
+    return row_metrics(picked, batch.targets, batch.top_k)
 
 
 def _is_loaded(model) -> bool:
@@ -166,6 +188,7 @@ def _plans(
     """One plan per batch of row indices. Donors in ``skip`` are the base itself: they
     compute what the base computes, so nothing is replaced (and calling the base's own
     module inside its trace would recurse). ``targets`` (one id per row) go to each plan."""
+    layouts = LayoutCache()
     for idx in batches:
         plan = plan_batch(
             arch,
@@ -173,6 +196,7 @@ def _plans(
             pad_id=pad_id,
             padding_side=padding_side,
             resolved=[resolved[i] for i in idx],
+            layouts=layouts,
         )
         plan.patches = [p for p in plan.patches if p.donor not in skip]
         if targets is not None:
@@ -180,11 +204,55 @@ def _plans(
         yield plan
 
 
-def _batches(rows: Sequence[GraftRow], batch_size: int, sort_by_length: bool) -> list[list[int]]:
-    order = list(range(len(rows)))
+def _every_cell(arch: Architecture) -> set[tuple[int, str]]:
+    """Every (layer, component) cell key of ``arch``; layer -1 holds the embeddings."""
+    cells = {(-1, c) for c in arch.components if c in EMBEDDING_COMPONENTS}
+    layer_components = [c for c in arch.components if c not in EMBEDDING_COMPONENTS]
+    return cells | {(layer, c) for layer in range(arch.n_layers) for c in layer_components}
+
+
+def direct_donor(res: ResolvedGraft, length: int, every: set[tuple[int, str]]) -> str | None:
+    """The donor whose own forward the graft ``res`` (on a prompt of ``length`` tokens)
+    equals: every cell in ``every`` (:func:`_every_cell`) at every position from that one
+    donor, its final norm and unembedding too (``ALL:all:all; head=donor``). Else None."""
+    donor = res.final_norm_donor
+    if donor is None or res.unembed_donor != donor or res.cells.keys() != every:
+        return None
+    positions = set(range(length))
+    for cell in res.cells.values():
+        if cell.keys() != positions or any(d != donor for d in cell.values()):
+            return None
+    return donor
+
+
+def _direct_rows(
+    arch: Architecture,
+    rows: Sequence[GraftRow],
+    resolved: Sequence[ResolvedGraft],
+    donors: Mapping[str, nn.Module | None],
+    same: set[str],
+) -> dict[str, list[int]]:
+    """Indices of the rows that are a donor's own forward, by donor (weights given, and not
+    the base itself: those rows already graft nothing)."""
+    every, direct = _every_cell(arch), {}
+    for i, (row, res) in enumerate(zip(rows, resolved, strict=True)):
+        donor = direct_donor(res, len(row.input_ids), every)
+        if donor is not None and donor not in same and donors.get(donor) is not None:
+            direct.setdefault(donor, []).append(i)
+    return direct
+
+
+def _batches(
+    rows: Sequence[GraftRow],
+    batch_size: int,
+    sort_by_length: bool,
+    indices: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """Row indices (all, or ``indices``) cut into batches, sorted by length if asked."""
+    order = list(range(len(rows))) if indices is None else list(indices)
     if sort_by_length:
         order.sort(key=lambda i: len(rows[i].input_ids))
-    n_batches = math.ceil(len(rows) / batch_size) if rows else 0
+    n_batches = math.ceil(len(order) / batch_size) if order else 0
     return [order[b * batch_size : (b + 1) * batch_size] for b in range(n_batches)]
 
 
@@ -267,22 +335,25 @@ def run_grafts(
     resolved = resolve_rows(arch, rows, donors)  # bad specs fail before any compute
     if targets is not None:
         targets = check_targets(targets, len(rows), top_k, torch_base.config.vocab_size)
-    batches = _batches(rows, batch_size, sort_by_length)
-    plans = _plans(
-        arch,
-        rows,
-        resolved,
-        batches,
-        pad_id=pad_id,
-        padding_side=padding_side,
-        skip=same,
-        targets=targets,
-        top_k=top_k,
-    )
-    results = (executor or LocalExecutor()).run(base, donors, plans)
+    # Locally, a row that is a donor's own forward runs as one (a remote executor grafts it).
+    local = executor is None or isinstance(executor, LocalExecutor)
+    direct = _direct_rows(arch, rows, resolved, donors, same) if local else {}
+    is_direct = {i for idx in direct.values() for i in idx}
+    grafted = [i for i in range(len(rows)) if i not in is_direct]
+    planning = dict(pad_id=pad_id, padding_side=padding_side, targets=targets, top_k=top_k)
+    batches = _batches(rows, batch_size, sort_by_length, grafted)
+    plans = _plans(arch, rows, resolved, batches, skip=same, **planning)
+    results, all_batches = [(executor or LocalExecutor()).run(base, donors, plans)], batches[:]
+    bare_rows = [GraftRow(r.input_ids) for r in rows] if direct else []
+    bare = [ResolvedGraft({})] * len(bare_rows)
+    for name, idx in direct.items():
+        donor_batches = _batches(rows, batch_size, sort_by_length, idx)
+        donor_plans = _plans(arch, bare_rows, bare, donor_batches, skip=set(), **planning)
+        results.append(LocalExecutor().run(donors[name], {}, donor_plans))
+        all_batches += donor_batches
     bar = _progress_bar(progress, len(rows))
     try:
-        out = _scatter(batches, results, len(rows), bar)
+        out = _scatter(all_batches, itertools.chain(*results), len(rows), bar)
     finally:
         if bar is not None:
             bar.close()

@@ -166,38 +166,129 @@ def _pad(rows: Sequence[GraftRow], pad_id: int, padding_side: str) -> _Padded:
     return _Padded(input_ids, attention_mask, position_ids, offsets, last_index)
 
 
+class _Layout:
+    """One row's marks in prompt positions, per (module path, donor): the positions where
+    the donor's output is used and, at fused sites, per q/k/v slice. Insertion order is the
+    order of first marking, which fixes the order of donors at one module."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]] = {}
+
+    def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]):
+        pos, slices = self.entries.setdefault(key, ([], {}))
+        pos.extend(positions)
+        if slice_index is not None:
+            slices.setdefault(slice_index, []).extend(positions)
+
+
+def _row_layout(arch: Architecture, res: ResolvedGraft, length: int, sites: dict) -> _Layout:
+    """``res``'s marks in prompt positions; ``sites`` caches ``arch.site_for``."""
+    layout = _Layout()
+    for (layer, comp), cell in res.cells.items():
+        if (layer, comp) not in sites:
+            sites[layer, comp] = arch.site_for(layer, comp)
+        path, site = sites[layer, comp]
+        slice_index = _SLICE_INDEX[comp] if site is not None and site.fused else None
+        by_donor: dict[str, list[int]] = {}
+        for pos, donor in cell.items():
+            by_donor.setdefault(donor, []).append(pos)
+        for donor, positions in by_donor.items():
+            layout.add((path, donor), slice_index, positions)
+    if res.final_norm_donor:
+        layout.add((arch.table.final_norm_path, res.final_norm_donor), None, [length - 1])
+    if res.unembed_donor:
+        layout.add((arch.table.unembed_path, res.unembed_donor), None, [length - 1])
+    return layout
+
+
+class LayoutCache:
+    """Row layouts (the marks of one spec on one prompt shape) kept across batches of a run:
+    rows with the same spec, length and spans resolve to the same cells, so their layout is
+    built once. Holds layouts of at most ``max_cells`` marked positions in all (the oldest
+    are dropped first), so long prompts cannot make it grow without bound.
+
+    Args:
+        max_cells: most marked positions held, over all layouts.
+    """
+
+    def __init__(self, max_cells: int = 2_000_000) -> None:
+        self.max_cells = max_cells
+        self._layouts: dict[tuple, tuple[_Layout, int]] = {}
+        self._cells = 0
+
+    def get(self, key: tuple) -> _Layout | None:
+        """The layout stored under ``key``, or None."""
+        hit = self._layouts.get(key)
+        return None if hit is None else hit[0]
+
+    def put(self, key: tuple, layout: _Layout) -> None:
+        """Store ``layout`` under ``key``, dropping the oldest layouts beyond the budget."""
+        size = sum(len(pos) + sum(map(len, sl.values())) for pos, sl in layout.entries.values())
+        while self._layouts and self._cells + size > self.max_cells:
+            oldest = next(iter(self._layouts))
+            self._cells -= self._layouts.pop(oldest)[1]
+        self._layouts[key] = (layout, size)
+        self._cells += size
+
+
+def _layout_key(row: GraftRow) -> tuple:
+    spans = tuple(sorted((name, tuple(pos)) for name, pos in row.spans.items()))
+    return row.spec, len(row.input_ids), spans
+
+
 class _Masks:
-    """Per (module path, donor): where the donor's output is used, and which q/k/v slices."""
+    """Per (module path, donor): the (row, position) cells where the donor's output is used,
+    and which q/k/v slices, collected as index lists and written into bool masks once."""
 
     def __init__(self, shape: tuple[int, int]) -> None:
         self.shape = shape
-        self.entries: dict[tuple[str, str], dict] = {}
+        self.cells: dict[tuple[str, str], tuple[list[int], list[int], dict]] = {}
 
-    def mark(self, path: str, site, donor: str, component, row: int, pos: int) -> None:
-        entry = self.entries.setdefault(
-            (path, donor),
-            {"rows": torch.zeros(self.shape, dtype=torch.bool), "slices": {}},
-        )
-        entry["rows"][row, pos] = True
-        if site is not None and site.fused:
-            sl = entry["slices"].setdefault(
-                _SLICE_INDEX[component], torch.zeros(self.shape, dtype=torch.bool)
-            )
-            sl[row, pos] = True
+    def add(self, row: int, offset: int, layout: _Layout) -> None:
+        for key, (positions, slices) in layout.entries.items():
+            rows, cols, slice_cells = self.cells.setdefault(key, ([], [], {}))
+            rows.extend([row] * len(positions))
+            cols.extend(p + offset for p in positions)
+            for k, pos in slices.items():
+                s_rows, s_cols = slice_cells.setdefault(k, ([], []))
+                s_rows.extend([row] * len(pos))
+                s_cols.extend(p + offset for p in pos)
+
+    def _mask(self, rows: list[int], cols: list[int]) -> torch.Tensor:
+        mask = torch.zeros(self.shape, dtype=torch.bool)
+        mask[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
+        return mask
+
+    def entries(self) -> dict[tuple[str, str], dict]:
+        """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}``."""
+        return {
+            key: {
+                "rows": self._mask(rows, cols),
+                "slices": {k: self._mask(r, c) for k, (r, c) in slices.items()},
+            }
+            for key, (rows, cols, slices) in self.cells.items()
+        }
 
 
-def _mark_all(arch: Architecture, resolved: Sequence[ResolvedGraft], padded: _Padded) -> _Masks:
+def _mark_all(
+    arch: Architecture,
+    rows: Sequence[GraftRow],
+    resolved: Sequence[ResolvedGraft] | None,
+    padded: _Padded,
+    layouts: LayoutCache,
+) -> _Masks:
+    """Every row's marks. A spec resolves the same way on every prompt of one length and
+    spans, so such rows share one layout (and, cached, need no resolving)."""
     masks = _Masks(tuple(padded.input_ids.shape))
-    for i, res in enumerate(resolved):
-        for (layer, comp), cell in res.cells.items():
-            path, site = arch.site_for(layer, comp)
-            for pos, donor in cell.items():
-                masks.mark(path, site, donor, comp, i, pos + padded.offsets[i])
-        last = int(padded.last_index[i])
-        if res.final_norm_donor:
-            masks.mark(arch.table.final_norm_path, None, res.final_norm_donor, None, i, last)
-        if res.unembed_donor:
-            masks.mark(arch.table.unembed_path, None, res.unembed_donor, None, i, last)
+    sites: dict = {}
+    for i, row in enumerate(rows):
+        key = _layout_key(row)
+        layout = layouts.get(key)
+        if layout is None:
+            res = resolved[i] if resolved is not None else _resolve(arch, row)
+            layout = _row_layout(arch, res, len(row.input_ids), sites)
+            layouts.put(key, layout)
+        masks.add(i, padded.offsets[i], layout)
     return masks
 
 
@@ -211,11 +302,12 @@ def _fused_slices(entry: dict) -> list[tuple[int, torch.Tensor]]:
 
 
 def _patches(arch: Architecture, masks: _Masks) -> list[SitePatch]:
+    by_path: dict[str, list[tuple[str, dict]]] = {}
+    for (path, donor), entry in masks.entries().items():
+        by_path.setdefault(path, []).append((donor, entry))
     patches: list[SitePatch] = []
     for path, site in _site_order(arch):
-        for (p, donor), entry in masks.entries.items():
-            if p != path:
-                continue
+        for donor, entry in by_path.get(path, []):
             fused = site.fused if site is not None else None
             patches.append(
                 SitePatch(
@@ -238,12 +330,17 @@ def plan_batch(
     pad_id: int = 0,
     padding_side: str = "left",
     resolved: Sequence[ResolvedGraft] | None = None,
+    layouts: LayoutCache | None = None,
 ) -> BatchPlan:
-    """Pad ``rows`` and turn their specs into per-site masks (no model is run)."""
+    """Pad ``rows`` and turn their specs into per-site masks (no model is run).
+
+    ``resolved``, when given, holds each row's spec resolved on ``arch`` (as
+    :func:`resolve_rows` returns them). ``layouts`` keeps row layouts across calls on the
+    same ``arch`` (default: shared within this call only).
+    """
     padded = _pad(rows, pad_id, padding_side)
-    if resolved is None:
-        resolved = [_resolve(arch, r) for r in rows]
-    patches = _patches(arch, _mark_all(arch, resolved, padded))
+    layouts = LayoutCache() if layouts is None else layouts
+    patches = _patches(arch, _mark_all(arch, rows, resolved, padded, layouts))
     return BatchPlan(
         padded.input_ids,
         padded.attention_mask,
