@@ -26,7 +26,7 @@ _EXPORTS = {
     "GraftError": "graft.errors",
     "GraftSpec": "graft.core.spec",
     "parse_spec": "graft.core.spec",
-    "graft_texts": "graft.core.engine",
+    "graft_texts": "graft.core.texts",
     "run_grafts": "graft.core.engine",
     "GraftRow": "graft.core.plan",
     "tiny_pair": "graft.core.tiny",
@@ -63,9 +63,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     import polars as pl
     import torch
 
-    from graft.core.engine import graft_texts, run_grafts
+    from graft.core.engine import run_grafts
     from graft.core.plan import GraftRow
     from graft.core.spec import GraftSpec, parse_spec
+    from graft.core.texts import graft_texts
     from graft.core.tiny import tiny_pair
     from graft.errors import GraftError
     from graft.models import LoadedModel, load_model, tiny_tokenizer

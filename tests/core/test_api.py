@@ -1,12 +1,13 @@
-"""The Python API (graft.core.engine.graft_texts / run_grafts): input forms, shapes, errors."""
+"""The Python API (graft.core.texts.graft_texts / graft.core.engine.run_grafts): input forms, shapes, errors."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from graft.core.engine import GraftRow, graft_texts, run_grafts
+from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import SpecError, parse_spec
+from graft.core.texts import graft_texts
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from graft.errors import GraftError
 from graft.models import load_model, tiny_tokenizer
