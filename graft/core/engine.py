@@ -113,7 +113,7 @@ def _plain_forward(torch_model: nn.Module, batch) -> torch.Tensor:
     return row_metrics(picked, batch.targets, batch.top_k)
 
 
-def _is_loaded(model) -> bool:
+def is_loaded(model) -> bool:
     """Whether ``model`` is a loaded-model record (``.model`` module and ``.tokenizer``)."""
     return (
         not isinstance(model, nn.Module)
@@ -124,7 +124,7 @@ def _is_loaded(model) -> bool:
 
 def _model_of(model):
     """The model itself when given a loaded model (``graft.models.LoadedModel``)."""
-    return model.model if _is_loaded(model) else model
+    return model.model if is_loaded(model) else model
 
 
 def as_donors(donors) -> dict:
@@ -133,12 +133,12 @@ def as_donors(donors) -> dict:
     models (``graft.models.LoadedModel``) are unwrapped."""
     if donors is None:
         return {}
-    if isinstance(donors, nn.Module) or _is_loaded(donors) or hasattr(donors, "trace"):
+    if isinstance(donors, nn.Module) or is_loaded(donors) or hasattr(donors, "trace"):
         donors = {"sft": donors}
     elif isinstance(donors, str):
         donors = {donors: None}
     elif not isinstance(donors, Mapping):
-        names = _listed(donors)
+        names = as_list(donors)
         if not names or not all(isinstance(n, str) for n in names):
             raise SpecError(
                 f"donors must be a model, a {{name: model}} mapping or donor names, not "
@@ -361,7 +361,7 @@ def run_grafts(
     return torch.log_softmax(out, dim=-1) if log_probs and out.numel() else out
 
 
-def _listed(items) -> list | None:
+def as_list(items) -> list | None:
     """``list(items)``, or ``None`` for something that is not iterable."""
     try:
         return list(items)

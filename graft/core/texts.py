@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from graft.core.engine import _is_loaded, _listed, run_grafts
+from graft.core.engine import as_list, is_loaded, run_grafts
 from graft.core.plan import GraftRow
 from graft.core.spec import GraftSpec
 from graft.errors import SpecError
@@ -17,14 +17,14 @@ __all__ = ["graft_texts"]
 
 
 def _text_list(texts: Sequence[str] | str) -> list[str]:
-    texts = [texts] if isinstance(texts, str) else _listed(texts)
+    texts = [texts] if isinstance(texts, str) else as_list(texts)
     if not texts or not all(isinstance(t, str) for t in texts):
         raise SpecError("texts must be a prompt string or a non-empty list of prompt strings")
     return texts
 
 
 def _spec_list(specs: Sequence[GraftSpec | str] | GraftSpec | str) -> list[GraftSpec]:
-    specs = [specs] if isinstance(specs, str | GraftSpec) else _listed(specs)
+    specs = [specs] if isinstance(specs, str | GraftSpec) else as_list(specs)
     if not specs or not all(isinstance(s, str | GraftSpec) for s in specs):
         raise SpecError("specs must be a spec (string or GraftSpec) or a non-empty list of them")
     return [GraftSpec.parse(s) if isinstance(s, str) else s for s in specs]
@@ -40,7 +40,7 @@ def _field_list(fields, texts: list[str]) -> list[Mapping[str, str]]:
                 "dicts (a single dict only goes with a single text)"
             )
         return [fields]
-    fields = _listed(fields)
+    fields = as_list(fields)
     if (
         fields is None
         or len(fields) != len(texts)
@@ -96,7 +96,7 @@ def graft_texts(
     from graft.core.spans import tokenize_with_spans
 
     if tokenizer is None:
-        if not _is_loaded(base):
+        if not is_loaded(base):
             raise SpecError("pass the models' tokenizer (or a LoadedModel as base)")
         tokenizer = base.tokenizer
     text_list, spec_list = _text_list(texts), _spec_list(specs)
