@@ -91,10 +91,13 @@ def _trace_body_bucket(stack: list[Frame], index: int) -> str:
     filename, _, lineno = stack[index]
     line = linecache.getline(filename, lineno)
     deeper = {_area(f) for f, _, _ in stack[:index]}
-    if "module(" in line and "x[rows]" in line:
-        return "donor module calls" if deeper else "gather / scatter / clone in trace body"
-    if "merge_slices(" in line:
-        return "gather / scatter / clone in trace body"
+    copying = "gather / scatter / clone in trace body"
+    if "module(" in line and ("x[rows]" in line or "_take(x, rows" in line):
+        return "donor module calls" if deeper - {"graft"} else copying
+    if "type(module).forward" in line:  # a split module's own weights on the other cells
+        return "base forward compute" if deeper - {"graft"} else copying
+    if any(op in line for op in ("merge_slices(", "_put(", "_take(", "new_empty(")):
+        return copying
     if "nnsight" in deeper:
         return "nnsight, worker side (envoy inputs/outputs)"
     if not deeper:
@@ -109,7 +112,7 @@ def bucket(stack: list[Frame]) -> str:
     for i, (_, func, _) in enumerate(stack):
         if areas[i] == "graft" and func in _PLANNING:
             return "planning (spec resolution, masks, checks)"
-        if func == "graft_trace_body":
+        if func in ("graft_trace_body", "_graft_module"):
             return _trace_body_bucket(stack, i)
     if "run_plan" not in names:
         return "outside run_plan (batching loop, results)"

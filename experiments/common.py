@@ -45,10 +45,11 @@ VARIANT_HELP = (
 # Help sections, in print order after the command's own options ("Options").
 MODEL_DATA = "Model and data"
 RUN = "Run"
+REPLICATES = "Replicates (one set of donors per seed)"
 DONORS = "Donor finetuning (when a donor is missing from the workspace)"
 OUTPUT = "Output"
 REMOTE = "Remote execution (only with --remote)"
-SECTIONS = (MODEL_DATA, RUN, DONORS, OUTPUT, REMOTE)
+SECTIONS = (MODEL_DATA, REPLICATES, RUN, DONORS, OUTPUT, REMOTE)
 #: The remote options' parameters: RemoteConfig's fields, in help order.
 REMOTE_PARAMS = tuple(REMOTE_FLAGS)
 #: The shared options of every experiment command, in help order: ExperimentConfig's fields
@@ -58,6 +59,9 @@ SHARED_NAMES = (
     "dataset",
     "n_facts",
     "data_seed",
+    "data_seeds",
+    "finetune_seeds",
+    "control",
     "templates",
     "n",
     "batch_size",
@@ -67,6 +71,7 @@ SHARED_NAMES = (
     "n_boot",
     "head_policy",
     "protocol",
+    "score_full_name",
     "preset",
     "finetune_max_steps",
     "out",
@@ -79,8 +84,19 @@ SECTION_OF: dict[str, str] = {
         ("model", "dataset", "n_facts", "data_seed", "templates", "n", "variant"),
         MODEL_DATA,
     ),
+    **dict.fromkeys(("data_seeds", "finetune_seeds", "control"), REPLICATES),
     **dict.fromkeys(
-        ("batch_size", "device", "dtype", "seed", "n_boot", "head_policy", "protocol"), RUN
+        (
+            "batch_size",
+            "device",
+            "dtype",
+            "seed",
+            "n_boot",
+            "head_policy",
+            "protocol",
+            "score_full_name",
+        ),
+        RUN,
     ),
     **dict.fromkeys(("preset", "finetune_max_steps"), DONORS),
     **dict.fromkeys(("out", "workspace", "overwrite", "quiet"), OUTPUT),
@@ -211,11 +227,21 @@ def given(name: str) -> bool:
 
 
 def check_dataset_options(dataset: str) -> None:
-    """``--n-facts`` and ``--data-seed`` describe a generated dataset, not a folder."""
-    if Path(dataset).is_dir() and (given("n_facts") or given("data_seed")):
+    """``--n-facts``, ``--data-seed`` and ``--data-seeds`` describe a generated dataset, not
+    a folder (so do control models); ``--data-seeds`` replaces ``--data-seed``."""
+    if given("data_seed") and given("data_seeds"):
+        raise click.UsageError("--data-seed and --data-seeds both given: give one")
+    if not Path(dataset).is_dir():
+        return
+    if given("n_facts") or given("data_seed"):
         raise click.UsageError(
             f"--n-facts and --data-seed describe a generated dataset; {dataset} is a dataset "
             "folder: drop them (or pass a data kind to --dataset)"
+        )
+    if given("data_seeds") or given("control"):
+        raise click.UsageError(
+            f"--data-seeds and --control generate datasets of other data seeds; {dataset} is "
+            "a dataset folder: drop them (or pass a data kind to --dataset)"
         )
 
 
@@ -281,19 +307,18 @@ def shared_options(func: Callable) -> Callable:
     return apply_options(wrapper, options)
 
 
-#: Commands whose grafts, donors and data follow ``--protocol paper`` so far.
-PAPER_PROTOCOL_COMMANDS = ("position", "necessity", "hybrid")
-
-
 def make_config(experiment: str, cfg_options: dict, remote, **extra) -> ExperimentConfig:
-    """The command's :class:`ExperimentConfig`; ``--protocol paper`` is refused where the
-    command does not apply it yet (it would change the data but not the grafts)."""
-    if cfg_options.get("protocol") == "paper" and experiment not in PAPER_PROTOCOL_COMMANDS:
-        raise click.UsageError(
-            f"--protocol paper is not built for {experiment} yet (only "
-            f"{', '.join(PAPER_PROTOCOL_COMMANDS)}); drop it or run one of those"
-        )
+    """The command's :class:`ExperimentConfig`."""
     return ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra)
+
+
+def echo_protocol_notes(notes: list[str]) -> dict[str, list[str]]:
+    """Print each line of ``notes`` (what of the paper's protocol a run does not reproduce,
+    :func:`graft.study.grafts.protocol_notes`) and return them as ``config.json`` entries
+    (none when there are none)."""
+    for note in notes:
+        click.echo(f"note: {note}")
+    return {"protocol_notes": notes} if notes else {}
 
 
 def protocol_default(param: str, value, paper_value, protocol: str):

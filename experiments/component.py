@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -10,15 +11,17 @@ import polars as pl
 from experiments.common import (
     GraftCommand,
     echo_figures,
+    echo_protocol_notes,
     make_config,
     run_and_report,
     shared_options,
     standalone,
 )
+from experiments.position import protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
 from graft.results.folder import RunFolder
-from graft.study.grafts import component_grafts
+from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
 from graft.study.runner import ModelSource, default_out, print_summary, run_experiment
 
 PAIRS = {
@@ -26,6 +29,9 @@ PAIRS = {
     "sft": (ModelSource("pretrained"), ModelSource("one"), ("forward",)),
     "reversal": (ModelSource("one"), ModelSource("both"), ("reverse",)),
 }
+#: Under the paper protocol SFT is the both-direction model (the paper's sft2pre donor); its
+#: both2one pair is graft's reversal pair.
+PAPER_PAIRS = PAIRS | {"sft": (ModelSource("pretrained"), ModelSource("both"), ("forward",))}
 
 
 @click.command(
@@ -36,19 +42,22 @@ PAIRS = {
     "--layers",
     default="q4",
     show_default=True,
-    help="Layer selector of the grafts (q4 = last quarter).",
+    help="Layer selector of the grafts (q4 = last quarter; under --protocol paper by the "
+    "paper's layer rule, which has halves and quarters only).",
 )
 @click.option(
     "--pairs",
     default="sft,reversal",
     show_default=True,
-    help="Donor -> base pairs: sft (SFT -> PRE, forward prompts) and reversal "
-    "(both-directions -> one-direction model, reversed prompts).",
+    help="Donor -> base pairs: sft (SFT -> PRE, forward prompts; SFT is the one-direction "
+    "model, the both-direction one under --protocol paper) and reversal (both-directions -> "
+    "one-direction model, reversed prompts).",
 )
 @click.option(
     "--split-qkv",
     is_flag=True,
-    help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models).",
+    help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models, under either "
+    "protocol: the paper's 'q' there was the whole fused projection).",
 )
 @click.option(
     "--fe",
@@ -61,7 +70,11 @@ PAIRS = {
 @shared_options
 def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     """E3 (Fig. 4, C.5): ATTN+O+FFN, ATTN+O, O+FFN, ATTN+FFN, O, FFN, O+FFN_up, O+FFN_down
-    at the last token over a layer group, for each donor pair; PRE and SFT as references."""
+    at the last token over a layer group, for each donor pair; PRE and SFT as references.
+
+    Under --protocol paper: the paper's layer groups and head policy, 'all' (--fe) without
+    pos_embed, the both-direction model as the sft pair's donor. Q, K and V (--split-qkv)
+    stay exact slices: the paper's fused-QKV 'q' is not emulated (a note says so)."""
     names = [p.strip() for p in pairs.split(",") if p.strip()]
     bad = [p for p in names if p not in PAIRS]
     if bad or not names:
@@ -74,24 +87,35 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint="--fe") from None
     cfg = make_config("component", cfg_options, remote)
-    root = Path(cfg.out) if cfg.out else default_out(cfg)
+    try:
+        check_layer_rule(layers, cfg.protocol)
+        planned = component_grafts(layers, cfg.head_policy, split_qkv, fe=fe, protocol=cfg.protocol)
+    except SpecError as err:
+        raise click.BadParameter(str(err), param_hint="--layers") from None
+    notes = echo_protocol_notes(protocol_notes(planned, cfg.protocol))
+    protocol_options = protocol_run_options(cfg.protocol, "both")
+    root = Path(cfg.out) if cfg.out else default_out(cfg, protocol_options.get("out_tag", ""))
     if len(names) > 1:  # the combined results go into root itself: it must be graft's
         try:
             RunFolder(root).check_owned()
         except GraftError as err:
             raise click.UsageError(str(err)) from None
     summaries = []
+    pairs_of = PAPER_PAIRS if cfg.protocol == "paper" else PAIRS
     for name in names:
-        base, donor, directions = PAIRS[name]
+        base, donor, directions = pairs_of[name]
         pair_options = dict(cfg_options, out=str(root / name))
         pair_cfg = make_config("component", pair_options, remote, directions=directions)
-        try:
-            grafts = component_grafts(layers, pair_cfg.head_policy, split_qkv, group=name, fe=fe)
-        except SpecError as err:
-            raise click.BadParameter(str(err), param_hint="--layers") from None
+        grafts = [replace(g, group=name) for g in planned]
         run = run_and_report(
             lambda pair_cfg=pair_cfg, grafts=grafts, base=base, donor=donor: run_experiment(
-                pair_cfg, grafts, base=base, donors={"sft": donor}, echo=click.echo
+                pair_cfg,
+                grafts,
+                base=base,
+                donors={"sft": donor},
+                echo=click.echo,
+                extra_config=notes,
+                **protocol_options,
             )
         )
         summaries.append(run.summary)

@@ -8,15 +8,18 @@ from experiments.common import VARIANTS as COMMON_VARIANTS
 from experiments.common import (
     GraftCommand,
     echo_figures,
+    echo_protocol_notes,
     make_config,
+    protocol_default,
     run_and_report,
     shared_options,
     standalone,
 )
 from graft.errors import GraftError
 from graft.models import ModelNotFoundError, resolve_model_name
-from graft.study.grafts import reference, spec_graft
+from graft.study.grafts import protocol_notes, reference, spec_graft
 from graft.study.runner import ModelSource, run_experiment
+from graft.study.workspace import parse_variant
 
 #: What NAME=VARIANT accepts (see ``graft.study.workspace.parse_variant``).
 VARIANTS = ("pretrained", *COMMON_VARIANTS)
@@ -48,6 +51,17 @@ def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
     return out
 
 
+def _protocol_run_options(protocol: str, sources: list[ModelSource]) -> dict:
+    """Under the paper protocol: test prompts from the both-direction dataset when a variant
+    model is trained on both directions (no extra dataset generated), and a run folder of
+    its own (``-paper``)."""
+    if protocol != "paper":
+        return {}
+    variants = [s.variant for s in sources if not s.path and s.variant != "pretrained"]
+    both = any(parse_variant(v)[0] == "both" for v in variants)
+    return {"data_direction": "both" if both else "one", "out_tag": "paper"}
+
+
 @click.command(
     cls=GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
 )
@@ -56,15 +70,17 @@ def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
     "specs",
     multiple=True,
     required=True,
-    help="Graft as NAME=SPEC or SPEC (repeatable), e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; LT:h2:o'.",
+    help="Graft as NAME=SPEC or SPEC (repeatable), e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; "
+    "LT:h2:o'. A spec without head= gets --head-policy, one without protocol= is resolved "
+    "under --protocol.",
 )
 @click.option(
     "--donor",
     "donor_args",
     multiple=True,
     default=("sft=one",),
-    show_default=True,
-    help="Donor as NAME=VARIANT (finetuned as needed: one, both, task, relation, pretrained) or NAME=PATH (repeatable).",
+    help="Donor as NAME=VARIANT (finetuned as needed: one, both, task, relation, pretrained) "
+    "or NAME=PATH (repeatable). [default: sft=one; sft=both under --protocol paper]",
 )
 @click.option(
     "--base",
@@ -88,19 +104,33 @@ def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
 )
 @shared_options
 def custom(specs, donor_args, base_arg, directions, references, cfg_options, remote):
-    """Run any graft specs (see README 'Graft specs') on the dataset's test prompts."""
+    """Run any graft specs (see README 'Graft specs') on the dataset's test prompts.
+
+    Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
+    in every spec that does not set its own, and sft=both as the default donor. The test
+    prompts come from the both-direction dataset when a variant model is trained on both."""
+    cfg = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
+    donor_args = protocol_default("donor_args", donor_args, ("sft=both",), cfg.protocol)
     donors = _sources(donor_args)
     base = _sources([f"base={base_arg}"], param_hint="--base")["base"]
-    cfg = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
     try:
-        grafts = [spec_graft(s) for s in specs]
+        grafts = [spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs]
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
     if references:
         refs = [reference("PRE", None)] + ([reference("SFT", "sft")] if "sft" in donors else [])
         grafts = refs + grafts
+    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_and_report(
-        lambda: run_experiment(cfg, grafts, base=base, donors=donors, echo=click.echo)
+        lambda: run_experiment(
+            cfg,
+            grafts,
+            base=base,
+            donors=donors,
+            echo=click.echo,
+            extra_config=notes,
+            **_protocol_run_options(cfg.protocol, [base, *donors.values()]),
+        )
     )
     echo_figures(run.folder.path)
 

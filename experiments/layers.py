@@ -7,16 +7,29 @@ import click
 from experiments.common import (
     GraftCommand,
     echo_figures,
+    echo_protocol_notes,
     make_config,
+    protocol_default,
     run_and_report,
     shared_options,
     standalone,
+    variant_option,
 )
+from experiments.position import protocol_run_options
 from graft.core.spec import GraftSpec, SpecError
 from graft.models import ModelNotFoundError, load_model
 from graft.results.report import LAYER_SEP
-from graft.study.grafts import layer_windows, reference
+from graft.study.grafts import (
+    head_suffix,
+    layer_windows,
+    protocol_notes,
+    reference,
+    with_protocol,
+)
 from graft.study.runner import Graft, ModelSource, resolve_model_path, run_experiment
+
+#: Windows the paper's layer rule has no groups for (its code's eighths were broken).
+NOT_PAPER_WINDOWS = ("eighths",)
 
 
 @click.command(
@@ -32,7 +45,9 @@ from graft.study.runner import Graft, ModelSource, resolve_model_path, run_exper
     "--windows",
     default="eighths",
     show_default=True,
-    help="Layer windows (columns): halves, quarters, eighths, single, or a width K (consecutive windows of K layers).",
+    help="Layer windows (columns): halves, quarters, eighths, single, or a width K (consecutive "
+    "windows of K layers). Under --protocol paper halves and quarters follow the paper's "
+    "layer rule, eighths are refused and the default is quarters.",
 )
 @click.option(
     "--components",
@@ -40,11 +55,25 @@ from graft.study.runner import Graft, ModelSource, resolve_model_path, run_exper
     show_default=True,
     help="Component sets, separated by ';' (one map each), e.g. 'block;attn;o,ffn'.",
 )
+@variant_option()
 @shared_options
-def layers(positions, windows, components, cfg_options, remote):
+def layers(positions, windows, components, variant, cfg_options, remote):
     """E7: graft SFT into PRE at each position set x layer window (x component set) and draw
-    accuracy heatmaps: the layer localisation the paper had no room for."""
+    accuracy heatmaps: the layer localisation the paper had no room for.
+
+    Under --protocol paper: the paper's layer groups (quarters by default; no eighths), head
+    policy and 'all' without pos_embed, and the both-direction donor unless --variant is
+    given. Single layers and width-K windows are the same layers under either rule."""
     cfg = make_config("layers", cfg_options, remote)
+    variant = protocol_default("variant", variant, "both", cfg.protocol)
+    windows = protocol_default("windows", windows, "quarters", cfg.protocol)
+    if cfg.protocol == "paper" and windows in NOT_PAPER_WINDOWS:
+        raise click.BadParameter(
+            f"{windows}: the paper's layer rule has halves and quarters only (its code's "
+            "eighths were broken); use quarters, halves, single or a width K, or --protocol "
+            "graft",
+            param_hint="--windows",
+        )
     # a repeated item is run once (never two grafts of one name pooled into one result)
     pos_list = list(dict.fromkeys(p.strip() for p in positions.split(",") if p.strip()))
     comp_list = list(dict.fromkeys(c.strip() for c in components.split(";") if c.strip()))
@@ -65,7 +94,7 @@ def layers(positions, windows, components, cfg_options, remote):
             param_hint="--windows",
         ) from None
     grafts = [reference("PRE", None), reference("SFT", "sft")]
-    head = "" if cfg.head_policy == "base" else f"; head={cfg.head_policy}"
+    head = head_suffix(cfg.head_policy)
     for comps in comp_list:
         for pos in pos_list:
             for win in windows_list:
@@ -76,8 +105,17 @@ def layers(positions, windows, components, cfg_options, remote):
                         str(err), param_hint="'--positions' / '--components'"
                     ) from None
                 grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
+    grafts = with_protocol(grafts, cfg.protocol)
+    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_and_report(
-        lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)
+        lambda: run_experiment(
+            cfg,
+            grafts,
+            donors={"sft": ModelSource(variant)},
+            echo=click.echo,
+            extra_config=notes,
+            **protocol_run_options(cfg.protocol, variant),
+        )
     )
     echo_figures(run.folder.path)
 

@@ -70,6 +70,20 @@ def _csv(ctx, param, value):
     return items
 
 
+def _seeds(ctx, param, value):
+    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct whole numbers >= 0 (None when not given)."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() for v in items):
+        raise click.BadParameter(f"{value!r}: give comma-separated whole numbers >= 0, e.g. 0,1,2")
+    seeds = tuple(int(v) for v in items)
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise click.BadParameter(f"seed {repeated[0]} is given twice; give each seed once")
+    return seeds
+
+
 def _remote_mode(ctx, param, value: bool) -> str:
     return "remote" if value else "local"
 
@@ -110,6 +124,7 @@ _N_FACTS = Flag(
 _DATA_SEED = Flag(
     "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", click.IntRange(0)
 )
+_FINETUNE_SEED_HELP = "validation split, data order and initialisation"
 _MAX_STEPS = Flag(
     "--finetune-max-steps",
     "Stop a finetune after this many optimisation steps (quick trials) "
@@ -130,6 +145,29 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
     ),
     "n_facts": _N_FACTS,
     "data_seed": _DATA_SEED,
+    "data_seeds": Flag(
+        "--data-seeds",
+        "Comma-separated data seeds, e.g. 0,1,2: one generated dataset (test prompts and the "
+        "facts the donors learn) per seed, crossed with --finetune-seeds; the summary adds "
+        "the mean over replicates. Replaces --data-seed.",
+        extra={"callback": _seeds, "metavar": "S,S,..."},
+    ),
+    "finetune_seeds": Flag(
+        "--finetune-seeds",
+        "Comma-separated finetune seeds, e.g. 0,1,2: every finetuned model of the run is "
+        f"trained once per seed ({_FINETUNE_SEED_HELP}; as finetune's --finetune-seed) and "
+        "every graft runs on each; the summary adds the mean over seeds with a "
+        "between-seed interval [default: 0, the presets' seed].",
+        extra={"callback": _seeds, "metavar": "S,S,..."},
+    ),
+    "control": Flag(
+        "--control",
+        "Also run the grafts with control models: per seed, the same variant and preset "
+        "finetuned on a dataset of the same kind with data seed + 1000 (other facts); "
+        "their grafts are named '<graft> [control]' and each key graft is contrasted with "
+        "its control twin.",
+        extra={"is_flag": True},
+    ),
     "templates": Flag(
         "--templates",
         "Comma-separated test templates (headline,qa,movie) [default: all].",
@@ -191,6 +229,13 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "Discard an existing run in --out instead of resuming it.",
         extra={"is_flag": True},
     ),
+    "score_full_name": Flag(
+        "--score-full-name",
+        "Also score the whole target name, teacher-forced token by token: its log-prob "
+        "(name_logprob) and whether greedy decoding gives it exactly (name_exact). One more "
+        "row per name token after the first.",
+        extra={"is_flag": True},
+    ),
 }
 
 FINETUNE_FLAGS: dict[str, Flag] = {
@@ -210,8 +255,9 @@ FINETUNE_FLAGS: dict[str, Flag] = {
         "--weight-decay", "Override the preset's weight decay.", click.FloatRange(0), None
     ),
     "seed": Flag(
-        "--train-seed",
-        "Seed of the validation split, data order and generic-text sample [default: 0].",
+        "--finetune-seed",
+        f"Seed of the {_FINETUNE_SEED_HELP} and generic-text sample (an experiment's "
+        "--finetune-seeds) [default: 0].",
         click.IntRange(0),
         None,
     ),

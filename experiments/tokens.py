@@ -5,9 +5,19 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from experiments.common import GraftCommand, make_config, run_and_report, shared_options, standalone
+from experiments.common import (
+    GraftCommand,
+    echo_protocol_notes,
+    make_config,
+    protocol_default,
+    run_and_report,
+    shared_options,
+    standalone,
+    variant_option,
+)
+from experiments.position import protocol_run_options
 from graft.results.metrics import top_tokens_table
-from graft.study.grafts import reference, spec_graft
+from graft.study.grafts import protocol_notes, reference, spec_graft
 from graft.study.runner import ModelSource, run_experiment
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
@@ -20,7 +30,8 @@ DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
     multiple=True,
     default=DEFAULT_SPECS,
     show_default=True,
-    help="Graft as NAME=SPEC or SPEC (repeatable); PRE and SFT are always added.",
+    help="Graft as NAME=SPEC or SPEC (repeatable); PRE and SFT are always added. A spec "
+    "without head= gets --head-policy, one without protocol= is resolved under --protocol.",
 )
 @click.option(
     "--per-graft",
@@ -29,29 +40,44 @@ DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
     show_default=True,
     help="Examples sampled per graft and template.",
 )
+@variant_option()
 @shared_options
-def tokens(specs, per_graft, cfg_options, remote):
-    """E6 (C.7): top-10 next tokens with probabilities for a few sampled examples of each graft."""
+def tokens(specs, per_graft, variant, cfg_options, remote):
+    """E6 (C.7): top-10 next tokens with probabilities for a few sampled examples of each graft.
+
+    Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
+    in every spec that does not set its own, and the both-direction donor unless --variant
+    is given."""
     cfg = make_config("tokens", cfg_options, remote)
+    variant = protocol_default("variant", variant, "both", cfg.protocol)
     try:
-        grafts = [reference("PRE", None), reference("SFT", "sft")] + [spec_graft(s) for s in specs]
+        grafts = [reference("PRE", None), reference("SFT", "sft")] + [
+            spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs
+        ]
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
+    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_and_report(
-        lambda: run_experiment(cfg, grafts, donors={"sft": ModelSource("one")}, echo=click.echo)
+        lambda: run_experiment(
+            cfg,
+            grafts,
+            donors={"sft": ModelSource(variant)},
+            echo=click.echo,
+            extra_config=notes,
+            **protocol_run_options(cfg.protocol, variant),
+        )
     )
-    table = top_tokens_table(
-        run.examples, by=["template", "graft"], per_group=per_graft, seed=cfg.seed
-    )
+    # one group per replicate: several finetune or data seeds must not be pooled
+    groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
+    by = [*groups, "template", "graft"]
+    table = top_tokens_table(run.examples, by=by, per_group=per_graft, seed=cfg.seed)
     table.write_parquet(run.folder.path / "top_tokens.parquet")
     table.drop([c for c, t in table.schema.items() if isinstance(t, pl.List)]).write_csv(
         run.folder.path / "top_tokens.csv"
     )
     # the first sampled example of each group (sampled indices need not include 0)
-    first_example = pl.col("example") == pl.col("example").min().over(["template", "graft"])
-    first = table.filter(first_example).select(
-        ["template", "graft", "rank", "token", "prob", "is_target"]
-    )
+    first_example = pl.col("example") == pl.col("example").min().over(by)
+    first = table.filter(first_example).select([*by, "rank", "token", "prob", "is_target"])
     with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):
         click.echo(str(first.head(60)))
     click.echo(f"top tokens: {run.folder.path / 'top_tokens.csv'}")

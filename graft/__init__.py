@@ -9,6 +9,8 @@ The notebook API, one import away (``import graft``)::
     logits = graft.graft_texts(base, {"sft": donor}, tok, text, ["none", "FE+LT:all:all"],
                                fields={"FE": "Keanu Reeves"})
     graft.target_metrics(logits, tok, " Laurence")  # rank, probability, hit@k per spec
+    graft.score_targets(base, {"sft": donor}, tok, text, ["none", "FE+LT:all:all"],
+                        " Laurence Fishburne", fields={"FE": "Keanu Reeves"})  # whole name
 
 Names are imported on first use, so ``import graft`` itself is instant.
 """
@@ -27,6 +29,7 @@ _EXPORTS = {
     "GraftSpec": "graft.core.spec",
     "parse_spec": "graft.core.spec",
     "graft_texts": "graft.core.texts",
+    "score_targets": "graft.core.texts",
     "run_grafts": "graft.core.engine",
     "GraftRow": "graft.core.plan",
     "tiny_pair": "graft.core.tiny",
@@ -45,6 +48,7 @@ __all__ = [
     "GraftSpec",
     "parse_spec",
     "graft_texts",
+    "score_targets",
     "run_grafts",
     "GraftRow",
     "tiny_pair",
@@ -66,7 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.core.engine import run_grafts
     from graft.core.plan import GraftRow
     from graft.core.spec import GraftSpec, parse_spec
-    from graft.core.texts import graft_texts
+    from graft.core.texts import graft_texts, score_targets
     from graft.core.tiny import tiny_pair
     from graft.errors import GraftError
     from graft.models import LoadedModel, load_model, tiny_tokenizer

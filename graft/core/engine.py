@@ -2,13 +2,22 @@
 
 :func:`run_grafts` resolves every row's spec (bad input fails before any compute), sorts the
 rows by length, plans each batch (:mod:`graft.core.plan`), hands the plans to an *executor*
-and scatters the logits it returns back into input order. Locally, a row whose graft is a
-donor's own forward (every cell and the head from one donor: ``ALL:all:all; head=donor``)
-runs as that plain forward, and a batch that grafts nothing runs without a trace. The executor decides where a plan
+and scatters the logits it returns back into input order. The executor decides where a plan
 runs: :class:`LocalExecutor` runs each in one nnsight trace on this machine; a remote
 executor (``graft.remote.executor.RemoteExecutor``) packs plans into requests to an NDIF
 server. Both run the same trace code (:mod:`graft.core.trace`), so they give the same
 numbers. :func:`graft.core.texts.graft_texts` is the notebook entry point on text prompts.
+
+Locally each (position, module) cell is computed once, with the weights it uses:
+
+- a row runs on its *carrier* (:mod:`graft.core.carrier`), the model that supplies most of
+  its work, with the other models' modules grafted at the remaining cells: a complement
+  such as ``LT^C:all:all`` is a donor forward with the base's modules at the last token,
+  and a donor's whole forward (``ALL:all:all; head=donor``) is that plain forward;
+- rows that graft only their last token share their prompt's prefix
+  (:mod:`graft.core.prefix`): the prefix runs once per prompt with a key/value cache and
+  each row runs only its last token, in a trace;
+- a batch that grafts nothing runs without a trace.
 """
 
 from __future__ import annotations
@@ -16,23 +25,43 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from torch import nn
 
 from graft.core.arch import Architecture, architecture_of, check_compatible, context_length
+from graft.core.carrier import (
+    BASE,
+    can_carry,
+    carrier_of,
+    cell_costs,
+    every_cell,
+    is_empty,
+    relative_to,
+    without,
+    work_by_model,
+)
 from graft.core.plan import (
     BatchPlan,
     GraftRow,
     LayoutCache,
     SitePatch,
+    _layout_key,
     check_targets,
     default_pad_id,
     plan_batch,
     resolve_rows,
 )
-from graft.core.spec import EMBEDDING_COMPONENTS, ResolvedGraft
+from graft.core.prefix import (
+    accepts_cache,
+    grafts_last_token_only,
+    prefix_cache,
+    prefix_plans,
+    select_rows,
+)
+from graft.core.spec import ResolvedGraft
 from graft.core.trace import (
     graft_batch,
     model_device,
@@ -83,24 +112,109 @@ def donor_modules(
 
 
 class LocalExecutor:
-    """Runs each planned batch in one nnsight trace on this machine."""
+    """Runs each planned batch in one nnsight trace on this machine.
+
+    With ``shortcuts`` (the default) every cell is computed once: :func:`run_grafts` routes
+    rows to their carriers and onto shared prefixes (see the module docstring), a step on
+    shared prefixes (a plan with ``prefix``, :mod:`graft.core.prefix`) first runs its
+    prefixes without a trace, keeping their key/value cache for the next steps on the same
+    prefixes, and grafted matrix products run their own weights only on the cells no donor
+    takes (:func:`split_modules`). Without, every row is grafted whole on the base exactly
+    as a remote executor does it, giving a remote run's numbers bit for bit.
+
+    Args:
+        shortcuts: compute each cell once (exact to rounding); False: the plain one-pass graft.
+    """
+
+    def __init__(self, shortcuts: bool = True) -> None:
+        self.shortcuts = shortcuts
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
-        for plan in plans:
-            yield self.run_plan(base, donors, plan)
+        try:
+            for plan in plans:
+                yield self.run_plan(base, donors, plan)
+        finally:
+            self._kept_prefix = None  # the last prefixes' cache
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
         """Logits [batch, vocab] at each row's last token, on the base's device."""
         torch_model = unwrap(base)
-        batch = trace_batch(plan, torch_model, model_device(torch_model))
+        device = model_device(torch_model)
+        batch = trace_batch(plan, torch_model, device)
+        if plan.prefix is not None:
+            cache = self._prefix_cache(torch_model, plan.prefix.plan, device)
+            batch.inputs["past_key_values"] = select_rows(
+                cache, plan.prefix.prompt_index.to(device)
+            )
+            batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
         model, mods = wrap(base), donor_modules(donors, plan.patches)
+        split = None
+        if getattr(self, "shortcuts", True):
+            split = split_modules(torch_model, batch)
+            for patch in batch.patches:  # flat indices: gathers that need no mask scan
+                patch.cells = patch.rows.flatten().nonzero().squeeze(1)
         with torch.no_grad(), model.trace(**batch.inputs):
-            logits = graft_batch(model, batch, mods).save()
+            logits = graft_batch(model, batch, mods, split).save()
         return logits
+
+    def _prefix_cache(self, torch_model: nn.Module, prefix: BatchPlan, device: torch.device):
+        """The cache of ``prefix`` on ``torch_model``: the one kept from the last step when it
+        continued the same prefixes, else a new one (which replaces it)."""
+        kept = getattr(self, "_kept_prefix", None)
+        if kept is None or kept[0] is not prefix or kept[1] is not torch_model:
+            kept = (prefix, torch_model, prefix_cache(torch_model, prefix, device))
+            self._kept_prefix = kept
+        return kept[2]
+
+
+#: A module's own computation is restricted to the cells no donor takes when donors take at
+#: least this share of the cells it sees (below, copying the rest costs more than it saves).
+SPLIT_SHARE = 0.125
+
+
+def _multiplies(module: nn.Module) -> bool:
+    """Whether ``module`` is a matrix product (a linear layer or GPT-2's Conv1D), the kind
+    of module whose work is worth restricting to some cells."""
+    weight = getattr(module, "weight", None)
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and not isinstance(module, nn.Embedding)
+    )
+
+
+def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
+    """``{path: (module, bool [batch, positions] of the cells no patch covers, their flat
+    indices)}`` for the grafted matrix products of ``batch`` where donors take at least
+    :data:`SPLIT_SHARE` of the cells: the trace skips them and runs them on those cells
+    only (:func:`graft.core.trace.graft_trace_body`).
+    Fused q/k/v sites grafted in slices keep the whole computation (the base's slices are
+    needed at the grafted cells too)."""
+    head = torch_model.get_output_embeddings()
+    last_only = "logits_to_keep" in batch.inputs
+    groups: dict[str, list] = {}
+    for patch in batch.patches:
+        groups.setdefault(patch.path, []).append(patch)
+    split = {}
+    for path, patches in groups.items():
+        if any((p.fused and p.slices) or p.seq_dim != 1 for p in patches):
+            continue
+        module = torch_model.get_submodule(path)
+        if not _multiplies(module):
+            continue
+        taken = patches[0].rows
+        for p in patches[1:]:
+            taken = taken | p.rows
+        if module is head and last_only:
+            taken = taken[:, -1:]
+        if taken.float().mean() >= SPLIT_SHARE:
+            keep = ~taken
+            split[path] = (module, keep, keep.flatten().nonzero().squeeze(1))
+    return split
 
 
 def _plain_forward(torch_model: nn.Module, batch) -> torch.Tensor:
@@ -205,9 +319,7 @@ def _plans(
 
 def _every_cell(arch: Architecture) -> set[tuple[int, str]]:
     """Every (layer, component) cell key of ``arch``; layer -1 holds the embeddings."""
-    cells = {(-1, c) for c in arch.components if c in EMBEDDING_COMPONENTS}
-    layer_components = [c for c in arch.components if c not in EMBEDDING_COMPONENTS]
-    return cells | {(layer, c) for layer in range(arch.n_layers) for c in layer_components}
+    return every_cell(arch)
 
 
 def direct_donor(res: ResolvedGraft, length: int, every: set[tuple[int, str]]) -> str | None:
@@ -224,21 +336,165 @@ def direct_donor(res: ResolvedGraft, length: int, every: set[tuple[int, str]]) -
     return donor
 
 
-def _direct_rows(
+@dataclass
+class _Routes:
+    """How each row runs locally. Carrier ``None`` is the base.
+
+    Args:
+        resolved: each row's graft on its carrier (cells of donors that are the carrier
+            itself dropped).
+        traced: carrier -> rows run as whole prompts in traces (on the base, rows that
+            graft nothing too: they share its batches).
+        plain: donor -> rows that are that donor's plain forward.
+        prefix: carrier -> rows that graft only their last token.
+    """
+
+    resolved: list[ResolvedGraft]
+    traced: dict[str | None, list[int]] = field(default_factory=dict)
+    plain: dict[str, list[int]] = field(default_factory=dict)
+    prefix: dict[str | None, list[int]] = field(default_factory=dict)
+
+
+def _carriers(arch: Architecture, torch_base: nn.Module, donors, same: set[str]) -> set[str]:
+    """Donors that may carry rows: weights given, not the base, computing what it computes."""
+    if BASE in donors:  # the base's own name in a donor's run would be taken
+        return set()
+    return {
+        name
+        for name, donor in donors.items()
+        if donor is not None and name not in same and can_carry(arch, torch_base, unwrap(donor))
+    }
+
+
+@dataclass
+class _Choice:
+    """How rows with one spec, length and spans run.
+
+    Args:
+        graft: the graft on the base (cells of donors that are the base dropped).
+        work: each model's share of the row's work (:func:`graft.core.carrier.work_by_model`).
+        carrier: the model that runs it (None: the base).
+        kind: ``"traced"``, ``"plain"`` or ``"prefix"`` (see :class:`_Routes`).
+        on_carrier: ``graft`` on the carrier.
+    """
+
+    graft: ResolvedGraft
+    work: dict[str | None, float]
+    carrier: str | None = None
+    kind: str = "traced"
+    on_carrier: ResolvedGraft | None = None
+
+
+class _Router:
+    """Routes rows (:func:`_route`): carriers, grafts on them, and how each row runs."""
+
+    def __init__(self, arch: Architecture, torch_base: nn.Module, donors, same: set[str]):
+        self.every, self.same = every_cell(arch), same
+        self.carriers = _carriers(arch, torch_base, donors, same)
+        self.costs = cell_costs(arch, torch_base) if self.carriers else {}
+        self.twins = {  # names whose model IS the carrier: their cells change nothing there
+            c: {n for n, d in donors.items() if d is not None and unwrap(d) is unwrap(donors[c])}
+            for c in self.carriers
+        }
+        models = {None: torch_base} | {c: unwrap(donors[c]) for c in self.carriers}
+        self.with_cache = {c: accepts_cache(m) for c, m in models.items()}
+
+    def on(self, choice: _Choice, carrier: str | None, length: int) -> ResolvedGraft:
+        """``choice``'s graft on ``carrier``."""
+        if carrier is None:
+            return choice.graft
+        moved = relative_to(choice.graft, length, carrier, self.every)
+        return without(moved, self.twins[carrier])
+
+    def choose(self, res: ResolvedGraft, length: int) -> _Choice:
+        graft = without(res, self.same)
+        choice = _Choice(graft, work_by_model(graft, length, self.costs))
+        choice.carrier = carrier_of(choice.work, self.carriers) if self.carriers else None
+        choice.on_carrier = self.on(choice, choice.carrier, length)
+        if choice.carrier is not None and is_empty(choice.on_carrier):
+            choice.kind = "plain"
+        elif self.with_cache[choice.carrier] and grafts_last_token_only(choice.on_carrier, length):
+            choice.kind = "prefix"
+        return choice
+
+
+def _route(
     arch: Architecture,
+    torch_base: nn.Module,
     rows: Sequence[GraftRow],
     resolved: Sequence[ResolvedGraft],
     donors: Mapping[str, nn.Module | None],
     same: set[str],
-) -> dict[str, list[int]]:
-    """Indices of the rows that are a donor's own forward, by donor (weights given, and not
-    the base itself: those rows already graft nothing)."""
-    every, direct = _every_cell(arch), {}
+    batch_size: int = 16,
+) -> _Routes:
+    """Each row's carrier, its graft there, and whether it runs whole, plain or on a shared
+    prefix. Rows with the same spec, length and spans route alike (computed once)."""
+    router = _Router(arch, torch_base, donors, same)
+    routes, seen, choices = _Routes([]), {}, []
     for i, (row, res) in enumerate(zip(rows, resolved, strict=True)):
-        donor = direct_donor(res, len(row.input_ids), every)
-        if donor is not None and donor not in same and donors.get(donor) is not None:
-            direct.setdefault(donor, []).append(i)
-    return direct
+        key = _layout_key(row)
+        if key not in seen:
+            seen[key] = router.choose(res, len(row.input_ids))
+        choice = seen[key]
+        choices.append(choice)
+        routes.resolved.append(choice.on_carrier)
+        getattr(routes, choice.kind).setdefault(choice.carrier, []).append(i)
+    _join_prefixes(rows, routes)
+    _fill_batches(router, rows, choices, routes, batch_size)
+    return routes
+
+
+def _fill_batches(
+    router: _Router,
+    rows: Sequence[GraftRow],
+    choices: Sequence[_Choice],
+    routes: _Routes,
+    batch_size: int,
+) -> None:
+    """Move rows between the base's and a donor's traced batches when that saves a batch:
+    the part-filled last batch of one side goes into the free places of the other's, taking
+    the rows that cost least on the other model."""
+    for donor in [c for c in routes.traced if c is not None]:
+        sides = {None: routes.traced.get(None, []), donor: routes.traced[donor]}
+        left = {c: len(idx) % batch_size for c, idx in sides.items()}
+        if not all(left.values()) or sum(left.values()) > batch_size:
+            continue
+        moves = []
+        for src, dst in ((None, donor), (donor, None)):
+            penalty = sorted(
+                (choices[i].work.get(src, 0.0) - choices[i].work.get(dst, 0.0), i)
+                for i in sides[src]
+            )[: left[src]]
+            moves.append((sum(p for p, _ in penalty), src, dst, [i for _, i in penalty]))
+        _, src, dst, moving = min(moves, key=lambda m: m[0])
+        moved = set(moving)
+        routes.traced[src] = [i for i in sides[src] if i not in moved]
+        routes.traced.setdefault(dst, []).extend(moving)
+        for i in moving:
+            routes.resolved[i] = router.on(choices[i], dst, len(rows[i].input_ids))
+        if not routes.traced[src]:
+            del routes.traced[src]
+
+
+def _join_prefixes(rows: Sequence[GraftRow], routes: _Routes) -> None:
+    """Rows that graft nothing on a carrier whose other rows share their prompt's prefix run
+    as a step on that prefix too (no trace): the prefix is computed anyway."""
+    for carrier, idx in routes.prefix.items():
+        prompts = {tuple(rows[i].input_ids) for i in idx}
+        pool = routes.traced if carrier is None else routes.plain
+        candidates = pool.get(carrier, [])
+        joining = [
+            i
+            for i in candidates
+            if is_empty(routes.resolved[i]) and tuple(rows[i].input_ids) in prompts
+        ]
+        if joining:
+            moved = set(joining)
+            pool[carrier] = [i for i in candidates if i not in moved]
+            idx.extend(joining)
+    for pool in (routes.traced, routes.plain):
+        for carrier in [c for c, idx in pool.items() if not idx]:
+            del pool[carrier]
 
 
 def _batches(
@@ -280,6 +536,56 @@ def _scatter(
         if bar is not None:
             bar.update(len(idx))
     return out if out is not None else torch.empty((0, 0))
+
+
+Job = tuple[list[list[int]], Iterator[torch.Tensor]]
+
+
+def _local_jobs(
+    executor: LocalExecutor,
+    base,
+    donors: Mapping[str, nn.Module | None],
+    arch: Architecture,
+    rows: Sequence[GraftRow],
+    resolved: Sequence[ResolvedGraft],
+    same: set[str],
+    batch_size: int,
+    sort_by_length: bool,
+    planning: dict,
+) -> list[Job]:
+    """(row batches, their results) per way of running (:func:`_route`), on this machine."""
+    routes = _route(arch, unwrap(base), rows, resolved, donors, same, batch_size)
+    on_donor = {**donors, BASE: base}  # a donor's run grafts the base's modules too
+
+    def carried_by(carrier: str | None):
+        return (base, donors) if carrier is None else (donors[carrier], on_donor)
+
+    jobs: list[Job] = []
+    for carrier, idx in routes.traced.items():
+        batches = _batches(rows, batch_size, sort_by_length, idx)
+        plans = _plans(arch, rows, routes.resolved, batches, skip=set(), **planning)
+        jobs.append((batches, executor.run(*carried_by(carrier), plans)))
+    bare_rows = [GraftRow(r.input_ids) for r in rows] if routes.plain else []
+    bare = [ResolvedGraft({})] * len(bare_rows)
+    for name, idx in routes.plain.items():
+        batches = _batches(rows, batch_size, sort_by_length, idx)
+        plans = _plans(arch, bare_rows, bare, batches, skip=set(), **planning)
+        jobs.append((batches, executor.run(donors[name], {}, plans)))
+    for carrier, idx in routes.prefix.items():
+        steps = prefix_plans(
+            arch,
+            rows,
+            routes.resolved,
+            idx,
+            batch_size,
+            pad_id=planning["pad_id"],
+            targets=planning["targets"],
+            top_k=planning["top_k"],
+        )
+        batches = [step_rows for step_rows, _ in steps]
+        plans = (plan for _, plan in steps)
+        jobs.append((batches, executor.run(*carried_by(carrier), plans)))
+    return jobs
 
 
 def run_grafts(
@@ -334,22 +640,18 @@ def run_grafts(
     resolved = resolve_rows(arch, rows, donors)  # bad specs fail before any compute
     if targets is not None:
         targets = check_targets(targets, len(rows), top_k, torch_base.config.vocab_size)
-    # Locally, a row that is a donor's own forward runs as one (a remote executor grafts it).
-    local = executor is None or isinstance(executor, LocalExecutor)
-    direct = _direct_rows(arch, rows, resolved, donors, same) if local else {}
-    is_direct = {i for idx in direct.values() for i in idx}
-    grafted = [i for i in range(len(rows)) if i not in is_direct]
     planning = dict(pad_id=pad_id, padding_side=padding_side, targets=targets, top_k=top_k)
-    batches = _batches(rows, batch_size, sort_by_length, grafted)
-    plans = _plans(arch, rows, resolved, batches, skip=same, **planning)
-    results, all_batches = [(executor or LocalExecutor()).run(base, donors, plans)], batches[:]
-    bare_rows = [GraftRow(r.input_ids) for r in rows] if direct else []
-    bare = [ResolvedGraft({})] * len(bare_rows)
-    for name, idx in direct.items():
-        donor_batches = _batches(rows, batch_size, sort_by_length, idx)
-        donor_plans = _plans(arch, bare_rows, bare, donor_batches, skip=set(), **planning)
-        results.append(LocalExecutor().run(donors[name], {}, donor_plans))
-        all_batches += donor_batches
+    executor = executor or LocalExecutor()
+    if isinstance(executor, LocalExecutor) and getattr(executor, "shortcuts", True):
+        jobs = _local_jobs(
+            executor, base, donors, arch, rows, resolved, same, batch_size, sort_by_length, planning
+        )
+    else:  # every row grafted whole on the base, as planned (as a remote executor does)
+        batches = _batches(rows, batch_size, sort_by_length)
+        plans = _plans(arch, rows, resolved, batches, skip=same, **planning)
+        jobs = [(batches, executor.run(base, donors, plans))]
+    all_batches = [idx for batches, _ in jobs for idx in batches]
+    results = [result for _, result in jobs]
     bar = _progress_bar(progress, len(rows))
     try:
         out = _scatter(all_batches, itertools.chain(*results), len(rows), bar)

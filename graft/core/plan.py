@@ -29,11 +29,15 @@ class GraftRow:
         input_ids: token ids of the prompt (BOS included if the model expects one).
         spans: named token positions, e.g. ``{"FE": [1, 2], "M": [5, 6, 7]}``.
         spec: the graft to apply to this prompt.
+        prompt_length: when set, only ``input_ids[:prompt_length]`` is the prompt and the
+            rest a continuation being scored: ``LT`` then covers every continuation position
+            (see :func:`graft.core.selectors.position_set`). None: all of it is the prompt.
     """
 
     input_ids: Sequence[int]
     spans: Mapping[str, Sequence[int]] = field(default_factory=dict)
     spec: GraftSpec = field(default_factory=GraftSpec)
+    prompt_length: int | None = None
 
 
 @dataclass
@@ -74,6 +78,9 @@ class BatchPlan:
         targets: [batch] each row's target token id, or None. Given, the trace returns each
             row's metrics (:func:`graft.core.trace.row_metrics`) instead of its logits.
         top_k: how many most probable tokens those metrics list.
+        prefix: for a step on shared prefixes (local runs only): the prefixes it continues,
+            :class:`SharedPrefix`. Its ids are then each row's last token [batch, 1] and its
+            attention mask covers the prefix too [batch, prefix width + 1].
     """
 
     input_ids: torch.Tensor
@@ -84,6 +91,20 @@ class BatchPlan:
     keep_last_only: bool
     targets: torch.Tensor | None = None
     top_k: int = 0
+    prefix: SharedPrefix | None = None
+
+
+@dataclass
+class SharedPrefix:
+    """Prompts without their last token, run once for every step that continues them.
+
+    Args:
+        plan: the prefixes as a padded batch with no patches (its key/value cache is kept).
+        prompt_index: [batch] for each row of the step, its prompt's row in ``plan``.
+    """
+
+    plan: BatchPlan
+    prompt_index: torch.Tensor
 
 
 def default_pad_id(config) -> int:
@@ -109,20 +130,25 @@ def check_targets(
 
 
 def resolve_rows(arch: Architecture, rows: Sequence[GraftRow], donors) -> list[ResolvedGraft]:
-    """Resolve every row's spec on ``arch``; a SpecError if one uses a donor not in ``donors``."""
-    resolved = [_resolve(arch, r) for r in rows]
-    for res in resolved:
-        missing = res.donors() - set(donors)
-        if missing:
-            raise SpecError(
-                f"the graft uses donor(s) {sorted(missing)} but only {sorted(donors)} were given"
-            )
-    return resolved
+    """Resolve every row's spec on ``arch``; a SpecError if one uses a donor not in ``donors``.
+    Rows with the same spec, length and spans resolve alike: once, to one shared object."""
+    by_key: dict[tuple, ResolvedGraft] = {}
+    for row in rows:
+        key = _layout_key(row)
+        if key not in by_key:
+            res = by_key[key] = _resolve(arch, row)
+            missing = res.donors() - set(donors)
+            if missing:
+                raise SpecError(
+                    f"the graft uses donor(s) {sorted(missing)} but only {sorted(donors)} "
+                    "were given"
+                )
+    return [by_key[_layout_key(row)] for row in rows]
 
 
 def _resolve(arch: Architecture, row: GraftRow) -> ResolvedGraft:
     spans = {k: list(v) for k, v in row.spans.items()}
-    return row.spec.resolve(arch, len(row.input_ids), spans)
+    return row.spec.resolve(arch, len(row.input_ids), spans, row.prompt_length)
 
 
 def _site_order(arch: Architecture) -> list[tuple[str, Site | None]]:
@@ -233,7 +259,7 @@ class LayoutCache:
 
 def _layout_key(row: GraftRow) -> tuple:
     spans = tuple(sorted((name, tuple(pos)) for name, pos in row.spans.items()))
-    return row.spec, len(row.input_ids), spans
+    return row.spec, len(row.input_ids), spans, row.prompt_length
 
 
 class _Masks:

@@ -8,8 +8,9 @@ The grammar (see :mod:`graft.core.spec` for the whole spec)::
     LAYERS    := comma-separated: all | h1 h2 | q1..q4 | e1..e8 | k/n | i | i-j
 
 A position selector is parsed once into a :class:`PositionExpr` and evaluated per prompt
-(:func:`position_set`); a layer selector into :data:`LayerItem` tuples evaluated per model
-(:func:`layer_list`). Every error is a :class:`~graft.errors.SpecError` naming the bad part.
+(:func:`position_set`; on a row that continues its prompt with tokens being scored, ``LT``
+also covers those continuation positions); a layer selector into :data:`LayerItem` tuples
+evaluated per model (:func:`layer_list`). Every error is a :class:`~graft.errors.SpecError` naming the bad part.
 
 Layer groups follow one of two rules (:data:`LAYER_RULES`): ``graft`` (default) makes the
 k-th of n groups layers ``floor((k-1)L/n) .. floor(kL/n)-1``, never empty when L >= n;
@@ -149,16 +150,29 @@ def _format_term(atom, complemented: bool) -> str:
 
 
 def position_set(
-    node: PositionExpr, length: int, spans: dict[str, list[int]], text: str
+    node: PositionExpr,
+    length: int,
+    spans: dict[str, list[int]],
+    text: str,
+    prompt_length: int | None = None,
 ) -> set[int]:
-    """Positions (0-based) ``node`` selects in a prompt of ``length`` tokens with ``spans``;
-    ``text`` is the selector as written, for error messages."""
+    """Positions (0-based) ``node`` selects in a sequence of ``length`` tokens with ``spans``;
+    ``text`` is the selector as written, for error messages.
+
+    ``prompt_length`` (default ``length``) says that only the first ``prompt_length`` tokens
+    are the prompt and the rest is a continuation being scored (e.g. a target name read
+    token by token). Then ``LT`` is the last prompt token AND every continuation position
+    (the graft follows the prediction position along the continuation); named spans and
+    indices are resolved over the prompt (``-1`` is its last token); ``ALL`` and complements
+    (``X^C`` = ``ALL`` minus ``X``) cover the continuation too.
+    """
+    prompt = _prompt_length(length, prompt_length, text)
     result: set[int] = set()
     for atom, complemented in node.terms:
         if isinstance(atom, PositionExpr):
-            part = position_set(atom, length, spans, text)
+            part = position_set(atom, length, spans, text, prompt)
         elif atom.kind == "LT":
-            part = {length - 1}
+            part = set(range(prompt - 1, length))
         elif atom.kind == "ALL":
             part = set(range(length))
         elif atom.kind == "span":
@@ -171,22 +185,34 @@ def position_set(
             part = set(spans[atom.name])
             if not part:
                 raise SpecError(f"span {atom.name!r} in {text!r} is empty for this prompt")
-            bad = [p for p in part if not 0 <= p < length]
+            bad = [p for p in part if not 0 <= p < prompt]
             if bad:
-                raise SpecError(f"span {atom.name!r} has positions {bad} outside 0..{length - 1}")
+                raise SpecError(f"span {atom.name!r} has positions {bad} outside 0..{prompt - 1}")
         else:
             lo, hi = atom.start, atom.stop if atom.kind == "range" else atom.start
-            lo, hi = (lo + length if lo < 0 else lo), (hi + length if hi < 0 else hi)
-            if not (0 <= lo < length and 0 <= hi < length) or lo > hi:
+            lo, hi = (lo + prompt if lo < 0 else lo), (hi + prompt if hi < 0 else hi)
+            if not (0 <= lo < prompt and 0 <= hi < prompt) or lo > hi:
                 raise SpecError(
                     f"position {_format_term(atom, False)!r} in {text!r} is out of range for "
-                    f"a prompt of {length} tokens"
+                    f"a prompt of {prompt} tokens"
                 )
             part = set(range(lo, hi + 1))
         if complemented:
             part = set(range(length)) - part
         result |= part
     return result
+
+
+def _prompt_length(length: int, prompt_length: int | None, text: str) -> int:
+    """``prompt_length`` checked against ``length`` (``length`` when None)."""
+    if prompt_length is None:
+        return length
+    if not 1 <= prompt_length <= length:
+        raise SpecError(
+            f"positions {text!r}: prompt_length {prompt_length} must be between 1 and the "
+            f"row's {length} tokens"
+        )
+    return prompt_length
 
 
 # -------------------------------------------------------------------------------- layers

@@ -166,9 +166,14 @@ class Rule:
         text = f"{self.positions}:{self.layers}:{','.join(self.components)}"
         return text if self.donor == DEFAULT_DONOR else f"{text}@{self.donor}"
 
-    def position_set(self, length: int, spans: dict[str, list[int]]) -> set[int]:
-        """Positions (0-based, in a prompt of ``length`` tokens) this rule selects."""
-        return position_set(parse_positions(self.positions), length, spans, self.positions)
+    def position_set(
+        self, length: int, spans: dict[str, list[int]], prompt_length: int | None = None
+    ) -> set[int]:
+        """Positions (0-based, in a row of ``length`` tokens whose first ``prompt_length``
+        are the prompt; see :func:`graft.core.selectors.position_set`) this rule selects."""
+        return position_set(
+            parse_positions(self.positions), length, spans, self.positions, prompt_length
+        )
 
     def span_names(self) -> set[str]:
         """Named spans (e.g. FE, M) this rule's positions refer to."""
@@ -348,14 +353,21 @@ class GraftSpec:
         return names
 
     def resolve(
-        self, arch: Architecture, length: int, spans: dict[str, list[int]]
+        self,
+        arch: Architecture,
+        length: int,
+        spans: dict[str, list[int]],
+        prompt_length: int | None = None,
     ) -> ResolvedGraft:
-        """Cells of this spec for a prompt of ``length`` tokens with ``spans`` on ``arch``."""
+        """Cells of this spec for a prompt of ``length`` tokens with ``spans`` on ``arch``;
+        with ``prompt_length``, the tokens after the first ``prompt_length`` are a
+        continuation (:func:`graft.core.selectors.position_set` says where each position
+        expression lands there)."""
         if length < 1:
             raise SpecError("cannot graft an empty prompt")
         cells: dict[tuple[int, str], dict[int, str]] = {}
         for rule in self.rules:
-            positions = sorted(rule.position_set(length, spans))
+            positions = sorted(rule.position_set(length, spans, prompt_length))
             components = expand_components(
                 rule.components, arch.components, arch.family, self.protocol
             )

@@ -1,6 +1,7 @@
 """The notebook entry point on text prompts: :func:`graft_texts` tokenizes each text, finds the
 named spans of its fields in tokens, and runs every spec on every text through
-:func:`graft.core.engine.run_grafts`."""
+:func:`graft.core.engine.run_grafts`; :func:`score_targets` scores a whole target text (e.g.
+a name) after each text, token by token."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from graft.core.continuation import score_continuations
 from graft.core.engine import as_list, is_loaded, run_grafts
 from graft.core.plan import GraftRow
 from graft.core.spec import GraftSpec
 from graft.errors import SpecError
 
-__all__ = ["graft_texts"]
+__all__ = ["graft_texts", "score_targets"]
 
 
 def _text_list(texts: Sequence[str] | str) -> list[str]:
@@ -93,22 +95,97 @@ def graft_texts(
         dimension and a single spec (a ``str`` or ``GraftSpec``) the specs dimension, so one
         text and one spec give ``[vocab]``.
     """
-    from graft.core.spans import tokenize_with_spans
+    tokenizer = _tokenizer(base, tokenizer)
+    text_list, spec_list = _text_list(texts), _spec_list(specs)
+    rows = _rows(tokenizer, text_list, spec_list, fields)
+    kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
+    logits = run_grafts(base, donors, rows, **kwargs)
+    return _shaped(logits.view(len(text_list), len(spec_list), -1), texts, specs)
 
+
+def _tokenizer(base, tokenizer):
+    """``tokenizer``, or a ``LoadedModel`` base's own when it is None."""
     if tokenizer is None:
         if not is_loaded(base):
             raise SpecError("pass the models' tokenizer (or a LoadedModel as base)")
         tokenizer = base.tokenizer
-    text_list, spec_list = _text_list(texts), _spec_list(specs)
+    return tokenizer
+
+
+def _rows(tokenizer, text_list: list[str], spec_list: list[GraftSpec], fields) -> list[GraftRow]:
+    """Every spec on every text, texts outer: the texts tokenized, their fields located."""
+    from graft.core.spans import tokenize_with_spans
+
     rows = []
     for text, named in zip(text_list, _field_list(fields, text_list), strict=True):
         prompt = tokenize_with_spans(tokenizer, text, _char_spans(text, named))
         if prompt.missing:
             raise SpecError(f"fields {prompt.missing} of {text!r} map to no token")
         rows += [GraftRow(prompt.input_ids, prompt.spans, spec) for spec in spec_list]
-    kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
-    logits = run_grafts(base, donors, rows, **kwargs)
-    logits = logits.view(len(text_list), len(spec_list), -1)
+    return rows
+
+
+def _shaped(values: torch.Tensor, texts, specs) -> torch.Tensor:
+    """``values`` [texts, specs, ...] without the dimension of a single text or spec."""
     if isinstance(specs, str | GraftSpec):
-        logits = logits[:, 0]
-    return logits[0] if isinstance(texts, str) else logits
+        values = values[:, 0]
+    return values[0] if isinstance(texts, str) else values
+
+
+def _continuation_ids(tokenizer, text: str, target: str) -> list[int]:
+    """The target's token ids as tokenized in context after ``text``."""
+    plain = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(text + target, add_special_tokens=False)["input_ids"])
+    if full[: len(plain)] != plain:
+        raise SpecError(
+            f"the target {target!r} merges with the end of {text!r} into other tokens; "
+            "start it with a space or end the text differently"
+        )
+    if len(full) == len(plain):
+        raise SpecError(f"the target {target!r} adds no token after {text!r}; give a longer one")
+    return full[len(plain) :]
+
+
+def score_targets(
+    base,
+    donors,
+    tokenizer,
+    texts: Sequence[str] | str,
+    specs: Sequence[GraftSpec | str] | GraftSpec | str,
+    targets: Sequence[str] | str,
+    *,
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
+    **kwargs,
+) -> dict[str, torch.Tensor]:
+    """Score a whole target (e.g. a name) after every text under every spec.
+
+    Each target is read teacher-forced, token by token
+    (:func:`graft.core.continuation.score_continuations`); the last-token graft follows the
+    prediction position along it, everything else stays where it is on the text.
+
+    Args:
+        base, donors, tokenizer, texts, specs, fields: as for :func:`graft_texts`.
+        targets: the continuation to score after each text, e.g. ``" Laurence Fishburne"``
+            (mind the leading space): one per text, or one string for every text.
+        **kwargs: passed to ``run_grafts`` (batch_size, executor, ...).
+
+    Returns:
+        ``logprob`` (the sum over the target's tokens), ``tokens`` and ``exact`` (greedy
+        decoding gives the whole target) shaped ``[texts, specs]``, and ``step_logprobs``,
+        ``step_ranks`` shaped ``[texts, specs, longest target]`` (NaN and -1 past a
+        target's end); a single text or spec drops its dimension, as in :func:`graft_texts`.
+    """
+    tokenizer = _tokenizer(base, tokenizer)
+    text_list, spec_list = _text_list(texts), _spec_list(specs)
+    target_list = [targets] * len(text_list) if isinstance(targets, str) else as_list(targets)
+    if not target_list or len(target_list) != len(text_list):
+        raise SpecError(f"targets: one target string per text ({len(text_list)}), or one for all")
+    if not all(isinstance(t, str) for t in target_list):
+        raise SpecError("targets must be strings, e.g. ' Laurence Fishburne'")
+    ids = [_continuation_ids(tokenizer, x, t) for x, t in zip(text_list, target_list, strict=True)]
+    rows = _rows(tokenizer, text_list, spec_list, fields)
+    kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
+    per_row = [c for c in ids for _ in spec_list]
+    scores = score_continuations(base, donors, rows, per_row, **kwargs)
+    shape = (len(text_list), len(spec_list))
+    return {k: _shaped(v.view(*shape, *v.shape[1:]), texts, specs) for k, v in scores.items()}

@@ -8,15 +8,18 @@ the donor's projections to every later position.
 
 Inside one trace :func:`graft_trace_body` visits the grafted sites in forward order: it
 gathers the grafted rows of the site's input, runs the donor's module on them only and
-scatters the result into the site's output. For a fused QKV projection the donor output is
-merged slice by slice (q, k or v alone). :func:`graft_batch` adds the pick of each row's
+scatters the result into the site's output, in place. For a fused QKV projection the donor
+output is merged slice by slice (q, k or v alone). Locally a grafted matrix product may
+instead be skipped and run with its own weights on the ungrafted cells only (``split``), so
+that each cell is computed once. :func:`graft_batch` adds the pick of each row's
 last-position logits -- or, for a plan with targets, each row's metrics (:func:`row_metrics`:
 a few numbers per row instead of a vocabulary of logits, so a server returns small results);
 local and remote executors both run it.
 
 Remote runs ship this module by value (:func:`register_by_value`), so a server needs no
 ``graft`` installed: the functions that run inside a trace (:func:`graft_batch`,
-:func:`graft_trace_body`, :func:`merge_slices`, :func:`placed`, :func:`row_metrics`) use
+:func:`graft_trace_body` and its helpers, :func:`merge_slices`, :func:`placed`,
+:func:`row_metrics`) use
 nothing but torch and plain namespaces. :func:`trace_batch` runs on the client and prepares
 their input; :func:`unpack_row_metrics` reads what they return.
 """
@@ -89,11 +92,12 @@ def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> type
     )
 
 
-def graft_batch(model, batch, donor_modules):
+def graft_batch(model, batch, donor_modules, split=None):
     """Inside an open trace of ``model`` on ``batch.inputs``: apply the batch's patches and
     return each row's last-position logits [batch, vocab], or with ``batch.targets`` each
-    row's metrics [batch, 2 + 2 * top_k] (only these leave the trace)."""
-    graft_trace_body(model, batch.patches, donor_modules)
+    row's metrics [batch, 2 + 2 * top_k] (only these leave the trace). ``split``: see
+    :func:`graft_trace_body`."""
+    graft_trace_body(model, batch.patches, donor_modules, split)
     full = model.output.logits
     picked = full[batch.rows.to(full.device), batch.pick.to(full.device)]
     if batch.targets is None:
@@ -162,42 +166,86 @@ def placed(module, x):
     return copy.deepcopy(module).to(device=x.device, dtype=dtype)
 
 
-def graft_trace_body(model, patches, donor_modules):
+def graft_trace_body(model, patches, donor_modules, split=None):
     """Apply ``patches`` inside an open trace of ``model``.
 
     ``donor_modules`` maps ``"donor:path"`` to a callable module (a plain torch module of the
     donor) or to the envoy path of a module of ``model`` itself (a donor a hosted graft pair
     holds: called through its envoy, so a server that runs the trace in a sandbox process
-    holding no weights runs it where the weights are). Consecutive patches of one module
-    share one copy of its output, written back once.
+    holding no weights runs it where the weights are).
+
+    At a module, the donors run on the input at their cells and their outputs are written
+    into the module's output there. By default the module has computed every cell and its
+    output is overwritten in place (nothing else has seen it yet). ``split`` (local runs)
+    maps a module path to ``(the traced model's own torch module, bool [batch, positions]
+    of the cells no patch covers, their flat indices)``: that module is skipped, its own
+    weights run on those cells only, so every cell is computed once.
     """
     with torch.no_grad():
-        current = None
-        for patch in patches:
-            env = model.get(patch.path)
-            if current is None or current[0] != patch.path:
-                if current is not None:
-                    current[1].output = current[3]
-                args, kwargs = env.inputs
-                x = args[0] if len(args) > 0 else next(iter(kwargs.values()))
-                out = env.output
-                current = [patch.path, env, x, out.clone()]
-            x, new = current[2], current[3]
-            if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy
-                x, new = x.transpose(1, patch.seq_dim), new.transpose(1, patch.seq_dim)
-            rows = patch.rows
-            if rows.device != new.device:  # remote: the masks travel on the CPU
-                rows = rows.to(new.device)
-            if rows.shape[1] != new.shape[1]:  # lm head under logits_to_keep
-                rows = rows[:, rows.shape[1] - new.shape[1] :]
-            module = donor_modules[patch.donor + ":" + patch.path]
-            if isinstance(module, str):  # a module of the served graft pair, via its envoy
-                module = model.get(module)
-            module = placed(module, x)
-            donor_out = module(x[rows])
-            if patch.fused and patch.slices:
-                slices = [(k, m.to(new.device)) for k, m in patch.slices]
-                donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
-            new[rows] = donor_out.to(new.dtype)
-        if current is not None:
-            current[1].output = current[3]
+        start = 0
+        while start < len(patches):
+            end = start + 1
+            while end < len(patches) and patches[end].path == patches[start].path:
+                end += 1
+            own = split.get(patches[start].path) if split else None
+            _graft_module(model, patches[start:end], donor_modules, own)
+            start = end
+
+
+def _fit(mask, n):
+    """``mask`` [batch, positions] cut to the last ``n`` positions (the lm head under
+    ``logits_to_keep`` sees the last position only)."""
+    return mask if mask.shape[1] == n else mask[:, mask.shape[1] - n :]
+
+
+def _take(x, mask, cells):
+    """``x[mask]`` for ``x`` [batch, positions, ...]; ``cells`` (the mask's flat indices,
+    or None) gathers without scanning the mask again."""
+    if cells is None or mask.shape != x.shape[:2]:
+        return x[mask]
+    return x.reshape(-1, *x.shape[2:]).index_select(0, cells.to(x.device))
+
+
+def _put(out, mask, cells, values):
+    """``out[mask] = values``, in place (by ``cells`` where ``out`` allows a flat view)."""
+    if cells is None or mask.shape != out.shape[:2] or not out.is_contiguous():
+        out[mask] = values
+    else:
+        out.view(-1, *out.shape[2:]).index_copy_(0, cells.to(out.device), values)
+
+
+def _graft_module(model, patches, donor_modules, own):
+    """The patches of one module (:func:`graft_trace_body`)."""
+    env = model.get(patches[0].path)
+    args, kwargs = env.inputs
+    x_all = args[0] if len(args) > 0 else next(iter(kwargs.values()))
+    if own is not None:  # the module's own weights on the cells no donor takes
+        module, keep, keep_cells = own
+        if keep.shape[1] != x_all.shape[1]:
+            keep, keep_cells = _fit(keep, x_all.shape[1]), None
+        keep = keep.to(x_all.device)
+        kept = type(module).forward(module, _take(x_all, keep, keep_cells))  # no hooks
+        out_all = kept.new_empty((*x_all.shape[:2], *kept.shape[1:]))
+        _put(out_all, keep, keep_cells, kept)
+    else:
+        out_all = env.output
+    for patch in patches:
+        x, new = x_all, out_all
+        if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy
+            x, new = x.transpose(1, patch.seq_dim), new.transpose(1, patch.seq_dim)
+        rows = patch.rows
+        if rows.device != new.device:  # remote: the masks travel on the CPU
+            rows = rows.to(new.device)
+        cells = getattr(patch, "cells", None) if rows.shape[1] == new.shape[1] else None
+        rows = _fit(rows, new.shape[1])
+        module = donor_modules[patch.donor + ":" + patch.path]
+        if isinstance(module, str):  # a module of the served graft pair, via its envoy
+            module = model.get(module)
+        module = placed(module, x)
+        donor_out = module(_take(x, rows, cells))
+        if patch.fused and patch.slices:
+            slices = [(k, m.to(new.device)) for k, m in patch.slices]
+            donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
+        _put(new, rows, cells, donor_out.to(new.dtype))
+    if own is not None:
+        env.skip(out_all)

@@ -48,14 +48,16 @@ def spec_module_paths(arch: Architecture, spec: GraftSpec | str) -> set[tuple[st
 
     Positions are taken as non-empty (an upper bound: a rule fully overridden by a later one
     still counts). A fused QKV site counts whole even when only q, k or v is grafted (the
-    whole module runs).
+    whole module runs). Layer groups and ``all`` resolve under the spec's protocol, as in a
+    run.
     """
     if isinstance(spec, str):
         spec = parse_spec(spec)
     out: set[tuple[str, str]] = set()
     for rule in spec.rules:
-        layers = rule.layer_list(arch.n_layers)
-        for comp in expand_components(rule.components, arch.components, arch.family):
+        layers = rule.layer_list(arch.n_layers, spec.protocol)
+        comps = expand_components(rule.components, arch.components, arch.family, spec.protocol)
+        for comp in comps:
             for layer in [-1] if comp in EMBEDDING_COMPONENTS else layers:
                 out.add((rule.donor, arch.site_for(layer, comp)[0]))
     if spec.head == "donor":

@@ -22,8 +22,10 @@ from graft.results.stats import paired_contrasts
 
 __all__ = [
     "CONTRASTS_STEM",
+    "CONTROL_SUFFIX",
     "KEY_CONTRASTS",
     "compare_run",
+    "control_name",
     "format_comparison",
     "key_contrasts",
     "read_examples",
@@ -42,6 +44,40 @@ KEY_CONTRASTS: tuple[tuple[str, str], ...] = (
 EXAMPLES_FILE = "examples.parquet"
 #: One prompt within a (group, template) cell of a run's examples table.
 EXAMPLE_KEY = ("prompt_id",)
+#: What a control graft's name adds to the graft it twins: the same graft run with a control
+#: donor (finetuned the same way on other facts of the same kind).
+CONTROL_SUFFIX = " [control]"
+
+
+def control_name(name: str) -> str:
+    """The name of ``name``'s control twin: ``FE+LT`` -> ``FE+LT [control]``."""
+    return name + CONTROL_SUFFIX
+
+
+def control_pairs(
+    present: Sequence[str], pairs: Sequence[tuple[str, str]] = KEY_CONTRASTS
+) -> list[tuple[str, str]]:
+    """``(graft, its control twin)`` for every graft named in ``pairs`` whose twin is in
+    ``present``: did the real donor do better than one that learned other facts?"""
+    names = dict.fromkeys(g for pair in pairs for g in pair)
+    have = set(present)
+    return [(g, control_name(g)) for g in names if g in have and control_name(g) in have]
+
+
+def replicate_column(examples: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """``examples`` and the column naming its replicates (donors) for a clustered contrast,
+    or None when it holds one replicate (runs without seed columns included).
+
+    The column is ``finetune_seed`` when only finetune seeds vary, else an added
+    ``replicate`` column (``d<data seed>-f<finetune seed>``): one donor per value.
+    """
+    cols = [c for c in ("data_seed", "finetune_seed") if c in examples.columns]
+    if not cols or examples.select(cols).unique().height <= 1:
+        return examples, None
+    if cols == ["finetune_seed"] or examples["data_seed"].n_unique() == 1:
+        return examples, "finetune_seed"
+    label = pl.format("d{}-f{}", pl.col("data_seed"), pl.col("finetune_seed"))
+    return examples.with_columns(label.alias("replicate")), "replicate"
 
 
 def key_contrasts(
@@ -53,8 +89,10 @@ def key_contrasts(
     level: float = 0.95,
     pairs: Sequence[tuple[str, str]] = KEY_CONTRASTS,
 ) -> pl.DataFrame:
-    """The ``pairs`` whose two grafts the run has, per group and template, Holm-adjusted
-    over the whole table (one family per test: McNemar, and the ``score`` bootstrap).
+    """The ``pairs`` whose two grafts the run has, plus each of their grafts against its
+    control twin (:func:`control_pairs`), per group and template, Holm-adjusted over the
+    whole table (one family per test: McNemar, and the ``score`` bootstrap). A run of
+    several replicates is compared clustered by replicate (:func:`replicate_column`).
 
     Args:
         examples: a run's ``examples.parquet`` (columns ``graft``, ``group``, ``template``,
@@ -72,14 +110,17 @@ def key_contrasts(
     """
     present = set(examples["graft"].unique().to_list()) if "graft" in examples.columns else set()
     wanted = [(a, b) for a, b in pairs if a in present and b in present]
+    wanted += control_pairs(sorted(present), pairs)
     if not wanted:
         return pl.DataFrame()
+    examples, seed_col = replicate_column(examples)
     return paired_contrasts(
         examples,
         wanted,
         hit=hit,
         score=score,
         example_key=EXAMPLE_KEY,
+        seed_col=seed_col,
         level=level,
         n_boot=n_boot,
         seed=seed,
@@ -165,7 +206,9 @@ def compare_run(
     level: float = 0.95,
 ) -> pl.DataFrame:
     """Graft ``a`` against graft ``b`` in the finished run in ``folder``, per group and
-    template, on the prompts both scored (Holm-adjusted over the templates).
+    template, on the prompts both scored (Holm-adjusted over the templates). In a run of
+    several replicates the prompts are matched within each replicate and the intervals and
+    the score's p-value come from a bootstrap clustered by replicate.
 
     Args:
         folder: a run folder (``config.json`` and ``examples.parquet``).
@@ -189,12 +232,14 @@ def compare_run(
     examples = read_examples(folder)
     _check_grafts(examples, a, b)
     hit, score = _hit_column(examples, metric), _score_column(examples, score)
+    examples, seed_col = replicate_column(examples)
     table = paired_contrasts(
         examples,
         [(a, b)],
         hit=hit,
         score=score,
         example_key=EXAMPLE_KEY,
+        seed_col=seed_col,
         level=level,
         n_boot=n_boot,
         seed=seed,
@@ -204,8 +249,15 @@ def compare_run(
     return table
 
 
-#: The ``interval`` column of a contrasts table -> how the report names it.
-_INTERVAL_NAMES = {"newcombe": "Newcombe paired", "cluster-bootstrap": "cluster-bootstrap"}
+#: The ``interval`` column of a contrasts table -> how the report names the accuracy's and
+#: the score's intervals.
+_INTERVAL_NAMES = {
+    "newcombe": ("Newcombe paired", "paired bootstrap"),
+    "cluster-bootstrap": (
+        "cluster-bootstrap (replicates, then prompts)",
+        "cluster bootstrap over replicates, then prompts",
+    ),
+}
 
 
 def _interval(value: float, lo: float, hi: float, digits: int) -> str:
@@ -225,16 +277,19 @@ def format_comparison(table: pl.DataFrame, level: float = 0.95) -> str:
         cell = row.get("template", "all")
         if row.get("group"):
             cell = f"{cell} [{row['group']}]"
+        acc_ci, score_ci = _INTERVAL_NAMES.get(row["interval"], (row["interval"],) * 2)
+        n_seeds = row.get("n_seeds") or 1
+        what = "prompts" if n_seeds == 1 else f"(prompt, replicate) pairs over {n_seeds} replicates"
         lines += [
-            f"{cell}: {a} vs {b}, n={row['n']} prompts",
+            f"{cell}: {a} vs {b}, n={row['n']} {what}",
             f"  {acc}: {a} {row[f'{acc}_a']:.3f}, {b} {row[f'{acc}_b']:.3f}; difference "
             f"{_interval(row[f'{acc}_diff'], row[f'{acc}_diff_lo'], row[f'{acc}_diff_hi'], 3)}"
-            f" ({pct} {_INTERVAL_NAMES.get(row['interval'], row['interval'])} interval)",
+            f" ({pct} {acc_ci} interval)",
             f"  McNemar: b={row['mcnemar_b']} ({a} only), c={row['mcnemar_c']} ({b} only), "
             f"exact p={row['mcnemar_p']:.3g} (Holm {row['mcnemar_p_holm']:.3g})",
             f"  {score}: {a} {row[f'{score}_a']:.3f}, {b} {row[f'{score}_b']:.3f}; difference "
             f"{_interval(row[f'{score}_diff'], row[f'{score}_diff_lo'], row[f'{score}_diff_hi'], 3)}"
-            f" ({pct} paired bootstrap), p={row[f'{score}_p']:.3g} "
+            f" ({pct} {score_ci}), p={row[f'{score}_p']:.3g} "
             f"(Holm {row[f'{score}_p_holm']:.3g})",
         ]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from graft.results.stats import wilson_interval
+from graft.results.stats import seed_summary, wilson_interval
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 50)
 # Largest index matrix (resamples x examples) drawn at once; bounds bootstrap memory.
@@ -114,6 +114,24 @@ def row_metrics_frame(
         metrics["top_logprobs"].cpu(),
         tokenizer,
         ks,
+    )
+
+
+def name_metrics_frame(scores: Mapping[str, torch.Tensor]) -> pl.DataFrame:
+    """Per-example whole-name metrics from :func:`graft.core.continuation.score_continuations`.
+
+    Returns:
+        ``name_tokens`` (Int64: the target's tokens), ``name_logprob`` (Float64: the sum of
+        their teacher-forced log-probabilities) and ``name_exact`` (Boolean: every token is
+        the most probable one given the previous ones, i.e. greedy decoding reproduces the
+        whole target), one row per example.
+    """
+    return pl.DataFrame(
+        {
+            "name_tokens": pl.Series(scores["tokens"].tolist(), dtype=pl.Int64),
+            "name_logprob": pl.Series(scores["logprob"].tolist(), dtype=pl.Float64),
+            "name_exact": pl.Series(scores["exact"].tolist(), dtype=pl.Boolean),
+        }
     )
 
 
@@ -242,11 +260,19 @@ def ci_method_text(method: str, ci: float = 0.95) -> str:
 
 def _bootstrap_stats(df: pl.DataFrame) -> dict[str, str]:
     """The bootstrapped statistics of :func:`summarize` (``mean_logprob`` when the rows
-    carry ``target_logprob``)."""
+    carry ``target_logprob``, ``mean_name_logprob`` when they carry ``name_logprob``)."""
     stats = {"mean_rank": "mean:rank", "median_rank": "median:rank", "mean_prob": "mean:prob"}
     if "target_logprob" in df.columns:
         stats["mean_logprob"] = "mean:logprob"
+    if "name_logprob" in df.columns:
+        stats["mean_name_logprob"] = "mean:name_logprob"
     return stats
+
+
+def _proportions(df: pl.DataFrame, ks: Sequence[int]) -> list[str]:
+    """The proportions of :func:`summarize` (Wilson intervals): ``acc@k`` for each k, and
+    ``name_exact`` when the rows carry it."""
+    return [f"acc@{k}" for k in ks] + (["name_exact"] if "name_exact" in df.columns else [])
 
 
 def _summary_row(
@@ -260,9 +286,15 @@ def _summary_row(
         hits = int((rank < k).sum())
         row[f"acc@{k}"] = hits / n
         row[f"acc@{k}_lo"], row[f"acc@{k}_hi"] = wilson_interval(hits, n, boot["ci"])
+    if "name_exact" in group.columns:
+        hits = int(group["name_exact"].sum())
+        row["name_exact"] = hits / n
+        row["name_exact_lo"], row["name_exact_hi"] = wilson_interval(hits, n, boot["ci"])
     values = {"rank": rank, "prob": group["target_prob"].to_numpy().astype(np.float64)}
     if "mean_logprob" in stats:
         values["logprob"] = group["target_logprob"].to_numpy().astype(np.float64)
+    if "mean_name_logprob" in stats:
+        values["name_logprob"] = group["name_logprob"].to_numpy().astype(np.float64)
     intervals = bootstrap_ci(values, stats, **boot)
     for out, spec in stats.items():
         func, _, name = spec.partition(":")
@@ -288,7 +320,9 @@ def summarize(
 
     Args:
         df: rows from :func:`example_metrics` plus the group columns (needs ``target_rank``
-            and ``target_prob``; ``target_logprob`` adds ``mean_logprob``).
+            and ``target_prob``; ``target_logprob`` adds ``mean_logprob``; the whole-name
+            columns of :func:`name_metrics_frame` add ``name_exact`` (Wilson) and
+            ``mean_name_logprob``).
         by: group columns, e.g. ``["graft", "template"]``; empty for one overall group.
         ks: top-k accuracies to report (computed as ``target_rank < k``).
         n_boot: bootstrap resamples per group (examples resampled with replacement; the
@@ -303,8 +337,9 @@ def summarize(
 
     Returns:
         One row per group, in order of first appearance: the ``by`` columns, ``n``, then
-        for each statistic ``s`` in ``acc@k`` (each k), ``mean_rank``, ``median_rank``,
-        ``mean_prob`` (and ``mean_logprob``) the columns ``s``, ``s_lo``, ``s_hi``; then
+        for each statistic ``s`` in ``acc@k`` (each k), (``name_exact``,) ``mean_rank``,
+        ``median_rank``, ``mean_prob`` (and ``mean_logprob``, ``mean_name_logprob``) the
+        columns ``s``, ``s_lo``, ``s_hi``; then
         ``n_dropped`` and ``dropped_reasons`` (``"reason=count; ..."``) when ``drops`` is
         given; last, for each statistic, ``s_ci_method``: what its interval is (see
         :func:`ci_method_text`, e.g. ``"95% Wilson interval"``).
@@ -323,7 +358,8 @@ def summarize(
         dict(zip(by, key, strict=True)) | _summary_row(group, ks, stats, boot)
         for key, group in parts.items()
     ]
-    names = [f"acc@{k}" for k in ks] + list(stats)
+    proportions = _proportions(df, ks)
+    names = proportions + list(stats)
     schema = {c: df.schema[c] for c in by} | {"n": pl.Int64}
     schema |= {f"{s}{suffix}": pl.Float64 for s in names for suffix in ("", "_lo", "_hi")}
     out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
@@ -334,7 +370,7 @@ def summarize(
             pl.Series("dropped_reasons", reasons, dtype=pl.Utf8),
         )
     boot_method = ci_method_text("bootstrap" if n_boot > 0 else "none", ci)
-    methods = {f"acc@{k}": ci_method_text("wilson", ci) for k in ks}
+    methods = dict.fromkeys(proportions, ci_method_text("wilson", ci))
     methods |= dict.fromkeys(stats, boot_method)
     return out.with_columns(
         pl.lit(text, dtype=pl.Utf8).alias(f"{s}_ci_method") for s, text in methods.items()
@@ -397,3 +433,124 @@ def top_tokens_table(
     )
     order = [*by, "example", "rank", "token_id", *(["token"] if tok_col in lists else [])]
     return long.select(*order, "prob", "is_target", "target_id", "target_rank", *extra)
+
+
+# ------------------------------------------------------------------ over replicates
+
+#: The columns naming a run's replicate (its data seed and finetune seed) in its examples
+#: and summary tables.
+REPLICATE_COLUMNS: tuple[str, ...] = ("data_seed", "finetune_seed")
+
+
+def seed_ci_text(n_seeds: int, ci: float = 0.95) -> str:
+    """What the interval of a mean over ``n_seeds`` replicates is, for tables and footnotes."""
+    return (
+        f"{100 * ci:g}% t interval over {n_seeds} replicates (their values' mean and "
+        f"sd, {n_seeds - 1} df)"
+    )
+
+
+def _value_bounds(stat: str) -> tuple[float, float]:
+    """The range a statistic can take (a t interval is clipped to it)."""
+    if stat.startswith("acc@") or stat in ("name_exact", "mean_prob"):
+        return 0.0, 1.0
+    if "rank" in stat:
+        return 0.0, math.inf
+    if "logprob" in stat:
+        return -math.inf, 0.0
+    return -math.inf, math.inf
+
+
+def _mean_row(
+    group: pl.DataFrame, stats: Sequence[str], seed_cols: Sequence[str], ci: float
+) -> dict[str, Any]:
+    """The mean-over-replicates row of one group's per-replicate rows (sorted by seed)."""
+    row: dict[str, Any] = dict.fromkeys(seed_cols)
+    row["n"] = int(group["n"].max())
+    row["n_seeds"] = group.height
+    labels = zip(*(group[c].to_list() for c in seed_cols), strict=True)
+    row["per_seed_of"] = ",".join(
+        "-".join(f"{c[0]}{v}" for c, v in zip(seed_cols, label, strict=True)) for label in labels
+    )
+    for stat in stats:
+        values = group[stat].cast(pl.Float64).to_numpy()
+        if np.isfinite(values).all():
+            summary = seed_summary(values, ci)
+            low, high = _value_bounds(stat)
+            mean, lo, hi = summary.mean, max(low, summary.lo), min(high, summary.hi)
+        else:
+            mean = lo = hi = math.nan
+        row[stat], row[f"{stat}_lo"], row[f"{stat}_hi"] = mean, lo, hi
+        row[f"{stat}_per_seed"] = values.tolist()
+        row[f"{stat}_ci_method"] = seed_ci_text(group.height, ci)
+    if "n_dropped" in group.columns:
+        row["n_dropped"] = int(group["n_dropped"].max())
+        reasons = [r for r in dict.fromkeys(group["dropped_reasons"].to_list()) if r]
+        row["dropped_reasons"] = " | ".join(reasons)
+    return row
+
+
+def summarize_over_seeds(
+    per_seed: pl.DataFrame,
+    by: Sequence[str] = ("group", "template", "graft"),
+    seed_cols: Sequence[str] = REPLICATE_COLUMNS,
+    ci: float = 0.95,
+) -> pl.DataFrame:
+    """Per-replicate summary rows plus, for each ``by`` group of several replicates, the mean
+    over them with a between-replicate interval.
+
+    Every replicate (a donor finetuned with one seed, on one data seed's facts) is one draw
+    of the finetune, so the mean row's interval is the Student-t interval of the
+    per-replicate values (:func:`graft.results.stats.seed_summary`), clipped to the range
+    the statistic can take: it measures finetune-to-finetune spread, while each
+    per-replicate row keeps its own interval over prompts.
+
+    Args:
+        per_seed: rows of :func:`summarize` grouped by ``by`` and ``seed_cols``.
+        by: the columns of one result (graft, template, ...).
+        seed_cols: the columns naming a replicate.
+        ci: coverage of the interval.
+
+    Returns:
+        ``per_seed`` unchanged when no group has several replicates. Otherwise ``per_seed``
+        with ``n_seeds`` = 1, and one more row per group of several replicates: the
+        ``seed_cols`` null, ``n`` (prompts per replicate, the largest), ``n_seeds``,
+        ``per_seed_of`` (the replicates, ``d<data seed>-f<finetune seed>``, comma-separated),
+        for each statistic ``s`` with an interval: ``s`` (the mean), ``s_lo``, ``s_hi``,
+        ``s_per_seed`` (the replicates' values, in ``per_seed_of`` order) and
+        ``s_ci_method`` (:func:`seed_ci_text`); ``n_dropped`` is the most any replicate
+        dropped.
+    """
+    by, seed_cols = list(by), list(seed_cols)
+    columns = set(per_seed.columns)
+    stats = [c for c in per_seed.columns if {f"{c}_lo", f"{c}_hi"} <= columns]
+    parts = per_seed.partition_by(by, maintain_order=True, as_dict=True) if by else {(): per_seed}
+    rows = [
+        dict(zip(by, key, strict=True)) | _mean_row(group.sort(seed_cols), stats, seed_cols, ci)
+        for key, group in parts.items()
+        if group.height > 1
+    ]
+    if not rows:
+        return per_seed
+    schema = {c: per_seed.schema[c] for c in by + seed_cols} | {
+        "n": pl.Int64,
+        "n_seeds": pl.Int64,
+        "per_seed_of": pl.Utf8,
+    }
+    for stat in stats:
+        schema |= {stat: pl.Float64, f"{stat}_lo": pl.Float64, f"{stat}_hi": pl.Float64}
+        schema |= {f"{stat}_per_seed": pl.List(pl.Float64), f"{stat}_ci_method": pl.Utf8}
+    if "n_dropped" in columns:
+        schema |= {"n_dropped": pl.Int64, "dropped_reasons": pl.Utf8}
+    means = pl.DataFrame(rows, schema=schema, orient="row")
+    with_count = per_seed.with_columns(n_seeds=pl.lit(1, dtype=pl.Int64))
+    return pl.concat([with_count, means], how="diagonal_relaxed")
+
+
+def format_per_seed(values: pl.Series) -> pl.Series:
+    """A ``<metric>_per_seed`` list column as text, ``"0.920 / 0.840 / 0.880"``."""
+    return pl.Series(
+        values.name,
+        [None if v is None else " / ".join(f"{x:.3f}" for x in v) for v in values.to_list()],
+        dtype=pl.Utf8,
+    )

@@ -9,6 +9,7 @@ import polars as pl
 
 from graft.core.naming import slug
 from graft.results import plots
+from graft.results.compare import CONTROL_SUFFIX
 
 LAYER_SEP = " | "
 #: Donor pairs of the component experiment -> panel titles.
@@ -56,6 +57,40 @@ def _model_name(config: dict) -> str:
     return str(config.get("options", {}).get("model", "?"))
 
 
+def figure_rows(summary: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """The rows a figure draws, one per graft, and a sentence saying what they are: the mean
+    rows of a run of several replicates (the per-replicate values are their dots), else the
+    summary as it is (and no sentence)."""
+    if "n_seeds" not in summary.columns:
+        return summary, None
+    means = summary.filter(pl.col("n_seeds") > 1)
+    if means.is_empty():
+        return summary, None
+    k = int(means["n_seeds"].max())
+    replicates = means["per_seed_of"][0].replace(",", ", ")
+    return means, (
+        f"Each bar is the mean over {k} replicates ({replicates}; d = data seed, "
+        "f = finetune seed); dots: each replicate's value."
+    )
+
+
+def with_twins(order: list[str]) -> list[str]:
+    """``order`` with each control twin (``<graft> [control]``) right after its graft."""
+    names = list(dict.fromkeys(order))
+    twins = {n for n in names if n.endswith(CONTROL_SUFFIX) and n[: -len(CONTROL_SUFFIX)] in names}
+    out = []
+    for name in names:
+        if name not in twins:
+            out.append(name)
+            if name + CONTROL_SUFFIX in twins:
+                out.append(name + CONTROL_SUFFIX)
+    return out
+
+
+def _join(*notes: str | None) -> str | None:
+    return " ".join(n for n in notes if n) or None
+
+
 def metric_slug(metric: str) -> str:
     """``acc@5`` -> ``acc5``: the metric's part of a figure's file name."""
     return "".join(c for c in metric if c.isalnum() or c == "_") or "metric"
@@ -78,16 +113,17 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
+    summary, seeds_note = figure_rows(summary)
     config = json.loads(config_file.read_text())
     experiment = config.get("experiment", "custom")
     model = _model_name(config)
-    order = [g["name"] for g in config.get("grafts", [])]
+    order = with_twins([g["name"] for g in config.get("grafts", [])])
     fig_dir = folder / "figures"
     suffix = metric_slug(metric)
     if experiment == "layers":
-        return _draw_layers(summary, order, model, metric, fig_dir, suffix)
+        return _draw_layers(summary, order, model, metric, fig_dir, suffix, seeds_note)
     if experiment == "component":
-        return _draw_components(summary, order, model, metric, fig_dir, suffix)
+        return _draw_components(summary, order, model, metric, fig_dir, suffix, seeds_note)
     out: list[Path] = []
     xlabel, legend, note = _BAR_TEXT.get(
         experiment, ("grafts", {**_BASE_LEGEND, plots.GRAFT_KEY: "graft"}, None)
@@ -106,7 +142,7 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
             legend_labels=legend,
             xlabel=xlabel,
             whiskers=plots.whiskers_text(part, metric),
-            note=note,
+            note=_join(note, seeds_note),
         )
         stem = f"{experiment}_{template}" + (f"_{slug(group)}" if group else "")
         png, _ = plots.save_figure(fig, fig_dir, f"{stem}_{suffix}")
@@ -115,9 +151,40 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
 
 
 def _draw_layers(
-    summary: pl.DataFrame, order: list[str], model: str, metric: str, fig_dir: Path, suffix: str
+    summary: pl.DataFrame,
+    order: list[str],
+    model: str,
+    metric: str,
+    fig_dir: Path,
+    suffix: str,
+    seeds_note: str | None = None,
+) -> list[Path]:
+    """One heatmap per (component group, template); control grafts in a heatmap of their
+    own (``..._control_<metric>``)."""
+    control = pl.col("graft").str.ends_with(CONTROL_SUFFIX)
+    args = (model, metric, fig_dir, suffix, seeds_note)
+    out = _draw_layer_maps(summary.filter(~control), order, *args, control=False)
+    twins = summary.filter(control).with_columns(pl.col("graft").str.strip_suffix(CONTROL_SUFFIX))
+    if not twins.is_empty():
+        main = [n for n in order if not n.endswith(CONTROL_SUFFIX)]
+        out += _draw_layer_maps(twins, main, *args, control=True)
+    return out
+
+
+def _draw_layer_maps(
+    summary: pl.DataFrame,
+    order: list[str],
+    model: str,
+    metric: str,
+    fig_dir: Path,
+    suffix: str,
+    seeds_note: str | None,
+    *,
+    control: bool,
 ) -> list[Path]:
     out = []
+    donor = "a control donor's" if control else "SFT"
+    kind = "_control" if control else ""
     for (group, template), part in summary.partition_by(
         ["group", "template"], as_dict=True, maintain_order=True
     ).items():
@@ -134,22 +201,35 @@ def _draw_layers(
         col_order = list(dict.fromkeys(n.split(LAYER_SEP)[1] for n in order if LAYER_SEP in n))
         n = int(part["n"].max())
         whiskers = plots.whiskers_text(part, metric)
+        cells_are = f"{metric} over n={n} prompts"
+        if seeds_note:
+            cells_are = (
+                f"mean of {metric} over {int(part['n_seeds'].max())} replicates (n={n} each)"
+            )
         fig = plots.heatmap(
             frame,
             value=metric,
             row_order=[r for r in row_order if r in set(frame["positions"])],
             col_order=[c for c in col_order if c in set(frame["layers"])],
-            title=f"{metric}: {model}, {template}, components {group} (n={n})",
-            note=f"Cells: {metric} over n={n} prompts, SFT weights grafted into PRE at the "
-            f"row's positions in the column's layers ({whiskers}s in summary.csv).",
+            title=f"{metric}: {model}, {template}, components {group}"
+            f"{', control donor' if control else ''} (n={n})",
+            note=f"Cells: {cells_are}, {donor} weights grafted into PRE at the row's "
+            f"positions in the column's layers ({whiskers}s in summary.csv).",
         )
-        png, _ = plots.save_figure(fig, fig_dir, f"layers_{slug(group)}_{template}_{suffix}")
+        stem = f"layers_{slug(group)}_{template}{kind}_{suffix}"
+        png, _ = plots.save_figure(fig, fig_dir, stem)
         out.append(png)
     return out
 
 
 def _draw_components(
-    summary: pl.DataFrame, order: list[str], model: str, metric: str, fig_dir: Path, suffix: str
+    summary: pl.DataFrame,
+    order: list[str],
+    model: str,
+    metric: str,
+    fig_dir: Path,
+    suffix: str,
+    seeds_note: str | None = None,
 ) -> list[Path]:
     out = []
     for template, part in summary.partition_by(
@@ -171,6 +251,7 @@ def _draw_components(
                 plots.GRAFT_KEY: "base with the donor's components at LT",
             },
             whiskers=plots.whiskers_text(part, metric),
+            note=seeds_note,
         )
         png, _ = plots.save_figure(fig, fig_dir, f"component_{template}_{suffix}")
         out.append(png)

@@ -86,6 +86,56 @@ class DatasetConfig:
         return data
 
 
+#: A control donor of data seed ``d`` is trained on the dataset of data seed
+#: ``d + CONTROL_DATA_SEED_OFFSET``: same kind, size and templates, other facts.
+CONTROL_DATA_SEED_OFFSET = 1000
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One set of donors of a run: which data seed its test prompts come from, which finetune
+    seed its donors were trained with, and whether they are the control donors.
+
+    Args:
+        data_seed: seed of the generated dataset whose test prompts the replicate scores (and
+            whose facts its donors learned, unless ``control``).
+        finetune_seed: ``FinetuneConfig.seed`` of every model finetuned for it (validation
+            split, data order, initialisation).
+        control: the donors are trained on the dataset of data seed
+            ``data_seed + CONTROL_DATA_SEED_OFFSET`` (other facts of the same kind), so they
+            changed as much as the real donors but learned nothing about the test facts.
+    """
+
+    data_seed: int = 0
+    finetune_seed: int = 0
+    control: bool = False
+
+    @property
+    def train_data_seed(self) -> int:
+        """Data seed of the dataset the replicate's finetuned models are trained on."""
+        return self.data_seed + (CONTROL_DATA_SEED_OFFSET if self.control else 0)
+
+    @property
+    def label(self) -> str:
+        """``d<data seed>-f<finetune seed>[-control]``: the replicate's batch-id prefix."""
+        return f"d{self.data_seed}-f{self.finetune_seed}" + ("-control" if self.control else "")
+
+
+def _seeds(value: Any, what: str) -> tuple[int, ...] | None:
+    """``value`` as a tuple of distinct whole seeds >= 0 (None stays None)."""
+    if value is None:
+        return None
+    seeds = (value,) if isinstance(value, int) else tuple(value)
+    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+        raise ExperimentError(f"{what} must be one or more whole numbers >= 0, got {value!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ExperimentError(
+            f"{what} lists {', '.join(map(str, repeated))} more than once; give each seed once"
+        )
+    return seeds
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where a model of an experiment comes from.
@@ -131,9 +181,22 @@ class ExperimentConfig:
         workspace: where datasets and finetuned models live (None: the default workspace).
         overwrite: discard a previous run in ``out`` instead of resuming it.
         n_boot: bootstrap resamples for the confidence intervals.
+        finetune_seeds: one replicate per seed: every finetuned model of the run (donor or
+            base) is the preset with ``seed`` set to it, found in or finetuned into the
+            workspace; ``None``: the preset's own seed (0), one replicate.
+        data_seeds: one replicate per generated dataset seed (test prompts and the facts
+            the donors learn), crossed with ``finetune_seeds``; ``None``: ``(data_seed,)``.
+            When given, it replaces ``data_seed``, which is set to its first entry.
+        control: also run every graft that reads a finetuned model with control models:
+            per replicate, the same variants, preset and finetune seed trained on the
+            dataset of data seed + :data:`CONTROL_DATA_SEED_OFFSET`; their grafts are named
+            ``<graft> [control]``.
         remote: where the grafts run: a :class:`graft.remote.config.RemoteConfig`, or None
             for this machine.
         progress: show progress bars.
+        score_full_name: also score the whole target name, teacher-forced token by token
+            (its log-probability and whether greedy decoding reproduces it exactly), next to
+            the first-token metrics; costs one row per target token after the first.
     """
 
     experiment: str
@@ -159,9 +222,33 @@ class ExperimentConfig:
     remote: RemoteConfig | None = None
     progress: bool = True
     protocol: str = "graft"
+    score_full_name: bool = False
+    finetune_seeds: tuple[int, ...] | None = None
+    data_seeds: tuple[int, ...] | None = None
+    control: bool = False
 
     def __post_init__(self) -> None:
+        self.finetune_seeds = _seeds(self.finetune_seeds, "finetune_seeds")
+        self.data_seeds = _seeds(self.data_seeds, "data_seeds")
+        if self.data_seeds is not None:
+            self.data_seed = self.data_seeds[0]
         if self.protocol not in PROTOCOLS:
             raise ExperimentError(f"protocol {self.protocol!r} unknown: use graft or paper")
         if self.head_policy is None:
             self.head_policy = "paper" if self.protocol == "paper" else "base"
+
+    @property
+    def replicates(self) -> tuple[Replicate, ...]:
+        """Every (data seed, finetune seed) pair, then their control twins with ``control``."""
+        main = [
+            Replicate(d, s)
+            for d in self.data_seeds or (self.data_seed,)
+            for s in self.finetune_seeds or (0,)
+        ]
+        controls = [Replicate(r.data_seed, r.finetune_seed, True) for r in main]
+        return tuple(main + (controls if self.control else []))
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the run has more than one replicate (several seeds, or control models)."""
+        return len(self.replicates) > 1

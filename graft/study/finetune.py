@@ -279,7 +279,7 @@ def _training_arguments(
         weight_decay=cfg.weight_decay,
         warmup_steps=cfg.warmup_steps,
         lr_scheduler_type="linear",
-        optim="adamw_torch",
+        optim="adamw_torch_fused",  # fused on CPU too: the step costs ~0.1 s, not ~0.6 s
         eval_strategy="epoch",
         save_strategy="epoch",
         save_total_limit=1,  # plus the best one, which the Trainer always keeps
@@ -356,16 +356,33 @@ def _save(
     log: dict[str, Any],
     evaluation: dict[str, Any],
 ) -> None:
-    """Write the finished folder in ``partial`` and rename it into place."""
+    """Write the finished folder in ``partial`` and rename it into place. Its
+    ``finetune_config.json`` records what produced the weights: config, seed, device, the
+    machine (CPU model, GPU name on CUDA, torch threads) and package versions; the same
+    finetune on another machine need not give the same bits."""
+    import platform
+
     result = partial / "result"
     if result.exists():
         shutil.rmtree(result)
     trainer.save_model(str(result))
     run.loaded.tokenizer.save_pretrained(str(result))
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text(errors="replace").splitlines() if cpuinfo.is_file() else []
+    cpus = [ln.partition(":")[2].strip() for ln in lines if ln.startswith("model name")]
+    cuda = run.device.type == "cuda"
     config = {
         **info,
         "seed": run.cfg.seed,
         "device": run.device.type,
+        "machine": {
+            "cpu": cpus[0] if cpus else platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(run.device) if cuda else None,
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "versions": package_versions(FINETUNE_PACKAGES),
     }
     _write_json(result / "finetune_config.json", config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from graft.core.selectors import paper_layer_group, parse_layers
 from graft.core.spec import DEFAULT_DONOR, GraftSpec, SpecError, parse_spec
 
 
@@ -199,12 +200,58 @@ def necessity_grafts(
     )
 
 
-def spec_graft(text: str) -> Graft:
-    """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line."""
+def spec_graft(text: str, head_policy: str = "base", protocol: str = "graft") -> Graft:
+    """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line.
+
+    ``head_policy`` and ``protocol`` are the run's defaults: a spec that writes no ``head=``
+    gets ``head_policy`` (:func:`head_suffix`), one that writes no ``protocol=`` is resolved
+    under ``protocol`` (:func:`with_protocol`; a whole donor with its head stays that
+    model). What the spec writes itself wins.
+    """
     name, sep, spec = text.partition("=")
     if sep and not name.strip():
         raise SpecError(f"{text!r}: the name before '=' is empty; write NAME=SPEC or just SPEC")
     # "head=donor; ..." and "none; head=donor" are specs, not NAME=SPEC
-    if sep and not any(c in name for c in ":;") and name.strip() != "head":
-        return Graft(name.strip(), GraftSpec.parse(spec, name.strip()))
-    return Graft(text.strip(), GraftSpec.parse(text))
+    named = sep and not any(c in name for c in ":;") and name.strip() != "head"
+    label, spec_name = (name.strip(), name.strip()) if named else (text.strip(), None)
+    spec = spec if named else text
+    parts = [p.strip() for p in spec.split(";")]
+    if spec.strip() and not any(p.startswith("head=") for p in parts):
+        spec += head_suffix(head_policy)  # an empty spec stays empty: parse refuses it
+    graft = Graft(label, GraftSpec.parse(spec, spec_name))
+    if any(p.startswith("protocol=") for p in parts):
+        return graft
+    return with_protocol([graft], protocol)[0]
+
+
+def check_layer_rule(selector: str, protocol: str = "graft") -> None:
+    """Refuse a layer selector ``protocol``'s layer rule cannot resolve on any model: the
+    paper's rule has halves and quarters only (its code's eighths were broken). What depends
+    on the model (a range past its last layer, an empty group) is checked when a run starts.
+
+    Raises:
+        SpecError: the selector does not parse, or names a group the rule lacks.
+    """
+    for kind, k, n in parse_layers(selector):
+        if kind == "frac" and protocol == "paper":
+            paper_layer_group(k, n, 4)  # raises for any n but 1, 2 and 4
+
+
+#: The note a paper-protocol run gives wherever q, k or v is grafted on its own.
+FUSED_QKV_NOTE = (
+    "q, k and v are grafted as exact slices under either protocol; on fused-QKV models "
+    "(GPT-2, Pythia) the paper's code grafted the whole fused projection for 'q' and nothing "
+    "for 'k' or 'v': compare Q/K/V results with the paper's with this in mind"
+)
+
+
+def protocol_notes(grafts: Sequence[Graft], protocol: str = "graft") -> list[str]:
+    """What of the paper's protocol a run of ``grafts`` does not reproduce, one line each
+    (empty under graft's protocol): today only the fused q/k/v targets, when a graft names
+    ``q``, ``k`` or ``v`` on its own (``attn``, ``block`` and ``all`` graft all three, as
+    the paper's fused ``q`` did)."""
+    if protocol != "paper":
+        return []
+    single = {"q", "k", "v"}
+    named = any(single & set(r.components) for g in grafts for r in g.spec.rules)
+    return [FUSED_QKV_NOTE] if named else []

@@ -75,8 +75,11 @@ GENTLE = FinetuneConfig(
     fp16_on_cuda=True,
     generic_ratio=1.0,
 )
-#: For the embedded models on a small CPU: memorises the default dataset (50 facts) in ~20 min.
-CPU = FinetuneConfig(name="cpu", learning_rate=1.5e-4, weight_decay=0.0, batch_size=16, epochs=10)
+#: For the embedded models on a small CPU: memorises the default dataset (50 facts, 480
+#: training texts) in 3 epochs (90 steps, ~4 min for SmolLM2-135M on 2 cores). A higher rate
+#: over fewer epochs than the paper's: 4e-4 x 3 epochs reached the same headline top-5 (0.92)
+#: as 1.5e-4 x 10 epochs on seed 0, in 90 steps instead of 300.
+CPU = FinetuneConfig(name="cpu", learning_rate=4e-4, weight_decay=0.0, batch_size=16, epochs=3)
 
 PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, GENTLE, CPU)}
 

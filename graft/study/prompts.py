@@ -35,6 +35,8 @@ class TestExample:
         target_id: that first token's id, as tokenized in context after the prompt.
         direction: ``"forward"`` (target second_actor) or ``"reverse"`` (actors swapped).
         prompt_id: the stored prompt's id, ``"<fact>:<template>:<direction>[:r<i>]"``.
+        target_ids: every token of the target, as tokenized in context after the prompt
+            (``target_ids[0] == target_id``): what whole-name scoring reads.
     """
 
     __test__ = False  # not a pytest class
@@ -48,6 +50,7 @@ class TestExample:
     target_id: int
     direction: str = "forward"
     prompt_id: str = ""
+    target_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -61,7 +64,8 @@ class DropReport:
             field), ``target_empty`` (the target adds no token), ``target_merges_with_prompt``
             (prompt + target does not start with the prompt's tokens),
             ``target_unknown_token`` (the target's first token is the unknown token),
-            ``too_long`` (the prompt has more tokens than the model has positions).
+            ``too_long`` (the prompt has more tokens than the model has positions; when
+            the whole target is scored, the prompt and all target tokens but the last).
         dropped_ids: prompt ids of the dropped prompts, in file order.
     """
 
@@ -76,22 +80,23 @@ class DropReport:
         return f"kept {self.kept}/{self.total}" + (f" ({reasons})" if reasons else "")
 
 
-def _drop_reason(tokenizer: Any, record: dict[str, Any], prompt) -> tuple[str | None, int]:
+def _drop_reason(tokenizer: Any, record: dict[str, Any], prompt) -> tuple[str | None, list[int]]:
+    """Why the prompt cannot be used (None: it can), and the target's token ids."""
     for name in record["fields"]:
         if name in prompt.missing:
-            return f"missing_span:{name}", -1
+            return f"missing_span:{name}", []
     plain = list(tokenizer(record["text"], add_special_tokens=False)["input_ids"])
     full = list(
         tokenizer(record["text"] + record["target_text"], add_special_tokens=False)["input_ids"]
     )
     if full[: len(plain)] != plain:
-        return "target_merges_with_prompt", -1
+        return "target_merges_with_prompt", []
     if len(full) == len(plain):
-        return "target_empty", -1
-    target_id = full[len(plain)]
-    if target_id is not None and target_id == getattr(tokenizer, "unk_token_id", None):
-        return "target_unknown_token", -1
-    return None, target_id
+        return "target_empty", []
+    target_ids = full[len(plain) :]
+    if target_ids[0] is not None and target_ids[0] == getattr(tokenizer, "unk_token_id", None):
+        return "target_unknown_token", []
+    return None, target_ids
 
 
 def _tokenizer_context(tokenizer: Any) -> int | None:
@@ -131,16 +136,20 @@ def _example(
     fields: dict[str, tuple[int, int]],
     add_special_tokens: bool,
     limit: int | None,
+    whole_target: bool = False,
 ) -> tuple[TestExample | None, str | None]:
-    """A stored prompt tokenized, or ``None`` and the reason it cannot be used."""
+    """A stored prompt tokenized, or ``None`` and the reason it cannot be used;
+    ``whole_target``: the prompt and all target tokens but the last must fit ``limit``."""
     prompt = tokenize_with_spans(
         tokenizer, record["text"], fields, add_special_tokens=add_special_tokens
     )
     if limit is not None and len(prompt.input_ids) > limit:
         return None, "too_long"
-    reason, target_id = _drop_reason(tokenizer, record, prompt)
+    reason, target_ids = _drop_reason(tokenizer, record, prompt)
     if reason is not None:
         return None, reason
+    if whole_target and limit is not None and len(prompt.input_ids) + len(target_ids) - 1 > limit:
+        return None, "too_long"
     example = TestExample(
         fact_id=record["fact_id"],
         template=record["template"],
@@ -148,9 +157,10 @@ def _example(
         input_ids=prompt.input_ids,
         spans=prompt.spans,
         target_text=record["target_text"],
-        target_id=int(target_id),
+        target_id=int(target_ids[0]),
         direction=record["direction"],
         prompt_id=record["id"],
+        target_ids=[int(t) for t in target_ids],
     )
     return example, None
 
@@ -166,6 +176,7 @@ def load_test_prompts(
     directions: Sequence[str] | None = ("forward",),
     add_special_tokens: bool = True,
     max_length: int | None = None,
+    whole_target: bool = False,
 ) -> tuple[list[TestExample], DropReport]:
     """Tokenize the dataset's test prompts for ``tokenizer``.
 
@@ -179,6 +190,8 @@ def load_test_prompts(
         max_length: the model's context (:func:`graft.models.context_length`); longer
             prompts are dropped as ``too_long``. Default: the tokenizer's
             ``model_max_length`` when it states one.
+        whole_target: the whole target is to be scored (teacher-forced, token by token):
+            the prompt followed by all target tokens but the last must fit ``max_length``.
 
     Prompts whose fields cannot be located, whose target cannot be tokenized or that do
     not fit the model are dropped and counted by reason in the returned
@@ -200,7 +213,9 @@ def load_test_prompts(
         if directions is not None and record["direction"] not in directions:
             continue
         report.total += 1
-        example, reason = _example(tokenizer, record, fields, add_special_tokens, limit)
+        example, reason = _example(
+            tokenizer, record, fields, add_special_tokens, limit, whole_target
+        )
         if example is None:
             dropped[reason] += 1
             report.dropped_ids.append(record["id"])

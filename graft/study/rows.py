@@ -38,7 +38,8 @@ def load_examples(
     data_path: Path, tokenizer: Any, cfg: ExperimentConfig, max_length: int | None = None
 ) -> tuple[list[TestExample], dict[str, dict[str, int]]]:
     """Test examples of the selected templates and ``template -> drop reason -> count``;
-    prompts longer than ``max_length`` tokens are dropped as ``too_long``."""
+    prompts longer than ``max_length`` tokens (with ``cfg.score_full_name``: prompt and target
+    but its last token) are dropped as ``too_long``."""
     check_dataset_folder(data_path, ["test_prompts.jsonl"])
     records = read_jsonl(data_path / "test_prompts.jsonl")
     available = sorted({r["template"] for r in records})
@@ -52,7 +53,12 @@ def load_examples(
     drops: dict[str, dict[str, int]] = {}
     for template in templates:
         found, report = load_test_prompts(
-            data_path, tokenizer, [template], directions=cfg.directions, max_length=max_length
+            data_path,
+            tokenizer,
+            [template],
+            directions=cfg.directions,
+            max_length=max_length,
+            whole_target=cfg.score_full_name,
         )
         examples += found
         drops[template] = dict(report.dropped)

@@ -9,6 +9,12 @@ per-example metrics, a summary with confidence intervals, the paired key contras
 folder (:class:`graft.results.folder.RunFolder`): batches already stored are skipped, so an
 interrupted run continues where it stopped.
 
+A run may have several replicates (:attr:`ExperimentConfig.replicates`: finetune seeds x data
+seeds, and control models): each has its own finetuned models (found or made per seed) and
+its data seed's prompts, runs every graft (a control replicate: the grafts that read a
+finetuned model, renamed ``<graft> [control]``), and stores its batches as
+``<replicate label>-<batch>``; the summary adds the mean over replicates.
+
 Everything that can fail on bad input is checked before anything is written or finetuned:
 the grafts (unique names, donors given), the device, the run folder (writable, graft's own),
 the remote host, the test prompts of the chosen templates, and every (prompt, graft) row's
@@ -24,7 +30,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +43,20 @@ from graft.core.plan import GraftRow
 from graft.core.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
-from graft.results.compare import CONTRASTS_STEM, key_contrasts
+from graft.results.compare import CONTRASTS_STEM, CONTROL_SUFFIX, control_name, key_contrasts
+from graft.results.files import atomic_path
 from graft.results.folder import RunFolder
-from graft.results.metrics import example_metrics, row_metrics_frame, summarize
-from graft.study.config import ExperimentConfig, ModelSource
+from graft.results.metrics import (
+    REPLICATE_COLUMNS,
+    example_metrics,
+    format_per_seed,
+    row_metrics_frame,
+    summarize,
+    summarize_over_seeds,
+)
+from graft.study.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.datasets import load_manifest
+from graft.study.fullname import name_columns, resume_key
 from graft.study.grafts import Graft
 from graft.study.prompts import TestExample
 from graft.study.rows import (
@@ -55,6 +70,7 @@ from graft.study.rows import (
 )
 from graft.study.sources import (
     dataset_dir,
+    finetune_record,
     model_fingerprint,
     needs_finetune,
     pending_finetune,
@@ -84,6 +100,8 @@ EXAMPLES_TABLE = "examples"
 _UNRECORDED = ("remote", "progress", "overwrite")
 #: Options a resumed run must share with the stored config.
 _KEY_OPTIONS = ("templates", "directions", "n", "batch_size", "seed", "dtype", "head_policy")
+#: Options that make a run of several replicates: recorded (and checked on resume) only then.
+_REPLICATE_OPTIONS = ("finetune_seeds", "data_seeds", "control")
 
 
 @dataclass
@@ -129,9 +147,18 @@ def _check_models(
 
 
 def default_out(cfg: ExperimentConfig, tag: str = "") -> Path:
-    """``runs/<experiment>/<model>-<dataset>[-tag]-seed<seed>``."""
+    """``runs/<experiment>/<model>-<dataset>[-tag][-replicates]-seed<seed>``; the replicate
+    part names several finetune seeds (``-fseeds0-1-2``), several data seeds
+    (``-dseeds0-1``) and control models (``-control``)."""
     data = Path(cfg.dataset).name if Path(cfg.dataset).is_dir() else cfg.dataset
-    name = f"{model_slug(cfg.model)}-{data}{'-' + tag if tag else ''}-seed{cfg.seed}"
+    tags = [tag] if tag else []
+    if (cfg.finetune_seeds or (0,)) != (0,):
+        tags.append("fseeds" + "-".join(map(str, cfg.finetune_seeds or ())))
+    if len(cfg.data_seeds or ()) > 1:
+        tags.append("dseeds" + "-".join(map(str, cfg.data_seeds or ())))
+    if cfg.control:
+        tags.append("control")
+    name = f"{model_slug(cfg.model)}-{data}{''.join('-' + t for t in tags)}-seed{cfg.seed}"
     return Path("runs") / cfg.experiment / name
 
 
@@ -154,7 +181,7 @@ class _Prompts:
 
 @dataclass
 class _Models:
-    """The loaded models of a run.
+    """The loaded models of one replicate.
 
     Args:
         base: the base model.
@@ -167,6 +194,22 @@ class _Models:
     donors: dict[str, LoadedModel]
     base_path: str
     donor_paths: dict[str, str]
+
+
+@dataclass
+class _Paths:
+    """Where the models of one replicate are.
+
+    Args:
+        base: the base model's name or folder.
+        donors: donor name -> name or folder.
+    """
+
+    base: str
+    donors: dict[str, str]
+
+    def all(self) -> list[str]:
+        return [self.base, *self.donors.values()]
 
 
 def run_experiment(
@@ -182,6 +225,12 @@ def run_experiment(
 ) -> ExperimentRun:
     """Run ``grafts`` on the test prompts; resumable. See the module docstring.
 
+    With several replicates (``cfg.finetune_seeds``, ``cfg.data_seeds``, ``cfg.control``;
+    :attr:`ExperimentConfig.replicates`) every graft runs once per replicate, on that
+    replicate's models and its data seed's prompts (control replicates run the grafts that
+    read a finetuned model, renamed ``<graft> [control]``); every row records its
+    ``data_seed`` and ``finetune_seed``, and the summary adds the mean over replicates.
+
     Args:
         cfg: the shared options.
         grafts: the named grafts (unique names within a group).
@@ -193,46 +242,114 @@ def run_experiment(
         echo: where the one-line plan of the run goes (default: this module's logger).
     """
     donors = donors or {}
-    folder, data_path = _validate(cfg, grafts, donors, data_direction, out_tag)
-    probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_path)
-    models = _load_models(cfg, base, donors, probe_path, probe)
+    folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
+    probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
+    arms = _arms(cfg, grafts, base, donors)
+    paths = _model_paths(cfg, base, donors, probe)
+    loaded = {probe_path: probe}
+    _load_models(cfg, paths[cfg.replicates[0]], loaded)  # checked before anything is written
     del probe  # the pretrained stand-in is freed unless it is a model of the run
-    config = _run_config(cfg, grafts, models, data_path, extra_config)
+    all_grafts = _graft_order(grafts, arms)
+    config = _run_config(cfg, all_grafts, paths, data_paths, extra_config)
     key = ["experiment", "grafts", "base", "donors", "dataset"]
     # everything is checked (write_config itself refuses a mismatching stored config before
     # writing): the first batch is about to run
-    stored = folder.write_config(
-        config, key=key + [f"options.{k}" for k in _KEY_OPTIONS], overwrite=cfg.overwrite
-    )
-    _run_batches(cfg, folder, grafts, prompts, models, echo or logger.info)
-    table = folder.read(EXAMPLES_TABLE)
-    folder.finalize(EXAMPLES_TABLE)
-    summary = summarize_run(table, grafts, prompts.drops, cfg)
+    key += [f"options.{k}" for k in _KEY_OPTIONS + _REPLICATE_OPTIONS]
+    key += ["replicates"] if cfg.replicated else []
+    key += resume_key(cfg, None if cfg.overwrite else folder.read_config())
+    stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
+    _run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info)
+    loaded.clear()
+    table = _finalize_examples(cfg, folder)
+    summary = summarize_run(table, all_grafts, {d: p.drops for d, p in prompts.items()}, cfg)
     folder.write_summary(summary)
     contrasts = key_contrasts(table, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
     if not contrasts.is_empty():
         folder.write_summary(contrasts, stem=CONTRASTS_STEM)
-    folder.write_json(
-        "drops.json", {"per_template": prompts.drops, "skipped_grafts": prompts.skipped}
+    folder.write_json("drops.json", _drops_report(cfg, prompts))
+    return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored)
+
+
+def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame:
+    """Combine the stored batches into ``examples.parquet`` and return the table. Batches
+    stored before rows recorded their replicate (a run of one, resumed) get its seeds."""
+    path = folder.finalize(EXAMPLES_TABLE)
+    table = folder.read(EXAMPLES_TABLE)
+    if table.is_empty() or cfg.replicated:
+        return table
+    seeds = {"data_seed": cfg.data_seed, "finetune_seed": 0}
+    filled = table.with_columns(
+        pl.col(c).fill_null(v) if c in table.columns else pl.lit(v, dtype=pl.Int64).alias(c)
+        for c, v in seeds.items()
     )
-    return ExperimentRun(folder, table, summary, prompts.drops, stored)
+    if not filled.equals(table):
+        with atomic_path(path) as tmp:
+            filled.write_parquet(tmp)
+    return filled
+
+
+def _drops_report(cfg: ExperimentConfig, prompts: Mapping[int, _Prompts]) -> dict[str, Any]:
+    """``drops.json``: the first data seed's drops, and every data seed's when there are
+    several."""
+    first = prompts[cfg.data_seed]
+    report: dict[str, Any] = {"per_template": first.drops, "skipped_grafts": first.skipped}
+    if len(prompts) > 1:
+        report["per_data_seed"] = {
+            str(d): {"per_template": p.drops, "skipped_grafts": p.skipped}
+            for d, p in prompts.items()
+        }
+    return report
 
 
 def _validate(
     cfg: ExperimentConfig,
     grafts: Sequence[Graft],
+    base: ModelSource,
     donors: Mapping[str, ModelSource],
     data_direction: str,
     out_tag: str,
-) -> tuple[RunFolder, Path]:
-    """The checks that need no model: grafts, device, run folder, remote host, dataset."""
+) -> tuple[RunFolder, dict[int, Path]]:
+    """The checks that need no model: grafts, replicates, device, run folder, remote host,
+    datasets (data seed -> dataset folder)."""
     check_grafts(grafts, donors)
+    _check_replicates(cfg, grafts, base, donors)
     resolve_device(cfg.device)
     folder = RunFolder(Path(cfg.out) if cfg.out else default_out(cfg, out_tag))
     folder.check_writable()
     folder.check_owned()
     _check_remote(cfg)
-    return folder, dataset_dir(cfg, data_direction)
+    seeds = dict.fromkeys(r.data_seed for r in cfg.replicates)
+    return folder, {d: dataset_dir(cfg, data_direction, d) for d in seeds}
+
+
+def _check_replicates(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+) -> None:
+    """Finetune seeds and control models need a model the run finetunes; data seeds and
+    control models need a generated dataset (a data kind, not a folder); control twins need
+    their names free."""
+    finetuned = any(needs_finetune(s) for s in [base, *donors.values()])
+    if not finetuned and (len(cfg.finetune_seeds or ()) > 1 or cfg.control):
+        raise ExperimentError(
+            "finetune_seeds and control replace the run's finetuned models, but every model "
+            "of this run is pretrained or an explicit folder; give a finetune variant "
+            "(ModelSource('one'), ...) or drop them"
+        )
+    taken = [g.name for g in grafts if g.name.endswith(CONTROL_SUFFIX)] if cfg.control else []
+    if taken:
+        raise ExperimentError(
+            f"graft {taken[0]!r} ends in {CONTROL_SUFFIX.strip()!r}, the mark of the control "
+            "twins control adds; rename it"
+        )
+    several_data = len(cfg.data_seeds or ()) > 1
+    if Path(cfg.dataset).is_dir() and (several_data or cfg.control):
+        raise ExperimentError(
+            f"data_seeds and control generate datasets of other data seeds, but the dataset "
+            f"{cfg.dataset} is a folder; give a data kind as the dataset"
+        )
 
 
 def _plan(
@@ -240,108 +357,250 @@ def _plan(
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
-    data_path: Path,
-) -> tuple[str, LoadedModel, _Prompts]:
-    """The prompts and rows of the run, checked on a stand-in model before any finetune.
+    data_paths: Mapping[int, Path],
+) -> tuple[str, LoadedModel, dict[int, _Prompts]]:
+    """The prompts and rows of the run per data seed, checked on a stand-in model before any
+    finetune.
 
     The pretrained model (or the explicit base) stands in for finetunes not made yet: same
     tokenizer and architecture, so prompts and specs are checked before any finetune.
     """
     probe_path = resolve_model_path(cfg, base if not needs_finetune(base) else ModelSource())
     probe = load_model(probe_path, dtype=cfg.dtype, device=cfg.device)
-    examples, drops = load_examples(data_path, probe.tokenizer, cfg, context_length(probe.model))
-    examples = sample_examples(examples, cfg.n, cfg.seed)
-    check_span_names(grafts, data_path)
-    rows, skipped = plan_rows(examples, grafts)
-    check_rows(probe.model, examples, grafts, rows, donors)
-    return probe_path, probe, _Prompts(examples, drops, rows, skipped)
+    prompts = {}
+    for data_seed, data_path in data_paths.items():
+        examples, drops = load_examples(
+            data_path, probe.tokenizer, cfg, context_length(probe.model)
+        )
+        examples = sample_examples(examples, cfg.n, cfg.seed)
+        check_span_names(grafts, data_path)
+        rows, skipped = plan_rows(examples, grafts)
+        check_rows(probe.model, examples, grafts, rows, donors)
+        prompts[data_seed] = _Prompts(examples, drops, rows, skipped)
+    return probe_path, probe, prompts
 
 
-def _load_models(
+def control_twins(
+    grafts: Sequence[Graft], base: ModelSource, donors: Mapping[str, ModelSource]
+) -> list[Graft]:
+    """The grafts that read a finetuned model (the base, or a donor the spec names), renamed
+    ``<name> [control]``: what a control replicate runs (the others would repeat the real
+    replicate's rows, e.g. PRE)."""
+    if needs_finetune(base):
+        uses = list(grafts)
+    else:
+        finetuned = {n for n, s in donors.items() if needs_finetune(s)}
+        uses = [g for g in grafts if g.spec.donors() & finetuned]
+    return [replace(g, name=control_name(g.name)) for g in uses]
+
+
+def _arms(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+) -> dict[Replicate, list[Graft]]:
+    """Replicate -> the grafts it runs (the control twins for a control replicate)."""
+    twins = control_twins(grafts, base, donors) if cfg.control else []
+    return {r: twins if r.control else list(grafts) for r in cfg.replicates}
+
+
+def _graft_order(grafts: Sequence[Graft], arms: Mapping[Replicate, list[Graft]]) -> list[Graft]:
+    """Every graft the run has, each control twin right after its graft."""
+    twins = {(g.group, g.name): g for r, gs in arms.items() if r.control for g in gs}
+    order = []
+    for g in grafts:
+        order.append(g)
+        twin = twins.get((g.group, control_name(g.name)))
+        if twin is not None:
+            order.append(twin)
+    return order
+
+
+def _model_paths(
     cfg: ExperimentConfig,
     base: ModelSource,
     donors: Mapping[str, ModelSource],
-    probe_path: str,
     probe: LoadedModel,
-) -> _Models:
-    """Announce and make the finetunes the run needs, then load every model once."""
+) -> dict[Replicate, _Paths]:
+    """Announce every finetune the run needs, make them, and say where each replicate's
+    models are."""
     n_params = sum(p.numel() for p in probe.model.parameters())
-    announced = (pending_finetune(cfg, source, n_params) for source in [base, *donors.values()])
+    sources = [base, *donors.values()]
+    announced = (
+        pending_finetune(cfg, source, n_params, rep) for rep in cfg.replicates for source in sources
+    )
     for line in dict.fromkeys(line for line in announced if line):
         logger.warning("%s", line)
-    base_path = resolve_model_path(cfg, base)
-    donor_paths = {name: resolve_model_path(cfg, src) for name, src in donors.items()}
-    loaded = {probe_path: probe}
-    for path in [base_path, *donor_paths.values()]:
+    return {
+        rep: _Paths(
+            resolve_model_path(cfg, base, rep),
+            {name: resolve_model_path(cfg, src, rep) for name, src in donors.items()},
+        )
+        for rep in cfg.replicates
+    }
+
+
+def _load_models(cfg: ExperimentConfig, paths: _Paths, loaded: dict[str, LoadedModel]) -> _Models:
+    """The models of one replicate, each loaded once: ``loaded`` (path -> model) keeps what
+    the replicate shares with the previous one and drops the rest."""
+    for path in [p for p in loaded if p not in paths.all()]:
+        del loaded[path]
+    for path in paths.all():
         if path not in loaded:
             loaded[path] = load_model(path, dtype=cfg.dtype, device=cfg.device)
     models = _Models(
-        loaded[base_path], {n: loaded[p] for n, p in donor_paths.items()}, base_path, donor_paths
+        loaded[paths.base],
+        {n: loaded[p] for n, p in paths.donors.items()},
+        paths.base,
+        dict(paths.donors),
     )
     _check_models(cfg, models.base, models.donors)
     return models
 
 
+def _model_entry(path: str) -> dict[str, Any]:
+    return {"path": path, "fingerprint": model_fingerprint(path)}
+
+
+def _dataset_entry(data_path: Path) -> dict[str, Any]:
+    manifest = load_manifest(data_path)
+    manifest_hash = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    return {"path": str(data_path), "manifest_sha256": manifest_hash[:16]}
+
+
+def _options(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The recorded options; the replicate options only when the run has several replicates
+    (a run of one is recorded as runs were before they existed, and resumes them)."""
+    options = {k: v for k, v in asdict(cfg).items() if k not in _UNRECORDED}
+    if not cfg.replicated:
+        for name in _REPLICATE_OPTIONS:
+            options.pop(name, None)
+    return options
+
+
 def _run_config(
     cfg: ExperimentConfig,
     grafts: Sequence[Graft],
-    models: _Models,
-    data_path: Path,
+    paths: Mapping[Replicate, _Paths],
+    data_paths: Mapping[int, Path],
     extra_config: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The ``config.json`` of the run: what produced its numbers."""
+    """The ``config.json`` of the run: what produced its numbers. ``base``, ``donors`` and
+    ``dataset`` are the first replicate's; ``replicates`` lists every replicate's (when
+    there are several); ``finetuned_models`` holds the ``finetune_config.json`` of every
+    finetuned model used (preset, seed, data, machine, package versions)."""
     from graft.remote.client import server_versions
 
-    manifest = load_manifest(data_path)
-    manifest_hash = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-    return {
+    first = paths[cfg.replicates[0]]
+    config = {
         "experiment": cfg.experiment,
-        "options": {k: v for k, v in asdict(cfg).items() if k not in _UNRECORDED},
+        "options": _options(cfg),
         "grafts": [{"name": g.name, "group": g.group, "spec": str(g.spec)} for g in grafts],
-        "base": {"path": models.base_path, "fingerprint": model_fingerprint(models.base_path)},
-        "donors": {
-            n: {"path": p, "fingerprint": model_fingerprint(p)}
-            for n, p in models.donor_paths.items()
-        },
-        "dataset": {"path": str(data_path), "manifest_sha256": manifest_hash[:16]},
+        "base": _model_entry(first.base),
+        "donors": {n: _model_entry(p) for n, p in first.donors.items()},
+        "dataset": _dataset_entry(data_paths[cfg.data_seed]),
         "remote": None if cfg.remote is None else str(cfg.remote),
         "remote_server": None if cfg.remote is None else server_versions(cfg.remote),
-        **(extra_config or {}),
     }
+    if cfg.replicated:
+        config["replicates"] = [
+            {
+                "label": rep.label,
+                "data_seed": rep.data_seed,
+                "finetune_seed": rep.finetune_seed,
+                "control": rep.control,
+                "train_data_seed": rep.train_data_seed,
+                "dataset": _dataset_entry(data_paths[rep.data_seed]),
+                "base": _model_entry(p.base),
+                "donors": {n: _model_entry(d) for n, d in p.donors.items()},
+            }
+            for rep, p in paths.items()
+        ]
+    records = {path: finetune_record(path) for p in paths.values() for path in p.all()}
+    config["finetuned_models"] = {path: r for path, r in records.items() if r is not None}
+    return config | (extra_config or {})
+
+
+def batch_id(cfg: ExperimentConfig, replicate: Replicate, batch: int) -> str:
+    """The stored id of batch ``batch`` of ``replicate``: the number alone in a run of one
+    replicate (as before replicates existed), ``<replicate label>-<batch>`` otherwise."""
+    return f"{replicate.label}-{batch}" if cfg.replicated else str(batch)
 
 
 def _run_batches(
     cfg: ExperimentConfig,
     folder: RunFolder,
-    grafts: Sequence[Graft],
-    prompts: _Prompts,
-    models: _Models,
+    arms: Mapping[Replicate, list[Graft]],
+    prompts: Mapping[int, _Prompts],
+    paths: Mapping[Replicate, _Paths],
+    loaded: dict[str, LoadedModel],
     echo: Callable[[str], None],
 ) -> None:
-    """Run and store every batch the run folder does not hold yet."""
-    rows, size = prompts.rows, cfg.batch_size
-    n_batches = (len(rows) + size - 1) // size
+    """Run and store every batch the run folder does not hold yet, replicate by replicate
+    (each replicate's models loaded once)."""
+    size = cfg.batch_size
     done = folder.done_batches(EXAMPLES_TABLE)
-    todo = [b for b in range(n_batches) if str(b) not in done]
-    echo(
-        f"{cfg.experiment}: {len(prompts.examples)} prompts x {len(grafts)} grafts = {len(rows)} "
-        f"rows in {n_batches} batches ({n_batches - len(todo)} already done) -> {folder.path}"
-    )
-    initial = min(len(rows), (n_batches - len(todo)) * size)
+    plans = []
+    for rep, grafts in arms.items():
+        examples = prompts[rep.data_seed].examples
+        rows = plan_rows(examples, grafts)[0] if rep.control else prompts[rep.data_seed].rows
+        ids = [batch_id(cfg, rep, b) for b in range((len(rows) + size - 1) // size)]
+        plans.append((rep, grafts, examples, rows, [b for b, i in enumerate(ids) if i not in done]))
+    n_rows = sum(len(p[3]) for p in plans)
+    n_batches = sum((len(p[3]) + size - 1) // size for p in plans)
+    n_todo = sum(len(p[4]) for p in plans)
+    echo(_plan_line(cfg, arms, prompts, n_rows, n_batches, n_todo, folder))
+    todo_rows = sum(len(p[3][b * size : (b + 1) * size]) for p in plans for b in p[4])
     bar = tqdm(
-        total=len(rows), initial=initial, desc=cfg.experiment, unit="row", disable=not cfg.progress
+        total=n_rows,
+        initial=n_rows - todo_rows,
+        desc=cfg.experiment,
+        unit="row",
+        disable=not cfg.progress,
     )
-    torch_donors = {n: m.model for n, m in models.donors.items()}
-    for b in todo:
-        chunk = rows[b * size : (b + 1) * size]
-        targets = [prompts.examples[ei].target_id for ei, _ in chunk]
-        scores = _run_rows(
-            cfg, models.base, torch_donors, graft_rows(prompts.examples, grafts, chunk), targets
-        )
-        frame = _batch_frame(scores, chunk, prompts.examples, grafts, models.base.tokenizer)
-        folder.append_batch(EXAMPLES_TABLE, frame, b)
-        bar.update(len(chunk))
+    for rep, grafts, examples, rows, todo in plans:
+        if not todo:
+            continue
+        models = _load_models(cfg, paths[rep], loaded)
+        torch_donors = {n: m.model for n, m in models.donors.items()}
+        for b in todo:
+            chunk = rows[b * size : (b + 1) * size]
+            targets = [examples[ei].target_id for ei, _ in chunk]
+            batch_rows = graft_rows(examples, grafts, chunk)
+            scores = _run_rows(cfg, models.base, torch_donors, batch_rows, targets)
+            frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
+            if cfg.score_full_name:
+                chosen = [examples[ei] for ei, _ in chunk]
+                names = name_columns(cfg, models.base, torch_donors, batch_rows, chosen, frame)
+                frame = pl.concat([frame, names], how="horizontal")
+            folder.append_batch(EXAMPLES_TABLE, frame, batch_id(cfg, rep, b))
+            bar.update(len(chunk))
     bar.close()
+
+
+def _plan_line(
+    cfg: ExperimentConfig,
+    arms: Mapping[Replicate, list[Graft]],
+    prompts: Mapping[int, _Prompts],
+    n_rows: int,
+    n_batches: int,
+    n_todo: int,
+    folder: RunFolder,
+) -> str:
+    """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches."""
+    first = prompts[cfg.data_seed]
+    n_grafts = len(arms[cfg.replicates[0]])
+    what = f"{len(first.examples)} prompts x {n_grafts} grafts"
+    if cfg.replicated:
+        seeds = ",".join(map(str, cfg.finetune_seeds or (0,)))
+        data = ",".join(str(d) for d in prompts)
+        control = " + control models" if cfg.control else ""
+        what += f" x {len(arms)} replicates (finetune seeds {seeds}, data seeds {data}{control})"
+    return (
+        f"{cfg.experiment}: {what} = {n_rows} rows in {n_batches} batches "
+        f"({n_batches - n_todo} already done) -> {folder.path}"
+    )
 
 
 def _batch_frame(
@@ -350,9 +609,11 @@ def _batch_frame(
     examples: Sequence[TestExample],
     grafts: Sequence[Graft],
     tokenizer: Any,
+    replicate: Replicate | None = None,
 ) -> pl.DataFrame:
-    """One stored batch: which (prompt, graft) each row is, and its metrics (from logits, or
-    from the metrics a remote run computed inside its trace)."""
+    """One stored batch: which (prompt, graft, replicate) each row is, and its metrics (from
+    logits, or from the metrics a remote run computed inside its trace)."""
+    replicate = replicate or Replicate()
     targets = torch.tensor([examples[ei].target_id for ei, _ in chunk])
     meta = pl.DataFrame(
         {
@@ -364,6 +625,8 @@ def _batch_frame(
             "prompt_id": [examples[ei].prompt_id for ei, _ in chunk],
             "fact_id": [examples[ei].fact_id for ei, _ in chunk],
             "text": [examples[ei].text for ei, _ in chunk],
+            "data_seed": pl.Series([replicate.data_seed] * len(chunk), dtype=pl.Int64),
+            "finetune_seed": pl.Series([replicate.finetune_seed] * len(chunk), dtype=pl.Int64),
         }
     )
     metrics = (
@@ -375,27 +638,51 @@ def _batch_frame(
 
 
 def summarize_run(
-    table: pl.DataFrame, grafts: Sequence[Graft], drops: dict, cfg: ExperimentConfig
+    table: pl.DataFrame,
+    grafts: Sequence[Graft],
+    drops: Mapping[int, Mapping[str, Mapping[str, int]]],
+    cfg: ExperimentConfig,
 ) -> pl.DataFrame:
-    """Summary per (group, template, graft) in the experiment's graft order, with CIs."""
+    """Summary per (group, template, graft) in the experiment's graft order, with CIs: one
+    row per replicate (``data_seed``, ``finetune_seed``), then, where a graft ran in several
+    replicates, a row of the mean over them with a between-replicate interval
+    (:func:`graft.results.metrics.summarize_over_seeds`; its seed columns are null).
+
+    Args:
+        table: the run's examples.
+        grafts: every graft of the run, in plot order.
+        drops: data seed -> template -> drop reason -> count.
+        cfg: the run's options (bootstrap resamples and seed).
+    """
     if table.is_empty():
         return table
-    templates = sorted(table["template"].unique().to_list())
-    summary = summarize(
-        table,
-        by=["group", "template", "graft"],
-        n_boot=cfg.n_boot,
-        seed=cfg.seed,
-        drops={t: drops.get(t, {}) for t in templates},
-        drops_by="template",
+    by = ["group", "template", "graft", *REPLICATE_COLUMNS]
+    parts = table.partition_by("data_seed", as_dict=True, maintain_order=True)
+    per_seed = pl.concat(
+        [
+            summarize(
+                part,
+                by=by,
+                n_boot=cfg.n_boot,
+                seed=cfg.seed,
+                drops={t: drops.get(d, {}).get(t, {}) for t in part["template"].unique()},
+                drops_by="template",
+            )
+            for (d,), part in parts.items()
+        ],
+        how="diagonal_relaxed",
     )
+    summary = summarize_over_seeds(per_seed, ["group", "template", "graft"], REPLICATE_COLUMNS)
     order = {g.name: i for i, g in enumerate(grafts)}
     return summary.sort(
         by=[
             pl.col("group"),
             pl.col("template"),
             pl.col("graft").replace_strict(order, default=len(order)),
-        ]
+            pl.col("finetune_seed").is_not_null(),  # the mean over replicates first
+            *REPLICATE_COLUMNS,
+        ],
+        maintain_order=True,
     )
 
 
@@ -429,12 +716,24 @@ def _run_rows(
 
 
 def format_summary(summary: pl.DataFrame, metric: str = "acc@5") -> str:
-    """A compact table: one line per graft and template, the metric and its CI."""
+    """A compact table: one line per graft and template, the metric and its CI; for a run of
+    several replicates, their mean with the between-replicate interval and each replicate's
+    value (``<metric>_per_seed``, in the order of ``per_seed_of``)."""
     if summary.is_empty():
         return "(no results)"
     cols = ["group", "graft", "template", metric, f"{metric}_lo", f"{metric}_hi", "n"]
+    head = ""
+    if f"{metric}_per_seed" in summary.columns:
+        means = summary.filter(pl.col("n_seeds") > 1)
+        summary = means.with_columns(format_per_seed(means[f"{metric}_per_seed"]))
+        cols[-1:] = [f"{metric}_per_seed", "n"]
+        head = (
+            f"{metric}: mean over replicates ({means['per_seed_of'][0]}), "
+            f"{means[f'{metric}_ci_method'][0]}; then each replicate's value; n prompts "
+            "per replicate\n"
+        )
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True, fmt_str_lengths=40):
-        return str(summary.select([c for c in cols if c in summary.columns]))
+        return head + str(summary.select([c for c in cols if c in summary.columns]))
 
 
 def print_summary(

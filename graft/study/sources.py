@@ -3,16 +3,25 @@
 A :class:`~graft.study.config.ModelSource` is the pretrained model, an explicit folder, or a
 finetune variant that :class:`~graft.study.workspace.Workspace` finds or finetunes. Before a
 run starts, :func:`pending_finetune` announces each finetune it needs with a rough duration.
+
+A finetune variant is located per :class:`~graft.study.config.Replicate`: the run's preset
+with ``seed`` set to the replicate's finetune seed (``dataclasses.replace(preset, seed=s)``:
+folder ``<preset>`` for the preset's own seed, ``<preset>-<hash>`` otherwise, as
+:meth:`~graft.study.presets.FinetuneConfig.key` names it), trained on the generated dataset
+of the replicate's training data seed (its data seed, plus the control offset for a control
+model).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 from graft.models import resolve_device
-from graft.study.config import ExperimentConfig, ModelSource
+from graft.study.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.training_data import load_fact_dataset, split_texts
 from graft.study.workspace import DonorLocation, Workspace
@@ -28,16 +37,18 @@ def _workspace(cfg: ExperimentConfig) -> Workspace:
     return Workspace.at(cfg.workspace)
 
 
-def dataset_dir(cfg: ExperimentConfig, direction: str = "one") -> Path:
-    """The dataset folder of ``cfg`` (generated into the workspace when ``dataset`` is a kind;
-    a folder is taken as it is)."""
+def dataset_dir(
+    cfg: ExperimentConfig, direction: str = "one", data_seed: int | None = None
+) -> Path:
+    """The dataset folder of ``cfg`` (generated into the workspace when ``dataset`` is a kind,
+    with ``data_seed``, default ``cfg.data_seed``; a folder is taken as it is)."""
     given = Path(cfg.dataset).is_dir()
     return _workspace(cfg).dataset(
         cfg.dataset,
         None if given else direction,
         split=cfg.split,
         n_facts=cfg.n_facts,
-        seed=cfg.data_seed,
+        seed=cfg.data_seed if data_seed is None else data_seed,
         protocol=cfg.protocol,
     )
 
@@ -47,26 +58,37 @@ def needs_finetune(source: ModelSource) -> bool:
     return not source.path and source.variant != "pretrained"
 
 
-def _preset(cfg: ExperimentConfig) -> FinetuneConfig:
-    return resolve_config(cfg.preset, device=cfg.device, max_steps=cfg.finetune_max_steps)
+def finetune_preset(cfg: ExperimentConfig, finetune_seed: int = 0) -> FinetuneConfig:
+    """The finetune config of ``cfg``'s models for one finetune seed: the preset (and
+    ``finetune_max_steps``) with ``seed`` replaced."""
+    return resolve_config(
+        cfg.preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed
+    )
 
 
-def _donor(cfg: ExperimentConfig, source: ModelSource) -> DonorLocation:
-    """Where the finetune variant ``source`` is (its dataset generated if missing)."""
+def _donor(
+    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
+) -> DonorLocation:
+    """Where the finetune variant ``source`` of ``replicate`` (default: the run's first) is;
+    its dataset is generated if missing."""
+    rep = replicate or cfg.replicates[0]
     return _workspace(cfg).locate_donor(
-        cfg.model, cfg.dataset, source.variant, _preset(cfg),
-        split=cfg.split, n_facts=cfg.n_facts, data_seed=cfg.data_seed, device=cfg.device,
+        cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
+        split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed, device=cfg.device,
         protocol=cfg.protocol,
     )  # fmt: skip
 
 
-def resolve_model_path(cfg: ExperimentConfig, source: ModelSource) -> str:
-    """Model name or folder for ``source``, finetuning it first when it is missing."""
+def resolve_model_path(
+    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
+) -> str:
+    """Model name or folder for ``source`` in ``replicate`` (default: the run's first),
+    finetuning it first when it is missing."""
     if source.path:
         return source.path
     if source.variant == "pretrained":
         return cfg.model
-    donor = _donor(cfg, source)
+    donor = _donor(cfg, source, replicate)
     return str(_workspace(cfg).finetune_donor(donor, device=cfg.device, quiet=not cfg.progress))
 
 
@@ -78,12 +100,15 @@ def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
     return min(steps, preset.max_steps) if preset.max_steps >= 0 else steps
 
 
-def pending_finetune(cfg: ExperimentConfig, source: ModelSource, n_params: int) -> str | None:
-    """A line announcing the finetune ``source`` needs first (steps and a rough duration),
-    or None when it needs none (pretrained, an explicit path, or already finetuned)."""
+def pending_finetune(
+    cfg: ExperimentConfig, source: ModelSource, n_params: int, replicate: Replicate | None = None
+) -> str | None:
+    """A line announcing the finetune ``source`` of ``replicate`` (default: the run's first)
+    needs first (steps and a rough duration), or None when it needs none (pretrained, an
+    explicit path, or already finetuned)."""
     if not needs_finetune(source):
         return None
-    donor = _donor(cfg, source)
+    donor = _donor(cfg, source, replicate)
     if donor.finished:
         return None
     n_texts = len(load_fact_dataset(donor.dataset_dir, donor.train_set).train)
@@ -91,9 +116,12 @@ def pending_finetune(cfg: ExperimentConfig, source: ModelSource, n_params: int) 
     device = resolve_device(cfg.device).type
     per_step = _STEP_S_PER_PARAM_TEXT * n_params * donor.config.batch_size
     per_step = _STEP_OVERHEAD_S + per_step / (_CUDA_SPEEDUP if device == "cuda" else 1.0)
+    rep = replicate or cfg.replicates[0]
+    which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
+    which = which if cfg.replicated else ""
     return (
-        f"the {source.variant!r} model of {cfg.model} is not in the workspace yet; it is "
-        f"finetuned first: {steps} steps ({donor.config.name} preset), roughly "
+        f"the {source.variant!r} model{which} of {cfg.model} is not in the workspace yet; it "
+        f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
         f"{_duration(steps * per_step)} of training on {device} (an estimate)"
     )
 
@@ -104,6 +132,18 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def finetune_record(path: str) -> dict[str, Any] | None:
+    """The ``finetune_config.json`` a finetuned model folder holds (preset, seed, data,
+    device, machine, package versions), or None for any other model."""
+    file = Path(path) / "finetune_config.json"
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def model_fingerprint(path: str) -> str | None:

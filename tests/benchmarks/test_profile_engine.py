@@ -21,6 +21,18 @@ def test_buckets_tell_donor_calls_from_base_compute_and_planning(monkeypatch):
     assert profile_engine.bucket(plan) == "planning (spec resolution, masks, checks)"
 
 
+def test_buckets_follow_the_trace_body_into_its_module_helper(monkeypatch):
+    lines = {5: "donor_out = module(_take(x, rows, cells))", 6: "kept = type(module).forward("}
+    monkeypatch.setattr(profile_engine.linecache, "getline", lambda f, n: lines[n])
+    trace = "/x/graft/core/trace.py"
+    donor = [(TORCH_LINEAR, "forward", 1), (trace, "_graft_module", 5)]
+    assert profile_engine.bucket(donor) == "donor module calls"
+    gather = [(trace, "_take", 1), (trace, "_graft_module", 5), (trace, "graft_trace_body", 9)]
+    assert profile_engine.bucket(gather) == "gather / scatter / clone in trace body"
+    own = [(TORCH_LINEAR, "forward", 1), (trace, "_graft_module", 6)]
+    assert profile_engine.bucket(own) == "base forward compute"
+
+
 def test_smoke_run(tmp_path, capsys):
     out = tmp_path / "profile.json"
     argv = ["--model", "tiny-llama", "--prompts", "2", "--batch-size", "8", "--no-e3"]

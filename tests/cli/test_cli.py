@@ -69,12 +69,12 @@ def test_an_option_means_the_same_in_every_command():
 def test_renamed_options_are_gone():
     """Old dialects: one name per meaning."""
     finetune = _options(_commands()["finetune"])
-    for old in ("--data-kind", "--max-steps", "--split", "--direction", "--seed"):
+    for old in ("--data-kind", "--max-steps", "--split", "--direction", "--seed", "--train-seed"):
         assert old not in finetune
     assert "--batch-size" not in _options(_commands()["position"])
     assert {"--kind", "--seed"}.isdisjoint(_options(_commands()["data"]))
     assert "--rows-per-forward" in _options(_commands()["position"])
-    assert "--finetune-max-steps" in finetune and "--train-seed" in finetune
+    assert "--finetune-max-steps" in finetune and "--finetune-seed" in finetune
 
 
 def _readme_table() -> dict[str, list[str]]:

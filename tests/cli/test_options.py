@@ -87,7 +87,7 @@ def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
     assert set(FINETUNE_FLAGS) <= {p.name for p in cmd.params}
     args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]
     args += ["--lr", "0.5", "--epochs", "2", "--batch-size", "3", "--weight-decay", "0.25"]
-    args += ["--train-seed", "7", "--finetune-max-steps", "4", "--preset", "cpu"]
+    args += ["--finetune-seed", "7", "--finetune-max-steps", "4", "--preset", "cpu"]
     args += ["--generic-corpus", str(tmp_path / "corpus.txt")]
     result = CliRunner().invoke(main, ["finetune", *args])
     assert result.exit_code == 0, result.output

@@ -1,5 +1,5 @@
-"""``--protocol paper`` end to end: ``graft-exp position`` on a tiny model, what its run
-folder records, and the commands that refuse the protocol until they apply it."""
+"""``--protocol paper`` end to end: ``graft-exp position`` on a tiny model and what its run
+folder records (the other commands: ``test_protocol_commands.py``)."""
 
 from __future__ import annotations
 
@@ -74,13 +74,6 @@ def test_an_explicit_head_policy_wins_over_the_protocols(paper_run, workspace, t
     # the same donor as the paper run: found in the workspace, not finetuned again
     first = json.loads((paper_run / "config.json").read_text())
     assert config["donors"] == first["donors"]
-
-
-@pytest.mark.parametrize("command", ["component", "layers"])
-def test_commands_that_do_not_apply_the_protocol_refuse_it(command, workspace):
-    result = CliRunner().invoke(main, [command, "--protocol", "paper", *_options(workspace)])
-    assert result.exit_code == 2
-    assert "--protocol paper is not built for" in result.output
 
 
 def test_the_default_protocol_is_grafts_and_is_recorded_too(workspace, tmp_path):

@@ -47,6 +47,10 @@ PAIR_KEY = hosted_model_key(
     {"sft": "graft.tiny:llama:donor", "relation": "graft.tiny:llama:donor=7"},
 )
 POSITION = "FE+LT:all:all"
+#: Remote executors run the one-pass trace body; the local shortcuts (carriers, shared
+#: prefixes, split modules) agree with it only to rounding, so bit-equality is checked
+#: against the local one-pass path.
+EXACT_LOCAL = LocalExecutor(shortcuts=False)
 COMPONENT = "LT:h2:o,ffn"
 HYBRID = "FE:all:all@sft; LT:h2:o,ffn@relation"
 
@@ -114,7 +118,7 @@ def remote_cfg(server, **kwargs) -> RemoteConfig:
 def test_ship_mode_equals_local(server, llama, spec):
     base, donors = llama
     rows = make_rows([spec, "none"], n_prompts=3)
-    local = run_grafts(base, donors["sft"], rows, batch_size=4)
+    local = run_grafts(base, donors["sft"], rows, batch_size=4, executor=EXACT_LOCAL)
     n_before = len(server.requests)
     cfg = remote_cfg(server, rows_per_request=4)  # 6 rows -> 2 requests of 1 batch each
     remote = run_grafts(base, donors["sft"], rows, batch_size=4, executor=RemoteExecutor(cfg))
@@ -129,7 +133,7 @@ def test_ship_mode_equals_local(server, llama, spec):
 def test_hosted_mode_equals_local_with_a_weightless_client(server, llama, caplog):
     base, donors = llama
     rows = make_rows([POSITION, COMPONENT, HYBRID], n_prompts=3)
-    local = run_grafts(base, donors, rows, batch_size=4)
+    local = run_grafts(base, donors, rows, batch_size=4, executor=EXACT_LOCAL)
     client_base = meta_model(tiny_config("llama"))  # no weights on the client at all
     cfg = remote_cfg(server, donor_mode="hosted", model_key=PAIR_KEY)
     n_before = len(server.requests)
@@ -147,7 +151,7 @@ def test_hosted_mode_equals_local_with_a_weightless_client(server, llama, caplog
 def test_ship_mode_logs_the_payload_and_results_may_come_on_the_socket(server, llama, caplog):
     base, donors = llama
     rows = make_rows([HYBRID], n_prompts=2)
-    local = run_grafts(base, donors, rows, batch_size=2)
+    local = run_grafts(base, donors, rows, batch_size=2, executor=EXACT_LOCAL)
     server.result_on_socket = True
     try:
         with caplog.at_level(logging.INFO, logger="graft.remote"):
@@ -167,7 +171,7 @@ def test_a_bfloat16_server_runs_shipped_float32_donors_in_its_dtype(server, llam
     rows = make_rows([COMPONENT, "LT:all:all"], n_prompts=2)
     base16 = copy.deepcopy(base).to(torch.bfloat16)
     donor16 = copy.deepcopy(donors["sft"]).to(torch.bfloat16)
-    local16 = run_grafts(base16, donor16, rows, batch_size=4)
+    local16 = run_grafts(base16, donor16, rows, batch_size=4, executor=EXACT_LOCAL)
     cfg = remote_cfg(server, model_key=BF16_KEY, compress=False)
     remote = run_grafts(base, donors["sft"], rows, batch_size=4, executor=RemoteExecutor(cfg))
     assert torch.equal(remote, local16)
@@ -177,12 +181,12 @@ def test_right_padding_and_one_planned_batch(server, llama):
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)
     kw = dict(batch_size=8, padding_side="right", sort_by_length=False)
-    local = run_grafts(base, donors["sft"], rows, **kw)
+    local = run_grafts(base, donors["sft"], rows, **kw, executor=EXACT_LOCAL)
     executor = RemoteExecutor(remote_cfg(server))
     assert torch.equal(run_grafts(base, donors["sft"], rows, executor=executor, **kw), local)
     plan = plan_batch(architecture_of(base), rows, pad_id=0, padding_side="left")
     (one,) = executor.run(base, {"sft": donors["sft"]}, [plan])
-    assert torch.equal(one, LocalExecutor().run_plan(base, {"sft": donors["sft"]}, plan))
+    assert torch.equal(one, EXACT_LOCAL.run_plan(base, {"sft": donors["sft"]}, plan))
 
 
 def test_a_transient_failure_is_retried(server, llama):
@@ -191,7 +195,7 @@ def test_a_transient_failure_is_retried(server, llama):
     server.transient_failures = 1
     out = run_grafts(base, donors["sft"], rows, executor=RemoteExecutor(remote_cfg(server)))
     assert server.transient_failures == 0
-    assert torch.equal(out, run_grafts(base, donors["sft"], rows))
+    assert torch.equal(out, run_grafts(base, donors["sft"], rows, executor=EXACT_LOCAL))
 
 
 # ------------------------------------------------------------------------- failures
@@ -336,7 +340,7 @@ def test_every_trace_kind_survives_nnsight_serialisation(tiny_pairs, family):
     base, sft = tiny_pairs(family, tied=True if family == "gpt2" else None)
     donors = {"sft": sft, "relation": perturbed_copy(base, seed=7)}
     rows = make_rows([*SIMULATED[family], HYBRID, "FE:all:all@relation; head=donor@sft"], 2)
-    local = run_grafts(base, donors, rows, batch_size=5)
+    local = run_grafts(base, donors, rows, batch_size=5, executor=EXACT_LOCAL)
     # the session requests a remote executor sends, serialised and run in-process
     cfg = RemoteConfig(mode="simulate", rows_per_request=6)
     assert torch.equal(
@@ -347,7 +351,7 @@ def test_every_trace_kind_survives_nnsight_serialisation(tiny_pairs, family):
 def test_hosted_pair_trace_survives_serialisation(llama):
     base, donors = llama
     rows = make_rows([POSITION, HYBRID, "ALL:all:all; head=donor@relation"], 2)
-    local = run_grafts(base, donors, rows, batch_size=4)
+    local = run_grafts(base, donors, rows, batch_size=4, executor=EXACT_LOCAL)
     pair = GraftPairModel(
         copy.deepcopy(base), donors={k: copy.deepcopy(v) for k, v in donors.items()}
     )
@@ -367,7 +371,7 @@ def test_stale_persistent_ids_on_a_donor_do_not_redirect_it_to_the_base(server, 
     assert "_persistent_id" in donor.model.layers[3].mlp.down_proj.__dict__
     # without stripping the tags the server would run ITS base modules at those paths
     out = run_grafts(base, donor, rows, executor=RemoteExecutor(remote_cfg(server)))
-    assert torch.equal(out, run_grafts(base, donors["sft"], rows))
+    assert torch.equal(out, run_grafts(base, donors["sft"], rows, executor=EXACT_LOCAL))
 
 
 # --------------------------------------------------------------- keys, sizes, options
@@ -409,6 +413,20 @@ def test_estimate_payload_bytes_counts_exactly_the_grafted_modules():
     head = sum(p.numel() * 4 for p in (*base.model.norm.parameters(), *base.lm_head.parameters()))
     assert estimate_payload_bytes(base, "LT:all:all") == everything - head
     assert estimate_payload_bytes(base, "LT:all:all; head=donor") == everything
+
+
+def test_payload_estimate_resolves_layers_and_all_under_the_specs_protocol():
+    """The estimate once took graft's layer rule and graft's 'all' for every spec, so a
+    paper-protocol run's payload was sized on other layers than the run grafted."""
+    base = tiny_model("llama", n_layers=6)  # graft's q4 = layers 4-5, the paper's 3-5
+    o = base.model.layers[0].self_attn.o_proj.weight.numel() * 4
+    assert estimate_payload_bytes(base, "LT:q4:o") == 2 * o
+    assert estimate_payload_bytes(base, "LT:q4:o; protocol=paper") == 3 * o
+    assert estimate_payload_bytes(base, "LT:q2:o; protocol=paper") == o  # graft: layers 1-2
+    gpt2 = tiny_model("gpt2")
+    wpe = gpt2.transformer.wpe.weight.numel() * 4
+    ours, paper = (estimate_payload_bytes(gpt2, f"FE:all:all{p}") for p in ("", "; protocol=paper"))
+    assert ours - paper == wpe
 
 
 def test_payload_of_paper_models_from_their_configs_alone():

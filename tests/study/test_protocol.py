@@ -11,6 +11,7 @@ import pytest
 
 from graft.core.arch import architecture_of
 from graft.core.selectors import paper_layer_group
+from graft.core.spec import SpecError
 from graft.errors import DatasetError, ExperimentError
 from graft.study.config import DatasetConfig, ExperimentConfig
 from graft.study.datasets import (
@@ -20,7 +21,17 @@ from graft.study.datasets import (
     render_training,
 )
 from graft.study.facts import Fact
-from graft.study.grafts import hybrid_grafts, necessity_grafts, position_grafts, with_protocol
+from graft.study.grafts import (
+    FUSED_QKV_NOTE,
+    check_layer_rule,
+    component_grafts,
+    hybrid_grafts,
+    necessity_grafts,
+    position_grafts,
+    protocol_notes,
+    spec_graft,
+    with_protocol,
+)
 from graft.study.templates import (
     ARTICLE_TEMPLATES,
     PAPER_ARTICLE_TEMPLATES,
@@ -234,3 +245,40 @@ def test_paper_hybrid_keeps_the_task_models_gate(tiny_pairs, family):
     layers = sorted({layer for layer, _ in paper.spec.resolve(arch, 5, {"FE": [1]}).cells})
     n = arch.n_layers
     assert layers == paper_layer_group(2, 2, n) == list(range(2 * (n // 4), n))
+
+
+# -------------------------------------------------------- specs from the command line
+
+
+def test_a_command_line_spec_takes_the_runs_head_policy_and_protocol_unless_it_sets_its_own():
+    assert str(spec_graft("LT:q4:o").spec) == "LT:q4:o"
+    paper = spec_graft("LT:q4:o", "paper", "paper")
+    assert paper.name == "LT:q4:o" and str(paper.spec) == "LT:q4:o; head=paper; protocol=paper"
+    own = spec_graft("mine=LT:q4:o; head=base; protocol=graft", "paper", "paper")
+    assert own.name == "mine" and str(own.spec) == "LT:q4:o"
+    assert str(spec_graft("LT:q4:o", "donor").spec) == "LT:q4:o; head=donor"
+    # a whole donor with its head stays that model, position embedding included
+    assert spec_graft("ALL:all:all; head=donor", "paper", "paper").spec.protocol == "graft"
+
+
+@pytest.mark.parametrize("text", ["name=", "name=  ", ""])
+def test_an_empty_command_line_spec_stays_refused_with_a_head_policy(text):
+    """Appending the head policy must not turn an empty spec into one that runs PRE."""
+    with pytest.raises(SpecError, match="empty spec"):
+        spec_graft(text, "paper", "paper")
+
+
+def test_the_papers_layer_rule_refuses_groups_it_lacks_before_any_model_is_loaded():
+    check_layer_rule("all,h1,h2,q1,q4,last_quarter,2-3,0", "paper")
+    check_layer_rule("e3,3/8", "graft")
+    for selector in ("e3", "3/8", "q1,e8"):
+        with pytest.raises(SpecError, match="halves and quarters only"):
+            check_layer_rule(selector, "paper")
+
+
+def test_protocol_notes_name_single_qkv_targets_under_the_paper_protocol_only():
+    split = component_grafts(split_qkv=True, protocol="paper")
+    assert protocol_notes(split, "paper") == [FUSED_QKV_NOTE]
+    assert protocol_notes(component_grafts(protocol="paper"), "paper") == []  # attn: q, k, v
+    assert protocol_notes(component_grafts(split_qkv=True), "graft") == []
+    assert protocol_notes([spec_graft("FE:all:k")], "paper") == [FUSED_QKV_NOTE]

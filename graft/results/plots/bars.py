@@ -16,6 +16,7 @@ from graft.results.plots.style import (
     REFERENCE_LABELS,
     bar_colors,
     caption,
+    draw_seed_points,
     error_bars,
     graft_label,
     is_unit_metric,
@@ -24,7 +25,9 @@ from graft.results.plots.style import (
     n_text,
     new_figure,
     ordered,
+    per_seed_values,
     require_columns,
+    seed_points_handle,
     title_text,
     value_format,
     value_span,
@@ -105,7 +108,8 @@ def bar_chart(
     Args:
         summary: one row per graft (e.g. from :func:`graft.results.metrics.summarize` filtered to
             one template); needs columns ``x`` and ``metric``; ``<metric>_lo`` and
-            ``<metric>_hi`` give error bars when present, ``n`` / ``n_dropped`` the title's n.
+            ``<metric>_hi`` give error bars when present, ``n`` / ``n_dropped`` the title's n,
+            ``<metric>_per_seed`` (a mean over replicates) a dot per replicate on each bar.
         metric: the column to plot.
         order: graft names in plot order (default: references first, then as they appear).
         x: the column naming the graft.
@@ -141,10 +145,13 @@ def bar_chart(
     ax = fig.add_subplot()
     xs = np.arange(len(order))
     tops = _draw_bars(ax, xs, values, err, bar_colors(order, reference_labels), horizontal=False)
+    points = per_seed_values(rows, metric)
+    if points is not None:
+        draw_seed_points(ax, xs, points, horizontal=False)
     if is_unit_metric(metric):
         ax.set_ylim(0, 1.12)
     else:
-        ax.set_ylim(*value_span(rows, metric, 1.12))
+        ax.set_ylim(*value_span(rows, metric, 1.12, points))
     fmt = value_format(metric)
     _annotate_bars(
         ax, xs, tops, [fmt.format(v) if math.isfinite(v) else "" for v in values], fontsize=8
@@ -155,8 +162,9 @@ def bar_chart(
     )
     ax.set_ylabel(metric_label(metric))
     ax.set_xlabel(xlabel or ("grafted positions" if x == "graft" else x))
+    handles = legend_handles(order, reference_labels, legend_labels)
     ax.legend(
-        handles=legend_handles(order, reference_labels, legend_labels),
+        handles=handles + ([seed_points_handle()] if points is not None else []),
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=8,
@@ -166,7 +174,7 @@ def bar_chart(
     n_label = n_text(summary, n)
     ax.set_title(title_text(title, metric, model, template, n_label), fontsize=10)
     fig.supxlabel(
-        caption(metric, n_label, whiskers if err is not None else None, note),
+        caption(metric, n_label, whiskers if err is not None else None, note, fig.get_figwidth()),
         fontsize=7.5,
         color="0.25",
     )
@@ -246,18 +254,20 @@ def component_chart(
         axes[0].set_xlim(0, 1.2)
         axes[0].set_xticks([0, 0.25, 0.5, 0.75, 1.0])
     else:
-        axes[0].set_xlim(*value_span(summary, metric, 1.25))
+        axes[0].set_xlim(*value_span(summary, metric, 1.25, per_seed_values(summary, metric)))
     n_label = n_text(summary, n)
     fig.suptitle(title_text(title, metric, model, None, n_label), fontsize=10)
     has_ci = f"{metric}_lo" in summary.columns and f"{metric}_hi" in summary.columns
     # the footnote heads the legend below the panels (a separate supxlabel would collide)
+    dots = [seed_points_handle()] if per_seed_values(summary, metric) is not None else []
+    handles = legend_handles(sets, reference_labels, legend_labels) + dots
     fig.legend(
-        handles=legend_handles(sets, reference_labels, legend_labels),
+        handles=handles,
         loc="outside lower center",
-        ncols=4,
+        ncols=len(handles) if len(handles) <= 3 else 2,
         fontsize=8,
         frameon=False,
-        title=caption(metric, n_label, whiskers if has_ci else None, note),
+        title=caption(metric, n_label, whiskers if has_ci else None, note, width),
         title_fontsize=7.5,
     )
     return fig
@@ -270,6 +280,9 @@ def _draw_panel(ax: Any, rows: pl.DataFrame, metric: str, colors: Sequence[str])
     ys = np.arange(rows.height)
     err = error_bars(rows, metric)
     ends = _draw_bars(ax, ys, values, err, colors, horizontal=True)
+    points = per_seed_values(rows, metric)
+    if points is not None:
+        draw_seed_points(ax, ys, points, horizontal=True)
     starts = values if err is None else values - err[0]
     fmt = value_format(metric)
     for y, start, end, v in zip(ys, starts, ends, values, strict=True):

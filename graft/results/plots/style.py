@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from graft.core.spec import DEFAULT_DONOR
+from graft.results.compare import CONTROL_SUFFIX
 from graft.results.files import atomic_path
 
 REFERENCE_LABELS = ("PRE", "SFT")
@@ -25,6 +27,14 @@ GRAFT_COLOR = "#3b6fb6"
 REFERENCE_COLORS = ("#8c8c8c", "#4d4d4d", "#b3b3b3", "#666666")
 #: Key of ``legend_labels`` for the graft bars (the others are reference names).
 GRAFT_KEY = "graft"
+#: Colour of a control graft's bar (``<graft> [control]``: the same graft, a control donor).
+CONTROL_COLOR = "#b9cde9"
+#: Key of ``legend_labels`` for the control bars.
+CONTROL_KEY = "control"
+#: Default legend text of the control bars.
+CONTROL_LEGEND = "the same graft from a control donor (other facts)"
+#: Per-replicate values drawn over a mean bar: the column suffix of a summary's mean rows.
+PER_SEED_SUFFIX = "_per_seed"
 #: What the whiskers of a summary's ``_lo``/``_hi`` columns are when it does not say: summaries
 #: written before ``<metric>_ci_method`` columns existed bootstrapped every interval.
 DEFAULT_WHISKERS = "95% bootstrap CI"
@@ -65,8 +75,11 @@ def value_format(metric: str) -> str:
 
 
 def is_unit_metric(metric: str) -> bool:
-    """Whether ``metric`` lies in 0..1 (accuracies, hit rates, probabilities; not log-probs)."""
-    return metric.startswith(("acc", "hit")) or ("prob" in metric and "logprob" not in metric)
+    """Whether ``metric`` lies in 0..1 (accuracies, hit rates, exact-name rates,
+    probabilities; not log-probs)."""
+    if metric.startswith(("acc", "hit")) or metric == "name_exact":
+        return True
+    return "prob" in metric and "logprob" not in metric
 
 
 def metric_label(metric: str) -> str:
@@ -119,11 +132,19 @@ def error_bars(frame: pl.DataFrame, metric: str) -> np.ndarray | None:
     return np.clip(np.nan_to_num(err, nan=0.0), 0.0, None)
 
 
-def value_span(frame: pl.DataFrame, metric: str, margin: float) -> tuple[float, float]:
-    """Axis limits from 0 to the farthest bar end, whiskers included, ``margin`` times
-    beyond it, on either side of 0 (a mean log-prob is negative); (0, 1) without data."""
+def value_span(
+    frame: pl.DataFrame,
+    metric: str,
+    margin: float,
+    points: Sequence[Sequence[float]] | None = None,
+) -> tuple[float, float]:
+    """Axis limits from 0 to the farthest bar end, whiskers (and per-replicate ``points``)
+    included, ``margin`` times beyond it, on either side of 0 (a mean log-prob is negative);
+    (0, 1) without data."""
     columns = [c for c in (metric, f"{metric}_lo", f"{metric}_hi") if c in frame.columns]
     values = frame.select(columns).cast(pl.Float64).to_numpy().ravel()
+    extra = [v for vals in points or () for v in vals]
+    values = np.concatenate([values, np.asarray(extra, dtype=np.float64)])
     values = values[np.isfinite(values)]
     if not values.size:
         return 0.0, 1.0
@@ -158,17 +179,36 @@ def title_text(
     return f"{metric}" + (f" \u2014 {details}" if details else "")
 
 
-def caption(metric: str, n_text: str | None, whiskers: str | None, note: str | None = None) -> str:
-    """The footnote of a bar figure: what a bar and a whisker are (and ``note``)."""
+def caption(
+    metric: str,
+    n_text: str | None,
+    whiskers: str | None,
+    note: str | None = None,
+    width: float | None = None,
+) -> str:
+    """The footnote of a bar figure: what a bar and a whisker are (and ``note``); wrapped to
+    a figure ``width`` inches wide when given."""
     bars = f"Bars: {metric}" + (f" over {n_text} prompts each" if n_text else "")
     parts = [bars, f"whiskers: {whiskers}" if whiskers else "no confidence intervals"]
-    return "; ".join(parts) + "." + (f" {note}" if note else "")
+    text = "; ".join(parts) + "." + (f" {note}" if note else "")
+    # about 16 characters of the 7.5-point footnote per inch
+    return text if width is None else textwrap.fill(text, max(60, int(16 * width)))
+
+
+def is_control(name: str) -> bool:
+    """Whether ``name`` is a control graft (``<graft> [control]``)."""
+    return str(name).endswith(CONTROL_SUFFIX)
 
 
 def bar_colors(names: Sequence[str], reference_labels: Sequence[str]) -> list[str]:
-    """One colour per bar: each reference in its grey, every graft in :data:`GRAFT_COLOR`."""
+    """One colour per bar: each reference in its grey, every graft in :data:`GRAFT_COLOR`,
+    every control graft in :data:`CONTROL_COLOR`."""
     return [
-        _reference_color(name, reference_labels) if name in reference_labels else GRAFT_COLOR
+        _reference_color(name, reference_labels)
+        if name in reference_labels
+        else CONTROL_COLOR
+        if is_control(name)
+        else GRAFT_COLOR
         for name in names
     ]
 
@@ -197,7 +237,7 @@ def legend_handles(
         for r in reference_labels
         if r in names
     ]
-    if any(name not in reference_labels for name in names):
+    if any(name not in reference_labels and not is_control(name) for name in names):
         handles.append(
             Patch(
                 facecolor=graft_color,
@@ -206,7 +246,48 @@ def legend_handles(
                 label=legend_labels.get(GRAFT_KEY, "graft"),
             )
         )
+    if any(is_control(name) and name not in reference_labels for name in names):
+        handles.append(
+            Patch(
+                facecolor=CONTROL_COLOR,
+                edgecolor="black",
+                linewidth=0.5,
+                label=legend_labels.get(CONTROL_KEY, CONTROL_LEGEND),
+            )
+        )
     return handles
+
+
+def per_seed_values(frame: pl.DataFrame, metric: str) -> list[list[float]] | None:
+    """Each row's per-replicate values of ``metric`` (a summary's mean rows carry them in
+    ``<metric>_per_seed``), or None when ``frame`` has none."""
+    column = f"{metric}{PER_SEED_SUFFIX}"
+    if column not in frame.columns or frame[column].null_count() == frame.height:
+        return None
+    return [list(v) if v is not None else [] for v in frame[column].to_list()]
+
+
+def seed_points_handle() -> Any:
+    """The legend entry of the per-replicate dots."""
+    from matplotlib.lines import Line2D
+
+    return Line2D(
+        [], [], marker="o", linestyle="", color="black", markersize=3, label="each replicate"
+    )
+
+
+def draw_seed_points(
+    ax: Any, positions: Sequence[float], values: Sequence[Sequence[float]], horizontal: bool
+) -> None:
+    """Per-replicate values as small dots over each bar, spread a little across it."""
+    for pos, vals in zip(positions, values, strict=True):
+        if not vals:
+            continue
+        spread = np.linspace(-0.18, 0.18, len(vals)) if len(vals) > 1 else np.zeros(1)
+        xs, ys = pos + spread, np.asarray(vals, dtype=np.float64)
+        if horizontal:
+            xs, ys = ys, xs
+        ax.scatter(xs, ys, s=7, color="black", zorder=3, linewidths=0)
 
 
 def save_figure(
