@@ -29,7 +29,7 @@ from graft.core.plan import BatchPlan, GraftRow, LayoutCache, SharedPrefix, plan
 from graft.core.spec import ResolvedGraft
 
 #: A step holds at most this many rows per row of a batch (a step row is one token).
-STEP_ROWS_PER_BATCH_ROW = 8
+STEP_ROWS_PER_BATCH_ROW = 4
 
 
 def grafts_last_token_only(res: ResolvedGraft, length: int) -> bool:

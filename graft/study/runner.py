@@ -564,19 +564,44 @@ def _run_batches(
             continue
         models = _load_models(cfg, paths[rep], loaded)
         torch_donors = {n: m.model for n, m in models.donors.items()}
-        for b in todo:
-            chunk = rows[b * size : (b + 1) * size]
-            targets = [examples[ei].target_id for ei, _ in chunk]
-            batch_rows = graft_rows(examples, grafts, chunk)
-            scores = _run_rows(cfg, models.base, torch_donors, batch_rows, targets)
-            frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
-            if cfg.score_full_name:
-                chosen = [examples[ei] for ei, _ in chunk]
-                names = name_columns(cfg, models.base, torch_donors, batch_rows, chosen, frame)
-                frame = pl.concat([frame, names], how="horizontal")
-            folder.append_batch(EXAMPLES_TABLE, frame, batch_id(cfg, rep, b))
-            bar.update(len(chunk))
+        for group in _groups(cfg, todo):
+            chunks = [rows[b * size : (b + 1) * size] for b in group]
+            flat = [row for chunk in chunks for row in chunk]
+            targets = [examples[ei].target_id for ei, _ in flat]
+            group_rows = graft_rows(examples, grafts, flat)
+            group_scores = _run_rows(cfg, models.base, torch_donors, group_rows, targets, size)
+            start = 0
+            for b, chunk in zip(group, chunks, strict=True):
+                end = start + len(chunk)
+                batch_rows, scores = group_rows[start:end], _slice_scores(group_scores, start, end)
+                start = end
+                frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
+                if cfg.score_full_name:
+                    chosen = [examples[ei] for ei, _ in chunk]
+                    names = name_columns(cfg, models.base, torch_donors, batch_rows, chosen, frame)
+                    frame = pl.concat([frame, names], how="horizontal")
+                folder.append_batch(EXAMPLES_TABLE, frame, batch_id(cfg, rep, b))
+                bar.update(len(chunk))
     bar.close()
+
+
+#: Stored batches handed to the engine at once: the engine routes rows to the model that does
+#: most of their work and shares prompt prefixes, which fills forwards only across many rows.
+GROUP_BATCHES = 8
+
+
+def _groups(cfg: ExperimentConfig, todo: list[int]) -> list[list[int]]:
+    """``todo`` batch indices in groups run by one engine call (one each for remote runs, whose
+    requests are sized per stored batch)."""
+    n = 1 if cfg.remote is not None and cfg.remote.enabled else GROUP_BATCHES
+    return [todo[i : i + n] for i in range(0, len(todo), n)]
+
+
+def _slice_scores(scores, start: int, end: int):
+    """Rows ``start:end`` of logits or of a dict of per-row metrics."""
+    if isinstance(scores, dict):
+        return {name: value[start:end] for name, value in scores.items()}
+    return scores[start:end]
 
 
 def _plan_line(
@@ -691,10 +716,16 @@ REMOTE_TOP_K = 10
 
 
 def _run_rows(
-    cfg: ExperimentConfig, base: LoadedModel, donors, rows: list[GraftRow], targets: list[int]
+    cfg: ExperimentConfig,
+    base: LoadedModel,
+    donors,
+    rows: list[GraftRow],
+    targets: list[int],
+    batch_size: int | None = None,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """Last-position logits of ``rows`` locally; remotely, the per-row metrics of ``targets``
-    computed on the server (a few numbers per row instead of a vocabulary of logits)."""
+    computed on the server (a few numbers per row instead of a vocabulary of logits). Rows per
+    forward: ``batch_size`` (default all)."""
     from graft.core.engine import run_grafts
     from graft.errors import RemoteError
     from graft.remote.executor import RemoteExecutor
@@ -705,7 +736,7 @@ def _run_rows(
             base.model,
             donors,
             rows,
-            batch_size=len(rows),
+            batch_size=batch_size or len(rows),
             pad_id=base.tokenizer.pad_token_id,
             executor=RemoteExecutor(cfg.remote) if remote else None,
             targets=targets if remote else None,

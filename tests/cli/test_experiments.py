@@ -385,11 +385,12 @@ def count_batches(monkeypatch) -> list[int]:
     calls: list[int] = []
     original = graft.study.runner._run_rows
 
-    def counting(cfg, base, donors, rows, targets):
+    def counting(cfg, base, donors, rows, *args):
         calls.append(len(rows))
-        return original(cfg, base, donors, rows, targets)
+        return original(cfg, base, donors, rows, *args)
 
     monkeypatch.setattr(graft.study.runner, "_run_rows", counting)
+    monkeypatch.setattr(graft.study.runner, "GROUP_BATCHES", 1)  # one call per stored batch
     return calls
 
 

@@ -125,7 +125,29 @@ def test_batching_does_not_change_numbers(dataset, donor_path, tmp_path):
     assert diff <= 2e-5
 
 
+def test_stored_batches_run_in_groups_with_the_same_numbers(
+    dataset, donor_path, tmp_path, monkeypatch
+):
+    calls: list[int] = []
+    original = runner._run_rows
+    monkeypatch.setattr(runner, "_run_rows", lambda *a: calls.append(len(a[3])) or original(*a))
+    grouped = run(config(dataset, tmp_path / "grouped", batch_size=1), donor_path)
+    # 18 stored batches of one row, handed to the engine 8 at a time, each stored on its own
+    assert calls == [8, 8, 2]
+    assert len(list((tmp_path / "grouped/parts/examples").iterdir())) == 18
+    monkeypatch.setattr(runner, "GROUP_BATCHES", 1)
+    calls.clear()
+    single = run(config(dataset, tmp_path / "single", batch_size=1), donor_path)
+    assert calls == [1] * 18
+    a, b = sort(grouped.examples), sort(single.examples)
+    assert a.select(["prompt_id", "graft", "target_id"]).equals(
+        b.select(["prompt_id", "graft", "target_id"])
+    )
+    assert (a["target_logprob"] - b["target_logprob"]).abs().max() <= 2e-5
+
+
 def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "GROUP_BATCHES", 1)  # one engine call per stored batch
     expected = sort(run(config(dataset, tmp_path / "full"), donor_path).examples)
 
     calls: list[int] = []
