@@ -1,5 +1,8 @@
 """Print a run's summary as a markdown table: grafts x templates, acc@5 with its 95% CI.
 
+A run of several replicates (finetune or data seeds) shows the mean over them with its
+interval and, in parentheses, each replicate's value.
+
 Run from the repository root: python -m benchmarks.summary_table RUN_FOLDER [METRIC] [GROUP]
 """
 
@@ -20,6 +23,9 @@ def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
     summary = pl.read_parquet(folder / "summary.parquet")
     if group is not None:
         summary = summary.filter(pl.col("group") == group)
+    replicated = "n_seeds" in summary.columns and (summary["n_seeds"] > 1).any()
+    if replicated:
+        summary = summary.filter(pl.col("n_seeds") > 1)
     config = json.loads((folder / "config.json").read_text())
     order = list(dict.fromkeys(g["name"] for g in config["grafts"]))
     order = [g for g in order if g in set(summary["graft"])]
@@ -29,13 +35,16 @@ def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
         cells = []
         for template in templates:
             row = summary.filter((pl.col("graft") == graft) & (pl.col("template") == template))
-            cells.append(
-                "—"
-                if row.is_empty()
-                else f"{row[metric][0]:.2f} [{row[metric + '_lo'][0]:.2f}, {row[metric + '_hi'][0]:.2f}]"
-            )
+            cells.append("—" if row.is_empty() else _cell(row, metric, replicated))
         lines.append(f"| {graft} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(row: pl.DataFrame, metric: str, replicated: bool) -> str:
+    text = f"{row[metric][0]:.2f} [{row[metric + '_lo'][0]:.2f}, {row[metric + '_hi'][0]:.2f}]"
+    if replicated:
+        text += " (" + " / ".join(f"{v:.2f}" for v in row[metric + "_per_seed"][0]) + ")"
+    return text
 
 
 if __name__ == "__main__":

@@ -446,8 +446,30 @@ def seed_ci_text(n_seeds: int, ci: float = 0.95) -> str:
     """What the interval of a mean over ``n_seeds`` replicates is, for tables and footnotes."""
     return (
         f"{100 * ci:g}% t interval over {n_seeds} replicates (their values' mean and "
-        f"sd, {n_seeds - 1} df)"
+        f"sd, {n_seeds - 1} df), widened to the pooled within-replicate interval"
     )
+
+
+def _is_proportion(stat: str) -> bool:
+    return stat.startswith("acc@") or stat == "name_exact"
+
+
+def _within_interval(group: pl.DataFrame, stat: str, mean: float, ci: float):
+    """The interval of the pooled mean from the prompts alone: Wilson on every replicate's
+    prompts together for a proportion, else the replicates' mean half-width / sqrt(count).
+
+    Replicates that agree give a t interval of width 0 (three seeds at 1/50 each: [0.02,
+    0.02]); this keeps the uncertainty of the prompts sampled."""
+    if _is_proportion(stat) and "n" in group.columns:
+        n = group["n"].cast(pl.Int64).to_numpy()
+        k = int(round(float((group[stat].cast(pl.Float64).to_numpy() * n).sum())))
+        return wilson_interval(k, int(n.sum()), ci)
+    if {f"{stat}_lo", f"{stat}_hi"} <= set(group.columns):
+        widths = (group[f"{stat}_hi"] - group[f"{stat}_lo"]).cast(pl.Float64).to_numpy()
+        if np.isfinite(widths).all():
+            half = float(widths.mean()) / 2 / math.sqrt(group.height)
+            return mean - half, mean + half
+    return mean, mean
 
 
 def _value_bounds(stat: str) -> tuple[float, float]:
@@ -477,7 +499,9 @@ def _mean_row(
         if np.isfinite(values).all():
             summary = seed_summary(values, ci)
             low, high = _value_bounds(stat)
-            mean, lo, hi = summary.mean, max(low, summary.lo), min(high, summary.hi)
+            w_lo, w_hi = _within_interval(group, stat, summary.mean, ci)
+            lo, hi = min(summary.lo, w_lo), max(summary.hi, w_hi)
+            mean, lo, hi = summary.mean, max(low, lo), min(high, hi)
         else:
             mean = lo = hi = math.nan
         row[stat], row[f"{stat}_lo"], row[f"{stat}_hi"] = mean, lo, hi
@@ -501,9 +525,10 @@ def summarize_over_seeds(
 
     Every replicate (a donor finetuned with one seed, on one data seed's facts) is one draw
     of the finetune, so the mean row's interval is the Student-t interval of the
-    per-replicate values (:func:`graft.results.stats.seed_summary`), clipped to the range
-    the statistic can take: it measures finetune-to-finetune spread, while each
-    per-replicate row keeps its own interval over prompts.
+    per-replicate values (:func:`graft.results.stats.seed_summary`), widened where needed to
+    the pooled interval over prompts (Wilson on all replicates' prompts for accuracies), and
+    clipped to the range the statistic can take: it covers finetune-to-finetune spread and
+    the prompts sampled, while each per-replicate row keeps its own interval over prompts.
 
     Args:
         per_seed: rows of :func:`summarize` grouped by ``by`` and ``seed_cols``.

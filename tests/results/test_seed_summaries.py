@@ -59,10 +59,25 @@ def test_mean_over_seeds_with_a_t_interval_against_known_values():
     assert mean["mean_logprob_lo"] == pytest.approx(-2 - 2.484138, abs=1e-6)
     assert mean["mean_logprob_hi"] == 0.0
     assert mean["acc@5_ci_method"] == (
-        "95% t interval over 3 replicates (their values' mean and sd, 2 df)"
+        "95% t interval over 3 replicates (their values' mean and sd, 2 df), widened to the "
+        "pooled within-replicate interval"
     )
     assert mean["per_seed_of"] == "d0-f0,d0-f1,d0-f2"
     assert out.filter(pl.col("finetune_seed").is_not_null())["n_seeds"].to_list() == [1, 1, 1]
+
+
+def test_agreeing_seeds_keep_the_uncertainty_of_their_prompts():
+    # three seeds at 1/50 each: the t interval has width 0; Wilson on 3/150 is [0.006825, 0.057147]
+    rows = per_seed_rows({"acc@5": [0.02, 0.02, 0.02], "mean_logprob": [-2.0, -2.0, -2.0]})
+    rows = rows.with_columns(mean_logprob_lo=pl.lit(-2.3), mean_logprob_hi=pl.lit(-1.7))
+    out = summarize_over_seeds(rows, BY)
+    mean = out.filter(pl.col("finetune_seed").is_null()).row(0, named=True)
+    assert (mean["acc@5_lo"], mean["acc@5_hi"]) == pytest.approx((0.006825, 0.057147), abs=1e-5)
+    # other statistics: the seeds' mean within-seed half-width (0.3) / sqrt(3)
+    half = 0.3 / 3**0.5
+    assert (mean["mean_logprob_lo"], mean["mean_logprob_hi"]) == pytest.approx(
+        (-2.0 - half, -2.0 + half)
+    )
 
 
 def test_one_seed_per_group_adds_nothing():
