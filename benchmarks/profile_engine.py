@@ -92,11 +92,11 @@ def _trace_body_bucket(stack: list[Frame], index: int) -> str:
     line = linecache.getline(filename, lineno)
     deeper = {_area(f) for f, _, _ in stack[:index]}
     copying = "gather / scatter / clone in trace body"
-    if "module(" in line and ("x[rows]" in line or "_take(x, rows" in line):
+    if "module(" in line and any(t in line for t in ("x[rows]", "_take(x, rows", "_take_once(")):
         return "donor module calls" if deeper - {"graft"} else copying
     if "type(module).forward" in line:  # a split module's own weights on the other cells
         return "base forward compute" if deeper - {"graft"} else copying
-    if any(op in line for op in ("merge_slices(", "_put(", "_take(", "new_empty(")):
+    if any(op in line for op in ("merge_slices(", "_put(", "_take(", "_take_once(", "new_empty(")):
         return copying
     if "nnsight" in deeper:
         return "nnsight, worker side (envoy inputs/outputs)"

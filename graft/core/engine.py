@@ -155,8 +155,11 @@ class LocalExecutor:
         split = None
         if getattr(self, "shortcuts", True):
             split = split_modules(torch_model, batch)
+            interned = _MaskInterner()
             for patch in batch.patches:  # flat indices: gathers that need no mask scan
-                patch.cells = patch.rows.flatten().nonzero().squeeze(1)
+                patch.rows, patch.cells = interned(patch.rows)
+            for path, (module, keep, _) in split.items():
+                split[path] = (module, *interned(keep))
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods, split).save()
         return logits
@@ -169,6 +172,20 @@ class LocalExecutor:
             kept = (prefix, torch_model, prefix_cache(torch_model, prefix, device))
             self._kept_prefix = kept
         return kept[2]
+
+
+class _MaskInterner:
+    """One tensor (and its flat indices) per distinct mask of a batch, so that the trace
+    gathers a module input once for the sites that share input and mask (q/k/v, gate/up)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (tuple(mask.shape), mask.device, mask.cpu().numpy().tobytes())
+        if key not in self._seen:
+            self._seen[key] = (mask, mask.flatten().nonzero().squeeze(1))
+        return self._seen[key]
 
 
 #: A module's own computation is restricted to the cells no donor takes when donors take at

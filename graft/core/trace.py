@@ -181,6 +181,7 @@ def graft_trace_body(model, patches, donor_modules, split=None):
     of the cells no patch covers, their flat indices)``: that module is skipped, its own
     weights run on those cells only, so every cell is computed once.
     """
+    gathered = {}  # sites sharing an input tensor and a mask (q/k/v, gate/up) gather once
     with torch.no_grad():
         start = 0
         while start < len(patches):
@@ -188,7 +189,7 @@ def graft_trace_body(model, patches, donor_modules, split=None):
             while end < len(patches) and patches[end].path == patches[start].path:
                 end += 1
             own = split.get(patches[start].path) if split else None
-            _graft_module(model, patches[start:end], donor_modules, own)
+            _graft_module(model, patches[start:end], donor_modules, own, gathered)
             start = end
 
 
@@ -206,6 +207,21 @@ def _take(x, mask, cells):
     return x.reshape(-1, *x.shape[2:]).index_select(0, cells.to(x.device))
 
 
+def _take_once(gathered, x, mask, cells, seq_dim):
+    """:func:`_take`, remembered in ``gathered`` while the modules visited read the same
+    input tensor ``x`` (only its gathers are kept), for the same mask object (the entry holds
+    the mask, so its id stays its own)."""
+    if gathered.get("x") is not x:
+        gathered.clear()
+        gathered["x"] = x
+    key = (id(mask), seq_dim)
+    hit = gathered.get(key)
+    if hit is None:
+        x_view = x if seq_dim == 1 else x.transpose(1, seq_dim)
+        hit = gathered[key] = (mask, _take(x_view, mask, cells))
+    return hit[1]
+
+
 def _put(out, mask, cells, values):
     """``out[mask] = values``, in place (by ``cells`` where ``out`` allows a flat view)."""
     if cells is None or mask.shape != out.shape[:2] or not out.is_contiguous():
@@ -214,8 +230,9 @@ def _put(out, mask, cells, values):
         out.view(-1, *out.shape[2:]).index_copy_(0, cells.to(out.device), values)
 
 
-def _graft_module(model, patches, donor_modules, own):
-    """The patches of one module (:func:`graft_trace_body`)."""
+def _graft_module(model, patches, donor_modules, own, gathered):
+    """The patches of one module (:func:`graft_trace_body`); ``gathered``: see
+    :func:`_take_once`."""
     env = model.get(patches[0].path)
     args, kwargs = env.inputs
     x_all = args[0] if len(args) > 0 else next(iter(kwargs.values()))
@@ -224,7 +241,8 @@ def _graft_module(model, patches, donor_modules, own):
         if keep.shape[1] != x_all.shape[1]:
             keep, keep_cells = _fit(keep, x_all.shape[1]), None
         keep = keep.to(x_all.device)
-        kept = type(module).forward(module, _take(x_all, keep, keep_cells))  # no hooks
+        kept_in = _take_once(gathered, x_all, keep, keep_cells, 1)
+        kept = type(module).forward(module, kept_in)  # no hooks
         out_all = kept.new_empty((*x_all.shape[:2], *kept.shape[1:]))
         _put(out_all, keep, keep_cells, kept)
     else:
@@ -242,10 +260,12 @@ def _graft_module(model, patches, donor_modules, own):
         if isinstance(module, str):  # a module of the served graft pair, via its envoy
             module = model.get(module)
         module = placed(module, x)
-        donor_out = module(_take(x, rows, cells))
+        donor_out = module(_take_once(gathered, x_all, rows, cells, patch.seq_dim))
         if patch.fused and patch.slices:
             slices = [(k, m.to(new.device)) for k, m in patch.slices]
             donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
         _put(new, rows, cells, donor_out.to(new.dtype))
+    if gathered.get("x") is out_all:  # a module that returns its input: its gathers are stale
+        gathered.clear()
     if own is not None:
         env.skip(out_all)

@@ -33,6 +33,20 @@ def test_buckets_follow_the_trace_body_into_its_module_helper(monkeypatch):
     assert profile_engine.bucket(own) == "base forward compute"
 
 
+def test_buckets_know_the_shared_gather(monkeypatch):
+    lines = {7: "donor_out = module(_take_once(gathered, x_all, rows, cells, patch.seq_dim))"}
+    monkeypatch.setattr(profile_engine.linecache, "getline", lambda f, n: lines[n])
+    trace = "/x/graft/core/trace.py"
+    donor = [
+        (TORCH_LINEAR, "forward", 1),
+        ("/x/nnsight/envoy.py", "f", 2),
+        (trace, "_graft_module", 7),
+    ]
+    assert profile_engine.bucket(donor) == "donor module calls"
+    gather = [(trace, "_take_once", 1), (trace, "_graft_module", 7)]
+    assert profile_engine.bucket(gather) == "gather / scatter / clone in trace body"
+
+
 def test_smoke_run(tmp_path, capsys):
     out = tmp_path / "profile.json"
     argv = ["--model", "tiny-llama", "--prompts", "2", "--batch-size", "8", "--no-e3"]

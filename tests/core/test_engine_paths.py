@@ -246,3 +246,23 @@ def test_part_filled_batches_of_two_models_are_merged():
     assert routes.resolved[1] is resolved[1]  # back on the base, grafted as written
     out = run_grafts(base, donors, rows, batch_size=4)
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
+
+
+def test_sites_that_share_an_input_gather_it_once(setup, monkeypatch):
+    """q, k and v read one input at the same cells: each layer gathers it once for the
+    donor and once for the base's own cells (split), not once per site."""
+    import graft.core.trace as trace
+
+    base, donors, arch, _, _ = setup("llama")
+    rows = prompt_rows(specs=["FE:all:attn"], lengths=(6,))
+    calls = []
+    original = trace._take
+
+    def spy_take(x, mask, cells):
+        calls.append(mask.shape)
+        return original(x, mask, cells)
+
+    monkeypatch.setattr(trace, "_take", spy_take)
+    out = run_grafts(base, donors, rows, batch_size=1)
+    assert not _off(out, reference(base, donors, arch, rows), rows)
+    assert len(calls) == 2 * arch.n_layers, calls
