@@ -211,6 +211,10 @@ def _take_once(gathered, x, mask, cells, seq_dim):
     """:func:`_take`, remembered in ``gathered`` while the modules visited read the same
     input tensor ``x`` (only its gathers are kept), for the same mask object (the entry holds
     the mask, so its id stays its own)."""
+    if cells is None:  # remote: tensors reach the trace through the server's wrappers, whose
+        # identity says nothing about their content; gather afresh (exact, just not shared)
+        x_view = x if seq_dim == 1 else x.transpose(1, seq_dim)
+        return _take(x_view, mask, None)
     if gathered.get("x") is not x:
         gathered.clear()
         gathered["x"] = x
@@ -269,3 +273,5 @@ def _graft_module(model, patches, donor_modules, own, gathered):
         gathered.clear()
     if own is not None:
         env.skip(out_all)
+    else:  # written in place; set it back too: a sandboxed server hands the trace a copy
+        env.output = out_all
