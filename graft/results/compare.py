@@ -113,10 +113,24 @@ def key_contrasts(
     wanted += control_pairs(sorted(present), pairs)
     if not wanted:
         return pl.DataFrame()
+    return _paired(examples, wanted, hit, score, level, n_boot, seed)
+
+
+def _paired(
+    examples: pl.DataFrame,
+    pairs: Sequence[tuple[str, str]],
+    hit: str,
+    score: str,
+    level: float,
+    n_boot: int,
+    seed: int,
+) -> pl.DataFrame:
+    """:func:`paired_contrasts` of ``pairs`` matched on the example key, clustered by replicate
+    when the run has several (:func:`replicate_column`)."""
     examples, seed_col = replicate_column(examples)
     return paired_contrasts(
         examples,
-        wanted,
+        pairs,
         hit=hit,
         score=score,
         example_key=EXAMPLE_KEY,
@@ -232,18 +246,7 @@ def compare_run(
     examples = read_examples(folder)
     _check_grafts(examples, a, b)
     hit, score = _hit_column(examples, metric), _score_column(examples, score)
-    examples, seed_col = replicate_column(examples)
-    table = paired_contrasts(
-        examples,
-        [(a, b)],
-        hit=hit,
-        score=score,
-        example_key=EXAMPLE_KEY,
-        seed_col=seed_col,
-        level=level,
-        n_boot=n_boot,
-        seed=seed,
-    )
+    table = _paired(examples, [(a, b)], hit, score, level, n_boot, seed)
     if table.is_empty():
         raise ExperimentError(f"{a!r} and {b!r} never ran on the same template and group")
     return table
