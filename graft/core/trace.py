@@ -211,9 +211,9 @@ def _take_once(gathered, x, mask, cells, seq_dim):
     """:func:`_take`, remembered in ``gathered`` while the modules visited read the same
     input tensor ``x`` (only its gathers are kept), for the same mask object (the entry holds
     the mask, so its id stays its own)."""
+    x_view = x if seq_dim == 1 else x.transpose(1, seq_dim)  # a view: free
     if cells is None:  # remote: tensors reach the trace through the server's wrappers, whose
         # identity says nothing about their content; gather afresh (exact, just not shared)
-        x_view = x if seq_dim == 1 else x.transpose(1, seq_dim)
         return _take(x_view, mask, None)
     if gathered.get("x") is not x:
         gathered.clear()
@@ -221,7 +221,6 @@ def _take_once(gathered, x, mask, cells, seq_dim):
     key = (id(mask), seq_dim)
     hit = gathered.get(key)
     if hit is None:
-        x_view = x if seq_dim == 1 else x.transpose(1, seq_dim)
         hit = gathered[key] = (mask, _take(x_view, mask, cells))
     return hit[1]
 
