@@ -26,7 +26,7 @@ from graft.study.config import ExperimentConfig
     default="target_logprob",
     show_default=True,
     help="Per-prompt score compared with a paired bootstrap: target_logprob, target_rank "
-    "or target_prob.",
+    "or target_prob (name_logprob in a run with --score-full-name).",
 )
 @field_option(ExperimentConfig, "n_boot")
 def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
@@ -35,7 +35,8 @@ def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
     their difference (A minus B) with Newcombe's paired 95% interval, the exact McNemar
     test (b: prompts only A hits, c: only B hits), and the score difference with a paired
     bootstrap 95% interval and p-value (bootstrap seed 0). p-values are Holm-adjusted over
-    the templates. --metric acc@k (or hit@k) picks the accuracy."""
+    the templates. --metric acc@k (or hit@k) picks the accuracy; in a run with
+    --score-full-name, --metric name_exact --score name_logprob compare whole names."""
     try:
         table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)
     except GraftError as err:

@@ -180,11 +180,16 @@ class _MaskInterner:
 
     def __init__(self) -> None:
         self._seen: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._by_id: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def __call__(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        known = self._by_id.get(id(mask))  # the plan already shares equal masks mostly
+        if known is not None:
+            return known[1]
         key = (tuple(mask.shape), mask.device, mask.cpu().numpy().tobytes())
         if key not in self._seen:
             self._seen[key] = (mask, mask.flatten().nonzero().squeeze(1))
+        self._by_id[id(mask)] = (mask, self._seen[key])  # holds mask: its id stays its own
         return self._seen[key]
 
 
@@ -217,6 +222,7 @@ def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
     for patch in batch.patches:
         groups.setdefault(patch.path, []).append(patch)
     split = {}
+    kept: dict[int, tuple] = {}  # cells taken by one patch: (that mask, keep, its indices)
     for path, patches in groups.items():
         if any((p.fused and p.slices) or p.seq_dim != 1 for p in patches):
             continue
@@ -228,9 +234,15 @@ def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
             taken = taken | p.rows
         if module is head and last_only:
             taken = taken[:, -1:]
-        if taken.float().mean() >= SPLIT_SHARE:
-            keep = ~taken
-            split[path] = (module, keep, keep.flatten().nonzero().squeeze(1))
+        known = kept.get(id(taken))
+        if known is None:
+            keep = None
+            if taken.float().mean() >= SPLIT_SHARE:
+                keep = ~taken
+                keep = (keep, keep.flatten().nonzero().squeeze(1))
+            known = kept[id(taken)] = (taken, keep)
+        if known[1] is not None:
+            split[path] = (module, *known[1])
     return split
 
 

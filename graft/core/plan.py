@@ -280,17 +280,22 @@ class _Masks:
                 s_rows.extend([row] * len(pos))
                 s_cols.extend(p + offset for p in pos)
 
-    def _mask(self, rows: list[int], cols: list[int]) -> torch.Tensor:
-        mask = torch.zeros(self.shape, dtype=torch.bool)
-        mask[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
+    def _mask(self, rows: list[int], cols: list[int], seen: dict) -> torch.Tensor:
+        key = (tuple(rows), tuple(cols))
+        mask = seen.get(key)
+        if mask is None:
+            mask = seen[key] = torch.zeros(self.shape, dtype=torch.bool)
+            mask[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
         return mask
 
     def entries(self) -> dict[tuple[str, str], dict]:
-        """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}``."""
+        """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}``; equal masks
+        are one tensor (a graft of whole layers marks the same cells at every site)."""
+        seen: dict = {}
         return {
             key: {
-                "rows": self._mask(rows, cols),
-                "slices": {k: self._mask(r, c) for k, (r, c) in slices.items()},
+                "rows": self._mask(rows, cols, seen),
+                "slices": {k: self._mask(r, c, seen) for k, (r, c) in slices.items()},
             }
             for key, (rows, cols, slices) in self.cells.items()
         }

@@ -54,14 +54,22 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu") if device.type == "meta" else device
 
 
-def _plain(patch: SitePatch, device: torch.device) -> types.SimpleNamespace:
-    """A SitePatch as a plain namespace on ``device`` (no graft class to rebuild remotely)."""
+def _plain(patch: SitePatch, device: torch.device, moved: dict) -> types.SimpleNamespace:
+    """A SitePatch as a plain namespace on ``device`` (no graft class to rebuild remotely);
+    ``moved`` keeps one copy per mask shared by several patches."""
+
+    def to_device(mask: torch.Tensor) -> torch.Tensor:
+        hit = moved.get(id(mask))
+        if hit is None:
+            hit = moved[id(mask)] = (mask, mask.to(device))  # holds mask: its id stays its own
+        return hit[1]
+
     return types.SimpleNamespace(
         path=patch.path,
         donor=patch.donor,
-        rows=patch.rows.to(device),
+        rows=to_device(patch.rows),
         fused=patch.fused,
-        slices=[(k, m.to(device)) for k, m in patch.slices],
+        slices=[(k, to_device(m)) for k, m in patch.slices],
         n_heads=patch.n_heads,
         seq_dim=patch.seq_dim,
     )
@@ -81,7 +89,8 @@ def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> type
         inputs["logits_to_keep"] = 1
     rows = torch.arange(plan.input_ids.shape[0])
     pick = torch.full_like(rows, -1) if keep_last else plan.last_index.clone()
-    patches = [_plain(p, device) for p in plan.patches]
+    moved: dict = {}
+    patches = [_plain(p, device, moved) for p in plan.patches]
     return types.SimpleNamespace(
         inputs=inputs,
         patches=patches,

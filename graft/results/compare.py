@@ -17,11 +17,12 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
-from graft.results.folder import CONTRASTS_STEM
+from graft.results.folder import CONTRASTS_STEM, NAME_CONTRASTS_STEM
 from graft.results.stats import paired_contrasts
 
 __all__ = [
     "CONTRASTS_STEM",
+    "NAME_CONTRASTS_STEM",
     "CONTROL_SUFFIX",
     "KEY_CONTRASTS",
     "compare_run",
@@ -172,11 +173,12 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
 
 
 def _hit_column(examples: pl.DataFrame, metric: str) -> str:
-    """``hit@k`` for ``metric`` given as ``acc@k`` or ``hit@k``; raise unless the run has it."""
+    """``hit@k`` for ``metric`` given as ``acc@k`` or ``hit@k`` (or ``name_exact`` in a run
+    that scored whole names); raise unless the run has it."""
     hit = "hit" + metric[len("acc") :] if metric.startswith("acc@") else metric
-    hits = [c for c in examples.columns if c.startswith("hit@")]
+    hits = [c for c in examples.columns if c.startswith("hit@") or c == "name_exact"]
     if hit not in hits:
-        accs = ", ".join("acc" + h[len("hit") :] for h in hits)
+        accs = ", ".join("acc" + h[len("hit") :] if h.startswith("hit") else h for h in hits)
         raise ExperimentError(
             f"metric {metric!r} is not an accuracy of this run; use one of {accs} "
             "(a rank, probability or log-prob is compared as the score)"
@@ -189,7 +191,8 @@ def _score_column(examples: pl.DataFrame, score: str) -> str:
     numeric = [
         c
         for c, dtype in examples.schema.items()
-        if c.startswith("target_") and c != "target_id" and dtype.is_numeric()
+        if (c.startswith("target_") and c != "target_id" or c == "name_logprob")
+        and dtype.is_numeric()
     ]
     if score not in numeric:
         raise ExperimentError(f"unknown score {score!r}; use one of {', '.join(numeric)}")
@@ -228,9 +231,12 @@ def compare_run(
         folder: a run folder (``config.json`` and ``examples.parquet``).
         a: graft name (as in the run's tables, e.g. ``FE+LT``).
         b: graft name; differences are ``a`` minus ``b``.
-        metric: the top-k accuracy compared with McNemar's test: ``acc@k`` (or ``hit@k``).
+        metric: the accuracy compared with McNemar's test: ``acc@k`` (or ``hit@k``), or
+            ``name_exact`` (greedy continuation is the whole target name) in a run that
+            scored whole names.
         score: continuous per-example column compared with a paired bootstrap
-            (``target_logprob``, ``target_rank``, ``target_prob``).
+            (``target_logprob``, ``target_rank``, ``target_prob``; ``name_logprob``, the
+            whole name's teacher-forced log-prob, in a run that scored whole names).
         n_boot: bootstrap resamples.
         seed: bootstrap seed.
         level: coverage of the intervals.
@@ -269,10 +275,8 @@ def _interval(value: float, lo: float, hi: float, digits: int) -> str:
 
 def format_comparison(table: pl.DataFrame, level: float = 0.95) -> str:
     """A readable report of a :func:`compare_run` table: one block per template (and group)."""
-    acc = next(c[: -len("_diff")] for c in table.columns if c.endswith("_diff") and "@" in c)
-    score = next(
-        c[: -len("_diff")] for c in table.columns if c.endswith("_diff") and c != f"{acc}_diff"
-    )
+    # the accuracy's columns come before the score's (see paired_contrasts)
+    acc, score = [c[: -len("_diff")] for c in table.columns if c.endswith("_diff")][:2]
     pct = f"{100 * level:g}%"
     lines = []
     for row in table.iter_rows(named=True):

@@ -45,6 +45,8 @@ MARKER_FILE = ".graft-run"
 PARTS_DIR = "parts"
 SUMMARY_STEM = "summary"
 CONTRASTS_STEM = "contrasts"
+#: The key contrasts on whole-name scores (runs with ``score_full_name``).
+NAME_CONTRASTS_STEM = "contrasts_name"
 # Fields that describe the environment of one invocation, not what was computed: ignored
 # by the resume check when the caller gives no explicit key.
 VOLATILE_FIELDS = frozenset({"created", "packages", "git_commit", "resumes"})
@@ -260,6 +262,7 @@ class RunFolder:
             *(self.path / f"{n}.parquet" for n in names),
             *self._summary_files(),
             *self._summary_files(CONTRASTS_STEM),
+            *self._summary_files(NAME_CONTRASTS_STEM),
             *self.path.glob(".*.tmp"),
         ]:
             with contextlib.suppress(FileNotFoundError):

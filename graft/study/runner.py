@@ -43,7 +43,13 @@ from graft.core.plan import GraftRow
 from graft.core.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
-from graft.results.compare import CONTRASTS_STEM, CONTROL_SUFFIX, control_name, key_contrasts
+from graft.results.compare import (
+    CONTRASTS_STEM,
+    CONTROL_SUFFIX,
+    NAME_CONTRASTS_STEM,
+    control_name,
+    key_contrasts,
+)
 from graft.results.files import atomic_path
 from graft.results.folder import RunFolder
 from graft.results.metrics import (
@@ -263,9 +269,16 @@ def run_experiment(
     table = _finalize_examples(cfg, folder)
     summary = summarize_run(table, all_grafts, {d: p.drops for d, p in prompts.items()}, cfg)
     folder.write_summary(summary)
-    contrasts = key_contrasts(table, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
+    n_boot = max(cfg.n_boot, 1)
+    contrasts = key_contrasts(table, n_boot=n_boot, seed=cfg.seed)
     if not contrasts.is_empty():
         folder.write_summary(contrasts, stem=CONTRASTS_STEM)
+    if "name_exact" in table.columns:
+        by_name = key_contrasts(
+            table, hit="name_exact", score="name_logprob", n_boot=n_boot, seed=cfg.seed
+        )
+        if not by_name.is_empty():
+            folder.write_summary(by_name, stem=NAME_CONTRASTS_STEM)
     folder.write_json("drops.json", _drops_report(cfg, prompts))
     return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored)
 

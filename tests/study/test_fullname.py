@@ -113,6 +113,34 @@ def test_summary_has_name_statistics(named_run):
     assert pre["name_exact_ci_method"] == "95% Wilson interval"
 
 
+def test_key_contrasts_on_whole_names(named_run):
+    path = named_run.folder.path / "contrasts_name.csv"
+    table = pl.read_csv(path)
+    row = table.filter((pl.col("graft_a") == "FE+LT") & (pl.col("graft_b") == "SFT")).row(
+        0, named=True
+    )
+    ex = named_run.examples.sort("prompt_id")
+    a = ex.filter(pl.col("graft") == "FE+LT")["name_exact"].to_numpy()
+    b = ex.filter(pl.col("graft") == "SFT")["name_exact"].to_numpy()
+    assert (row["mcnemar_b"], row["mcnemar_c"]) == (int((a & ~b).sum()), int((b & ~a).sum()))
+    assert row["name_exact_diff"] == pytest.approx(a.mean() - b.mean())
+    la = ex.filter(pl.col("graft") == "FE+LT")["name_logprob"].to_numpy()
+    lb = ex.filter(pl.col("graft") == "SFT")["name_logprob"].to_numpy()
+    assert row["name_logprob_diff"] == pytest.approx((la - lb).mean())
+
+
+def test_compare_on_whole_names(named_run):
+    from graft.results.compare import compare_run, format_comparison
+
+    table = compare_run(
+        named_run.folder.path, "FE+LT", "SFT", metric="name_exact", score="name_logprob", n_boot=20
+    )
+    text = format_comparison(table)
+    assert "name_exact: FE+LT" in text and "name_logprob: FE+LT" in text
+    with pytest.raises(GraftError, match="use one of acc@1.*name_exact"):
+        compare_run(named_run.folder.path, "FE+LT", "SFT", metric="acc@3")
+
+
 def test_first_token_metrics_do_not_depend_on_the_option(named_run, dataset, donor_path, tmp_path):
     plain = run(config(dataset, tmp_path / "plain", score_full_name=False), donor_path).examples
     assert not set(NAME_COLUMNS) & set(plain.columns)

@@ -13,7 +13,11 @@ from graft.results.stats.paired import cluster_bootstrap, holm, paired_bootstrap
 
 
 def _metric_name(hit: str) -> str:
-    return "acc" + hit[len("hit") :] if hit.startswith("hit") else f"mean_{hit}"
+    """The accuracy's name in the table: ``hit@5`` -> ``acc@5``; ``name_exact`` (whole-name
+    exact match) keeps its name."""
+    if hit.startswith("hit"):
+        return "acc" + hit[len("hit") :]
+    return hit if hit == "name_exact" else f"mean_{hit}"
 
 
 def _pair_frame(
