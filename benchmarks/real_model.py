@@ -69,6 +69,7 @@ GOALS = {
     "e3_engine_over_plain": ("<=", 0.5),
     "paper_over_engine_per_example": (">=", 100.0),
     "peak_rss_over_bound": ("<=", 1.0),
+    "peak_minus_libraries_over_bound": ("<=", 1.0),
 }
 MIB = 2**20
 
@@ -340,10 +341,37 @@ def measure_paper(w: Workload, examples: int, engine_s_per_row: float) -> dict:
     }
 
 
+def warm_libraries(model: str, dtype: str | None, device: str | None) -> None:
+    """Load ``model`` once and drop it, so that the RSS measured next holds the libraries a
+    load imports (tokenizer and modeling code: ~120 MiB beside torch on SmolLM2) and not the
+    weights: what the process holds whatever the model's size."""
+    import gc
+
+    from graft.models import load_model
+
+    loaded = load_model(model, dtype=dtype, device=device)
+    del loaded
+    gc.collect()
+    release_free_heap()
+
+
+def release_free_heap() -> None:
+    """Hand memory the allocator holds but no longer uses back to the system (glibc only)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 def memory_summary(
     weights: int, rss_start: int, rss_loaded: int, peak: int, activations: int | None
 ) -> dict:
-    """Peak RSS of the timed runs against 1.25 x parameter bytes + one batch of activations."""
+    """Peak RSS of the timed runs against 1.25 x parameter bytes + one batch of activations,
+    counted whole (``ratio``, the goal as written) and without the ``rss_start`` that the
+    interpreter and libraries hold before any weights are loaded (``ratio_without_libraries``)."""
     memory: dict = {
         "param_bytes_base_plus_donor": weights,
         "rss_before_loading": rss_start,
@@ -357,9 +385,10 @@ def memory_summary(
         bound = 1.25 * weights + activations
         memory["bound_bytes"] = bound
         memory["peak_over_params"] = peak / weights
-        # what the process held before loading (interpreter, libraries) counts in the RSS
-        memory["peak_minus_start_over_bound"] = (peak - rss_start) / bound
         memory["ratio"] = check("peak_rss_over_bound", peak / bound)
+        memory["ratio_without_libraries"] = check(
+            "peak_minus_libraries_over_bound", (peak - rss_start) / bound
+        )
     return memory
 
 
@@ -400,6 +429,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    warm_libraries(args.model, args.dtype, args.device)
     rss_start = current_rss()
     loaded, w = build_workload(
         args.model,
@@ -500,11 +530,12 @@ def report(res: dict) -> str:
         lines.append(
             f"(d) peak RSS {mem['peak_rss_timed_runs'] / MIB:,.0f} MiB for "
             f"{mem['param_bytes_base_plus_donor'] / MIB:,.0f} MiB of parameters "
-            f"({mem['peak_over_params']:.2f}x; {mem['rss_before_loading'] / MIB:,.0f} MiB before "
-            f"loading, {mem['rss_after_loading'] / MIB:,.0f} MiB after), bound 1.25 x params + {mem['activation_bytes_one_plain_batch'] / MIB:,.0f}"
+            f"({mem['peak_over_params']:.2f}x; {mem['rss_before_loading'] / MIB:,.0f} MiB of "
+            f"interpreter and libraries before loading, {mem['rss_after_loading'] / MIB:,.0f} MiB "
+            f"after), bound 1.25 x params + {mem['activation_bytes_one_plain_batch'] / MIB:,.0f}"
             f" MiB activations = {mem['bound_bytes'] / MIB:,.0f} MiB: peak/bound "
-            f"{_verdict(mem['ratio'])} ({mem['peak_minus_start_over_bound']:.2f} without what "
-            "the process held before loading)"
+            f"{_verdict(mem['ratio'])}; (peak - libraries)/bound "
+            f"{_verdict(mem['ratio_without_libraries'])}"
         )
     else:
         lines.append(f"(d) peak RSS (lifetime): {mem['peak_rss_timed_runs'] / MIB:,.0f} MiB")

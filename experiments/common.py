@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -337,15 +338,18 @@ def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> Ex
         raise click.UsageError(str(err)) from None
     print_summary(run.summary, metric, echo=click.echo)
     click.echo(f"results: {run.folder.path}")
+    click.echo(run.times.line())
     return run
 
 
 def echo_figures(run_folder: str | Path) -> None:
-    """Draw the figures of ``run_folder`` and name each PNG."""
+    """Draw the figures of ``run_folder``, name each PNG and say how long drawing took."""
     from graft.results.report import draw_figures
 
+    start = time.perf_counter()
     for png in draw_figures(run_folder):
         click.echo(f"figure: {png}")
+    click.echo(f"time: figures {time.perf_counter() - start:.1f} s")
 
 
 def standalone(command: click.Command) -> None:

@@ -82,6 +82,7 @@ from graft.study.sources import (
     pending_finetune,
     resolve_model_path,
 )
+from graft.study.timing import StageTimes
 from graft.study.workspace import model_slug
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class ExperimentRun:
         summary: per-(group, template, graft) summary with CIs.
         drops: drop report per template.
         config: the resolved config stored in ``config.json``.
+        times: wall seconds per stage of this invocation.
     """
 
     folder: RunFolder
@@ -127,6 +129,7 @@ class ExperimentRun:
     summary: pl.DataFrame
     drops: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    times: StageTimes = field(default_factory=StageTimes)
 
 
 def _check_remote(cfg: ExperimentConfig) -> None:
@@ -248,12 +251,16 @@ def run_experiment(
         echo: where the one-line plan of the run goes (default: this module's logger).
     """
     donors = donors or {}
-    folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
-    probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
-    arms = _arms(cfg, grafts, base, donors)
-    paths = _model_paths(cfg, base, donors, probe)
+    times = StageTimes()
+    with times.stage("data and checks"):
+        folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
+        probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
+        arms = _arms(cfg, grafts, base, donors)
+    with times.stage("finetuning"):
+        paths = _model_paths(cfg, base, donors, probe)
     loaded = {probe_path: probe}
-    _load_models(cfg, paths[cfg.replicates[0]], loaded)  # checked before anything is written
+    with times.stage("loading"):  # checked before anything is written
+        _load_models(cfg, paths[cfg.replicates[0]], loaded)
     del probe  # the pretrained stand-in is freed unless it is a model of the run
     all_grafts = _graft_order(grafts, arms)
     config = _run_config(cfg, all_grafts, paths, data_paths, extra_config)
@@ -264,10 +271,24 @@ def run_experiment(
     key += ["replicates"] if cfg.replicated else []
     key += resume_key(cfg, None if cfg.overwrite else folder.read_config())
     stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
-    _run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info)
+    loading = times.seconds["loading"]
+    with times.stage("grafting"):
+        _run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times)
+    # later replicates' models load inside: count that as loading, not grafting
+    times.seconds["grafting"] -= times.seconds["loading"] - loading
     loaded.clear()
+    with times.stage("summaries"):
+        table, summary = _write_summaries(cfg, folder, all_grafts, prompts)
+    return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored, times)
+
+
+def _write_summaries(
+    cfg: ExperimentConfig, folder: RunFolder, grafts: Sequence[Graft], prompts: dict
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Write ``examples.parquet``, the summary, the key contrasts (on whole names too when
+    scored) and the drop report; return the examples and the summary."""
     table = _finalize_examples(cfg, folder)
-    summary = summarize_run(table, all_grafts, {d: p.drops for d, p in prompts.items()}, cfg)
+    summary = summarize_run(table, grafts, {d: p.drops for d, p in prompts.items()}, cfg)
     folder.write_summary(summary)
     n_boot = max(cfg.n_boot, 1)
     contrasts = key_contrasts(table, n_boot=n_boot, seed=cfg.seed)
@@ -280,7 +301,7 @@ def run_experiment(
         if not by_name.is_empty():
             folder.write_summary(by_name, stem=NAME_CONTRASTS_STEM)
     folder.write_json("drops.json", _drops_report(cfg, prompts))
-    return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored)
+    return table, summary
 
 
 def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame:
@@ -549,9 +570,10 @@ def _run_batches(
     paths: Mapping[Replicate, _Paths],
     loaded: dict[str, LoadedModel],
     echo: Callable[[str], None],
+    times: StageTimes,
 ) -> None:
     """Run and store every batch the run folder does not hold yet, replicate by replicate
-    (each replicate's models loaded once)."""
+    (each replicate's models loaded once, timed as ``times``' loading stage)."""
     size = cfg.batch_size
     done = folder.done_batches(EXAMPLES_TABLE)
     plans = []
@@ -575,7 +597,8 @@ def _run_batches(
     for rep, grafts, examples, rows, todo in plans:
         if not todo:
             continue
-        models = _load_models(cfg, paths[rep], loaded)
+        with times.stage("loading"):
+            models = _load_models(cfg, paths[rep], loaded)
         torch_donors = {n: m.model for n, m in models.donors.items()}
         for group in _groups(cfg, todo):
             chunks = [rows[b * size : (b + 1) * size] for b in group]

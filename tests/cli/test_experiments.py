@@ -9,6 +9,7 @@ finetuned once, for 2 steps. Runs are module-scoped fixtures that several tests 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -210,6 +211,9 @@ def test_position(position_run):
     assert drops["skipped_grafts"] == {"M": 4, "FE+M": 4, "M+LT": 4, "R": 2, "FE+R": 2, "R+LT": 2}
     assert "(0 already done)" in result.output
     assert f"results: {out}" in result.output
+    times = re.search(r"^time: data and checks .*, grafting .*\(total .*\)$", result.output, re.M)
+    assert times, result.output
+    assert re.search(r"^time: figures [0-9.]+ s$", result.output, re.M)
 
 
 def test_necessity(tmp_path, common):

@@ -102,6 +102,12 @@ def test_run_stores_whole_name_scores(named_run, dataset, donor_path):
             assert row["name_logprob"] == pytest.approx(own_name_logprob(model, ex), abs=1e-4)
 
 
+def test_run_reports_its_stage_times(named_run):
+    stages = named_run.times.seconds
+    assert list(stages) == ["data and checks", "finetuning", "loading", "grafting", "summaries"]
+    assert all(s >= 0 for s in stages.values())
+
+
 def test_summary_has_name_statistics(named_run):
     summary = named_run.summary
     for column in ("name_exact", "name_exact_lo", "name_exact_hi", "mean_name_logprob"):
