@@ -14,9 +14,10 @@ Locally each (position, module) cell is computed once, with the weights it uses:
   its work, with the other models' modules grafted at the remaining cells: a complement
   such as ``LT^C:all:all`` is a donor forward with the base's modules at the last token,
   and a donor's whole forward (``ALL:all:all; head=donor``) is that plain forward;
-- rows that graft only their last token share their prompt's prefix
-  (:mod:`graft.core.prefix`): the prefix runs once per prompt with a key/value cache and
-  each row runs only its last token, in a trace;
+- rows of one prompt that graft the same cells before its last token (nothing, for rows
+  that graft only their last token; the first entity, for FE and FE+LT) share that prefix
+  (:mod:`graft.core.prefix`): it runs once with a key/value cache and each row runs only
+  its last token, in a trace;
 - a batch that grafts nothing runs without a trace.
 """
 
@@ -57,8 +58,10 @@ from graft.core.plan import (
 from graft.core.prefix import (
     accepts_cache,
     grafts_last_token_only,
+    new_cache,
     prefix_cache,
     prefix_plans,
+    prefix_signature,
     select_rows,
 )
 from graft.core.spec import ResolvedGraft
@@ -144,17 +147,21 @@ class LocalExecutor:
         device = model_device(torch_model)
         batch = trace_batch(plan, torch_model, device)
         if plan.prefix is not None:
-            cache = self._prefix_cache(torch_model, plan.prefix.plan, device)
+            cache = self._prefix_cache(base, donors, plan.prefix.plan, device)
             batch.inputs["past_key_values"] = select_rows(
                 cache, plan.prefix.prompt_index.to(device)
             )
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
-        model, mods = wrap(base), donor_modules(donors, plan.patches)
+        return self._traced(base, donors, batch)
+
+    def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
+        """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``."""
+        model, mods = wrap(base), donor_modules(donors, batch.patches)
         split = None
         if getattr(self, "shortcuts", True):
-            split = split_modules(torch_model, batch)
+            split = split_modules(unwrap(base), batch)
             interned = _MaskInterner()
             for patch in batch.patches:  # flat indices: gathers that need no mask scan
                 patch.rows, patch.cells = interned(patch.rows)
@@ -164,12 +171,22 @@ class LocalExecutor:
             logits = graft_batch(model, batch, mods, split).save()
         return logits
 
-    def _prefix_cache(self, torch_model: nn.Module, prefix: BatchPlan, device: torch.device):
-        """The cache of ``prefix`` on ``torch_model``: the one kept from the last step when it
-        continued the same prefixes, else a new one (which replaces it)."""
+    def _prefix_cache(self, base, donors, prefix: BatchPlan, device: torch.device):
+        """The cache of ``prefix`` on ``base`` (the carrier): the one kept from the last step
+        when it continued the same prefixes, else a new one (which replaces it). Grafted
+        prefixes run in a trace that fills the cache; the others without one."""
+        torch_model = unwrap(base)
         kept = getattr(self, "_kept_prefix", None)
         if kept is None or kept[0] is not prefix or kept[1] is not torch_model:
-            kept = (prefix, torch_model, prefix_cache(torch_model, prefix, device))
+            if prefix.patches:
+                cache = new_cache(torch_model)
+                batch = trace_batch(prefix, torch_model, device)
+                batch.inputs["past_key_values"] = cache
+                batch.inputs["use_cache"] = True
+                self._traced(base, donors, batch)  # its logits are not needed
+            else:
+                cache = prefix_cache(torch_model, prefix, device)
+            kept = (prefix, torch_model, cache)
             self._kept_prefix = kept
         return kept[2]
 
@@ -375,7 +392,9 @@ class _Routes:
         traced: carrier -> rows run as whole prompts in traces (on the base, rows that
             graft nothing too: they share its batches).
         plain: donor -> rows that are that donor's plain forward.
-        prefix: carrier -> rows that graft only their last token.
+        prefix: carrier -> rows run as one-token steps on shared prefixes: rows that
+            graft only their last token, and rows of one prompt grafting the same cells
+            before it.
     """
 
     resolved: list[ResolvedGraft]
@@ -468,6 +487,7 @@ def _route(
         choices.append(choice)
         routes.resolved.append(choice.on_carrier)
         getattr(routes, choice.kind).setdefault(choice.carrier, []).append(i)
+    _share_grafted_prefixes(router, rows, choices, routes)
     _join_prefixes(rows, routes)
     _fill_batches(router, rows, choices, routes, batch_size)
     return routes
@@ -503,6 +523,43 @@ def _fill_batches(
             routes.resolved[i] = router.on(choices[i], dst, len(rows[i].input_ids))
         if not routes.traced[src]:
             del routes.traced[src]
+
+
+def _share_grafted_prefixes(
+    router: _Router, rows: Sequence[GraftRow], choices: Sequence[_Choice], routes: _Routes
+) -> None:
+    """Traced rows of one prompt that graft the same cells before its last token (FE and
+    FE+LT; FE^C and (FE+LT)^C) compute the same prefix: two or more such rows run as steps
+    on one grafted prefix instead of as whole prompts, all on the carrier most of them have
+    (the prefix is the same computation on any carrier)."""
+    groups: dict[tuple, list[int]] = {}
+    signatures: dict[tuple[int, int], tuple] = {}
+    for idx in routes.traced.values():
+        for i in idx:
+            ids, graft = tuple(rows[i].input_ids), choices[i].graft
+            if len(ids) < 2 or is_empty(routes.resolved[i]):  # nothing: see _join_prefixes
+                continue
+            known = (id(graft), len(ids))
+            if known not in signatures:
+                signatures[known] = prefix_signature(graft, len(ids))
+            if signatures[known]:  # grafted before the last token (else already a step)
+                groups.setdefault((ids, signatures[known]), []).append(i)
+    moving: dict[int, str | None] = {}
+    for group in groups.values():
+        carriers = [c for c in (choices[i].carrier for i in group) if router.with_cache[c]]
+        if len(group) >= 2 and carriers:
+            carrier = max(dict.fromkeys(carriers), key=carriers.count)
+            moving |= dict.fromkeys(group, carrier)
+    if not moving:
+        return
+    for carrier in list(routes.traced):
+        routes.traced[carrier] = [i for i in routes.traced[carrier] if i not in moving]
+        if not routes.traced[carrier]:
+            del routes.traced[carrier]
+    for i, carrier in moving.items():
+        if carrier != choices[i].carrier:
+            routes.resolved[i] = router.on(choices[i], carrier, len(rows[i].input_ids))
+        routes.prefix.setdefault(carrier, []).append(i)
 
 
 def _join_prefixes(rows: Sequence[GraftRow], routes: _Routes) -> None:

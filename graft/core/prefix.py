@@ -1,17 +1,20 @@
-"""Shared prefixes: rows that graft only their last token share the prompt before it.
+"""Shared prefixes: rows of one prompt that differ only at its last token share the rest.
 
-A graft changes nothing before its first grafted position (causality), so a row whose every
-grafted cell (the head included) is at the last token computes, on every earlier position,
-exactly what its carrier model computes on the prompt alone. Such rows are grouped by prompt:
-each prompt's prefix (every token but the last) runs once, without a trace, filling a
-key/value cache; the cache is then selected for each row of the prompt, and only the last
-token runs, in a trace with the row's graft. E3's component sets at LT then cost one prompt
-forward plus one single-token step per graft, not one full forward per graft.
+A graft changes nothing before its first grafted position (causality), so every earlier
+position of a row computes what its carrier model, grafted as the row is before its last
+token, computes on the prompt alone. Rows of one prompt whose grafts agree before the last
+token (:func:`prefix_signature`: nothing, for the rows that graft only their last token; or
+e.g. the first entity, for FE and FE+LT) are grouped: their prefix (every token but the
+last) runs once, filling a key/value cache (without a trace when nothing is grafted there,
+else in a trace with the prefix's graft); the cache is selected for each row, and only the
+last token runs, in a trace with the row's graft there. E3's component sets at LT then cost
+one prompt forward plus one single-token step per graft, and FE+LT costs a step once FE ran.
 
 This module plans the steps (:func:`prefix_plans`: batch plans with a
 :class:`graft.core.plan.SharedPrefix`) and handles the cache (:func:`prefix_cache`,
-:func:`select_rows`); :class:`graft.core.engine.LocalExecutor` runs them. Prefixes are padded on the left with explicit position ids, so each row's
-step sees its own prompt's positions and attends to its own prompt's keys only.
+:func:`select_rows`); :class:`graft.core.engine.LocalExecutor` runs them. Prefixes are
+padded on the left with explicit position ids, so each row's step sees its own prompt's
+positions and attends to its own prompt's keys only.
 """
 
 from __future__ import annotations
@@ -25,11 +28,37 @@ import torch
 from torch import nn
 
 from graft.core.arch import Architecture
-from graft.core.plan import BatchPlan, GraftRow, LayoutCache, SharedPrefix, plan_batch
+from graft.core.plan import BatchPlan, GraftRow, LayoutCache, SharedPrefix, SitePatch, plan_batch
 from graft.core.spec import ResolvedGraft
 
 #: A step holds at most this many rows per row of a batch (a step row is one token).
 STEP_ROWS_PER_BATCH_ROW = 4
+
+
+def prefix_signature(res: ResolvedGraft, length: int) -> tuple:
+    """What ``res`` grafts before the last of ``length`` tokens, as a comparable tuple of
+    ``(layer, component, position, donor)``: rows of one prompt with equal signatures compute
+    the same prefix (causality), whatever they graft at the last token."""
+    last = length - 1
+    return tuple(
+        sorted(
+            (layer, component, position, donor)
+            for (layer, component), cell in res.cells.items()
+            for position, donor in cell.items()
+            if position < last
+        )
+    )
+
+
+def before_last(res: ResolvedGraft, length: int) -> ResolvedGraft:
+    """``res`` on the prefix: its cells before the last of ``length`` tokens (no head)."""
+    last = length - 1
+    cells = {}
+    for key, cell in res.cells.items():
+        kept = {p: d for p, d in cell.items() if p < last}
+        if kept:
+            cells[key] = kept
+    return ResolvedGraft(cells)
 
 
 def grafts_last_token_only(res: ResolvedGraft, length: int) -> bool:
@@ -46,19 +75,32 @@ def accepts_cache(model: nn.Module) -> bool:
     return "past_key_values" in inspect.signature(model.forward).parameters
 
 
+def _last_column(patch: SitePatch) -> SitePatch | None:
+    """``patch`` on the last column of its batch (None when it marks nothing there); fused
+    q/k/v slices, given per marked cell, keep the last column's cells."""
+    rows = patch.rows[:, -1:]
+    if not rows.any():
+        return None
+    if not patch.slices:
+        return replace(patch, rows=rows)
+    last = torch.zeros_like(patch.rows)
+    last[:, -1] = True
+    keep = last[patch.rows]  # per marked cell of the whole batch: is it in the last column
+    return replace(patch, rows=rows, slices=[(k, m[keep]) for k, m in patch.slices])
+
+
 def _step_plan(full: BatchPlan, prefix: BatchPlan, prompt_index: torch.Tensor) -> BatchPlan:
-    """The last column of ``full`` (a left-padded plan whose every mark is in that column)
-    as a step on ``prefix``: ids, positions and masks [batch, 1], attention over prefix + 1."""
-    for p in full.patches:
-        if p.rows[:, :-1].any():
-            raise AssertionError(f"a prefix step grafts {p.path} before the last token")
+    """The last column of ``full`` (a left-padded plan; its marks before that column are
+    the prefixes' own, computed by ``prefix``) as a step on ``prefix``: ids, positions and
+    masks [batch, 1], attention over prefix + 1."""
     mask = prefix.attention_mask[prompt_index]
+    patches = [p for p in map(_last_column, full.patches) if p is not None]
     return BatchPlan(
         input_ids=full.input_ids[:, -1:],
         attention_mask=torch.cat([mask, torch.ones((len(mask), 1), dtype=mask.dtype)], dim=1),
         position_ids=full.position_ids[:, -1:],
         last_index=torch.zeros(len(mask), dtype=torch.long),
-        patches=[replace(p, rows=p.rows[:, -1:]) for p in full.patches],
+        patches=patches,
         keep_last_only=True,
         targets=full.targets,
         top_k=full.top_k,
@@ -77,24 +119,41 @@ def prefix_plans(
     targets: torch.Tensor | None = None,
     top_k: int = 0,
 ) -> list[tuple[list[int], BatchPlan]]:
-    """(row indices, step plan) for the rows ``indices``, each grafting its last token only
-    (:func:`grafts_last_token_only`; ``resolved`` holds each row's graft on the model that
-    runs it). Prompts, sorted by length, are grouped ``batch_size`` at a time; each group's
-    prefixes form one :class:`SharedPrefix` batch and its rows, a prompt's rows together,
-    steps of one token per row: up to as many tokens as ``batch_size`` whole prompts of the
-    group (at most ``STEP_ROWS_PER_BATCH_ROW * batch_size`` rows), so that the step's matrix
-    products are wide enough to run efficiently."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    """(row indices, step plan) for the rows ``indices`` (``resolved`` holds each row's graft
+    on the model that runs it). Rows are keyed by prompt and :func:`prefix_signature`: one
+    prefix per key, grafted as the key's rows graft it (most often not at all: rows that
+    graft their last token only). Keys, sorted by prompt length, ungrafted and grafted
+    apart (ungrafted prefixes run without a trace), are grouped ``batch_size`` at a time;
+    each group's prefixes form one :class:`SharedPrefix` batch and its rows, a key's rows
+    together, steps of one token per row: up to as many tokens as ``batch_size`` whole
+    prompts of the group (at most ``STEP_ROWS_PER_BATCH_ROW * batch_size`` rows), so that
+    the step's matrix products are wide enough to run efficiently."""
+    by_key: dict[tuple, list[int]] = {}
+    signatures: dict[tuple[int, int], tuple] = {}  # (id of a graft, length) -> signature
     for i in indices:
-        by_prompt.setdefault(tuple(rows[i].input_ids), []).append(i)
-    prompts = sorted(by_prompt, key=lambda ids: (len(ids), ids))
-    layouts = LayoutCache()
+        ids = tuple(rows[i].input_ids)
+        known = (id(resolved[i]), len(ids))
+        if known not in signatures:
+            signatures[known] = prefix_signature(resolved[i], len(ids))
+        by_key.setdefault((ids, signatures[known]), []).append(i)
+    keys = sorted(by_key, key=lambda key: (len(key[0]), key[0]))
+    plain, grafted = [k for k in keys if not k[1]], [k for k in keys if k[1]]
+    groups = [
+        ks[s : s + batch_size] for ks in (plain, grafted) for s in range(0, len(ks), batch_size)
+    ]
+    layouts, prefix_layouts = LayoutCache(), LayoutCache()
     steps = []
-    for start in range(0, len(prompts), batch_size):
-        group = prompts[start : start + batch_size]
-        prefix = plan_batch(arch, [GraftRow(ids[:-1]) for ids in group], pad_id=pad_id)
-        order = [(p, i) for p, ids in enumerate(group) for i in by_prompt[ids]]
-        per_step = batch_size * min(STEP_ROWS_PER_BATCH_ROW, len(group[-1]))
+    for group in groups:
+        firsts = [by_key[key][0] for key in group]  # their spec and spans key the layouts
+        prefix = plan_batch(
+            arch,
+            [GraftRow(rows[i].input_ids[:-1], rows[i].spans, rows[i].spec) for i in firsts],
+            pad_id=pad_id,
+            resolved=[before_last(resolved[i], len(rows[i].input_ids)) for i in firsts],
+            layouts=prefix_layouts,
+        )
+        order = [(p, i) for p, key in enumerate(group) for i in by_key[key]]
+        per_step = batch_size * min(STEP_ROWS_PER_BATCH_ROW, len(group[-1][0]))
         for s in range(0, len(order), per_step):
             part = order[s : s + per_step]
             idx = [i for _, i in part]
@@ -112,12 +171,17 @@ def prefix_plans(
     return steps
 
 
+def new_cache(model: nn.Module):
+    """An empty key/value cache for ``model`` (sliding-window layers as its config says)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
 def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device):
     """The key/value cache of ``model`` (a causal LM) over the prefixes, run without its
     head (only the cache is kept)."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     with torch.no_grad():
         model.base_model(
             input_ids=prefix.input_ids.to(device),

@@ -1,8 +1,9 @@
 """The engine's local shortcuts against the token-by-token reference.
 
 Locally a row runs on its carrier (the model that supplies most of its work, the others'
-modules grafted at the remaining cells), rows that graft only their last token share their
-prompt's prefix through a key/value cache, and grafted matrix products run their own
+modules grafted at the remaining cells), rows of one prompt that graft the same cells before
+its last token (nothing, or e.g. FE for FE and FE+LT) share that prefix through a key/value
+cache, and grafted matrix products run their own
 weights only on the cells no donor takes. Each test checks the numbers against the
 independent reference (<= 1e-5 in float32, <= 1e-10 in float64) AND that the shortcut it is
 about was taken, so a shortcut that stops being exact, or stops being used, fails here.
@@ -42,7 +43,8 @@ SPECS = [
     "LT:all:all; head=paper",
     "LT:all:o@task; LT:q4:ffn",  # two donors on one step
     "ALL:all:all@task; LT:all:o",  # carried by 'task', 'sft' and the base grafted into it
-    "FE^C:all:all; LT:all:ffn@task",
+    "FE^C:all:all; LT:all:ffn@task",  # shares FE^C's prefix on 'sft'
+    "(FE+LT)^C:all:all@task",  # the only row of its prefix on 'task': a whole prompt there
 ]
 LENGTHS = (6, 9, 11, 2)  # a two-token prompt has a one-token prefix
 CASES = [(f, None) for f in TINY_FAMILIES] + [("llama", True)]
@@ -99,7 +101,10 @@ class Spy(LocalExecutor):
         self.seen = []
 
     def run_plan(self, base, donors, plan):
-        self.seen.append((BASE in donors, plan.prefix is not None, bool(plan.patches)))
+        prefix = None
+        if plan.prefix is not None:
+            prefix = "grafted" if plan.prefix.plan.patches else "plain"
+        self.seen.append((BASE in donors, prefix, bool(plan.patches)))
         return super().run_plan(base, donors, plan)
 
 
@@ -128,11 +133,12 @@ def test_every_local_path_matches_the_reference(setup, family, tied, padding_sid
     spy = Spy()
     out = run_grafts(base, donors, rows, batch_size=5, padding_side=padding_side, executor=spy)
     assert not _off(out, refs, rows), f"{family}: rows off the reference: {_off(out, refs, rows)}"
-    # every shortcut was taken: steps on shared prefixes of the base and of a donor, whole
-    # prompts carried by a donor, split matrix products
+    # every shortcut was taken: steps on shared prefixes, plain and grafted, of the base and
+    # of a donor; whole prompts carried by a donor; split matrix products
     kinds = set(spy.seen)
-    assert (False, True, True) in kinds and (True, True, True) in kinds
-    assert (True, False, True) in kinds
+    assert {(False, "plain", True), (True, "plain", True)} <= kinds
+    assert {(False, "grafted", True), (True, "grafted", True)} <= kinds
+    assert (True, None, True) in kinds
     assert any(splits)
     # and the reference is not trivially met: on every prompt every graft moves the logits
     per_prompt = refs.view(len(LENGTHS), len(SPECS), -1)
@@ -182,6 +188,33 @@ def test_rows_of_one_prompt_share_one_prefix_forward(setup, monkeypatch):
     assert [shape[0] for shape in calls] == [3]
     assert all(prefix for _, prefix, _ in spy.seen) and len(spy.seen) == 1
     arch = architecture_of(base)
+    assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_rows_differing_at_the_last_token_share_a_grafted_prefix(setup, family):
+    """FE and FE+LT (and FE^C, (FE+LT)^C) graft the same cells before the last token. With
+    a long first entity FE+LT would rather run on the donor and FE on the base: the rows of a
+    prompt are put on one carrier and run as steps on one grafted prefix."""
+    base, donors, arch, _, _ = setup(family)
+    specs = ["FE:all:all", "FE+LT:all:all", "FE^C:all:all", "(FE+LT)^C:all:all"]
+    rows = []
+    for n, fe in ((6, [1, 2, 3]), (9, [1, 2, 3, 4, 5]), (7, [2])):
+        ids = [1] + torch.randint(
+            3, 96, (n - 1,), generator=torch.Generator().manual_seed(n)
+        ).tolist()
+        rows += [GraftRow(ids, {"FE": fe}, parse_spec(s)) for s in specs]
+    resolved = resolve_rows(arch, rows, donors)
+    router = engine._Router(arch, base, donors, set())
+    carrier = [
+        router.choose(res, len(r.input_ids)).carrier for r, res in zip(rows, resolved, strict=True)
+    ]
+    assert any(carrier[i] != carrier[i + 1] for i in range(0, len(rows), len(specs)))  # FE, FE+LT
+    routes = engine._route(arch, base, rows, resolved, donors, set())
+    assert not routes.traced and sum(map(len, routes.prefix.values())) == len(rows)
+    spy = Spy()
+    out = run_grafts(base, donors, rows, batch_size=4, executor=spy)
+    assert {prefix for _, prefix, _ in spy.seen} == {"grafted"}
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
