@@ -48,6 +48,7 @@ from graft.core.plan import (
     BatchPlan,
     GraftRow,
     LayoutCache,
+    SharedPrefix,
     SitePatch,
     _layout_key,
     check_targets,
@@ -57,16 +58,19 @@ from graft.core.plan import (
 )
 from graft.core.prefix import (
     accepts_cache,
+    concat_caches,
     grafts_last_token_only,
     new_cache,
     prefix_cache,
     prefix_plans,
     prefix_signature,
     select_rows,
+    slice_rows,
 )
 from graft.core.spec import ResolvedGraft
 from graft.core.trace import (
     graft_batch,
+    last_logits,
     model_device,
     row_metrics,
     trace_batch,
@@ -147,7 +151,7 @@ class LocalExecutor:
         device = model_device(torch_model)
         batch = trace_batch(plan, torch_model, device)
         if plan.prefix is not None:
-            cache = self._prefix_cache(base, donors, plan.prefix.plan, device)
+            cache = self._prefix_cache(base, donors, plan.prefix, device)
             batch.inputs["past_key_values"] = select_rows(
                 cache, plan.prefix.prompt_index.to(device)
             )
@@ -171,24 +175,34 @@ class LocalExecutor:
             logits = graft_batch(model, batch, mods, split).save()
         return logits
 
-    def _prefix_cache(self, base, donors, prefix: BatchPlan, device: torch.device):
-        """The cache of ``prefix`` on ``base`` (the carrier): the one kept from the last step
-        when it continued the same prefixes, else a new one (which replaces it). Grafted
-        prefixes run in a trace that fills the cache; the others without one."""
-        torch_model = unwrap(base)
+    def _prefix_cache(self, base, donors, shared: SharedPrefix, device: torch.device):
+        """The cache of ``shared``'s prefixes on ``base`` (the carrier): the one kept from the
+        last step when it continued the same prefixes, else a new one (which replaces it),
+        computed one forward per row range of ``shared.parts``."""
+        torch_model, prefix = unwrap(base), shared.plan
         kept = getattr(self, "_kept_prefix", None)
         if kept is None or kept[0] is not prefix or kept[1] is not torch_model:
-            if prefix.patches:
-                cache = new_cache(torch_model)
-                batch = trace_batch(prefix, torch_model, device)
-                batch.inputs["past_key_values"] = cache
-                batch.inputs["use_cache"] = True
-                self._traced(base, donors, batch)  # its logits are not needed
-            else:
-                cache = prefix_cache(torch_model, prefix, device)
+            self._kept_prefix = kept = None  # free the last cache before filling a new one
+            ranges = shared.parts or [(0, len(prefix.input_ids))]
+            parts = [slice_rows(prefix, a, b) for a, b in ranges]
+            cache = concat_caches([self._one_cache(base, donors, p, device) for p in parts])
+            if cache is None:  # a cache kind that cannot be joined: all rows at once
+                cache = self._one_cache(base, donors, prefix, device)
             kept = (prefix, torch_model, cache)
             self._kept_prefix = kept
         return kept[2]
+
+    def _one_cache(self, base, donors, prefix: BatchPlan, device: torch.device):
+        """The cache of ``prefix`` on ``base``: in a trace where it grafts, else without."""
+        torch_model = unwrap(base)
+        if not prefix.patches:
+            return prefix_cache(torch_model, prefix, device)
+        cache = new_cache(torch_model)
+        batch = trace_batch(prefix, torch_model, device)
+        batch.inputs["past_key_values"] = cache
+        batch.inputs["use_cache"] = True
+        self._traced(base, donors, batch)  # its logits are not needed
+        return cache
 
 
 class _MaskInterner:
@@ -266,8 +280,7 @@ def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
 def _plain_forward(torch_model: nn.Module, batch) -> torch.Tensor:
     """What :func:`graft_batch` returns for a batch with no patches, without a trace."""
     with torch.no_grad():
-        full = torch_model(**batch.inputs).logits
-    picked = full[batch.rows.to(full.device), batch.pick.to(full.device)]
+        picked = last_logits(torch_model(**batch.inputs).logits, batch)
     if batch.targets is None:
         return picked
     return row_metrics(picked, batch.targets, batch.top_k)

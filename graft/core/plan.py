@@ -99,12 +99,16 @@ class SharedPrefix:
     """Prompts without their last token, run once for every step that continues them.
 
     Args:
-        plan: the prefixes as a padded batch with no patches (its key/value cache is kept).
-        prompt_index: [batch] for each row of the step, its prompt's row in ``plan``.
+        plan: the prefixes as a padded batch, grafted where its rows graft before their last
+            token (its key/value cache is kept).
+        prompt_index: [batch] for each row of the step, its prefix's row in ``plan``.
+        parts: the row ranges ``(start, stop)`` of ``plan`` run one forward each to compute
+            its cache (None: all rows at once).
     """
 
     plan: BatchPlan
     prompt_index: torch.Tensor
+    parts: list[tuple[int, int]] | None = None
 
 
 def default_pad_id(config) -> int:

@@ -89,10 +89,59 @@ def _last_column(patch: SitePatch) -> SitePatch | None:
     return replace(patch, rows=rows, slices=[(k, m[keep]) for k, m in patch.slices])
 
 
-def _step_plan(full: BatchPlan, prefix: BatchPlan, prompt_index: torch.Tensor) -> BatchPlan:
+def slice_rows(plan: BatchPlan, start: int, stop: int) -> BatchPlan:
+    """Rows ``start:stop`` of ``plan`` (a prefix plan: no targets), their patches with them."""
+    patches = []
+    for p in plan.patches:
+        rows = p.rows[start:stop]
+        if not rows.any():
+            continue
+        if p.slices:
+            inside = torch.zeros_like(p.rows)
+            inside[start:stop] = True
+            keep = inside[p.rows]  # per marked cell: is it in the slice
+            patches.append(replace(p, rows=rows, slices=[(k, m[keep]) for k, m in p.slices]))
+        else:
+            patches.append(replace(p, rows=rows))
+    return replace(
+        plan,
+        input_ids=plan.input_ids[start:stop],
+        attention_mask=plan.attention_mask[start:stop],
+        position_ids=plan.position_ids[start:stop],
+        last_index=plan.last_index[start:stop],
+        patches=patches,
+    )
+
+
+def concat_caches(caches: Sequence):
+    """One cache holding ``caches`` (of equal widths: slices of one padded prefix plan) one
+    after the other along the batch, emptying them; None (``caches`` untouched) where a
+    layer keeps more than keys and values."""
+    if len(caches) == 1:
+        return caches[0]
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    plain_kinds = (DynamicLayer, DynamicSlidingWindowLayer)
+    if any(type(layer) not in plain_kinds for c in caches for layer in c.layers):
+        return None
+    joined = copy.copy(caches[0])
+    joined.layers = []
+    for layers in zip(*(c.layers for c in caches), strict=True):
+        layer = copy.copy(layers[0])
+        layer.keys = torch.cat([x.keys for x in layers])
+        layer.values = torch.cat([x.values for x in layers])
+        for x in layers:  # the parts are spent: free them as the joined cache fills
+            x.keys = x.values = None
+        joined.layers.append(layer)
+    return joined
+
+
+def _step_plan(
+    full: BatchPlan, prefix: BatchPlan, prompt_index: torch.Tensor, parts: list[tuple[int, int]]
+) -> BatchPlan:
     """The last column of ``full`` (a left-padded plan; its marks before that column are
-    the prefixes' own, computed by ``prefix``) as a step on ``prefix``: ids, positions and
-    masks [batch, 1], attention over prefix + 1."""
+    the prefixes' own, computed by ``prefix``, a forward per row range of ``parts``) as a
+    step on ``prefix``: ids, positions and masks [batch, 1], attention over prefix + 1."""
     mask = prefix.attention_mask[prompt_index]
     patches = [p for p in map(_last_column, full.patches) if p is not None]
     return BatchPlan(
@@ -104,7 +153,7 @@ def _step_plan(full: BatchPlan, prefix: BatchPlan, prompt_index: torch.Tensor) -
         keep_last_only=True,
         targets=full.targets,
         top_k=full.top_k,
-        prefix=SharedPrefix(prefix, prompt_index),
+        prefix=SharedPrefix(prefix, prompt_index, parts),
     )
 
 
@@ -122,12 +171,13 @@ def prefix_plans(
     """(row indices, step plan) for the rows ``indices`` (``resolved`` holds each row's graft
     on the model that runs it). Rows are keyed by prompt and :func:`prefix_signature`: one
     prefix per key, grafted as the key's rows graft it (most often not at all: rows that
-    graft their last token only). Keys, sorted by prompt length, ungrafted and grafted
-    apart (ungrafted prefixes run without a trace), are grouped ``batch_size`` at a time;
-    each group's prefixes form one :class:`SharedPrefix` batch and its rows, a key's rows
-    together, steps of one token per row: up to as many tokens as ``batch_size`` whole
-    prompts of the group (at most ``STEP_ROWS_PER_BATCH_ROW * batch_size`` rows), so that
-    the step's matrix products are wide enough to run efficiently."""
+    graft their last token only). Keys, sorted by prompt length, are grouped
+    ``STEP_ROWS_PER_BATCH_ROW * batch_size`` at a time; each group's prefixes form one
+    :class:`SharedPrefix` batch (run ``batch_size`` rows per forward, ungrafted and grafted
+    ones apart: the ungrafted without a trace) and its rows, a key's rows together, steps of one token per row: up
+    to as many tokens as ``batch_size`` whole prompts of the group (at most
+    ``STEP_ROWS_PER_BATCH_ROW * batch_size`` rows), so that the step's matrix products are
+    wide enough to run efficiently and every weight is read once per step."""
     by_key: dict[tuple, list[int]] = {}
     signatures: dict[tuple[int, int], tuple] = {}  # (id of a graft, length) -> signature
     for i in indices:
@@ -137,13 +187,12 @@ def prefix_plans(
             signatures[known] = prefix_signature(resolved[i], len(ids))
         by_key.setdefault((ids, signatures[known]), []).append(i)
     keys = sorted(by_key, key=lambda key: (len(key[0]), key[0]))
-    plain, grafted = [k for k in keys if not k[1]], [k for k in keys if k[1]]
-    groups = [
-        ks[s : s + batch_size] for ks in (plain, grafted) for s in range(0, len(ks), batch_size)
-    ]
+    size = STEP_ROWS_PER_BATCH_ROW * batch_size
     layouts, prefix_layouts = LayoutCache(), LayoutCache()
     steps = []
-    for group in groups:
+    for start in range(0, len(keys), size):
+        # ungrafted prefixes first: chunks of them run without a trace
+        group = sorted(keys[start : start + size], key=lambda key: bool(key[1]))
         firsts = [by_key[key][0] for key in group]  # their spec and spans key the layouts
         prefix = plan_batch(
             arch,
@@ -152,8 +201,15 @@ def prefix_plans(
             resolved=[before_last(resolved[i], len(rows[i].input_ids)) for i in firsts],
             layouts=prefix_layouts,
         )
+        n_plain = sum(not sig for _, sig in group)  # ungrafted and grafted rows apart
+        parts = [
+            (a, min(a + batch_size, stop))
+            for begin, stop in ((0, n_plain), (n_plain, len(group)))
+            for a in range(begin, stop, batch_size)
+        ]
         order = [(p, i) for p, key in enumerate(group) for i in by_key[key]]
-        per_step = batch_size * min(STEP_ROWS_PER_BATCH_ROW, len(group[-1][0]))
+        longest = max(len(ids) for ids, _ in group)
+        per_step = batch_size * min(STEP_ROWS_PER_BATCH_ROW, longest)
         for s in range(0, len(order), per_step):
             part = order[s : s + per_step]
             idx = [i for _, i in part]
@@ -167,7 +223,7 @@ def prefix_plans(
             if targets is not None:
                 full.targets, full.top_k = targets[torch.tensor(idx, dtype=torch.long)], top_k
             prompt_index = torch.tensor([p for p, _ in part], dtype=torch.long)
-            steps.append((idx, _step_plan(full, prefix, prompt_index)))
+            steps.append((idx, _step_plan(full, prefix, prompt_index, parts)))
     return steps
 
 

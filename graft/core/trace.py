@@ -107,11 +107,18 @@ def graft_batch(model, batch, donor_modules, split=None):
     row's metrics [batch, 2 + 2 * top_k] (only these leave the trace). ``split``: see
     :func:`graft_trace_body`."""
     graft_trace_body(model, batch.patches, donor_modules, split)
-    full = model.output.logits
-    picked = full[batch.rows.to(full.device), batch.pick.to(full.device)]
+    picked = last_logits(model.output.logits, batch)
     if batch.targets is None:
         return picked
     return row_metrics(picked, batch.targets, batch.top_k)
+
+
+def last_logits(full, batch):
+    """Each row's logits at its last position, from the model's logits ``full`` [batch,
+    positions, vocab] (one position under ``logits_to_keep``: then a view, no copy)."""
+    if full.shape[1] == 1:
+        return full[:, 0]
+    return full[batch.rows.to(full.device), batch.pick.to(full.device)]
 
 
 def row_metrics(logits, targets, top_k):
