@@ -376,25 +376,6 @@ def _plans(
         yield plan
 
 
-def _every_cell(arch: Architecture) -> set[tuple[int, str]]:
-    """Every (layer, component) cell key of ``arch``; layer -1 holds the embeddings."""
-    return every_cell(arch)
-
-
-def direct_donor(res: ResolvedGraft, length: int, every: set[tuple[int, str]]) -> str | None:
-    """The donor whose own forward the graft ``res`` (on a prompt of ``length`` tokens)
-    equals: every cell in ``every`` (:func:`_every_cell`) at every position from that one
-    donor, its final norm and unembedding too (``ALL:all:all; head=donor``). Else None."""
-    donor = res.final_norm_donor
-    if donor is None or res.unembed_donor != donor or res.cells.keys() != every:
-        return None
-    positions = set(range(length))
-    for cell in res.cells.values():
-        if cell.keys() != positions or any(d != donor for d in cell.values()):
-            return None
-    return donor
-
-
 @dataclass
 class _Routes:
     """How each row runs locally. Carrier ``None`` is the base.

@@ -75,34 +75,30 @@ def accepts_cache(model: nn.Module) -> bool:
     return "past_key_values" in inspect.signature(model.forward).parameters
 
 
-def _last_column(patch: SitePatch) -> SitePatch | None:
-    """``patch`` on the last column of its batch (None when it marks nothing there); fused
-    q/k/v slices, given per marked cell, keep the last column's cells."""
-    rows = patch.rows[:, -1:]
+def _cut(patch: SitePatch, region: tuple) -> SitePatch | None:
+    """``patch`` on the part ``region`` (an index into its [batch, positions] mask that keeps
+    two dimensions) of its batch, None when it marks nothing there; fused q/k/v slices, given
+    per marked cell, keep the cells inside."""
+    rows = patch.rows[region]
     if not rows.any():
         return None
     if not patch.slices:
         return replace(patch, rows=rows)
-    last = torch.zeros_like(patch.rows)
-    last[:, -1] = True
-    keep = last[patch.rows]  # per marked cell of the whole batch: is it in the last column
+    inside = torch.zeros_like(patch.rows)
+    inside[region] = True
+    keep = inside[patch.rows]  # per marked cell of the whole batch: is it inside
     return replace(patch, rows=rows, slices=[(k, m[keep]) for k, m in patch.slices])
+
+
+def _last_column(patch: SitePatch) -> SitePatch | None:
+    """``patch`` on the last column of its batch (see :func:`_cut`)."""
+    return _cut(patch, (slice(None), slice(-1, None)))
 
 
 def slice_rows(plan: BatchPlan, start: int, stop: int) -> BatchPlan:
     """Rows ``start:stop`` of ``plan`` (a prefix plan: no targets), their patches with them."""
-    patches = []
-    for p in plan.patches:
-        rows = p.rows[start:stop]
-        if not rows.any():
-            continue
-        if p.slices:
-            inside = torch.zeros_like(p.rows)
-            inside[start:stop] = True
-            keep = inside[p.rows]  # per marked cell: is it in the slice
-            patches.append(replace(p, rows=rows, slices=[(k, m[keep]) for k, m in p.slices]))
-        else:
-            patches.append(replace(p, rows=rows))
+    cut = (_cut(p, (slice(start, stop), slice(None))) for p in plan.patches)
+    patches = [p for p in cut if p is not None]
     return replace(
         plan,
         input_ids=plan.input_ids[start:stop],

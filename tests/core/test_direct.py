@@ -92,10 +92,12 @@ def test_rows_keep_their_order_when_some_are_direct(models, family, padding_side
 def test_only_a_whole_donor_forward_is_direct(models):
     base, donors = models("gpt2")
     arch = architecture_of(base)
-    every = engine._every_cell(arch)
+    router = engine._Router(arch, base, donors, set())
 
     def direct(text: str, n: int = 6):
-        return engine.direct_donor(parse_spec(text).resolve(arch, n, {"FE": [1]}), n, every)
+        """The donor whose plain forward the row runs as, else None."""
+        choice = router.choose(parse_spec(text).resolve(arch, n, {"FE": [1]}), n)
+        return choice.carrier if choice.kind == "plain" else None
 
     assert direct(SFT) == "sft"
     assert direct("ALL:all:all@task; head=donor@task") == "task"
