@@ -10,12 +10,11 @@ from experiments.common import (
     echo_protocol_notes,
     make_config,
     protocol_default,
-    run_and_report,
     shared_options,
     standalone,
     variant_option,
 )
-from experiments.position import protocol_run_options
+from experiments.position import run_from_sft
 from graft.core.spec import GraftSpec, SpecError
 from graft.models import ModelNotFoundError, load_model
 from graft.results.report import LAYER_SEP
@@ -26,7 +25,7 @@ from graft.study.grafts import (
     reference,
     with_protocol,
 )
-from graft.study.runner import Graft, ModelSource, resolve_model_path, run_experiment
+from graft.study.runner import Graft, ModelSource, resolve_model_path
 
 #: Windows the paper's layer rule has no groups for (its code's eighths were broken).
 NOT_PAPER_WINDOWS = ("eighths",)
@@ -107,16 +106,7 @@ def layers(positions, windows, components, variant, cfg_options, remote):
                 grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
     grafts = with_protocol(grafts, cfg.protocol)
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
-    run = run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            donors={"sft": ModelSource(variant)},
-            echo=click.echo,
-            extra_config=notes,
-            **protocol_run_options(cfg.protocol, variant),
-        )
-    )
+    run = run_from_sft(cfg, grafts, variant, notes)
     echo_figures(run.folder.path)
 
 

@@ -16,7 +16,7 @@ from experiments.common import (
 )
 from graft.core.spec import SpecError, parse_spec
 from graft.study.grafts import POSITIONS, position_grafts
-from graft.study.runner import ModelSource, run_experiment
+from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource, run_experiment
 from graft.study.workspace import parse_variant
 
 
@@ -59,16 +59,26 @@ def position(positions, variant, cfg_options, remote):
     cfg = make_config("position", cfg_options, remote)
     variant = protocol_default("variant", variant, "both", cfg.protocol)
     grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
-    run = run_and_report(
+    run = run_from_sft(cfg, grafts, variant)
+    echo_figures(run.folder.path)
+
+
+def run_from_sft(
+    cfg: ExperimentConfig, grafts: list[Graft], variant: str, notes: dict | None = None
+) -> ExperimentRun:
+    """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
+    (the paper protocol's options added), report it, and return it; ``notes`` go into the
+    stored config."""
+    return run_and_report(
         lambda: run_experiment(
             cfg,
             grafts,
             donors={"sft": ModelSource(variant)},
             echo=click.echo,
+            extra_config=notes,
             **protocol_run_options(cfg.protocol, variant),
         )
     )
-    echo_figures(run.folder.path)
 
 
 def protocol_run_options(protocol: str, variant: str) -> dict:

@@ -10,15 +10,13 @@ from experiments.common import (
     echo_protocol_notes,
     make_config,
     protocol_default,
-    run_and_report,
     shared_options,
     standalone,
     variant_option,
 )
-from experiments.position import protocol_run_options
+from experiments.position import run_from_sft
 from graft.results.metrics import top_tokens_table
 from graft.study.grafts import protocol_notes, reference, spec_graft
-from graft.study.runner import ModelSource, run_experiment
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 
@@ -57,16 +55,7 @@ def tokens(specs, per_graft, variant, cfg_options, remote):
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
-    run = run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            donors={"sft": ModelSource(variant)},
-            echo=click.echo,
-            extra_config=notes,
-            **protocol_run_options(cfg.protocol, variant),
-        )
-    )
+    run = run_from_sft(cfg, grafts, variant, notes)
     # one group per replicate: several finetune or data seeds must not be pooled
     groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
     by = [*groups, "template", "graft"]
