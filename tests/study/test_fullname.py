@@ -5,17 +5,14 @@ longer fit."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
 import torch
 
 from graft.core.spec import parse_spec
-from graft.core.tiny import perturbed_copy, tiny_model
 from graft.errors import GraftError
 from graft.models import load_model, tiny_tokenizer
-from graft.study.datasets import DatasetConfig, generate_dataset
 from graft.study.grafts import reference
 from graft.study.prompts import load_test_prompts
 from graft.study.runner import ExperimentConfig, Graft, ModelSource, load_examples, run_experiment
@@ -29,19 +26,6 @@ GRAFTS = [
     Graft("LT", parse_spec("LT:h2:o,ffn")),
 ]
 NAME_COLUMNS = ["name_text", "name_tokens", "name_logprob", "name_exact"]
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    return generate_dataset(DatasetConfig(n_facts=4), tmp_path_factory.mktemp("data") / "facts")
-
-
-@pytest.fixture(scope="module")
-def donor_path(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("donor") / "tiny-llama-perturbed"
-    perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def config(dataset, out, **kw) -> ExperimentConfig:

@@ -18,12 +18,11 @@ import pytest
 import graft.study.runner as runner
 import graft.study.workspace as workspace
 from graft.core.spec import parse_spec
-from graft.core.tiny import perturbed_copy, tiny_model
+from graft.core.tiny import tiny_model
 from graft.errors import ExperimentError, GraftError
 from graft.models import tiny_tokenizer
 from graft.remote.config import RemoteConfig
 from graft.results.folder import MARKER_FILE, RunFolderError
-from graft.study.datasets import DatasetConfig, generate_dataset
 from graft.study.grafts import reference
 from graft.study.runner import (
     ExperimentConfig,
@@ -35,20 +34,6 @@ from graft.study.runner import (
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    return generate_dataset(DatasetConfig(n_facts=4), tmp_path_factory.mktemp("data") / "facts")
-
-
-@pytest.fixture(scope="module")
-def donor_path(tmp_path_factory) -> str:
-    """A fake finetune of tiny-llama (same weights as load_model('tiny-llama'), perturbed)."""
-    folder = tmp_path_factory.mktemp("donor") / "tiny-llama-perturbed"
-    perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 GRAFTS = [

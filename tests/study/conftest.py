@@ -1,0 +1,27 @@
+"""Fixtures of the study tests that run experiments: a small generated dataset and a fake
+finetune of tiny-llama (module-scoped: one per test module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graft.core.tiny import perturbed_copy, tiny_model
+from graft.models import tiny_tokenizer
+from graft.study.datasets import DatasetConfig, generate_dataset
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """Four facts per set (test_finetune overrides it with a larger one)."""
+    return generate_dataset(DatasetConfig(n_facts=4), tmp_path_factory.mktemp("data") / "facts")
+
+
+@pytest.fixture(scope="module")
+def donor_path(tmp_path_factory) -> str:
+    """A fake finetune of tiny-llama (same weights as load_model('tiny-llama'), perturbed)."""
+    folder = tmp_path_factory.mktemp("donor") / "tiny-llama-perturbed"
+    perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return str(folder)
