@@ -290,16 +290,13 @@ def _write_summaries(
     table = _finalize_examples(cfg, folder)
     summary = summarize_run(table, grafts, {d: p.drops for d, p in prompts.items()}, cfg)
     folder.write_summary(summary)
-    n_boot = max(cfg.n_boot, 1)
-    contrasts = key_contrasts(table, n_boot=n_boot, seed=cfg.seed)
-    if not contrasts.is_empty():
-        folder.write_summary(contrasts, stem=CONTRASTS_STEM)
+    measures = [("hit@5", "target_logprob", CONTRASTS_STEM)]
     if "name_exact" in table.columns:
-        by_name = key_contrasts(
-            table, hit="name_exact", score="name_logprob", n_boot=n_boot, seed=cfg.seed
-        )
-        if not by_name.is_empty():
-            folder.write_summary(by_name, stem=NAME_CONTRASTS_STEM)
+        measures.append(("name_exact", "name_logprob", NAME_CONTRASTS_STEM))
+    for hit, score, stem in measures:
+        contrasts = key_contrasts(table, hit, score, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
+        if not contrasts.is_empty():
+            folder.write_summary(contrasts, stem=stem)
     folder.write_json("drops.json", _drops_report(cfg, prompts))
     return table, summary
 
