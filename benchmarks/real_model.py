@@ -69,7 +69,7 @@ GOALS = {
     "e3_engine_over_plain": ("<=", 0.5),
     "paper_over_engine_per_example": (">=", 100.0),
     "peak_rss_over_bound": ("<=", 1.0),
-    "peak_minus_libraries_over_bound": ("<=", 1.0),
+    "peak_minus_fixed_costs_over_bound": ("<=", 1.0),
 }
 MIB = 2**20
 
@@ -341,18 +341,26 @@ def measure_paper(w: Workload, examples: int, engine_s_per_row: float) -> dict:
     }
 
 
-def warm_libraries(model: str, dtype: str | None, device: str | None) -> None:
-    """Load ``model`` once and drop it, so that the RSS measured next holds the libraries a
-    load imports (tokenizer and modeling code: ~120 MiB beside torch on SmolLM2) and not the
-    weights: what the process holds whatever the model's size."""
+def fixed_costs(model: str, dtype: str | None, device: str | None) -> int:
+    """RSS in bytes of what any use of ``model`` holds besides its weights: the interpreter,
+    the libraries a load imports (torch, transformers, nnsight, modeling code) and the
+    tokenizer (327 MiB for Gemma 3's 262k-token vocabulary, a few MiB for SmolLM2's). Loads
+    the model once, drops its weights, measures with the tokenizer alive, then drops it too
+    (the workload loads its own)."""
     import gc
 
     from graft.models import load_model
 
     loaded = load_model(model, dtype=dtype, device=device)
+    tokenizer = loaded.tokenizer
     del loaded
     gc.collect()
     release_free_heap()
+    held = current_rss()
+    del tokenizer
+    gc.collect()
+    release_free_heap()
+    return held
 
 
 def release_free_heap() -> None:
@@ -371,10 +379,11 @@ def memory_summary(
 ) -> dict:
     """Peak RSS of the timed runs against 1.25 x parameter bytes + one batch of activations,
     counted whole (``ratio``, the goal as written) and without the ``rss_start`` that the
-    interpreter and libraries hold before any weights are loaded (``ratio_without_libraries``)."""
+    interpreter, libraries and tokenizer hold (:func:`fixed_costs`: what the process holds
+    whatever graft does; ``ratio_without_fixed_costs``)."""
     memory: dict = {
         "param_bytes_base_plus_donor": weights,
-        "rss_before_loading": rss_start,
+        "rss_fixed_costs": rss_start,
         "rss_after_loading": rss_loaded,
         "peak_rss_timed_runs": peak,
         "peak_rss_method": "VmHWM after reset" if activations is not None else "lifetime peak",
@@ -386,8 +395,8 @@ def memory_summary(
         memory["bound_bytes"] = bound
         memory["peak_over_params"] = peak / weights
         memory["ratio"] = check("peak_rss_over_bound", peak / bound)
-        memory["ratio_without_libraries"] = check(
-            "peak_minus_libraries_over_bound", (peak - rss_start) / bound
+        memory["ratio_without_fixed_costs"] = check(
+            "peak_minus_fixed_costs_over_bound", (peak - rss_start) / bound
         )
     return memory
 
@@ -429,8 +438,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    warm_libraries(args.model, args.dtype, args.device)
-    rss_start = current_rss()
+    rss_start = fixed_costs(args.model, args.dtype, args.device)
     loaded, w = build_workload(
         args.model,
         args.prompts,
@@ -530,12 +538,12 @@ def report(res: dict) -> str:
         lines.append(
             f"(d) peak RSS {mem['peak_rss_timed_runs'] / MIB:,.0f} MiB for "
             f"{mem['param_bytes_base_plus_donor'] / MIB:,.0f} MiB of parameters "
-            f"({mem['peak_over_params']:.2f}x; {mem['rss_before_loading'] / MIB:,.0f} MiB of "
-            f"interpreter and libraries before loading, {mem['rss_after_loading'] / MIB:,.0f} MiB "
+            f"({mem['peak_over_params']:.2f}x; {mem['rss_fixed_costs'] / MIB:,.0f} MiB of "
+            f"interpreter, libraries and tokenizer, {mem['rss_after_loading'] / MIB:,.0f} MiB "
             f"after), bound 1.25 x params + {mem['activation_bytes_one_plain_batch'] / MIB:,.0f}"
             f" MiB activations = {mem['bound_bytes'] / MIB:,.0f} MiB: peak/bound "
-            f"{_verdict(mem['ratio'])}; (peak - libraries)/bound "
-            f"{_verdict(mem['ratio_without_libraries'])}"
+            f"{_verdict(mem['ratio'])}; (peak - fixed costs)/bound "
+            f"{_verdict(mem['ratio_without_fixed_costs'])}"
         )
     else:
         lines.append(f"(d) peak RSS (lifetime): {mem['peak_rss_timed_runs'] / MIB:,.0f} MiB")

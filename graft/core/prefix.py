@@ -247,8 +247,37 @@ def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device):
 
 def select_rows(cache, index: torch.Tensor):
     """A cache holding ``cache``'s entries for the prompts ``index`` (one per row); ``cache``
-    itself is left as it is, so every step of a group starts from the same prefixes."""
+    itself is left as it is, so every step of a group starts from the same prefixes.
+
+    Plain key/value layers are not copied to the rows up front: each layer gathers its
+    prompts' keys and values to the rows when the step reaches it and appends the new token,
+    storing nothing (a step is the last forward on its cache), so a step holds one layer's
+    rows at a time instead of all of them. Other layer kinds are selected as transformers
+    does."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
     selected = copy.copy(cache)
     selected.layers = [copy.copy(layer) for layer in cache.layers]
-    selected.batch_select_indices(index)
+    lazy = (DynamicLayer, DynamicSlidingWindowLayer)
+    if any(
+        type(layer) not in lazy or getattr(layer, "record_past", False) for layer in selected.layers
+    ):
+        selected.batch_select_indices(index)
+        return selected
+    for layer in selected.layers:
+        if layer.get_seq_length() > 0:
+            layer.update = _gathering_update(layer.keys, layer.values, index)
     return selected
+
+
+def _gathering_update(keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor):
+    """A layer's ``update`` for a step: ``keys``/``values`` [prompts, heads, length, dim]
+    gathered to the rows ``index``, the step's own appended along the length; stores nothing."""
+
+    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return (
+            torch.cat([keys.index_select(0, index), key_states], dim=-2),
+            torch.cat([values.index_select(0, index), value_states], dim=-2),
+        )
+
+    return update
