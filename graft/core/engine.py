@@ -524,8 +524,11 @@ def _share_grafted_prefixes(
 ) -> None:
     """Traced rows of one prompt that graft the same cells before its last token (FE and
     FE+LT; FE^C and (FE+LT)^C) compute the same prefix: two or more such rows run as steps
-    on one grafted prefix instead of as whole prompts, all on the carrier most of them have
-    (the prefix is the same computation on any carrier)."""
+    on one grafted prefix instead of as whole prompts, all on one carrier (the prefix is the
+    same computation on any carrier, and split modules compute each cell once on either).
+    Groups of the same grafts (FE^C and (FE+LT)^C, on every prompt) share the carrier that
+    does most of their summed work, so that they fill the same batches instead of leaving
+    part-filled ones on two models."""
     groups: dict[tuple, list[int]] = {}
     signatures: dict[tuple[int, int], tuple] = {}
     for idx in routes.traced.values():
@@ -538,12 +541,19 @@ def _share_grafted_prefixes(
                 signatures[known] = prefix_signature(graft, len(ids))
             if signatures[known]:  # grafted before the last token (else already a step)
                 groups.setdefault((ids, signatures[known]), []).append(i)
-    moving: dict[int, str | None] = {}
+    kinds: dict[tuple, list[int]] = {}  # the grafts of a group -> all its groups' rows
     for group in groups.values():
-        carriers = [c for c in (choices[i].carrier for i in group) if router.with_cache[c]]
-        if len(group) >= 2 and carriers:
-            carrier = max(dict.fromkeys(carriers), key=carriers.count)
-            moving |= dict.fromkeys(group, carrier)
+        if len(group) >= 2:
+            kinds.setdefault(tuple(sorted(str(rows[i].spec) for i in group)), []).extend(group)
+    moving: dict[int, str | None] = {}
+    for members in kinds.values():
+        carriers = [c for c in (choices[i].carrier for i in members) if router.with_cache[c]]
+        if carriers:
+            carrier = max(
+                dict.fromkeys(carriers),
+                key=lambda c: sum(choices[i].work.get(c, 0.0) for i in members),
+            )
+            moving |= dict.fromkeys(members, carrier)
     if not moving:
         return
     for carrier in list(routes.traced):

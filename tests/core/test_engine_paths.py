@@ -220,6 +220,32 @@ def test_rows_differing_at_the_last_token_share_a_grafted_prefix(setup, family):
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
+def test_groups_of_the_same_grafts_share_one_carrier_across_prompts(setup):
+    """FE^C and (FE+LT)^C share a grafted prefix on each prompt. On a prompt whose first
+    entity is most of it the base would carry them, elsewhere the donor: all such groups go
+    to the carrier that does most of their summed work, so they fill one model's batches."""
+    base, donors, arch, _, _ = setup("llama")
+    specs = ["FE^C:all:all", "(FE+LT)^C:all:all"]
+    rows = []
+    for n, fe in ((6, [1, 2, 3, 4]), (9, [1, 2]), (11, [2, 3])):
+        ids = [1] + torch.randint(
+            3, 96, (n - 1,), generator=torch.Generator().manual_seed(n)
+        ).tolist()
+        rows += [GraftRow(ids, {"FE": fe}, parse_spec(s)) for s in specs]
+    resolved = resolve_rows(arch, rows, donors)
+    router = engine._Router(arch, base, donors, set())
+    own = {
+        router.choose(res, len(r.input_ids)).carrier for r, res in zip(rows, resolved, strict=True)
+    }
+    assert own == {None, "sft"}  # on its own, the short prompt's rows would stay on the base
+    routes = engine._route(arch, base, rows, resolved, donors, set())
+    assert routes.prefix == {"sft": list(range(len(rows)))} and not routes.traced
+    spy = Spy()
+    out = run_grafts(base, donors, rows, batch_size=4, executor=spy)
+    assert spy.prefixes == [(True, "grafted")]  # one prefix forward for the three prompts
+    assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
+
+
 def test_a_model_without_a_cache_runs_every_row_whole(setup, monkeypatch):
     base, donors, _, rows, refs = setup("gpt2")
     monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
