@@ -623,6 +623,7 @@ def _scatter(
         if out is None:
             out = torch.empty((n_rows, logits.shape[-1]), dtype=logits.dtype)
         out[torch.tensor(idx)] = logits
+        del logits  # not held while the next batch runs
         if bar is not None:
             bar.update(len(idx))
     return out if out is not None else torch.empty((0, 0))

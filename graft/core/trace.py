@@ -241,6 +241,32 @@ def _take_once(gathered, x, mask, cells, seq_dim):
     return hit[1]
 
 
+#: Most elements one call of a grafted matrix product outputs on gathered cells: a larger
+#: output (a head's is [cells, vocabulary]) is computed and written a part of the cells at a
+#: time, so a step's logits are not held twice.
+PART_ELEMENTS = 1 << 23
+
+
+def _out_width(module) -> int | None:
+    """Output features of a matrix product (a linear layer, GPT-2's Conv1D); else None."""
+    if not isinstance(module, torch.nn.Module):
+        return None
+    width = getattr(module, "out_features", None) or getattr(module, "nf", None)
+    return width if isinstance(width, int) else None
+
+
+def _apply(call, x_cells, out, mask, cells, width):
+    """``out[mask] = call(x_cells)`` in place: in parts of the cells when the output would
+    exceed :data:`PART_ELEMENTS` (and the cells are indexed flat), else at once."""
+    flat = cells is not None and mask.shape == out.shape[:2] and out.is_contiguous()
+    if not flat or width is None or len(x_cells) * width <= PART_ELEMENTS:
+        _put(out, mask, cells, call(x_cells).to(out.dtype))
+        return
+    step = max(1, PART_ELEMENTS // width)
+    for a in range(0, len(x_cells), step):
+        _put(out, mask, cells[a : a + step], call(x_cells[a : a + step]).to(out.dtype))
+
+
 def _put(out, mask, cells, values):
     """``out[mask] = values``, in place (by ``cells`` where ``out`` allows a flat view)."""
     if cells is None or mask.shape != out.shape[:2] or not out.is_contiguous():
@@ -261,9 +287,16 @@ def _graft_module(model, patches, donor_modules, own, gathered):
             keep, keep_cells = _fit(keep, x_all.shape[1]), None
         keep = keep.to(x_all.device)
         kept_in = _take_once(gathered, x_all, keep, keep_cells, 1)
-        kept = type(module).forward(module, kept_in)  # no hooks
-        out_all = kept.new_empty((*x_all.shape[:2], *kept.shape[1:]))
-        _put(out_all, keep, keep_cells, kept)
+        own_forward = type(module).forward.__get__(module)  # no hooks
+        width = _out_width(module)
+        if width is not None and keep_cells is not None:  # written a part at a time
+            out_all = kept_in.new_empty((*x_all.shape[:2], width))
+            _apply(own_forward, kept_in, out_all, keep, keep_cells, width)
+        else:
+            kept = own_forward(kept_in)
+            out_all = kept.new_empty((*x_all.shape[:2], *kept.shape[1:]))
+            _put(out_all, keep, keep_cells, kept)
+            del kept  # written: free it before the donors' outputs
     else:
         out_all = env.output
     for patch in patches:
@@ -279,10 +312,13 @@ def _graft_module(model, patches, donor_modules, own, gathered):
         if isinstance(module, str):  # a module of the served graft pair, via its envoy
             module = model.get(module)
         module = placed(module, x)
-        donor_out = module(_take_once(gathered, x_all, rows, cells, patch.seq_dim))
-        if patch.fused and patch.slices:
-            slices = [(k, m.to(new.device)) for k, m in patch.slices]
-            donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
+        donor_in = _take_once(gathered, x_all, rows, cells, patch.seq_dim)
+        if not (patch.fused and patch.slices):
+            _apply(module, donor_in, new, rows, cells, _out_width(module))
+            continue
+        donor_out = module(donor_in)
+        slices = [(k, m.to(new.device)) for k, m in patch.slices]
+        donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
         _put(new, rows, cells, donor_out.to(new.dtype))
     if gathered.get("x") is out_all:  # a module that returns its input: its gathers are stale
         gathered.clear()

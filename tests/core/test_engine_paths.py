@@ -246,6 +246,29 @@ def test_groups_of_the_same_grafts_share_one_carrier_across_prompts(setup):
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma3"])
+def test_large_outputs_are_computed_a_part_of_the_cells_at_a_time(setup, family, monkeypatch):
+    """A grafted matrix product whose output on its gathered cells is large (a head's is
+    [cells, vocabulary]) runs on parts of the cells; the numbers do not change."""
+    import graft.core.trace as trace
+
+    base, donors, _, rows, refs = setup(family)
+    monkeypatch.setattr(trace, "PART_ELEMENTS", 200)  # a few cells of the tiny head
+    calls = []
+    original = trace._put
+
+    def counting(out, mask, cells, values):
+        calls.append((out.shape[-1], len(values), cells is not None))
+        return original(out, mask, cells, values)
+
+    monkeypatch.setattr(trace, "_put", counting)
+    out = run_grafts(base, donors, rows, batch_size=5)
+    assert not _off(out, refs, rows), f"{family}: rows off the reference: {_off(out, refs, rows)}"
+    vocab = base.config.vocab_size
+    flat = [n for width, n, by_cells in calls if width == vocab and by_cells]
+    assert flat and max(flat) == 200 // vocab  # the head's cells, two at a time
+
+
 def test_a_model_without_a_cache_runs_every_row_whole(setup, monkeypatch):
     base, donors, _, rows, refs = setup("gpt2")
     monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
