@@ -60,6 +60,16 @@ def prompt_rows(specs=SPECS, lengths=LENGTHS, seed=0) -> list[GraftRow]:
     return rows
 
 
+def entity_rows(specs, prompts) -> list[GraftRow]:
+    """Every spec on prompts given as (length, first-entity positions), ids seeded by length."""
+    rows = []
+    for n, fe in prompts:
+        g = torch.Generator().manual_seed(n)
+        ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
+        rows += [GraftRow(ids, {"FE": fe}, parse_spec(s)) for s in specs]
+    return rows
+
+
 def reference(base, donors, arch, rows) -> torch.Tensor:
     out = []
     for row in rows:
@@ -200,12 +210,7 @@ def test_rows_differing_at_the_last_token_share_a_grafted_prefix(setup, family):
     prompt are put on one carrier and run as steps on one grafted prefix."""
     base, donors, arch, _, _ = setup(family)
     specs = ["FE:all:all", "FE+LT:all:all", "FE^C:all:all", "(FE+LT)^C:all:all"]
-    rows = []
-    for n, fe in ((6, [1, 2, 3]), (9, [1, 2, 3, 4, 5]), (7, [2])):
-        ids = [1] + torch.randint(
-            3, 96, (n - 1,), generator=torch.Generator().manual_seed(n)
-        ).tolist()
-        rows += [GraftRow(ids, {"FE": fe}, parse_spec(s)) for s in specs]
+    rows = entity_rows(specs, ((6, [1, 2, 3]), (9, [1, 2, 3, 4, 5]), (7, [2])))
     resolved = resolve_rows(arch, rows, donors)
     router = engine._Router(arch, base, donors, set())
     carrier = [
@@ -226,12 +231,7 @@ def test_groups_of_the_same_grafts_share_one_carrier_across_prompts(setup):
     to the carrier that does most of their summed work, so they fill one model's batches."""
     base, donors, arch, _, _ = setup("llama")
     specs = ["FE^C:all:all", "(FE+LT)^C:all:all"]
-    rows = []
-    for n, fe in ((6, [1, 2, 3, 4]), (9, [1, 2]), (11, [2, 3])):
-        ids = [1] + torch.randint(
-            3, 96, (n - 1,), generator=torch.Generator().manual_seed(n)
-        ).tolist()
-        rows += [GraftRow(ids, {"FE": fe}, parse_spec(s)) for s in specs]
+    rows = entity_rows(specs, ((6, [1, 2, 3, 4]), (9, [1, 2]), (11, [2, 3])))
     resolved = resolve_rows(arch, rows, donors)
     router = engine._Router(arch, base, donors, set())
     own = {
