@@ -9,7 +9,9 @@ import torch
 from transformers import DynamicCache
 
 import graft.core.engine as engine
-from graft.core.prefix import select_rows
+from graft.core.arch import architecture_of
+from graft.core.plan import resolve_rows
+from graft.core.prefix import prefix_plans, select_rows, step_rows
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.core.test_engine_paths import SPECS, prompt_rows
 
@@ -64,3 +66,17 @@ def test_every_family_steps_on_prompt_keys_without_copying_them(family, monkeypa
 class _NoShortcuts:
     def run(self, base, donors, plans):
         return engine.LocalExecutor(shortcuts=False).run(base, donors, plans)
+
+
+@pytest.mark.parametrize(("batch", "most"), [(4, 16), (32, 128), (64, 128), (256, 256)])
+def test_steps_hold_up_to_four_batches_of_rows_and_128_unless_a_batch_is_larger(batch, most):
+    assert step_rows(batch) == most
+    base = tiny_model("llama", seed=0)
+    arch = architecture_of(base)
+    specs = ["LT:all:all", "LT:all:o", "LT:all:ffn", "none"]
+    rows = [r for seed in range(80) for r in prompt_rows(specs, lengths=(5,), seed=seed)]
+    resolved = resolve_rows(arch, rows, {"sft": perturbed_copy(base, seed=1)})
+    steps = prefix_plans(arch, rows, resolved, range(len(rows)), batch, pad_id=0)
+    assert sum(len(idx) for idx, _ in steps) == len(rows)
+    assert max(len(idx) for idx, _ in steps) == min(most, len(rows))
+    assert max(len(plan.prefix.plan.input_ids) for _, plan in steps) <= most
