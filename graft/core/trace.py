@@ -289,7 +289,7 @@ def _graft_module(model, patches, donor_modules, own, gathered):
         kept_in = _take_once(gathered, x_all, keep, keep_cells, 1)
         own_forward = type(module).forward.__get__(module)  # no hooks
         width = _out_width(module)
-        if width is not None and keep_cells is not None:  # written a part at a time
+        if width is not None:  # written a part at a time where the cells are flat
             out_all = kept_in.new_empty((*x_all.shape[:2], width))
             _apply(own_forward, kept_in, out_all, keep, keep_cells, width)
         else:
