@@ -5,6 +5,7 @@ from __future__ import annotations
 from graft.core.arch import Architecture, architecture_of
 from graft.core.engine import run_grafts
 from graft.core.plan import GraftRow, default_pad_id
+from graft.core.prefix import cache_argument
 from graft.core.spec import GraftSpec, ResolvedGraft, parse_spec
 from graft.core.tiny import perturbed_copy, tiny_pair
 
@@ -14,6 +15,7 @@ __all__ = [
     "GraftSpec",
     "ResolvedGraft",
     "architecture_of",
+    "cache_argument",
     "default_pad_id",
     "parse_spec",
     "perturbed_copy",

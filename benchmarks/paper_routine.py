@@ -15,6 +15,7 @@ times it.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -136,10 +137,14 @@ def paper_last_logits(
             input_ids=ids[:, t : t + 1],
             attention_mask=torch.ones((1, t + 1), dtype=torch.long, device=device),
             position_ids=torch.tensor([[t]], dtype=torch.long, device=device),
-            past_key_values=past,
             use_cache=True,
+            **{
+                "cache"
+                if "cache" in inspect.signature(work.forward).parameters
+                else "past_key_values": past
+            },
         )
-        past, logits = out.past_key_values, out.logits
+        past, logits = out["cache" if "cache" in out else "past_key_values"], out.logits
         del work
     last = logits[0, -1]
     return last if last.dtype == torch.float64 else last.float()

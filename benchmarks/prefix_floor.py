@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from benchmarks._graft_api import default_pad_id
+from benchmarks._graft_api import cache_argument, default_pad_id
 from benchmarks.real_model import (
     Prompt,
     graft_rows,
@@ -75,8 +75,8 @@ def prefix_and_step(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             position_ids=pos.to(device),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(model): cache},
             logits_to_keep=1,
         )
         cache.batch_repeat_interleave(repeats)
@@ -87,8 +87,8 @@ def prefix_and_step(
             input_ids=last.to(device),
             attention_mask=step_mask.repeat_interleave(repeats, 0).to(device),
             position_ids=step_pos.repeat_interleave(repeats, 0).to(device),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(model): cache},
             logits_to_keep=1,
         ).logits[:, -1]
         out.append(logits.float().cpu() if logits.dtype != torch.float64 else logits.cpu())

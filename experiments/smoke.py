@@ -6,7 +6,7 @@ import click
 import torch
 
 from experiments.common import GraftCommand, standalone
-from graft.core.engine import GraftRow, run_grafts
+from graft.core.engine import GraftRow, engine_path, run_grafts
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, tiny_pair
 
@@ -54,6 +54,12 @@ def check_family(family: str, seed: int = 0) -> tuple[list[tuple[str, float]], l
     return shifts, failed
 
 
+def path_word(path: dict) -> str:
+    """One word for an :func:`graft.core.engine.engine_path`: ``prefix`` (every shortcut,
+    the shared prefix through its cache argument) or ``whole`` (rows run whole: slower)."""
+    return "prefix" if path["shared_prefix"] else "whole"
+
+
 @click.command(cls=GraftCommand)
 @click.option(
     "--family",
@@ -67,18 +73,24 @@ def smoke(family: str) -> None:
 
     Grafting nothing must give the base model's own logits and grafting everything with the
     donor's head the donor's (within 1e-5); exit 1 otherwise. Also prints how far each graft
-    moves the final logits away from the base.
+    moves the final logits away from the base, and the engine's path per family (``prefix``:
+    every shortcut; ``whole``: the installed transformers offers no key/value cache argument
+    graft knows, so rows run whole, slower, with a line saying why).
     """
     families = TINY_FAMILIES if family == "all" else (family,)
-    failures, columns = [], []
+    failures, columns, paths = [], [], {}
     for name in families:
         shifts, failed = check_family(name)
         failures += failed
         columns.append([shift for _, shift in shifts])
+        paths[name] = engine_path(*tiny_pair(name))
     click.echo("max |logit - base logit| per graft and family (tiny random models):")
     click.echo(f"{'graft':<24}" + "".join(f"{name:>10}" for name in families))
     for i, spec in enumerate(SMOKE_SPECS):
         click.echo(f"{spec:<24}" + "".join(f"{col[i]:>10.4f}" for col in columns))
+    click.echo(f"{'engine path':<24}" + "".join(f"{path_word(p):>10}" for p in paths.values()))
+    for reason in dict.fromkeys(r for p in paths.values() for r in p["fallbacks"]):
+        click.echo(f"slow path: {reason}")
     if failures:
         raise click.ClickException("; ".join(failures))
     click.echo(

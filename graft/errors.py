@@ -74,3 +74,8 @@ class RunFolderError(GraftError):
 
 class SpanError(GraftError):
     """A field's character span does not fit its text."""
+
+
+class SlowPathWarning(UserWarning):
+    """graft fell back to a slower way of computing the same numbers (a shortcut that the
+    installed libraries do not support); the message names the cause and the cost."""

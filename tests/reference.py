@@ -18,6 +18,7 @@ parameter), so grafting ``embed`` never changes the unembedding; the unembedding
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -265,10 +266,22 @@ def reference_last_logits(
             input_ids=ids[:, t : t + 1],
             attention_mask=torch.ones((1, t + 1), dtype=torch.long, device=device),
             position_ids=torch.tensor([[t]], dtype=torch.long, device=device),
-            past_key_values=past,
             use_cache=True,
+            **{cache_name(work): past},
         )
-        past = out.past_key_values
+        past = cache_of(out)
         logits = out.logits
     last = logits[0, -1]
     return last if last.dtype == torch.float64 else last.float()
+
+
+def cache_name(model) -> str:
+    """The cache argument of ``model``'s forward: ``cache`` (transformers >= 5.24) or
+    ``past_key_values`` (before); written here again so the reference relies on no graft code."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_of(out):
+    """The cache a forward returned, under either name."""
+    return out["cache"] if "cache" in out else out.past_key_values  # noqa: SIM401 - lazy: no BC alias needed

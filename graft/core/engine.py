@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -57,7 +58,9 @@ from graft.core.plan import (
     resolve_rows,
 )
 from graft.core.prefix import (
+    CACHE_ARGUMENTS,
     accepts_cache,
+    cache_argument,
     concat_caches,
     grafts_last_token_only,
     new_cache,
@@ -77,13 +80,14 @@ from graft.core.trace import (
     unpack_row_metrics,
 )
 from graft.core.wrapping import unwrap, wrap
-from graft.errors import SpecError
+from graft.errors import SlowPathWarning, SpecError
 
 __all__ = [
     "BatchPlan",
     "Executor",
     "GraftRow",
     "LocalExecutor",
+    "engine_path",
     "run_grafts",
 ]
 
@@ -152,7 +156,7 @@ class LocalExecutor:
         batch = trace_batch(plan, torch_model, device)
         if plan.prefix is not None:
             cache = self._prefix_cache(base, donors, plan.prefix, device)
-            batch.inputs["past_key_values"] = select_rows(
+            batch.inputs[cache_argument(torch_model)] = select_rows(
                 cache, plan.prefix.prompt_index.to(device)
             )
             batch.inputs["use_cache"] = True
@@ -199,7 +203,7 @@ class LocalExecutor:
             return prefix_cache(torch_model, prefix, device)
         cache = new_cache(torch_model)
         batch = trace_batch(prefix, torch_model, device)
-        batch.inputs["past_key_values"] = cache
+        batch.inputs[cache_argument(torch_model)] = cache
         batch.inputs["use_cache"] = True
         self._traced(base, donors, batch)  # its logits are not needed
         return cache
@@ -427,6 +431,71 @@ class _Choice:
     on_carrier: ResolvedGraft | None = None
 
 
+#: What the local engine costs without the shared-prefix shortcut (SmolLM2-135M and a
+#: 1.5B model of GPT2-XL's shape on a 2-core CPU, transformers 5.23 vs 5.24 before 5.24's
+#: spelling was known: E3's component sets at LT 0.42 -> 0.92 and 0.49 -> 1.00 of a plain
+#: forward, E1's position mix 1.14 -> 1.47 and 1.05 -> 1.35).
+NO_PREFIX_COST = (
+    "rows that graft only the last token (E3's component sets, FE+LT once FE ran) run whole "
+    "prompts instead of one-token steps on a shared prefix: the same numbers to rounding, "
+    "up to about 2x the time"
+)
+_warned: set[str] = set()
+
+
+def engine_path(
+    base,
+    donors: Mapping[str, nn.Module | None] | None = None,
+    *,
+    remote: bool = False,
+    shortcuts: bool = True,
+) -> dict:
+    """How :func:`run_grafts` computes rows on these models, for a run's ``config.json``:
+    ``executor`` (``local``/``remote``), ``shortcuts`` (each cell computed once, rows routed
+    to carriers), ``shared_prefix`` (one-token steps on a shared key/value cache),
+    ``cache_argument`` (the base's forward argument taking that cache) and ``fallbacks``
+    (why a shortcut is off, and what that costs; warned once per cause). ``remote``: a
+    remote executor runs every row whole on the base by design; ``shortcuts``: the
+    :class:`LocalExecutor`'s option."""
+    if remote:
+        return {"executor": "remote", "shortcuts": False, "shared_prefix": False,
+                "cache_argument": None, "fallbacks": []}  # fmt: skip
+    models = {"base": unwrap(_model_of(base))}
+    for name, donor in as_donors(donors or {}).items():
+        if donor is not None:
+            models[name] = unwrap(_model_of(donor))
+    argument = cache_argument(models["base"])
+    fallbacks = [no_prefix_reason(m) for m in models.values() if not accepts_cache(m)]
+    fallbacks = list(dict.fromkeys(fallbacks))
+    for reason in fallbacks:
+        warn_slow_path(reason)
+    return {
+        "executor": "local",
+        "shortcuts": shortcuts,
+        "shared_prefix": shortcuts and not fallbacks,
+        "cache_argument": argument,
+        "fallbacks": fallbacks,
+    }
+
+
+def no_prefix_reason(model: nn.Module) -> str:
+    """Why ``model`` cannot run the shared-prefix shortcut, and what that costs."""
+    import transformers
+
+    return (
+        f"no shared-prefix shortcut on {type(model).__name__}: its forward takes none of the "
+        f"cache arguments graft knows ({', '.join(CACHE_ARGUMENTS)}; transformers "
+        f"{transformers.__version__}); {NO_PREFIX_COST}"
+    )
+
+
+def warn_slow_path(reason: str) -> None:
+    """Warn (:class:`graft.errors.SlowPathWarning`) of ``reason``, once per process."""
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(reason, SlowPathWarning, stacklevel=3)
+
+
 class _Router:
     """Routes rows (:func:`_route`): carriers, grafts on them, and how each row runs."""
 
@@ -440,6 +509,8 @@ class _Router:
         }
         models = {None: torch_base} | {c: unwrap(donors[c]) for c in self.carriers}
         self.with_cache = {c: accepts_cache(m) for c, m in models.items()}
+        for model in {id(m): m for c, m in models.items() if not self.with_cache[c]}.values():
+            warn_slow_path(no_prefix_reason(model))
 
     def on(self, choice: _Choice, carrier: str | None, length: int) -> ResolvedGraft:
         """``choice``'s graft on ``carrier``."""

@@ -20,6 +20,7 @@ positions and attends to its own prompt's keys only.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Sequence
 from dataclasses import replace
@@ -82,9 +83,31 @@ def grafts_last_token_only(res: ResolvedGraft, length: int) -> bool:
     return all(cell.keys() == {last} for cell in res.cells.values())
 
 
+#: The names transformers has given the key/value cache argument of a causal LM's forward,
+#: newest first: ``cache`` from 5.24 on (``past_key_values`` then stays a deprecated alias),
+#: ``past_key_values`` before.
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
+def cache_argument(model: nn.Module) -> str | None:
+    """The name under which ``model``'s forward (and its decoder's, which a prefix runs) takes
+    a key/value cache (:data:`CACHE_ARGUMENTS`), or ``None`` where it takes none."""
+    return _cache_argument_of(type(model), type(getattr(model, "base_model", model)))
+
+
+@functools.cache
+def _cache_argument_of(model_class: type, decoder_class: type) -> str | None:
+    for name in CACHE_ARGUMENTS:
+        if all(
+            name in inspect.signature(c.forward).parameters for c in (model_class, decoder_class)
+        ):
+            return name
+    return None
+
+
 def accepts_cache(model: nn.Module) -> bool:
-    """Whether ``model``'s forward takes a key/value cache (``past_key_values``)."""
-    return "past_key_values" in inspect.signature(model.forward).parameters
+    """Whether ``model``'s forward takes a key/value cache (:func:`cache_argument`)."""
+    return cache_argument(model) is not None
 
 
 def _cut(patch: SitePatch, region: tuple) -> SitePatch | None:
@@ -251,8 +274,8 @@ def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device):
             input_ids=prefix.input_ids.to(device),
             attention_mask=prefix.attention_mask.to(device),
             position_ids=prefix.position_ids.to(device),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(model): cache},
         )
     return cache
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from graft.core.spans import render, template_fields
 from graft.errors import DatasetError
+from graft.results.locks import exclusive
 from graft.study.config import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
 from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
@@ -237,14 +238,8 @@ def generate_dataset(
 def _generate(config: DatasetConfig, out: Path, overwrite: bool) -> Path:
     """:func:`generate_dataset` without its translation of disk errors."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        existing = load_manifest(out) if (out / "manifest.json").is_file() else None
         validate_config(config)
-        if (
-            not overwrite
-            and existing is not None
-            and existing.get("config") == config.to_json()
-            and existing.get("generator_version") == GENERATOR_VERSION
-        ):
+        if not overwrite and _made_from(out, config):
             return out
         if not overwrite:
             raise DatasetError(
@@ -252,6 +247,26 @@ def _generate(config: DatasetConfig, out: Path, overwrite: bool) -> Path:
                 "out",
             )
     files = build_dataset(config)
+    # one process writes ``out`` (job arrays on one workspace); the others wait and use it
+    with exclusive(out, f"generating the dataset {out}") as waited:
+        if waited and not overwrite and _made_from(out, config):
+            return out
+        return _write(files, out)
+
+
+def _made_from(out: Path, config: DatasetConfig) -> bool:
+    """Whether ``out`` holds the dataset of ``config`` made by this generator version."""
+    if not (out / "manifest.json").is_file():
+        return False
+    existing = load_manifest(out)
+    return (
+        existing.get("config") == config.to_json()
+        and existing.get("generator_version") == GENERATOR_VERSION
+    )
+
+
+def _write(files: dict[str, bytes], out: Path) -> Path:
+    """``files`` into the folder ``out`` through a temporary sibling renamed into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:

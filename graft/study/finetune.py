@@ -46,6 +46,7 @@ from graft.models import (
     resolve_model_name,
 )
 from graft.results.folder import package_versions
+from graft.results.locks import exclusive
 from graft.study.evaluate import donor_evaluation, evaluate_examples, format_eval
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.prompts import DropReport, TestExample, load_test_prompts
@@ -153,22 +154,34 @@ def finetune(
         return out
     with _transformers_quiet(quiet):
         run = _prepare(model, dataset, out, cfg, train_set, device)
-        partial = _start_partial(run)
-        trainer, texts = _trainer(run, partial, callbacks, quiet)
-        pre = _pre_evaluation(run, partial, quiet)
-        resume = _last_checkpoint(partial)
-        started = time.perf_counter()
-        trainer.train(resume_from_checkpoint=resume)
-        log = _train_log(trainer.state, resume, time.perf_counter() - started)
-        sft = evaluate_examples(
-            trainer.model, run.examples, pad_id=run.pad_id, desc="eval SFT", progress=not quiet
-        )
-        evaluation = donor_evaluation(sft, pre, run.drops.summary(), run.drops.dropped)
-        _save(run, trainer, partial, {**run.info, **texts}, log, evaluation)
+        # one process trains ``out`` (job arrays on one workspace): the others wait, then
+        # find it finished; a checkpoint in the partial folder is then a dead job's
+        with exclusive(out, f"finetuning {out}") as waited:
+            if waited and is_finished(out):
+                logger.info("finetune done by another process: %s", out)
+                return out
+            evaluation = _train(run, callbacks, quiet)
     if not quiet:
         logger.info("%s", format_eval(evaluation))
     logger.info("finetuned model saved to %s", out)
     return out
+
+
+def _train(run: _Run, callbacks: Sequence[transformers.TrainerCallback], quiet: bool) -> dict:
+    """Train ``run`` (resuming its partial folder), evaluate and save it; its evaluation."""
+    partial = _start_partial(run)
+    trainer, texts = _trainer(run, partial, callbacks, quiet)
+    pre = _pre_evaluation(run, partial, quiet)
+    resume = _last_checkpoint(partial)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    log = _train_log(trainer.state, resume, time.perf_counter() - started)
+    sft = evaluate_examples(
+        trainer.model, run.examples, pad_id=run.pad_id, desc="eval SFT", progress=not quiet
+    )
+    evaluation = donor_evaluation(sft, pre, run.drops.summary(), run.drops.dropped)
+    _save(run, trainer, partial, {**run.info, **texts}, log, evaluation)
+    return evaluation
 
 
 @dataclass

@@ -52,6 +52,7 @@ from graft.results.compare import (
 )
 from graft.results.files import atomic_path
 from graft.results.folder import RunFolder
+from graft.results.locks import exclusive
 from graft.results.metrics import (
     REPLICATE_COLUMNS,
     example_metrics,
@@ -254,16 +255,39 @@ def run_experiment(
     times = StageTimes()
     with times.stage("data and checks"):
         folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
+    # one process runs a folder at a time: a second command on the same --out waits, then
+    # resumes (finding the batches done)
+    with exclusive(folder.path, f"running {cfg.experiment} into {folder.path}"):
+        return _run_validated(
+            cfg, grafts, base, donors, folder, data_paths, extra_config, echo, times
+        )
+
+
+def _run_validated(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: dict[str, ModelSource],
+    folder: RunFolder,
+    data_paths: dict[int, Path],
+    extra_config: dict[str, Any] | None,
+    echo: Callable[[str], None] | None,
+    times: StageTimes,
+) -> ExperimentRun:
+    """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
+    with times.stage("data and checks"):
         probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
         arms = _arms(cfg, grafts, base, donors)
     with times.stage("finetuning"):
         paths = _model_paths(cfg, base, donors, probe)
     loaded = {probe_path: probe}
     with times.stage("loading"):  # checked before anything is written
-        _load_models(cfg, paths[cfg.replicates[0]], loaded)
+        first = _load_models(cfg, paths[cfg.replicates[0]], loaded)
     del probe  # the pretrained stand-in is freed unless it is a model of the run
     all_grafts = _graft_order(grafts, arms)
     config = _run_config(cfg, all_grafts, paths, data_paths, extra_config)
+    config["engine"] = _engine_entry(cfg, first)
+    del first
     key = ["experiment", "grafts", "base", "donors", "dataset"]
     # everything is checked (write_config itself refuses a mismatching stored config before
     # writing): the first batch is about to run
@@ -490,6 +514,17 @@ def _load_models(cfg: ExperimentConfig, paths: _Paths, loaded: dict[str, LoadedM
     return models
 
 
+def _engine_entry(cfg: ExperimentConfig, models: _Models) -> dict[str, Any]:
+    """How the engine computes this run's rows (:func:`graft.core.engine.engine_path`), and
+    how many stored batches each engine call runs together."""
+    from graft.core.engine import engine_path
+
+    remote = cfg.remote is not None and cfg.remote.enabled
+    donors = {n: m.model for n, m in models.donors.items()}
+    path = engine_path(models.base.model, donors, remote=remote)
+    return path | {"group_batches": group_batches(cfg)}
+
+
 def _model_entry(path: str) -> dict[str, Any]:
     return {"path": path, "fingerprint": model_fingerprint(path)}
 
@@ -577,8 +612,9 @@ def _run_batches(
     for rep, grafts in arms.items():
         examples = prompts[rep.data_seed].examples
         rows = plan_rows(examples, grafts)[0] if rep.control else prompts[rep.data_seed].rows
-        ids = [batch_id(cfg, rep, b) for b in range((len(rows) + size - 1) // size)]
-        plans.append((rep, grafts, examples, rows, [b for b, i in enumerate(ids) if i not in done]))
+        n_batches = (len(rows) + size - 1) // size
+        missing = {b for b in range(n_batches) if batch_id(cfg, rep, b) not in done}
+        plans.append((rep, grafts, examples, rows, missing))
     n_rows = sum(len(p[3]) for p in plans)
     n_batches = sum((len(p[3]) + size - 1) // size for p in plans)
     n_todo = sum(len(p[4]) for p in plans)
@@ -591,13 +627,17 @@ def _run_batches(
         unit="row",
         disable=not cfg.progress,
     )
-    for rep, grafts, examples, rows, todo in plans:
-        if not todo:
+    for rep, grafts, examples, rows, missing in plans:
+        if not missing:
             continue
         with times.stage("loading"):
             models = _load_models(cfg, paths[rep], loaded)
         torch_donors = {n: m.model for n, m in models.donors.items()}
-        for group in _groups(cfg, todo):
+        for group in _groups(cfg, (len(rows) + size - 1) // size):
+            if not missing.intersection(group):
+                continue
+            # the whole group runs, stored batches included: a row's floats may depend on
+            # the rows it is batched with, so a resumed run batches exactly as a whole one
             chunks = [rows[b * size : (b + 1) * size] for b in group]
             flat = [row for chunk in chunks for row in chunk]
             targets = [examples[ei].target_id for ei, _ in flat]
@@ -608,6 +648,8 @@ def _run_batches(
                 end = start + len(chunk)
                 batch_rows, scores = group_rows[start:end], _slice_scores(group_scores, start, end)
                 start = end
+                if b not in missing:
+                    continue
                 frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
                 if cfg.score_full_name:
                     chosen = [examples[ei] for ei, _ in chunk]
@@ -623,11 +665,18 @@ def _run_batches(
 GROUP_BATCHES = 8
 
 
-def _groups(cfg: ExperimentConfig, todo: list[int]) -> list[list[int]]:
-    """``todo`` batch indices in groups run by one engine call (one each for remote runs, whose
-    requests are sized per stored batch)."""
-    n = 1 if cfg.remote is not None and cfg.remote.enabled else GROUP_BATCHES
-    return [todo[i : i + n] for i in range(0, len(todo), n)]
+def _groups(cfg: ExperimentConfig, n_batches: int) -> list[list[int]]:
+    """The stored batches ``0 .. n_batches - 1`` in the groups that one engine call each runs:
+    fixed by the plan (not by what is left to do), so that an interrupted run resumed computes
+    every row in the same company as an uninterrupted one (one batch each for remote runs,
+    whose requests are sized per stored batch)."""
+    n = group_batches(cfg)
+    return [list(range(i, min(i + n, n_batches))) for i in range(0, n_batches, n)]
+
+
+def group_batches(cfg: ExperimentConfig) -> int:
+    """Stored batches per engine call of ``cfg``'s run (:data:`GROUP_BATCHES`, 1 remotely)."""
+    return 1 if cfg.remote is not None and cfg.remote.enabled else GROUP_BATCHES
 
 
 def _slice_scores(scores, start: int, end: int):

@@ -384,8 +384,8 @@ def test_plot_rejects_unfinished_folder(tmp_path):
 
 
 @pytest.fixture
-def count_batches(monkeypatch) -> list[int]:
-    """Counts the batches the runner computes (each call of ``graft.study.runner._run_rows``)."""
+def engine_calls(monkeypatch) -> list[int]:
+    """The rows of each engine call the runner makes (``graft.study.runner._run_rows``)."""
     calls: list[int] = []
     original = graft.study.runner._run_rows
 
@@ -394,7 +394,6 @@ def count_batches(monkeypatch) -> list[int]:
         return original(cfg, base, donors, rows, *args)
 
     monkeypatch.setattr(graft.study.runner, "_run_rows", counting)
-    monkeypatch.setattr(graft.study.runner, "GROUP_BATCHES", 1)  # one call per stored batch
     return calls
 
 
@@ -402,22 +401,28 @@ def position_args(common, out: Path, *extra: str) -> list[str]:
     return ["position", *common, "--rows-per-forward", "32", "--out", str(out), *extra]
 
 
-def test_resume_after_interruption(position_run, tmp_path, common, count_batches):
-    full, _ = position_run
-    expected = read_examples(full)
-    out = tmp_path / "interrupted"
+def interrupt(full: Path, out: Path, lost: tuple[int, ...]) -> Path:
+    """``out``: a copy of the finished run ``full`` as an interruption leaves it: the batches
+    ``lost`` never written (the first of them in flight, as a temp file), no tables."""
     shutil.copytree(full, out)
     parts = out / "parts" / "examples"
     assert sorted(p.name for p in parts.iterdir()) == ["0.parquet", "1.parquet", "2.parquet"]
-    # an interruption: the last batches never written, one batch in flight as a temp file
-    (parts / "2.parquet").unlink()
-    (parts / "1.parquet").rename(parts / ".1.parquet.123.abcd.tmp")
+    (parts / f"{lost[0]}.parquet").rename(parts / f".{lost[0]}.parquet.123.abcd.tmp")
+    for batch in lost[1:]:
+        (parts / f"{batch}.parquet").unlink()
     (out / "examples.parquet").unlink()
     (out / "summary.parquet").unlink()
+    return out
+
+
+def test_resume_after_interruption(position_run, tmp_path, common, engine_calls):
+    full, _ = position_run
+    expected = read_examples(full)
+    out = interrupt(full, tmp_path / "interrupted", lost=(1, 2))
 
     result = invoke(*position_args(common, out))
     assert "3 batches (1 already done)" in result.output
-    assert len(count_batches) == 2
+    assert engine_calls == [66]  # the run's one group of batches, as the whole run had it
     got = read_examples(out)
     assert got.select(["prompt_id", "graft"]).is_duplicated().sum() == 0
     assert got.equals(expected)
@@ -429,12 +434,43 @@ def test_resume_after_interruption(position_run, tmp_path, common, count_batches
     assert len(config["resumes"]) == 1
 
     # a rerun of a finished run recomputes nothing and changes nothing
-    count_batches.clear()
+    engine_calls.clear()
     result = invoke(*position_args(common, out))
     assert "3 batches (3 already done)" in result.output
-    assert count_batches == []
+    assert engine_calls == []
     assert read_examples(out).equals(expected)
     assert len(json.loads((out / "config.json").read_text())["resumes"]) == 2
+
+
+@pytest.mark.parametrize("path", ["shortcuts", "fallback"])
+def test_resume_is_bit_identical_on_every_engine_path(
+    path, tmp_path, common, engine_calls, monkeypatch
+):
+    """Interrupted inside a group of batches, a run resumed gives exactly the rows of a whole
+    run, on the shortcut path and on the path without the shared prefix (where a row's floats
+    depend on the rows batched with it: before groups were fixed by the plan, the resumed
+    batches ran in other company there and came out different)."""
+    import graft.core.engine as engine
+
+    monkeypatch.setattr(graft.study.runner, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
+    if path == "fallback":
+        monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
+        monkeypatch.setattr(engine, "_warned", set())
+    full = tmp_path / "full"
+    invoke(*position_args(common, full))
+    config = json.loads((full / "config.json").read_text())["engine"]
+    assert config["shared_prefix"] is (path == "shortcuts") and config["group_batches"] == 2
+    assert bool(config["fallbacks"]) is (path == "fallback")
+    engine_calls.clear()
+
+    out = interrupt(full, tmp_path / "interrupted", lost=(1, 2))
+    result = invoke(*position_args(common, out))
+    assert "3 batches (1 already done)" in result.output
+    assert engine_calls == [64, 2]  # batch 0 reruns with batch 1, its group; then batch 2
+    assert read_examples(out).equals(read_examples(full))
+    assert sorted(p.name for p in (out / "parts" / "examples").iterdir()) == [
+        "0.parquet", "1.parquet", "2.parquet"
+    ]  # fmt: skip
 
 
 def test_changed_config_needs_new_out_or_overwrite(position_run, tmp_path, common):

@@ -11,6 +11,8 @@ about was taken, so a shortcut that stops being exact, or stops being used, fail
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -19,8 +21,10 @@ from graft.core.arch import architecture_of
 from graft.core.carrier import BASE
 from graft.core.engine import GraftRow, LocalExecutor, run_grafts
 from graft.core.plan import resolve_rows
+from graft.core.prefix import CACHE_ARGUMENTS
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from graft.errors import SlowPathWarning
 from tests.reference import reference_last_logits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -269,13 +273,40 @@ def test_large_outputs_are_computed_a_part_of_the_cells_at_a_time(setup, family,
     assert flat and max(flat) == 200 // vocab  # the head's cells, two at a time
 
 
-def test_a_model_without_a_cache_runs_every_row_whole(setup, monkeypatch):
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_the_fast_path_is_taken_with_the_installed_versions(family, monkeypatch):
+    """Fails on every family whose forward the installed transformers changed so that the
+    shared-prefix shortcut would switch off (transformers 5.24 renamed ``past_key_values``
+    to ``cache``: before graft knew both, every family ran its rows whole, up to 2x slower)."""
+    monkeypatch.setattr(engine, "_warned", set())
+    base = tiny_model(family, seed=0)
+    donors = {"sft": perturbed_copy(base, seed=1)}
+    path = engine.engine_path(base, donors)
+    assert path["shared_prefix"] and not path["fallbacks"], path
+    assert path["cache_argument"] in CACHE_ARGUMENTS
+    spy = Spy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowPathWarning)
+        run_grafts(base, donors, prompt_rows(["LT:all:all", "LT:q4:o,ffn"]), executor=spy)
+    assert spy.seen and all(prefix for _, prefix, _ in spy.seen)  # one-token steps only
+
+
+def test_a_model_without_a_cache_runs_every_row_whole_and_says_so(setup, monkeypatch):
     base, donors, _, rows, refs = setup("gpt2")
     monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
+    monkeypatch.setattr(engine, "_warned", set())
     spy = Spy()
-    out = run_grafts(base, donors, rows, batch_size=5, executor=spy)
+    with pytest.warns(SlowPathWarning) as caught:
+        out = run_grafts(base, donors, rows, batch_size=5, executor=spy)
+        run_grafts(base, donors, rows[:3], batch_size=5)  # said once, not per call
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "no shared-prefix shortcut on GPT2LMHeadModel" in message
+    assert "cache, past_key_values" in message and "2x the time" in message
     assert not any(prefix for _, prefix, _ in spy.seen)
     assert not _off(out, refs, rows)
+    path = engine.engine_path(base, donors)
+    assert not path["shared_prefix"] and len(path["fallbacks"]) == 1
 
 
 def test_a_donor_that_computes_differently_carries_no_row(setup):

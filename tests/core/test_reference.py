@@ -10,9 +10,21 @@ import torch
 from graft.core.tiny import TINY_FAMILIES, tiny_pair
 
 try:
-    from tests.reference import component_names, family_spec, reference_last_logits
+    from tests.reference import (
+        cache_name,
+        cache_of,
+        component_names,
+        family_spec,
+        reference_last_logits,
+    )
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from reference import component_names, family_spec, reference_last_logits
+    from reference import (
+        cache_name,
+        cache_of,
+        component_names,
+        family_spec,
+        reference_last_logits,
+    )
 
 TOL = 1e-5
 # Longer than the sliding window (4) of the tiny gemma2/gemma3 models.
@@ -198,7 +210,7 @@ def test_prefix_graft_uses_donor_cache(family):
         out = donor(ids[:, : k + 1], use_cache=True)
         rest = base(
             ids[:, k + 1 :],
-            past_key_values=out.past_key_values,
+            **{cache_name(base): cache_of(out)},
             attention_mask=torch.ones(1, len(IDS), dtype=torch.long),
             position_ids=torch.arange(k + 1, len(IDS)).unsqueeze(0),
             use_cache=True,
