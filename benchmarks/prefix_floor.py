@@ -34,14 +34,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from benchmarks._graft_api import cache_argument, default_pad_id
-from benchmarks.real_model import (
-    Prompt,
-    graft_rows,
-    headline_prompts,
-    plain_forward,
-    timed,
-    write_json,
-)
+from benchmarks.measure import timed, write_json
+from benchmarks.workload import Prompt, graft_rows, headline_prompts, plain_forward
 
 
 def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int):

@@ -22,18 +22,12 @@ Every ratio is printed with its goal and PASS/FAIL; ``--json`` writes every numb
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import resource
-import shlex
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -43,11 +37,28 @@ from benchmarks._graft_api import (
     GraftRow,
     architecture_of,
     default_pad_id,
-    parse_spec,
     perturbed_copy,
     run_grafts,
 )
+from benchmarks.measure import (
+    MIB,
+    current_rss,
+    environment,
+    param_bytes,
+    peak_rss,
+    release_free_heap,
+    reset_peak_rss,
+    timed,
+    write_json,
+)
 from benchmarks.paper_routine import paper_rows
+from benchmarks.workload import (
+    Prompt,
+    batches_of,
+    graft_rows,
+    headline_prompts,
+    plain_forward,
+)
 from graft.errors import GraftError
 from graft.study.grafts import COMPONENT_SETS
 
@@ -64,6 +75,7 @@ E1_GRAFTS = {
 }
 #: E3: the paper's component sets (ATTN = q,k,v; FFN = gate,up,down) at LT, last quarter.
 E3_GRAFTS = {name: f"LT:q4:{components}" for name, components in COMPONENT_SETS.items()}
+
 GOALS = {
     "e1_engine_over_plain": ("<=", 1.2),
     "e3_engine_over_plain": ("<=", 0.5),
@@ -71,163 +83,18 @@ GOALS = {
     "peak_rss_over_bound": ("<=", 1.0),
     "peak_minus_fixed_costs_over_bound": ("<=", 1.0),
 }
-MIB = 2**20
-
-
-class BenchmarkError(GraftError):
-    """Bad benchmark input; the message is one line naming the problem and the fix."""
 
 
 # ------------------------------------------------------------------------------ workload
 
 
-@dataclass
-class Prompt:
-    """One tokenized headline prompt.
-
-    Args:
-        text: the prompt text.
-        input_ids: its token ids (BOS included when the tokenizer adds one).
-        spans: named token positions; ``FE`` is the first actor.
-    """
-
-    text: str
-    input_ids: list[int]
-    spans: dict[str, list[int]]
-
-
-def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
-    """The first ``n`` headline prompts over the shipped real-actor names that tokenize fully."""
-    from graft.core.spans import render, tokenize_with_spans
-    from graft.study.names import load_real_actors, name_exclusion_reason
-    from graft.study.templates import TEST_TEMPLATES
-
-    prompts: list[Prompt] = []
-    for actor in load_real_actors():
-        if name_exclusion_reason(actor) is not None:
-            continue
-        fields = {
-            "first_actor": actor,
-            "relation": "starred",
-            "relation_preposition": "in",
-            "preposition": "with",
-        }
-        text, chars = render(TEST_TEMPLATES["headline"], fields)
-        tok = tokenize_with_spans(tokenizer, text, chars)
-        if "FE" not in tok.spans or len(tok.input_ids) > max_tokens:
-            continue
-        prompts.append(Prompt(text, tok.input_ids, {"FE": tok.spans["FE"]}))
-        if len(prompts) == n:
-            return prompts
-    raise BenchmarkError(
-        f"only {len(prompts)} usable headline prompts for this tokenizer, {n} asked for; "
-        "ask for fewer prompts"
-    )
-
-
-def graft_rows(prompts: Sequence[Prompt], grafts: dict[str, str]) -> list[GraftRow]:
-    """One row per (prompt, graft), prompt-major."""
-    specs = [parse_spec(text, name) for name, text in grafts.items()]
-    return [GraftRow(p.input_ids, p.spans, spec) for p in prompts for spec in specs]
-
-
 # --------------------------------------------------------------------------- plain forward
-
-
-def _batches(rows: Sequence[GraftRow], batch_size: int) -> list[list[int]]:
-    """Row indices per batch, sorted by length the way the engine batches them."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-@torch.no_grad()
-def plain_forward(
-    model: nn.Module, rows: Sequence[GraftRow], batch_size: int, pad_id: int
-) -> torch.Tensor:
-    """Last-token logits of the base alone over ``rows``: left padding, the engine's batches."""
-    device = next(model.parameters()).device
-    out: torch.Tensor | None = None
-    for idx in _batches(rows, batch_size):
-        width = max(len(rows[i].input_ids) for i in idx)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        pos = torch.zeros((len(idx), width), dtype=torch.long)
-        for j, i in enumerate(idx):
-            n = len(rows[i].input_ids)
-            ids[j, width - n :] = torch.as_tensor(list(rows[i].input_ids))
-            mask[j, width - n :] = 1
-            pos[j, width - n :] = torch.arange(n)
-        logits = model(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=pos.to(device),
-            logits_to_keep=1,
-        ).logits[:, -1]
-        logits = logits.cpu() if logits.dtype == torch.float64 else logits.float().cpu()
-        if out is None:
-            out = torch.empty((len(rows), logits.shape[-1]), dtype=logits.dtype)
-        out[torch.tensor(idx)] = logits
-    assert out is not None
-    return out
 
 
 # ------------------------------------------------------------------------------ memory
 
 
-def current_rss() -> int:
-    """Resident set size of this process in bytes (0 where /proc is missing)."""
-    return _proc_status_bytes("VmRSS")
-
-
-def peak_rss() -> int:
-    """Peak RSS in bytes since the last ``reset_peak_rss`` (else since the process started)."""
-    peak = _proc_status_bytes("VmHWM")
-    if peak:
-        return peak
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark (Linux >= 4.0); False where that is not allowed."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _proc_status_bytes(key: str) -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def param_bytes(model: nn.Module) -> int:
-    """Bytes of a model's distinct parameters (a tied tensor counted once)."""
-    seen = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
-    return sum(seen.values())
-
-
 # ------------------------------------------------------------------------------ timing
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall seconds of one call of ``fn`` (the device synchronised on both sides)."""
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
 
 
 def check(name: str, value: float) -> dict:
@@ -238,30 +105,6 @@ def check(name: str, value: float) -> dict:
 
 
 # -------------------------------------------------------------------------------- main
-
-
-def environment(device: torch.device, model_info: dict, argv: Sequence[str]) -> dict:
-    """Versions, device and command of this run."""
-    import nnsight
-    import transformers
-
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = platform.processor() or platform.machine()
-    return {
-        "command": " ".join(["python", "-m", "benchmarks.real_model", *map(shlex.quote, argv)]),
-        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": f"{device.type}: {name}",
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "nnsight": nnsight.__version__,
-        "transformers": transformers.__version__,
-        "model": model_info,
-    }
 
 
 @dataclass
@@ -299,7 +142,7 @@ class Workload:
         return plain_forward(self.base, rows, self.batch_size, self.pad_id)
 
     def widest_batch(self, rows: Sequence[GraftRow]) -> list[GraftRow]:
-        return [rows[i] for i in _batches(rows, self.batch_size)[-1]]
+        return [rows[i] for i in batches_of(rows, self.batch_size)[-1]]
 
 
 def measure_times(w: Workload, repeats: int) -> dict[str, list[float]]:
@@ -361,17 +204,6 @@ def fixed_costs(model: str, dtype: str | None, device: str | None) -> int:
     gc.collect()
     release_free_heap()
     return held
-
-
-def release_free_heap() -> None:
-    """Hand memory the allocator holds but no longer uses back to the system (glibc only)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 def memory_summary(
@@ -553,20 +385,6 @@ def report(res: dict) -> str:
         f"PRE via the engine vs plain: max |diff| {res['pre_engine_vs_plain_max_abs_diff']:.1e}"
     )
     return "\n".join(lines)
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary sibling renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -17,7 +17,7 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from experiments.position import protocol_run_options
+from experiments.shared import protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
 from graft.results.folder import RunFolder

@@ -14,7 +14,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.position import run_from_sft
+from experiments.shared import run_from_sft
 from graft.core.spec import GraftSpec, SpecError
 from graft.models import ModelNotFoundError, load_model
 from graft.results.report import LAYER_SEP

@@ -14,7 +14,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.position import POSITIONS_OPTION, protocol_run_options
+from experiments.shared import POSITIONS_OPTION, protocol_run_options
 from graft.study.grafts import necessity_grafts
 from graft.study.runner import ModelSource, run_experiment
 

@@ -394,7 +394,7 @@ def field_default(config: type, name: str) -> Any:
             if f.default_factory is not dataclasses.MISSING:
                 return f.default_factory()
             return f.default
-    raise KeyError(f"{config.__name__} has no field {name!r}")
+    raise KeyError(f"{config.__name__} has no field {name!r}")  # programming error
 
 
 def field_option(config: type, name: str, dest: str | None = None, **overrides: Any) -> Callable:

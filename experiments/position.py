@@ -9,37 +9,12 @@ from experiments.common import (
     echo_figures,
     make_config,
     protocol_default,
-    run_and_report,
     shared_options,
     standalone,
     variant_option,
 )
-from graft.core.spec import SpecError, parse_spec
-from graft.study.grafts import POSITIONS, position_grafts
-from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource, run_experiment
-from graft.study.workspace import parse_variant
-
-
-def _positions(ctx, param, value):
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    if not items:
-        raise click.BadParameter("name at least one position set, e.g. FE,LT,FE+LT")
-    for item in items:
-        try:
-            parse_spec(f"{item}:all:all")
-        except SpecError as err:
-            raise click.BadParameter(str(err)) from None
-    return tuple(dict.fromkeys(items))  # a repeated set is run once, never pooled twice
-
-
-POSITIONS_OPTION = click.option(
-    "--positions",
-    callback=_positions,
-    default=",".join(POSITIONS),
-    show_default=True,
-    help="Comma-separated position sets (any position expression of a graft spec); sets "
-    "naming a field a template lacks (M, R) are skipped for that template.",
-)
+from experiments.shared import POSITIONS_OPTION, run_from_sft
+from graft.study.grafts import position_grafts
 
 
 @click.command(
@@ -61,32 +36,6 @@ def position(positions, variant, cfg_options, remote):
     grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
     run = run_from_sft(cfg, grafts, variant)
     echo_figures(run.folder.path)
-
-
-def run_from_sft(
-    cfg: ExperimentConfig, grafts: list[Graft], variant: str, notes: dict | None = None
-) -> ExperimentRun:
-    """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
-    (the paper protocol's options added), report it, and return it; ``notes`` go into the
-    stored config."""
-    return run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            donors={"sft": ModelSource(variant)},
-            echo=click.echo,
-            extra_config=notes,
-            **protocol_run_options(cfg.protocol, variant),
-        )
-    )
-
-
-def protocol_run_options(protocol: str, variant: str) -> dict:
-    """``run_experiment`` options of the paper protocol: its test prompts from the donor's own
-    dataset (no second dataset generated) and a run folder of its own (``-paper``)."""
-    if protocol != "paper":
-        return {}
-    return {"data_direction": parse_variant(variant)[0], "out_tag": "paper"}
 
 
 if __name__ == "__main__":

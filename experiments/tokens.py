@@ -14,7 +14,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.position import run_from_sft
+from experiments.shared import run_from_sft
 from graft.results.metrics import top_tokens_table
 from graft.study.grafts import protocol_notes, reference, spec_graft
 

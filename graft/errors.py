@@ -76,6 +76,11 @@ class SpanError(GraftError):
     """A field's character span does not fit its text."""
 
 
+class ResultsError(GraftError):
+    """Bad input to a metric, summary, results table or figure (a missing column, logits of
+    the wrong shape, an unknown metric name); the message says what to pass instead."""
+
+
 class SlowPathWarning(UserWarning):
     """graft fell back to a slower way of computing the same numbers (a shortcut that the
     installed libraries do not support); the message names the cause and the cost."""

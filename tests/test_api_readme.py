@@ -1,6 +1,7 @@
-"""The README's code runs as written: the "Python API" example and "Adapting an experiment".
+"""The documentation's code runs as written: the README's "Python API" example and
+docs/experiments.md's "Adapting an experiment".
 
-Both blocks are taken from the README itself, so the documentation cannot drift from the code.
+Both blocks are taken from the documentation itself, so it cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import graft
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+EXPERIMENTS_DOC = ROOT / "docs" / "experiments.md"
 #: The activation-patching examples of TransformerLens' and nnsight's docs take about 15
 #: lines (a hook function, its registration per layer, the patched run); graft's must be
 #: shorter.
@@ -28,13 +30,13 @@ LONGEST_API_EXAMPLE = 12
 LONGEST_ADAPTED_EXPERIMENT = 30
 
 
-def readme_block(section: str) -> str:
-    """The first ```python block of README section ``section`` (a ``## `` heading)."""
-    text = README.read_text()
+def readme_block(section: str, path: Path = README) -> str:
+    """The first ```python block of section ``section`` (a ``## `` heading) of ``path``."""
+    text = path.read_text()
     start = text.index(f"\n## {section}\n")
     end = text.index("\n## ", start + 1)
     match = re.search(r"```python\n(.*?)```", text[start:end], re.DOTALL)
-    assert match, f"README section {section!r} has no python block"
+    assert match, f"{path.name} section {section!r} has no python block"
     return match.group(1)
 
 
@@ -109,7 +111,7 @@ def _load_command(path: Path, name: str):
 
 @pytest.mark.slow
 def test_adapted_experiment_runs_with_its_own_grafts_and_metric(tmp_path, monkeypatch):
-    code = readme_block("Adapting an experiment")
+    code = readme_block("Adapting an experiment", EXPERIMENTS_DOC)
     assert len(code.splitlines()) < LONGEST_ADAPTED_EXPERIMENT
     path = tmp_path / "attn_only.py"
     path.write_text(code)

@@ -56,9 +56,7 @@ def test_the_lock_covers_what_pyproject_requires():
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    command = re.search(
-        r"\n    (bash scripts/setup.sh && \.venv/bin/python -m pytest[^\n]*)", readme
-    )
+    command = re.search(r"\n    (bash scripts/setup.sh && [^\n]*pytest[^\n]*)", readme)
     assert command, "the README's test command is missing"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command[1] in ci

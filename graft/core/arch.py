@@ -14,11 +14,15 @@ Sites are listed in the order the family's forward pass calls them, which nnsigh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+import torch
 from torch import nn
 
 from graft.errors import SpecError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    import transformers
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,14 @@ class Family:
     example: str
 
 
-def _llama_like(name, model_types, example, *, qk_norm_after=None, sandwich=False):
+def _llama_like(
+    name: str,
+    model_types: tuple[str, ...],
+    example: str,
+    *,
+    qk_norm_after: str | None = None,
+    sandwich: bool = False,
+) -> Family:
     attn = [Site("self_attn.q_proj", ("q",)), Site("self_attn.k_proj", ("k",))]
     if qk_norm_after == "each":  # qwen3: q_norm(q_proj(x)), then k_norm(k_proj(x))
         attn = [
@@ -165,6 +176,11 @@ def supported_families() -> str:
     )
 
 
+def model_config(model: nn.Module) -> transformers.PretrainedConfig:
+    """An HF model's ``config`` (torch types module attributes as ``Tensor | Module``)."""
+    return cast("transformers.PretrainedConfig", model.config)
+
+
 def family_of(model: nn.Module) -> Family:
     """The family table of an HF causal LM, or an UnsupportedModelError listing the supported ones."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
@@ -213,16 +229,15 @@ class Architecture:
 def architecture_of(model: nn.Module) -> Architecture:
     """The bound architecture table of an HF causal LM."""
     fam = family_of(model)
-    layers = model.get_submodule(fam.layers_path)
-    cfg = model.config
+    # torch types submodules and module attributes loosely (Module, Tensor | Module)
+    layers = cast(nn.ModuleList, model.get_submodule(fam.layers_path))
+    cfg = model_config(model)
     n_heads = getattr(cfg, "num_attention_heads", None) or cfg.n_head
     comps = [c for s in fam.embed_sites for c in s.components]
     comps += [c for s in fam.layer_sites for c in s.components]
-    emb = model.get_submodule(fam.embed_sites[0].path)
-    unemb = model.get_submodule(fam.unembed_path)
-    tied = emb.weight is unemb.weight or (
-        not emb.weight.is_meta and emb.weight.data_ptr() == unemb.weight.data_ptr()
-    )
+    emb = cast(torch.Tensor, model.get_submodule(fam.embed_sites[0].path).weight)
+    unemb = cast(torch.Tensor, model.get_submodule(fam.unembed_path).weight)
+    tied = emb is unemb or (not emb.is_meta and emb.data_ptr() == unemb.data_ptr())
     return Architecture(fam.name, fam, len(layers), int(n_heads), tuple(comps), bool(tied))
 
 

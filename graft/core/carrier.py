@@ -17,11 +17,12 @@ weights: same configuration, same buffers, and no parameter outside the family's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
-from graft.core.arch import Architecture
+from graft.core.arch import Architecture, model_config
 from graft.core.spec import EMBEDDING_COMPONENTS, ResolvedGraft
 
 #: The donor name under which the base's own modules are grafted into a donor's run.
@@ -82,8 +83,8 @@ def sites_hold_every_parameter(arch: Architecture, model: nn.Module) -> bool:
     return True
 
 
-def _config(model: nn.Module) -> dict:
-    data = model.config.to_dict()
+def _config(model: nn.Module) -> dict[str, Any]:
+    data = model_config(model).to_dict()
     return {k: v for k, v in data.items() if k not in _CONFIG_NOISE}
 
 

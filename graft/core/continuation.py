@@ -22,6 +22,7 @@ unchanged, with per-row metrics computed inside the trace.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -64,13 +65,13 @@ def continuation_rows(
 
 
 def score_continuations(
-    base,
-    donors,
+    base: Any,
+    donors: Any,
     rows: Sequence[GraftRow],
     continuations: Sequence[Sequence[int]],
     *,
     first: tuple[Sequence[float], Sequence[int]] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> dict[str, torch.Tensor]:
     """Teacher-forced scores of each row's continuation under the row's graft.
 
@@ -98,6 +99,7 @@ def score_continuations(
         ranks[:, 0] = torch.as_tensor(first[1], dtype=torch.long)
     if ext:
         metrics = run_grafts(base, donors, ext, targets=targets, top_k=1, **kwargs)
+        assert isinstance(metrics, dict)  # with targets, run_grafts returns metrics
         idx = torch.tensor(where, dtype=torch.long).reshape(-1, 2)
         logprobs[idx[:, 0], idx[:, 1]] = metrics["target_logprob"].double()
         ranks[idx[:, 0], idx[:, 1]] = metrics["target_rank"]

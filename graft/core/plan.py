@@ -9,8 +9,9 @@ the modules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import torch
 
@@ -19,6 +20,9 @@ from graft.core.spec import GraftSpec, ResolvedGraft
 from graft.errors import SpecError
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
+
+#: What makes rows resolve alike: spec, length, spans and prompt length (:func:`_layout_key`).
+LayoutKey = tuple[GraftSpec, int, tuple[tuple[str, tuple[int, ...]], ...], int | None]
 
 
 @dataclass
@@ -111,7 +115,7 @@ class SharedPrefix:
     parts: list[tuple[int, int]] | None = None
 
 
-def default_pad_id(config) -> int:
+def default_pad_id(config: object) -> int:
     """The config's pad id, else its eos id, else 0 (padded positions are masked anyway)."""
     for value in (getattr(config, "pad_token_id", None), getattr(config, "eos_token_id", None)):
         if isinstance(value, int):
@@ -133,10 +137,12 @@ def check_targets(
     return ids
 
 
-def resolve_rows(arch: Architecture, rows: Sequence[GraftRow], donors) -> list[ResolvedGraft]:
+def resolve_rows(
+    arch: Architecture, rows: Sequence[GraftRow], donors: Collection[str]
+) -> list[ResolvedGraft]:
     """Resolve every row's spec on ``arch``; a SpecError if one uses a donor not in ``donors``.
     Rows with the same spec, length and spans resolve alike: once, to one shared object."""
-    by_key: dict[tuple, ResolvedGraft] = {}
+    by_key: dict[LayoutKey, ResolvedGraft] = {}
     for row in rows:
         key = _layout_key(row)
         if key not in by_key:
@@ -177,7 +183,7 @@ class _Padded:
 def _pad(rows: Sequence[GraftRow], pad_id: int, padding_side: str) -> _Padded:
     """Pad the rows' ids to one width; positions count from each prompt's first token."""
     if padding_side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
+        raise SpecError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
     lengths = [len(r.input_ids) for r in rows]
     if min(lengths) < 1:
         raise SpecError("a prompt has no tokens")
@@ -204,14 +210,19 @@ class _Layout:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]] = {}
 
-    def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]):
+    def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]) -> None:
         pos, slices = self.entries.setdefault(key, ([], {}))
         pos.extend(positions)
         if slice_index is not None:
             slices.setdefault(slice_index, []).extend(positions)
 
 
-def _row_layout(arch: Architecture, res: ResolvedGraft, length: int, sites: dict) -> _Layout:
+def _row_layout(
+    arch: Architecture,
+    res: ResolvedGraft,
+    length: int,
+    sites: dict[tuple[int, str], tuple[str, Site]],
+) -> _Layout:
     """``res``'s marks in prompt positions; ``sites`` caches ``arch.site_for``."""
     layout = _Layout()
     for (layer, comp), cell in res.cells.items():
@@ -243,15 +254,15 @@ class LayoutCache:
 
     def __init__(self, max_cells: int = 2_000_000) -> None:
         self.max_cells = max_cells
-        self._layouts: dict[tuple, tuple[_Layout, int]] = {}
+        self._layouts: dict[LayoutKey, tuple[_Layout, int]] = {}
         self._cells = 0
 
-    def get(self, key: tuple) -> _Layout | None:
+    def get(self, key: LayoutKey) -> _Layout | None:
         """The layout stored under ``key``, or None."""
         hit = self._layouts.get(key)
         return None if hit is None else hit[0]
 
-    def put(self, key: tuple, layout: _Layout) -> None:
+    def put(self, key: LayoutKey, layout: _Layout) -> None:
         """Store ``layout`` under ``key``, dropping the oldest layouts beyond the budget."""
         size = sum(len(pos) + sum(map(len, sl.values())) for pos, sl in layout.entries.values())
         while self._layouts and self._cells + size > self.max_cells:
@@ -261,18 +272,31 @@ class LayoutCache:
         self._cells += size
 
 
-def _layout_key(row: GraftRow) -> tuple:
+def _layout_key(row: GraftRow) -> LayoutKey:
     spans = tuple(sorted((name, tuple(pos)) for name, pos in row.spans.items()))
     return row.spec, len(row.input_ids), spans, row.prompt_length
+
+
+#: Masks built so far, by their (rows, columns) cells: equal masks are one tensor.
+_MaskCache = dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor]
+
+
+class _Entry(TypedDict):
+    """One (module path, donor)'s masks: where its output is used, and per q/k/v slice."""
+
+    rows: torch.Tensor
+    slices: dict[int, torch.Tensor]
 
 
 class _Masks:
     """Per (module path, donor): the (row, position) cells where the donor's output is used,
     and which q/k/v slices, collected as index lists and written into bool masks once."""
 
-    def __init__(self, shape: tuple[int, int]) -> None:
+    def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
-        self.cells: dict[tuple[str, str], tuple[list[int], list[int], dict]] = {}
+        self.cells: dict[
+            tuple[str, str], tuple[list[int], list[int], dict[int, tuple[list[int], list[int]]]]
+        ] = {}
 
     def add(self, row: int, offset: int, layout: _Layout) -> None:
         for key, (positions, slices) in layout.entries.items():
@@ -284,7 +308,7 @@ class _Masks:
                 s_rows.extend([row] * len(pos))
                 s_cols.extend(p + offset for p in pos)
 
-    def _mask(self, rows: list[int], cols: list[int], seen: dict) -> torch.Tensor:
+    def _mask(self, rows: list[int], cols: list[int], seen: _MaskCache) -> torch.Tensor:
         key = (tuple(rows), tuple(cols))
         mask = seen.get(key)
         if mask is None:
@@ -292,10 +316,10 @@ class _Masks:
             mask[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
         return mask
 
-    def entries(self) -> dict[tuple[str, str], dict]:
+    def entries(self) -> dict[tuple[str, str], _Entry]:
         """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}``; equal masks
         are one tensor (a graft of whole layers marks the same cells at every site)."""
-        seen: dict = {}
+        seen: _MaskCache = {}
         return {
             key: {
                 "rows": self._mask(rows, cols, seen),
@@ -315,7 +339,7 @@ def _mark_all(
     """Every row's marks. A spec resolves the same way on every prompt of one length and
     spans, so such rows share one layout (and, cached, need no resolving)."""
     masks = _Masks(tuple(padded.input_ids.shape))
-    sites: dict = {}
+    sites: dict[tuple[int, str], tuple[str, Site]] = {}
     for i, row in enumerate(rows):
         key = _layout_key(row)
         layout = layouts.get(key)
@@ -327,7 +351,7 @@ def _mark_all(
     return masks
 
 
-def _fused_slices(entry: dict) -> list[tuple[int, torch.Tensor]]:
+def _fused_slices(entry: _Entry) -> list[tuple[int, torch.Tensor]]:
     """The q/k/v slices of a fused site; none when all three cover every marked cell."""
     rows_mask, slices = entry["rows"], entry["slices"]
     full = all(k in slices for k in range(3)) and all(
@@ -337,7 +361,7 @@ def _fused_slices(entry: dict) -> list[tuple[int, torch.Tensor]]:
 
 
 def _patches(arch: Architecture, masks: _Masks) -> list[SitePatch]:
-    by_path: dict[str, list[tuple[str, dict]]] = {}
+    by_path: dict[str, list[tuple[str, _Entry]]] = {}
     for (path, donor), entry in masks.entries().items():
         by_path.setdefault(path, []).append((donor, entry))
     patches: list[SitePatch] = []

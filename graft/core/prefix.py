@@ -22,15 +22,19 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
-from graft.core.arch import Architecture
+from graft.core.arch import Architecture, model_config
 from graft.core.plan import BatchPlan, GraftRow, LayoutCache, SharedPrefix, SitePatch, plan_batch
 from graft.core.spec import ResolvedGraft
+
+if TYPE_CHECKING:
+    from transformers import Cache
 
 #: A step holds at most this many rows per row of a batch (a step row is one token) ...
 STEP_ROWS_PER_BATCH_ROW = 4
@@ -48,7 +52,11 @@ def step_rows(batch_size: int) -> int:
     return max(batch_size, min(STEP_ROWS_PER_BATCH_ROW * batch_size, STEP_ROWS))
 
 
-def prefix_signature(res: ResolvedGraft, length: int) -> tuple:
+#: What a graft grafts before a prompt's last token: ``(layer, component, position, donor)``.
+Signature = tuple[tuple[int, str, int, str], ...]
+
+
+def prefix_signature(res: ResolvedGraft, length: int) -> Signature:
     """What ``res`` grafts before the last of ``length`` tokens, as a comparable tuple of
     ``(layer, component, position, donor)``: rows of one prompt with equal signatures compute
     the same prefix (causality), whatever they graft at the last token."""
@@ -92,11 +100,13 @@ CACHE_ARGUMENTS = ("cache", "past_key_values")
 def cache_argument(model: nn.Module) -> str | None:
     """The name under which ``model``'s forward (and its decoder's, which a prefix runs) takes
     a key/value cache (:data:`CACHE_ARGUMENTS`), or ``None`` where it takes none."""
-    return _cache_argument_of(type(model), type(getattr(model, "base_model", model)))
+    decoder: nn.Module = getattr(model, "base_model", model)
+    # mypy does not see class objects as Hashable (python/mypy#11470)
+    return _cache_argument_of(type(model), type(decoder))  # type: ignore[arg-type]
 
 
 @functools.cache
-def _cache_argument_of(model_class: type, decoder_class: type) -> str | None:
+def _cache_argument_of(model_class: type[nn.Module], decoder_class: type[nn.Module]) -> str | None:
     for name in CACHE_ARGUMENTS:
         if all(
             name in inspect.signature(c.forward).parameters for c in (model_class, decoder_class)
@@ -110,7 +120,7 @@ def accepts_cache(model: nn.Module) -> bool:
     return cache_argument(model) is not None
 
 
-def _cut(patch: SitePatch, region: tuple) -> SitePatch | None:
+def _cut(patch: SitePatch, region: tuple[slice, slice]) -> SitePatch | None:
     """``patch`` on the part ``region`` (an index into its [batch, positions] mask that keeps
     two dimensions) of its batch, None when it marks nothing there; fused q/k/v slices, given
     per marked cell, keep the cells inside."""
@@ -144,7 +154,7 @@ def slice_rows(plan: BatchPlan, start: int, stop: int) -> BatchPlan:
     )
 
 
-def concat_caches(caches: Sequence):
+def concat_caches(caches: Sequence[Cache]) -> Cache | None:
     """One cache holding ``caches`` (of equal widths: slices of one padded prefix plan) one
     after the other along the batch, emptying them; None (``caches`` untouched) where a
     layer keeps more than keys and values."""
@@ -209,8 +219,8 @@ def prefix_plans(
     as many tokens as ``batch_size`` whole prompts of the group (at most :func:`step_rows`
     rows), so that the step's matrix products are wide enough to run efficiently and every
     weight is read once per step."""
-    by_key: dict[tuple, list[int]] = {}
-    signatures: dict[tuple[int, int], tuple] = {}  # (id of a graft, length) -> signature
+    by_key: dict[tuple[tuple[int, ...], Signature], list[int]] = {}
+    signatures: dict[tuple[int, int], Signature] = {}  # (id of a graft, length) -> signature
     for i in indices:
         ids = tuple(rows[i].input_ids)
         known = (id(resolved[i]), len(ids))
@@ -258,24 +268,27 @@ def prefix_plans(
     return steps
 
 
-def new_cache(model: nn.Module):
+def new_cache(model: nn.Module) -> Cache:
     """An empty key/value cache for ``model`` (sliding-window layers as its config says)."""
     from transformers import DynamicCache
 
-    return DynamicCache(config=model.config)
+    return DynamicCache(config=model_config(model))
 
 
-def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device):
+def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device) -> Cache:
     """The key/value cache of ``model`` (a causal LM) over the prefixes, run without its
     head (only the cache is kept)."""
+    name = cache_argument(model)
+    assert name is not None  # prefixes run only on models that take a cache (accepts_cache)
+    decoder = cast(nn.Module, model.base_model)  # torch types it as Tensor | Module
     cache = new_cache(model)
     with torch.no_grad():
-        model.base_model(
+        decoder(
             input_ids=prefix.input_ids.to(device),
             attention_mask=prefix.attention_mask.to(device),
             position_ids=prefix.position_ids.to(device),
             use_cache=True,
-            **{cache_argument(model): cache},
+            **{name: cache},
         )
     return cache
 
@@ -305,11 +318,15 @@ def select_rows(cache, index: torch.Tensor):
     return selected
 
 
-def _gathering_update(keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor):
+def _gathering_update(
+    keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """A layer's ``update`` for a step: ``keys``/``values`` [prompts, heads, length, dim]
     gathered to the rows ``index``, the step's own appended along the length; stores nothing."""
 
-    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return (
             torch.cat([keys.index_select(0, index), key_states], dim=-2),
             torch.cat([values.index_select(0, index), value_states], dim=-2),

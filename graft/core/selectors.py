@@ -56,7 +56,7 @@ class PositionExpr:
             ``ALL`` or a parenthesised :class:`PositionExpr`.
     """
 
-    terms: tuple  # of (_Atom | PositionExpr, complemented: bool)
+    terms: tuple[tuple[_Atom | PositionExpr, bool], ...]  # (atom, complemented)
 
 
 def _tokenize_positions(text: str) -> list[str]:
@@ -79,12 +79,13 @@ def parse_positions(text: str) -> PositionExpr:
             terms.append(parse_term())
         return PositionExpr(tuple(terms))
 
-    def parse_term():
+    def parse_term() -> tuple[_Atom | PositionExpr, bool]:
         nonlocal pos
         if pos >= len(tokens):
             raise SpecError(f"position selector {text!r} ends early: a name is missing after '+'")
         tok = tokens[pos]
         pos += 1
+        atom: _Atom | PositionExpr
         if tok == "(":
             inner = parse_union()
             if pos >= len(tokens) or tokens[pos] != ")":
@@ -120,7 +121,7 @@ def format_positions(node: PositionExpr) -> str:
     """The canonical text of a parsed selector (``parse_positions`` inverts it)."""
     if isinstance(node, PositionExpr):
         return "+".join(_format_term(a, c) for a, c in node.terms)
-    raise TypeError(node)
+    raise TypeError(node)  # programming error: a node kind this evaluator lacks
 
 
 def span_names(node: PositionExpr) -> set[str]:
@@ -134,7 +135,7 @@ def span_names(node: PositionExpr) -> set[str]:
     return names
 
 
-def _format_term(atom, complemented: bool) -> str:
+def _format_term(atom: _Atom | PositionExpr, complemented: bool) -> str:
     if isinstance(atom, PositionExpr):
         body = format_positions(atom)
         text = f"({body})" if complemented or len(atom.terms) > 1 else body

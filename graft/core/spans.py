@@ -61,7 +61,7 @@ def render(template: str, fields: Mapping[str, Any]) -> tuple[str, dict[str, tup
     used more than once gets the span of its first occurrence.
 
     Raises:
-        KeyError: a placeholder has no value in ``fields``.
+        SpanError: a placeholder has no value in ``fields``.
     """
     parts: list[str] = []
     spans: dict[str, tuple[int, int]] = {}
@@ -76,7 +76,7 @@ def render(template: str, fields: Mapping[str, Any]) -> tuple[str, dict[str, tup
         else:
             name = m.group(1)
             if name not in fields:
-                raise KeyError(f"template field {{{name}}} has no value")
+                raise SpanError(f"template field {{{name}}} has no value; give it in fields")
             piece = str(fields[name])
             spans.setdefault(name, (length, length + len(piece)))
         parts.append(piece)
@@ -219,7 +219,8 @@ def _is_blank(tokenizer: Any, token_id: int) -> bool:
     if decode is None:
         return False
     try:
-        return decode([token_id]).strip() == ""
+        piece: str = decode([token_id])
+        return piece.strip() == ""
     except Exception:  # a decoder that rejects lone byte tokens: treat as content
         return False
 

@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graft.core.selectors import (
     NAME_RE,
+    LayerItem,
     format_positions,
     layer_list,
     parse_layers,
@@ -147,6 +148,7 @@ class Rule:
         object.__setattr__(self, "positions", format_positions(parse_positions(self.positions)))
         items = parse_layers(self.layers)
         object.__setattr__(self, "layers", ",".join(i.strip() for i in self.layers.split(",")))
+        self._layer_items: tuple[LayerItem, ...]  # not a field: out of eq, repr and asdict
         object.__setattr__(self, "_layer_items", items)
         comps = tuple(self.components)
         if not comps or any(not c for c in comps):
@@ -292,7 +294,7 @@ class GraftSpec:
         """The name if given, else the text form."""
         return self.name or str(self)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; ``from_dict`` inverts it."""
         return {
             "name": self.name,
@@ -311,7 +313,7 @@ class GraftSpec:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> GraftSpec:
+    def from_dict(cls, data: dict[str, Any]) -> GraftSpec:
         """Inverse of ``to_dict``."""
         try:
             rules = tuple(

@@ -6,6 +6,7 @@ a name) after each text, token by token."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -19,20 +20,22 @@ __all__ = ["graft_texts", "score_targets"]
 
 
 def _text_list(texts: Sequence[str] | str) -> list[str]:
-    texts = [texts] if isinstance(texts, str) else as_list(texts)
-    if not texts or not all(isinstance(t, str) for t in texts):
+    items = [texts] if isinstance(texts, str) else as_list(texts)
+    if not items or not all(isinstance(t, str) for t in items):
         raise SpecError("texts must be a prompt string or a non-empty list of prompt strings")
-    return texts
+    return items
 
 
 def _spec_list(specs: Sequence[GraftSpec | str] | GraftSpec | str) -> list[GraftSpec]:
-    specs = [specs] if isinstance(specs, str | GraftSpec) else as_list(specs)
-    if not specs or not all(isinstance(s, str | GraftSpec) for s in specs):
+    items = [specs] if isinstance(specs, str | GraftSpec) else as_list(specs)
+    if not items or not all(isinstance(s, str | GraftSpec) for s in items):
         raise SpecError("specs must be a spec (string or GraftSpec) or a non-empty list of them")
-    return [GraftSpec.parse(s) if isinstance(s, str) else s for s in specs]
+    return [GraftSpec.parse(s) if isinstance(s, str) else s for s in items]
 
 
-def _field_list(fields, texts: list[str]) -> list[Mapping[str, str]]:
+def _field_list(
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None, texts: list[str]
+) -> list[Mapping[str, str]]:
     if fields is None:
         return [{} for _ in texts]
     if isinstance(fields, Mapping):
@@ -42,16 +45,12 @@ def _field_list(fields, texts: list[str]) -> list[Mapping[str, str]]:
                 "dicts (a single dict only goes with a single text)"
             )
         return [fields]
-    fields = as_list(fields)
-    if (
-        fields is None
-        or len(fields) != len(texts)
-        or not all(isinstance(f, Mapping) for f in fields)
-    ):
+    items = as_list(fields)
+    if items is None or len(items) != len(texts) or not all(isinstance(f, Mapping) for f in items):
         raise SpecError(
             f"fields: one {{name: substring}} dict per text, i.e. a list of {len(texts)} dicts"
         )
-    return fields
+    return items
 
 
 def _char_spans(text: str, named: Mapping[str, str]) -> dict[str, tuple[int, int]]:
@@ -65,14 +64,14 @@ def _char_spans(text: str, named: Mapping[str, str]) -> dict[str, tuple[int, int
 
 
 def graft_texts(
-    base,
-    donors,
-    tokenizer,
+    base: Any,
+    donors: Any,
+    tokenizer: Any,
     texts: Sequence[str] | str,
     specs: Sequence[GraftSpec | str] | GraftSpec | str,
     *,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> torch.Tensor:
     """Notebook entry point: graft every spec on every text; final-position logits.
 
@@ -100,10 +99,11 @@ def graft_texts(
     rows = _rows(tokenizer, text_list, spec_list, fields)
     kwargs.setdefault("pad_id", getattr(tokenizer, "pad_token_id", None))
     logits = run_grafts(base, donors, rows, **kwargs)
+    assert isinstance(logits, torch.Tensor)  # no targets: logits, not metrics
     return _shaped(logits.view(len(text_list), len(spec_list), -1), texts, specs)
 
 
-def _tokenizer(base, tokenizer):
+def _tokenizer(base: Any, tokenizer: Any) -> Any:
     """``tokenizer``, or a ``LoadedModel`` base's own when it is None."""
     if tokenizer is None:
         if not is_loaded(base):
@@ -112,7 +112,12 @@ def _tokenizer(base, tokenizer):
     return tokenizer
 
 
-def _rows(tokenizer, text_list: list[str], spec_list: list[GraftSpec], fields) -> list[GraftRow]:
+def _rows(
+    tokenizer: Any,
+    text_list: list[str],
+    spec_list: list[GraftSpec],
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None,
+) -> list[GraftRow]:
     """Every spec on every text, texts outer: the texts tokenized, their fields located."""
     from graft.core.spans import tokenize_with_spans
 
@@ -125,14 +130,18 @@ def _rows(tokenizer, text_list: list[str], spec_list: list[GraftSpec], fields) -
     return rows
 
 
-def _shaped(values: torch.Tensor, texts, specs) -> torch.Tensor:
+def _shaped(
+    values: torch.Tensor,
+    texts: Sequence[str] | str,
+    specs: Sequence[GraftSpec | str] | GraftSpec | str,
+) -> torch.Tensor:
     """``values`` [texts, specs, ...] without the dimension of a single text or spec."""
     if isinstance(specs, str | GraftSpec):
         values = values[:, 0]
     return values[0] if isinstance(texts, str) else values
 
 
-def _continuation_ids(tokenizer, text: str, target: str) -> list[int]:
+def _continuation_ids(tokenizer: Any, text: str, target: str) -> list[int]:
     """The target's token ids as tokenized in context after ``text``."""
     plain = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     full = list(tokenizer(text + target, add_special_tokens=False)["input_ids"])
@@ -147,15 +156,15 @@ def _continuation_ids(tokenizer, text: str, target: str) -> list[int]:
 
 
 def score_targets(
-    base,
-    donors,
-    tokenizer,
+    base: Any,
+    donors: Any,
+    tokenizer: Any,
     texts: Sequence[str] | str,
     specs: Sequence[GraftSpec | str] | GraftSpec | str,
     targets: Sequence[str] | str,
     *,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> dict[str, torch.Tensor]:
     """Score a whole target (e.g. a name) after every text under every spec.
 

@@ -7,18 +7,27 @@ donor is the base plus a seeded perturbation of every parameter, like a finetune
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import torch
 import transformers
 from torch import nn
 
+from graft.errors import UnsupportedModelError
+
 TINY_FAMILIES = ("gpt2", "gpt_neox", "llama", "gemma", "gemma2", "gemma3", "qwen2", "qwen3")
 
-_COMMON = dict(vocab_size=96, max_position_embeddings=64)
-_SPECIAL = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_COMMON: dict[str, Any] = dict(vocab_size=96, max_position_embeddings=64)
+_SPECIAL: dict[str, Any] = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-def tiny_config(family: str, *, tied: bool | None = None, n_layers: int = 4):
+def tiny_config(
+    family: str, *, tied: bool | None = None, n_layers: int = 4
+) -> transformers.PretrainedConfig:
     """Config of a tiny model of ``family`` (d=32, 4 heads, ``n_layers`` layers)."""
+    cfg: transformers.PretrainedConfig
     if family == "gpt2":
         cfg = transformers.GPT2Config(
             n_embd=32, n_layer=n_layers, n_head=4, n_positions=64, vocab_size=96, **_SPECIAL
@@ -29,14 +38,14 @@ def tiny_config(family: str, *, tied: bool | None = None, n_layers: int = 4):
             num_hidden_layers=n_layers,
             num_attention_heads=4,
             intermediate_size=64,
-            rotary_pct=0.5,
+            rotary_pct=0.5,  # type: ignore[call-arg]  # not in the signature; still read by transformers 5
             use_parallel_residual=True,
             tie_word_embeddings=False,
             **_COMMON,
             **_SPECIAL,
         )
     elif family in ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"):
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             hidden_size=32,
             num_hidden_layers=n_layers,
             num_attention_heads=4,
@@ -60,7 +69,7 @@ def tiny_config(family: str, *, tied: bool | None = None, n_layers: int = 4):
             kwargs.pop("head_dim")
         cfg = cls(**kwargs)
     else:
-        raise ValueError(
+        raise UnsupportedModelError(
             f"unknown tiny family {family!r}; choose one of {', '.join(TINY_FAMILIES)}"
         )
     if tied is not None:
@@ -80,7 +89,9 @@ def _randomise_norms(model: nn.Module, generator: torch.Generator) -> None:
                 p.data = offset + torch.rand(p.shape, generator=generator)
 
 
-def tiny_model(family: str, *, seed: int = 0, tied: bool | None = None, n_layers: int = 4):
+def tiny_model(
+    family: str, *, seed: int = 0, tied: bool | None = None, n_layers: int = 4
+) -> transformers.PreTrainedModel:
     """A tiny random causal LM of ``family`` in float32 eval mode."""
     cfg = tiny_config(family, tied=tied, n_layers=n_layers)
     torch.manual_seed(seed)
@@ -91,7 +102,7 @@ def tiny_model(family: str, *, seed: int = 0, tied: bool | None = None, n_layers
     return model.float().eval()
 
 
-def perturbed_copy(model: nn.Module, *, seed: int = 1, scale: float = 0.05):
+def perturbed_copy(model: ModuleT, *, seed: int = 1, scale: float = 0.05) -> ModuleT:
     """A copy of ``model`` with every parameter moved by seeded Gaussian noise (a fake finetune)."""
     import copy
 
@@ -105,7 +116,9 @@ def perturbed_copy(model: nn.Module, *, seed: int = 1, scale: float = 0.05):
     return donor.eval()
 
 
-def tiny_pair(family: str, *, seed: int = 0, tied: bool | None = None, n_layers: int = 4):
+def tiny_pair(
+    family: str, *, seed: int = 0, tied: bool | None = None, n_layers: int = 4
+) -> tuple[transformers.PreTrainedModel, transformers.PreTrainedModel]:
     """(base, donor) tiny models of one family; the donor is a perturbed copy of the base."""
     base = tiny_model(family, seed=seed, tied=tied, n_layers=n_layers)
     return base, perturbed_copy(base, seed=seed + 100)

@@ -29,11 +29,25 @@ from __future__ import annotations
 import copy
 import inspect
 import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from graft.core.plan import BatchPlan, SitePatch
+
+#: ``"donor:path"`` -> the donor's module there, or the envoy path of a hosted pair's module.
+DonorModules = Mapping[str, nn.Module | str]
+#: A module's own weights on the cells no patch covers: (module, bool mask, flat indices).
+OwnCells = tuple[nn.Module, torch.Tensor, torch.Tensor | None]
+#: One copy per mask moved to a device, by the mask's id (the entry holds the mask).
+_Moved = dict[int, tuple[torch.Tensor, torch.Tensor]]
+#: Gathers from one input tensor: ``"x"`` -> that tensor, ``(id(mask), seq_dim)`` -> (mask,
+#: the gathered cells); see :func:`_take_once`.
+_Gathered = dict[object, Any]
+
+_T = TypeVar("_T")
 
 
 def register_by_value() -> None:
@@ -54,8 +68,8 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu") if device.type == "meta" else device
 
 
-def _plain(patch: SitePatch, device: torch.device, moved: dict) -> types.SimpleNamespace:
-    """A SitePatch as a plain namespace on ``device`` (no graft class to rebuild remotely);
+def _namespace(patch: SitePatch, device: torch.device, moved: _Moved) -> types.SimpleNamespace:
+    """A SitePatch as a SimpleNamespace on ``device`` (no graft class to rebuild remotely);
     ``moved`` keeps one copy per mask shared by several patches."""
 
     def to_device(mask: torch.Tensor) -> torch.Tensor:
@@ -72,15 +86,16 @@ def _plain(patch: SitePatch, device: torch.device, moved: dict) -> types.SimpleN
         slices=[(k, to_device(m)) for k, m in patch.slices],
         n_heads=patch.n_heads,
         seq_dim=patch.seq_dim,
+        cells=None,  # the flat indices of rows' marked cells, where the local executor sets them
     )
 
 
 def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> types.SimpleNamespace:
     """What :func:`graft_batch` needs for ``plan`` on ``model``: ``inputs`` (the forward's
-    keyword arguments on ``device``), plain ``patches``, the ``rows`` and ``pick`` indices
+    keyword arguments on ``device``), the ``patches`` as namespaces, the ``rows`` and ``pick`` indices
     of each row's last-position logits, and the plan's ``targets`` and ``top_k``."""
     keep_last = plan.keep_last_only and accepts_logits_to_keep(model)
-    inputs = dict(
+    inputs: dict[str, torch.Tensor | int] = dict(
         input_ids=plan.input_ids.to(device),
         attention_mask=plan.attention_mask.to(device),
         position_ids=plan.position_ids.to(device),
@@ -89,8 +104,8 @@ def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> type
         inputs["logits_to_keep"] = 1
     rows = torch.arange(plan.input_ids.shape[0])
     pick = torch.full_like(rows, -1) if keep_last else plan.last_index.clone()
-    moved: dict = {}
-    patches = [_plain(p, device, moved) for p in plan.patches]
+    moved: _Moved = {}
+    patches = [_namespace(p, device, moved) for p in plan.patches]
     return types.SimpleNamespace(
         inputs=inputs,
         patches=patches,
@@ -101,7 +116,12 @@ def trace_batch(plan: BatchPlan, model: nn.Module, device: torch.device) -> type
     )
 
 
-def graft_batch(model, batch, donor_modules, split=None):
+def graft_batch(
+    model: Any,
+    batch: types.SimpleNamespace,
+    donor_modules: DonorModules,
+    split: Mapping[str, OwnCells] | None = None,
+) -> torch.Tensor:
     """Inside an open trace of ``model`` on ``batch.inputs``: apply the batch's patches and
     return each row's last-position logits [batch, vocab], or with ``batch.targets`` each
     row's metrics [batch, 2 + 2 * top_k] (only these leave the trace). ``split``: see
@@ -113,7 +133,7 @@ def graft_batch(model, batch, donor_modules, split=None):
     return row_metrics(picked, batch.targets, batch.top_k)
 
 
-def last_logits(full, batch):
+def last_logits(full: torch.Tensor, batch: types.SimpleNamespace) -> torch.Tensor:
     """Each row's logits at its last position, from the model's logits ``full`` [batch,
     positions, vocab] (one position under ``logits_to_keep``: then a view, no copy)."""
     if full.shape[1] == 1:
@@ -121,7 +141,7 @@ def last_logits(full, batch):
     return full[batch.rows.to(full.device), batch.pick.to(full.device)]
 
 
-def row_metrics(logits, targets, top_k):
+def row_metrics(logits: torch.Tensor, targets: torch.Tensor, top_k: int) -> torch.Tensor:
     """Per-row metrics of final-position logits, packed in one float tensor [rows, 2 + 2k].
 
     Columns: the target's log-probability, its rank (0 = the most probable token), the
@@ -147,7 +167,13 @@ def unpack_row_metrics(packed: torch.Tensor, top_k: int) -> dict[str, torch.Tens
     }
 
 
-def merge_slices(base_out, donor_out, patch_fused, slices, n_heads):
+def merge_slices(
+    base_out: torch.Tensor,
+    donor_out: torch.Tensor,
+    patch_fused: str,
+    slices: Sequence[tuple[int, torch.Tensor]],
+    n_heads: int,
+) -> torch.Tensor:
     """Take q/k/v slices of a fused projection from the donor where ``slices`` say so."""
     merged = base_out.clone()
     width = base_out.shape[-1]
@@ -164,7 +190,7 @@ def merge_slices(base_out, donor_out, patch_fused, slices, n_heads):
     return merged
 
 
-def placed(module, x):
+def placed(module: _T, x: torch.Tensor) -> _T:
     """``module``, or a copy of it on ``x``'s device (and float dtype) if its weights are elsewhere.
 
     Locally donor and base share device and dtype, so this returns ``module`` itself. Donor
@@ -182,7 +208,12 @@ def placed(module, x):
     return copy.deepcopy(module).to(device=x.device, dtype=dtype)
 
 
-def graft_trace_body(model, patches, donor_modules, split=None):
+def graft_trace_body(
+    model: Any,
+    patches: Sequence[types.SimpleNamespace],
+    donor_modules: DonorModules,
+    split: Mapping[str, OwnCells] | None = None,
+) -> None:
     """Apply ``patches`` inside an open trace of ``model``.
 
     ``donor_modules`` maps ``"donor:path"`` to a callable module (a plain torch module of the
@@ -197,7 +228,8 @@ def graft_trace_body(model, patches, donor_modules, split=None):
     of the cells no patch covers, their flat indices)``: that module is skipped, its own
     weights run on those cells only, so every cell is computed once.
     """
-    gathered = {}  # sites sharing an input tensor and a mask (q/k/v, gate/up) gather once
+    # sites sharing an input tensor and a mask (q/k/v, gate/up) gather once
+    gathered: _Gathered = {}
     with torch.no_grad():
         start = 0
         while start < len(patches):
@@ -209,13 +241,13 @@ def graft_trace_body(model, patches, donor_modules, split=None):
             start = end
 
 
-def _fit(mask, n):
+def _fit(mask: torch.Tensor, n: int) -> torch.Tensor:
     """``mask`` [batch, positions] cut to the last ``n`` positions (the lm head under
     ``logits_to_keep`` sees the last position only)."""
     return mask if mask.shape[1] == n else mask[:, mask.shape[1] - n :]
 
 
-def _take(x, mask, cells):
+def _take(x: torch.Tensor, mask: torch.Tensor, cells: torch.Tensor | None) -> torch.Tensor:
     """``x[mask]`` for ``x`` [batch, positions, ...]; ``cells`` (the mask's flat indices,
     or None) gathers without scanning the mask again."""
     if cells is None or mask.shape != x.shape[:2]:
@@ -223,7 +255,13 @@ def _take(x, mask, cells):
     return x.reshape(-1, *x.shape[2:]).index_select(0, cells.to(x.device))
 
 
-def _take_once(gathered, x, mask, cells, seq_dim):
+def _take_once(
+    gathered: _Gathered,
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    cells: torch.Tensor | None,
+    seq_dim: int,
+) -> torch.Tensor:
     """:func:`_take`, remembered in ``gathered`` while the modules visited read the same
     input tensor ``x`` (only its gathers are kept), for the same mask object (the entry holds
     the mask, so its id stays its own)."""
@@ -247,7 +285,7 @@ def _take_once(gathered, x, mask, cells, seq_dim):
 PART_ELEMENTS = 1 << 23
 
 
-def _out_width(module) -> int | None:
+def _out_width(module: object) -> int | None:
     """Output features of a matrix product (a linear layer, GPT-2's Conv1D); else None."""
     if not isinstance(module, torch.nn.Module):
         return None
@@ -255,11 +293,18 @@ def _out_width(module) -> int | None:
     return width if isinstance(width, int) else None
 
 
-def _apply(call, x_cells, out, mask, cells, width):
+def _apply(
+    call: Callable[[torch.Tensor], torch.Tensor],
+    x_cells: torch.Tensor,
+    out: torch.Tensor,
+    mask: torch.Tensor,
+    cells: torch.Tensor | None,
+    width: int | None,
+) -> None:
     """``out[mask] = call(x_cells)`` in place: in parts of the cells when the output would
     exceed :data:`PART_ELEMENTS` (and the cells are indexed flat), else at once."""
-    flat = cells is not None and mask.shape == out.shape[:2] and out.is_contiguous()
-    if not flat or width is None or len(x_cells) * width <= PART_ELEMENTS:
+    flat = mask.shape == out.shape[:2] and out.is_contiguous()
+    if cells is None or not flat or width is None or len(x_cells) * width <= PART_ELEMENTS:
         _put(out, mask, cells, call(x_cells).to(out.dtype))
         return
     step = max(1, PART_ELEMENTS // width)
@@ -267,7 +312,9 @@ def _apply(call, x_cells, out, mask, cells, width):
         _put(out, mask, cells[a : a + step], call(x_cells[a : a + step]).to(out.dtype))
 
 
-def _put(out, mask, cells, values):
+def _put(
+    out: torch.Tensor, mask: torch.Tensor, cells: torch.Tensor | None, values: torch.Tensor
+) -> None:
     """``out[mask] = values``, in place (by ``cells`` where ``out`` allows a flat view)."""
     if cells is None or mask.shape != out.shape[:2] or not out.is_contiguous():
         out[mask] = values
@@ -275,7 +322,13 @@ def _put(out, mask, cells, values):
         out.view(-1, *out.shape[2:]).index_copy_(0, cells.to(out.device), values)
 
 
-def _graft_module(model, patches, donor_modules, own, gathered):
+def _graft_module(
+    model: Any,
+    patches: Sequence[types.SimpleNamespace],
+    donor_modules: DonorModules,
+    own: OwnCells | None,
+    gathered: _Gathered,
+) -> None:
     """The patches of one module (:func:`graft_trace_body`); ``gathered``: see
     :func:`_take_once`."""
     env = model.get(patches[0].path)
@@ -306,17 +359,17 @@ def _graft_module(model, patches, donor_modules, own, gathered):
         rows = patch.rows
         if rows.device != new.device:  # remote: the masks travel on the CPU
             rows = rows.to(new.device)
-        cells = getattr(patch, "cells", None) if rows.shape[1] == new.shape[1] else None
+        cells = patch.cells if rows.shape[1] == new.shape[1] else None
         rows = _fit(rows, new.shape[1])
-        module = donor_modules[patch.donor + ":" + patch.path]
-        if isinstance(module, str):  # a module of the served graft pair, via its envoy
-            module = model.get(module)
-        module = placed(module, x)
+        donor = donor_modules[patch.donor + ":" + patch.path]
+        if isinstance(donor, str):  # a module of the served graft pair, via its envoy
+            donor = model.get(donor)
+        donor = placed(donor, x)
         donor_in = _take_once(gathered, x_all, rows, cells, patch.seq_dim)
         if not (patch.fused and patch.slices):
-            _apply(module, donor_in, new, rows, cells, _out_width(module))
+            _apply(donor, donor_in, new, rows, cells, _out_width(donor))
             continue
-        donor_out = module(donor_in)
+        donor_out = donor(donor_in)
         slices = [(k, m.to(new.device)) for k, m in patch.slices]
         donor_out = merge_slices(new[rows], donor_out, patch.fused, slices, patch.n_heads)
         _put(new, rows, cells, donor_out.to(new.dtype))

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-_WRAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+_WRAPPED: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
 
 
-def wrap(model: nn.Module):
+def wrap(model: nn.Module) -> Any:
     """The nnsight wrapper of ``model`` (cached per model object; no copy of the weights).
 
     A Hugging Face causal LM is wrapped in nnsight's ``TransformersModel``, the class an
@@ -22,7 +26,8 @@ def wrap(model: nn.Module):
         return model
     wrapped = _WRAPPED.get(model)
     if wrapped is None:
-        if callable(getattr(model, "can_generate", None)) and model.can_generate():
+        can_generate = getattr(model, "can_generate", None)
+        if callable(can_generate) and can_generate():
             from nnsight.modeling.transformers import TransformersModel
 
             # graft feeds token ids, so the tokenizer is never used; the wrapper insists on one
@@ -37,7 +42,7 @@ def wrap(model: nn.Module):
     return wrapped
 
 
-def _placeholder_tokenizer():
+def _placeholder_tokenizer() -> PreTrainedTokenizerFast:
     """A one-token tokenizer (never called: graft passes token ids)."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -47,7 +52,7 @@ def _placeholder_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<pad>")
 
 
-def unwrap(model) -> nn.Module:
+def unwrap(model: Any) -> nn.Module:
     """The torch module inside an nnsight wrapper (``model`` itself if it is not wrapped)."""
     inner = getattr(model, "__dict__", {}).get("_module")  # an envoy's module, no __getattr__
     return inner if isinstance(inner, nn.Module) and not isinstance(model, nn.Module) else model

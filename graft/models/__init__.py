@@ -6,7 +6,7 @@ Short names (see :data:`REGISTRY`):
 
 - paper / hub models (``gpt2-xl``, ``llama3.2-1b``, ...): ``from_pretrained`` of a hub id;
 - embedded models (``smollm2-135m``, ``gemma3-270m``): GGUF files shipped in PyPI packages,
-  de-quantised once into a plain safetensors copy under ``$GRAFT_HOME`` (default
+  de-quantised once into an unquantised safetensors copy under ``$GRAFT_HOME`` (default
   ``~/.cache/graft``) and loaded from that copy afterwards;
 - ``tiny-<family>``: tiny random models from :mod:`graft.core.tiny` with a character-level
   tokenizer, for tests and quick checks.
@@ -15,10 +15,9 @@ Any other hub id or local directory is passed to ``from_pretrained`` as is.
 """
 
 from graft.core.arch import context_length
-from graft.errors import ModelNotFoundError
+from graft.errors import DeviceError, ModelNotFoundError
 from graft.models.embedded import embedded_cache_dir, embedded_gguf, ensure_embedded, graft_home
 from graft.models.loading import (
-    DeviceError,
     LoadedModel,
     default_device,
     load_model,

@@ -1,7 +1,7 @@
 """Embedded models: GGUF files shipped in PyPI packages, usable offline.
 
 The GGUF file is found in its package (a package shipped in chunks is assembled once into
-``$GRAFT_HOME/gguf``), de-quantised once into a plain safetensors copy under
+``$GRAFT_HOME/gguf``), de-quantised once into an unquantised safetensors copy under
 ``$GRAFT_HOME/models/<name>`` (default ``~/.cache/graft``), and loaded from that copy
 afterwards. ``graft_source.json`` in the copy records where it came from.
 """
@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -83,27 +84,29 @@ def embedded_gguf(name: str) -> Path:
 
 def _strip_quantisation(model: transformers.PreTrainedModel) -> None:
     """Drop the GGUF flag from a de-quantised model: ``save_pretrained`` refuses a model that
-    still says it is quantised, although its weights are plain floats after loading."""
-    model.hf_quantizer = None
-    model.is_quantized = False
+    still says it is quantised, although its weights are unquantised floats after loading."""
+    # attributes from_pretrained sets on the instance, unknown to the stubs, whose
+    # nn.Module.__setattr__ takes a Tensor or Module only
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model, "quantization_method"):
-        model.quantization_method = None
+        model.quantization_method = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         delattr(model.config, "quantization_config")
 
 
 def embedded_cache_dir(name: str) -> Path:
-    """Where the plain safetensors copy of embedded model ``name`` lives."""
+    """Where the unquantised safetensors copy of embedded model ``name`` lives."""
     return graft_home() / "models" / name
 
 
-def embedded_source(directory: Path) -> dict:
+def embedded_source(directory: Path) -> dict[str, Any]:
     """The ``graft_source.json`` record of a converted copy (see :func:`ensure_embedded`)."""
     return json.loads((directory / SOURCE_FILE).read_text())
 
 
 def ensure_embedded(name: str) -> Path:
-    """Convert embedded model ``name`` to a plain safetensors copy once; return its directory."""
+    """Convert embedded model ``name`` to an unquantised safetensors copy once; return its directory."""
     out = embedded_cache_dir(name)
     if (out / SOURCE_FILE).exists() and embedded_source(out).get("format") == _CACHE_FORMAT:
         return out

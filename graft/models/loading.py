@@ -188,14 +188,18 @@ def _place(
     return model.eval()
 
 
-def _load_pretrained(location: str | Path, hf_kwargs: dict[str, Any]):
+def _load_pretrained(
+    location: str | Path, hf_kwargs: dict[str, Any]
+) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase]:
     return (
         AutoModelForCausalLM.from_pretrained(location, **hf_kwargs),
         AutoTokenizer.from_pretrained(location),
     )
 
 
-def _load_hub(location: str, hf_kwargs: dict[str, Any]):
+def _load_hub(
+    location: str, hf_kwargs: dict[str, Any]
+) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase, str | None]:
     """Model, tokenizer and commit hash of a hub model."""
     try:
         model, tok = _load_pretrained(location, hf_kwargs)
@@ -207,7 +211,9 @@ def _load_hub(location: str, hf_kwargs: dict[str, Any]):
     return model, tok, getattr(model.config, "_commit_hash", None)
 
 
-def _load_local(location: str, hf_kwargs: dict[str, Any]):
+def _load_local(
+    location: str, hf_kwargs: dict[str, Any]
+) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase]:
     """Model and tokenizer of a local folder; a folder transformers cannot load is bad input."""
     try:
         return _load_pretrained(location, hf_kwargs)
@@ -218,7 +224,9 @@ def _load_local(location: str, hf_kwargs: dict[str, Any]):
         ) from err
 
 
-def _load_source(source: str, location: str, hf_kwargs: dict[str, Any]):
+def _load_source(
+    source: str, location: str, hf_kwargs: dict[str, Any]
+) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase, str, str | None]:
     """``(model, tokenizer, location, revision)`` of a name :func:`resolve_model_name` checked."""
     if source == "tiny":
         return tiny_model(location, seed=0), tiny_tokenizer(), f"graft.tiny:{location}", "seed=0"
@@ -234,11 +242,11 @@ def _load_source(source: str, location: str, hf_kwargs: dict[str, Any]):
 
 
 def load_model(
-    name_or_path: str | os.PathLike,
+    name_or_path: str | os.PathLike[str],
     *,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
-    device_map: str | dict | None = None,
+    device_map: str | dict[str, Any] | None = None,
 ) -> LoadedModel:
     """Load a model and tokenizer by short name (see :data:`REGISTRY`), hub id or local path.
 

@@ -7,12 +7,16 @@ as a weightless client-side base for a server that holds the weights.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from transformers import GPT2Config, LlamaConfig, PretrainedConfig
 
-def gpt2_xl_config():
+
+def gpt2_xl_config() -> GPT2Config:
     """Hand-written config of gpt2-xl (no download): d=1600, 48 layers, 25 heads, tied."""
     import transformers
 
@@ -21,7 +25,7 @@ def gpt2_xl_config():
     )
 
 
-def llama32_1b_config():
+def llama32_1b_config() -> LlamaConfig:
     """Hand-written config of Llama-3.2-1B (no download): d=2048, 16 layers, tied embeddings."""
     import transformers
 
@@ -35,19 +39,20 @@ def llama32_1b_config():
         vocab_size=128256,
         tie_word_embeddings=True,
         max_position_embeddings=131072,
-        rope_theta=500000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     )
 
 
-PAPER_CONFIGS: dict[str, Callable] = {
+PAPER_CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
     "gpt2-xl": gpt2_xl_config,
     "llama3.2-1b": llama32_1b_config,
 }
 
 
-def meta_model(config) -> nn.Module:
+def meta_model(config: PretrainedConfig) -> nn.Module:
     """A weightless causal LM of ``config`` on the meta device (shapes only, no download)."""
     import transformers
 
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config).eval()
+        model: nn.Module = transformers.AutoModelForCausalLM.from_config(config)
+        return model.eval()

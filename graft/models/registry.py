@@ -76,7 +76,7 @@ def looks_like_hub_id(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
 
 
-def resolve_model_name(name_or_path: str | os.PathLike) -> tuple[str, str]:
+def resolve_model_name(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
     """Check a model name without loading anything; return ``(source, location)``.
 
     ``source`` is ``"tiny"``, ``"embedded"``, ``"hub"`` or ``"local"``; ``location`` the tiny

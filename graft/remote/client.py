@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import websocket
 from nnsight.intervention.backends.display import StatusDisplay
@@ -27,6 +27,13 @@ from graft.core.wrapping import unwrap, wrap
 from graft.errors import RemoteError
 from graft.remote.config import RemoteConfig
 from graft.remote.payload import format_bytes
+
+if TYPE_CHECKING:
+    from nnsight.intervention.backends.local import LocalSimulationBackend
+    from nnsight.schema.request import RequestModel
+    from nnsight.schema.response import RESULT
+    from nnsight.tracing.backend import Backend
+    from nnsight.tracing.tracer import Tracer
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +60,20 @@ class _PersistentObjects:
     by path) for any envoy.
     """
 
-    def __init__(self, envoy) -> None:
+    def __init__(self, envoy: Any) -> None:
         self.envoy = envoy
 
-    def _remoteable_persistent_objects(self) -> dict:
+    def _remoteable_persistent_objects(self) -> dict[str, Any]:
         if hasattr(self.envoy, "_remoteable_persistent_objects"):
-            return self.envoy._remoteable_persistent_objects()
+            persistent: dict[str, Any] = self.envoy._remoteable_persistent_objects()
+            return persistent
         objects = {"Interleaver": self.envoy.interleaver}
         for envoy in self.envoy.modules():
             objects[f"Module:{envoy.path}"] = envoy._module
         return objects
 
 
-def simulation_backend(envoy, verbose: bool = False):
+def simulation_backend(envoy: Any, verbose: bool = False) -> LocalSimulationBackend:
     """nnsight's in-process serialise/deserialise backend (``remote="local"``) for any envoy."""
     from nnsight.intervention.backends.local import LocalSimulationBackend
 
@@ -78,7 +86,15 @@ class GraftRemoteBackend(RemoteBackend):
     result download), plus: refuse a payload over ``max_payload_bytes`` before sending,
     give up after ``timeout_s`` without a result, and report statuses to ``log``."""
 
-    def __init__(self, model_key, *, max_payload_bytes, timeout_s, log, **kwargs):
+    def __init__(
+        self,
+        model_key: str,
+        *,
+        max_payload_bytes: int,
+        timeout_s: float,
+        log: Callable[[str], None] | None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model_key, **kwargs)
         self.max_payload_bytes = max_payload_bytes
         self.timeout_s = timeout_s
@@ -86,8 +102,8 @@ class GraftRemoteBackend(RemoteBackend):
         self.payload_bytes = 0
         self.display = StatusDisplay(enabled=False, verbose=False)
 
-    def _serialize(self, tracer) -> bytes:
-        blob = super()._serialize(tracer)
+    def _serialize(self, tracer: Tracer) -> bytes:
+        blob: bytes = super()._serialize(tracer)
         self.payload_bytes = len(blob)
         if len(blob) > self.max_payload_bytes:
             raise RemoteError(
@@ -98,7 +114,7 @@ class GraftRemoteBackend(RemoteBackend):
             )
         return blob
 
-    def request(self, request, tracer):
+    def request(self, request: RequestModel, tracer: Tracer) -> RESULT | None:
 
         blob = self._serialize(tracer)
         connection = websocket.create_connection(
@@ -128,7 +144,8 @@ class GraftRemoteBackend(RemoteBackend):
                 try:
                     result = self.handle(response)
                 except Exception as exc:
-                    exc.graft_stage = stage  # how far the request got: see classify
+                    # how far the request got: see classify
+                    exc.graft_stage = stage  # type: ignore[attr-defined]
                     raise
                 if response.status == Status.COMPLETED:
                     return result
@@ -298,14 +315,14 @@ class Target:
     model: Any
     host: str
     model_key: str
-    env: dict
+    env: dict[str, str]
 
     @classmethod
-    def of(cls, config: RemoteConfig, base) -> Target:
+    def of(cls, config: RemoteConfig, base: Any) -> Target:
         """The target of ``config`` for ``base`` (resolves host, key and API key settings)."""
         torch_base = unwrap(base)
         remote = config.mode == "remote"
-        env = {}
+        env: dict[str, str] = {}
         attn = getattr(getattr(torch_base, "config", None), "_attn_implementation", None)
         if attn:
             env["attn_implementation"] = attn
@@ -323,7 +340,7 @@ class Target:
             env=env,
         )
 
-    def backend(self):
+    def backend(self) -> Backend:
         """A fresh nnsight backend for one attempt."""
         cfg = self.config
         if cfg.mode == "simulate":
@@ -341,7 +358,7 @@ class Target:
         return backend
 
 
-def send(target: Target, body: Callable[[Any], Sequence], where: str) -> tuple[list, int]:
+def send(target: Target, body: Callable[[Any], Sequence[Any]], where: str) -> tuple[list[Any], int]:
     """Run ``body(backend)`` (one request) with retries: (its results, payload bytes sent).
 
     Raises:

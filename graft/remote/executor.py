@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import nnsight
 import torch
@@ -25,7 +27,7 @@ from torch import nn
 
 from graft.core.engine import donor_modules
 from graft.core.plan import BatchPlan
-from graft.core.trace import graft_batch, model_device, trace_batch
+from graft.core.trace import DonorModules, graft_batch, model_device, trace_batch
 from graft.core.wrapping import unwrap
 from graft.errors import RemoteError
 from graft.remote.client import Target, register_by_value, send
@@ -58,7 +60,7 @@ def _keys(plan: BatchPlan) -> set[tuple[str, str]]:
     return {(p.donor, p.path) for p in plan.patches}
 
 
-def _strip_persistent_ids(modules: Iterable) -> None:
+def _strip_persistent_ids(modules: Iterable[object]) -> None:
     """Drop nnsight's persistent-id tags from donor modules that must travel by value.
 
     nnsight tags a module ``Module:<path>`` when an envoy over it is serialised; a donor
@@ -92,7 +94,9 @@ def _donor_ref(torch_base: nn.Module, donor: str, path: str) -> str:
     return ref
 
 
-def _request_body(model, batches, mods, backend):
+def _request_body(
+    model: Any, batches: Sequence[types.SimpleNamespace], mods: DonorModules, backend: Any
+) -> Any:
     """One request: a session running every batch's grafted trace (on the server)."""
     with model.session(backend=backend):
         results = nnsight.save([])
@@ -127,17 +131,17 @@ class RemoteExecutor:
         return self.config.donor_mode == "hosted"
 
     def run(
-        self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
+        self, base: Any, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
         """Logits [batch, vocab] per plan, in order (requests are sent as they are needed)."""
-        self._check_donors(donors)
+        self.check_donors(donors)
         requests = self.pack(donors, plans)
         target = Target.of(self.config, base)
         register_by_value()
         for r, request in enumerate(requests):
             yield from self._run_request(target, base, donors, request, r, len(requests))
 
-    def _check_donors(self, donors: Mapping[str, nn.Module | None]) -> None:
+    def check_donors(self, donors: Mapping[str, nn.Module | None]) -> None:
         if self.hosted:
             return
         for name, donor in donors.items():
@@ -148,7 +152,9 @@ class RemoteExecutor:
                     kind="config",
                 )
 
-    def _payload(self, donors: Mapping[str, nn.Module | None], keys) -> int:
+    def _payload(
+        self, donors: Mapping[str, nn.Module | None], keys: Iterable[tuple[str, str]]
+    ) -> int:
         if self.hosted:
             return 0
         return keyed_bytes(keys, lambda d, path: unwrap(donors[d]).get_submodule(path))
@@ -176,7 +182,12 @@ class RemoteExecutor:
             requests.append(current)
         return requests
 
-    def _modules(self, torch_base: nn.Module, donors, plans: Sequence[BatchPlan]) -> dict:
+    def _modules(
+        self,
+        torch_base: nn.Module,
+        donors: Mapping[str, nn.Module | None],
+        plans: Sequence[BatchPlan],
+    ) -> DonorModules:
         """``{"donor:path": module}`` a request calls: shipped modules, or hosted envoy paths."""
         patches = [p for plan in plans for p in plan.patches]
         if not self.hosted:
@@ -185,7 +196,15 @@ class RemoteExecutor:
             return mods
         return {f"{p.donor}:{p.path}": _donor_ref(torch_base, p.donor, p.path) for p in patches}
 
-    def _run_request(self, target: Target, base, donors, request: _Request, r: int, n: int):
+    def _run_request(
+        self,
+        target: Target,
+        base: Any,
+        donors: Mapping[str, nn.Module | None],
+        request: _Request,
+        r: int,
+        n: int,
+    ) -> list[torch.Tensor]:
         where = f"request {r + 1}/{n}"
         torch_base = unwrap(base)
         device = model_device(torch_base) if self.config.mode != "remote" else torch.device("cpu")

@@ -60,6 +60,14 @@ from nnsight.modeling.mixins.remotable import Remotable
 from nnsight.util import to_import_path
 from torch import nn
 
+from graft.errors import RemoteError
+
+
+def _config_error(message: str) -> RemoteError:
+    """A graft pair set up with bad arguments (a one-line :class:`RemoteError`)."""
+    return RemoteError(message, kind="config")
+
+
 DONORS_ATTR = "graft_donors"
 ROOT_PATH = "model"  # the path nnsight gives the root envoy of every wrapped model
 TINY_PREFIX = "graft.tiny:"
@@ -76,10 +84,10 @@ def attach_donors(base: nn.Module, donors: Mapping[str, nn.Module]) -> nn.Module
     The base's own modules, forward and outputs are unchanged.
     """
     if not donors:
-        raise ValueError("a graft pair needs at least one donor")
+        raise _config_error("a graft pair needs at least one donor")
     for name in donors:
         if not name.isidentifier():
-            raise ValueError(f"donor name {name!r} must be an identifier, e.g. sft or task")
+            raise _config_error(f"donor name {name!r} must be an identifier, e.g. sft or task")
     base.add_module(DONORS_ATTR, nn.ModuleDict(dict(donors)))
     return base
 
@@ -90,7 +98,7 @@ def _tiny(source: str, *, meta: bool) -> nn.Module:
     parts = source[len(TINY_PREFIX) :].split(":")
     family = parts[0]
     if family not in TINY_FAMILIES or len(parts) > 2:
-        raise ValueError(
+        raise _config_error(
             f"tiny source {source!r}: use graft.tiny:<family>[:donor[=<seed>]] with a family "
             f"of {', '.join(TINY_FAMILIES)}"
         )
@@ -103,7 +111,9 @@ def _tiny(source: str, *, meta: bool) -> nn.Module:
         return base
     kind, _, seed = parts[1].partition("=")
     if kind != "donor":
-        raise ValueError(f"tiny source {source!r}: the second field must be donor or donor=<seed>")
+        raise _config_error(
+            f"tiny source {source!r}: the second field must be donor or donor=<seed>"
+        )
     return perturbed_copy(base, seed=int(seed) if seed else 100)
 
 
@@ -140,7 +150,7 @@ def load_source(source: str, *, meta: bool = False, **load_kwargs: Any) -> nn.Mo
 
 def _suffix(base: str, donors: Mapping[str, str]) -> str:
     if not isinstance(base, str) or not all(isinstance(s, str) for s in donors.values()):
-        raise ValueError("a graft pair's model key needs its base and donors as source strings")
+        raise _config_error("a graft pair's model key needs its base and donors as source strings")
     return json.dumps({"base": base, "donors": dict(sorted(donors.items()))}, sort_keys=True)
 
 
@@ -153,7 +163,9 @@ class _CallsByName:
     the wrapper's own ``__call__`` instead of the model's forward, and the trace fails.
     """
 
-    def trace(self, *inputs: Any, fn: Any = None, **kwargs: Any):
+    _module: Any  # the wrapped model (nnsight's Envoy sets it)
+
+    def trace(self, *inputs: Any, fn: Any = None, **kwargs: Any) -> Any:
         # Remotable named, not super(): this code travels by value (as source), and there
         # super() has no class cell
         return Remotable.trace(self, *inputs, fn=self._call if fn is None else fn, **kwargs)
@@ -182,7 +194,7 @@ class GraftPairModel(_CallsByName, Remotable):
 
     def __init__(self, base: Any, donors: Mapping[str, Any] | None = None, **kwargs: Any):
         if not donors:
-            raise ValueError("GraftPairModel needs donors={name: source or model}")
+            raise _config_error("GraftPairModel needs donors={name: source or model}")
         self.graft_sources = (
             (base, dict(donors))
             if isinstance(base, str) and all(isinstance(v, str) for v in donors.values())
@@ -214,7 +226,7 @@ class GraftPairModel(_CallsByName, Remotable):
     # -- remote identity ----------------------------------------------------------------
     def _remoteable_model_key(self) -> str:
         if self.graft_sources is None:
-            raise ValueError(
+            raise _config_error(
                 "this graft pair was built from loaded models, so it has no model key; build "
                 "it from source strings (hub ids or server paths)"
             )
@@ -225,7 +237,7 @@ class GraftPairModel(_CallsByName, Remotable):
         data = json.loads(model_key)
         return cls(data["base"], donors=data["donors"], **kwargs)
 
-    def _remoteable_set_env(self, env: dict | None) -> None:
+    def _remoteable_set_env(self, env: dict[str, Any] | None) -> None:
         # match the client's attention implementation (as nnsight's TransformersModel does)
         requested = (env or {}).get("attn_implementation")
         config = getattr(self._module, "config", None)
@@ -246,10 +258,10 @@ class PairBase(_CallsByName, Remotable):
     """
 
 
-_PAIR_BASES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PAIR_BASES: weakref.WeakKeyDictionary[nn.Module, PairBase] = weakref.WeakKeyDictionary()
 
 
-def wrap_pair_base(base: Any):
+def wrap_pair_base(base: Any) -> Any:
     """``base`` as the client traces it in hosted mode (a wrapper is returned as is)."""
     if hasattr(base, "trace") and hasattr(base, "get"):
         return base
@@ -268,6 +280,8 @@ def parse_hosted_model_key(model_key: str) -> tuple[str, dict[str, str]]:
     """``(base, donors)`` of a graft-pair model key; ValueError for any other key."""
     prefix = to_import_path(GraftPairModel) + ":"
     if not model_key.startswith(prefix):
-        raise ValueError(f"{model_key!r} is not a graft-pair key (it must start with {prefix!r})")
+        raise _config_error(
+            f"{model_key!r} is not a graft-pair key (it must start with {prefix!r})"
+        )
     data = json.loads(model_key[len(prefix) :])
     return data["base"], dict(data["donors"])

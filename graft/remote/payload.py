@@ -8,6 +8,7 @@ embeddings) count once per donor.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -16,6 +17,9 @@ from graft.core.arch import Architecture, architecture_of
 from graft.core.spec import EMBEDDING_COMPONENTS, GraftSpec, expand_components, parse_spec
 from graft.core.wrapping import unwrap
 from graft.models.paper import PAPER_CONFIGS, meta_model
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 TABLE_SPECS = ("LT:all:all", "LT:q4:o,ffn", "FE:all:attn", "ALL:all:q")
 
@@ -71,7 +75,10 @@ def spec_module_paths(arch: Architecture, spec: GraftSpec | str) -> set[tuple[st
 
 
 def estimate_payload_bytes(
-    model, specs: GraftSpec | str | Iterable[GraftSpec | str], *, dtype: torch.dtype | None = None
+    model: Any,
+    specs: GraftSpec | str | Iterable[GraftSpec | str],
+    *,
+    dtype: torch.dtype | None = None,
 ) -> int:
     """Bytes of donor weights ship mode sends for grafts ``specs`` (one request, all donors).
 
@@ -96,8 +103,9 @@ def estimate_payload_bytes(
 
 
 def payload_table(
-    specs: Sequence[str] = TABLE_SPECS, models: Mapping[str, Callable] | None = None
-) -> list[dict]:
+    specs: Sequence[str] = TABLE_SPECS,
+    models: Mapping[str, Callable[[], PretrainedConfig]] | None = None,
+) -> list[dict[str, Any]]:
     """Ship-mode payload of each graft on each paper model, from configs alone (meta device).
 
     One dict per (model, graft): ``model``, ``graft``, ``bytes_float32``, ``bytes_bfloat16``

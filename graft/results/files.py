@@ -29,7 +29,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success move it onto ``path`` atomically.
 
     On an exception the temp file is removed and ``path`` is left as it was.
@@ -48,7 +48,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented JSON via :func:`atomic_path` (see :func:`to_json`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(to_json(obj), indent=2) + "\n", encoding="utf-8")

@@ -72,7 +72,7 @@ def _text(value: Any) -> str:
 def _batch_file(batch_id: str | int) -> str:
     text = str(batch_id)
     if not text:
-        raise ValueError("batch_id must not be empty")
+        raise RunFolderError("batch_id must not be empty")
     # Any batch id becomes a safe file name (graft labels hold '(', '^', ':', ...).
     encoded = quote(text, safe="-_=+,@")
     if encoded.startswith("."):
@@ -95,7 +95,7 @@ class RunFolder:
             graft's, so :meth:`clear` may delete what it holds.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.config_path = self.path / CONFIG_FILE
         self.parts_path = self.path / PARTS_DIR
@@ -175,7 +175,8 @@ class RunFolder:
         """The stored config, or None when there is none yet."""
         if not self.config_path.is_file():
             return None
-        return json.loads(self.config_path.read_text(encoding="utf-8"))
+        config: dict[str, Any] = json.loads(self.config_path.read_text(encoding="utf-8"))
+        return config
 
     def check_config(self, config: Mapping[str, Any], key: Sequence[str] | None = None) -> None:
         """Raise if :meth:`write_config` (without ``overwrite``) would refuse ``config``;
@@ -227,7 +228,7 @@ class RunFolder:
             RunFolderError: the folder holds a config (or results) but no marker.
             ConfigMismatchError: a stored config differs in a ``key`` field.
         """
-        new = to_json(dict(config))
+        new: dict[str, Any] = to_json(dict(config))
         new.setdefault("packages", package_versions())
         new.setdefault("git_commit", git_commit())
         new.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
@@ -271,7 +272,7 @@ class RunFolder:
     # ------------------------------------------------------------------ batches
     def _part_dir(self, name: str) -> Path:
         if not _NAME_RE.match(name):
-            raise ValueError(f"table name {name!r}: use letters, digits and _ . = + -")
+            raise RunFolderError(f"table name {name!r}: use letters, digits and _ . = + -")
         return self.parts_path / name
 
     def append_batch(self, name: str, df: pl.DataFrame, batch_id: str | int) -> Path:

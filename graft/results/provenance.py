@@ -23,7 +23,7 @@ def package_versions(names: Sequence[str] = TRACKED_PACKAGES) -> dict[str, str |
     return versions
 
 
-def git_commit(path: str | os.PathLike | None = None) -> str | None:
+def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:
     """``git rev-parse HEAD`` of the checkout holding the graft package (or ``path``).
 
     Returns None when git is missing, the code is not in a git checkout, or (for the

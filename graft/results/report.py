@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import polars as pl
 
 from graft.core.naming import slug
+from graft.errors import ResultsError
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 
@@ -53,8 +55,13 @@ _BAR_TEXT: dict[str, tuple[str, dict[str, str], str | None]] = {
 }
 
 
-def _model_name(config: dict) -> str:
+def _model_name(config: dict[str, Any]) -> str:
     return str(config.get("options", {}).get("model", "?"))
+
+
+def _int_max(column: pl.Series) -> int:
+    """The largest value of an integer column (polars types ``max`` as any Python literal)."""
+    return int(cast(int, column.max()))
 
 
 def figure_rows(summary: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
@@ -66,7 +73,7 @@ def figure_rows(summary: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     means = summary.filter(pl.col("n_seeds") > 1)
     if means.is_empty():
         return summary, None
-    k = int(means["n_seeds"].max())
+    k = _int_max(means["n_seeds"])
     replicates = means["per_seed_of"][0].replace(",", ", ")
     return means, (
         f"Each bar is the mean over {k} replicates ({replicates}; d = data seed, "
@@ -112,7 +119,7 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     summary = pl.read_parquet(summary_file)
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
-        raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
+        raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
     summary, seeds_note = figure_rows(summary)
     config = json.loads(config_file.read_text())
     experiment = config.get("experiment", "custom")
@@ -199,13 +206,11 @@ def _draw_layer_maps(
         frame = cells.with_columns(split.struct.unnest())
         row_order = list(dict.fromkeys(n.split(LAYER_SEP)[0] for n in order if LAYER_SEP in n))
         col_order = list(dict.fromkeys(n.split(LAYER_SEP)[1] for n in order if LAYER_SEP in n))
-        n = int(part["n"].max())
+        n = _int_max(part["n"])
         whiskers = plots.whiskers_text(part, metric)
         cells_are = f"{metric} over n={n} prompts"
         if seeds_note:
-            cells_are = (
-                f"mean of {metric} over {int(part['n_seeds'].max())} replicates (n={n} each)"
-            )
+            cells_are = f"mean of {metric} over {_int_max(part['n_seeds'])} replicates (n={n} each)"
         fig = plots.heatmap(
             frame,
             value=metric,

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graft.core.spec import PROTOCOLS
 from graft.errors import DatasetError, ExperimentError
 from graft.models import DEFAULT_MODEL
 from graft.remote.config import RemoteConfig
-from graft.study.templates import DEFAULT_RELATIONS, PROTOCOLS, Relation, template_set
+from graft.study.templates import DEFAULT_RELATIONS, Relation, template_set
 
 
 @dataclass

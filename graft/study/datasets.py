@@ -12,6 +12,7 @@ Dataset folder (written to a temporary sibling folder and renamed into place):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from graft.core.spans import render, template_fields
+from graft.core.spec import PROTOCOLS
 from graft.errors import DatasetError
 from graft.results.locks import exclusive
 from graft.study.config import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
 from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
-from graft.study.templates import DIRECTIONS, PROTOCOLS, Relation, template_set
+from graft.study.templates import DIRECTIONS, Relation, template_set
 
 GENERATOR_VERSION = "graft.data/1"
 #: The dataset's file of generic text (written only when the config names a corpus).
@@ -212,21 +214,27 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
 
 
 def generate_dataset(
-    config: DatasetConfig, out_dir: str | os.PathLike, *, overwrite: bool = False
+    config: DatasetConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    lock_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Generate the dataset of ``config`` into ``out_dir`` and return its path.
 
     The files are built in memory, written to a temporary sibling folder and renamed into
     place, so an interrupted run leaves no half-written dataset. An existing dataset made
     from the same config is kept as it is (nothing regenerated); any other non-empty
-    ``out_dir`` is an error unless ``overwrite``.
+    ``out_dir`` is an error unless ``overwrite``. With ``lock_dir`` (a workspace's locks),
+    one process writes ``out_dir`` while others that ask for it wait, then use it
+    (:func:`graft.results.locks.exclusive`).
 
     Raises:
         DatasetError: bad config or input files, or ``out_dir`` cannot be written (a name too
             long, no permission, ...); nothing is written.
     """
     try:
-        return _generate(config, Path(out_dir), overwrite)
+        return _generate(config, Path(out_dir), overwrite, lock_dir)
     except OSError as err:
         raise DatasetError(
             f"cannot write the dataset to {str(out_dir)[:200]}: {err.strerror or err}; "
@@ -235,7 +243,9 @@ def generate_dataset(
         ) from err
 
 
-def _generate(config: DatasetConfig, out: Path, overwrite: bool) -> Path:
+def _generate(
+    config: DatasetConfig, out: Path, overwrite: bool, lock_dir: str | os.PathLike[str] | None
+) -> Path:
     """:func:`generate_dataset` without its translation of disk errors."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         validate_config(config)
@@ -248,7 +258,8 @@ def _generate(config: DatasetConfig, out: Path, overwrite: bool) -> Path:
             )
     files = build_dataset(config)
     # one process writes ``out`` (job arrays on one workspace); the others wait and use it
-    with exclusive(out, f"generating the dataset {out}") as waited:
+    lock = exclusive(out, f"generating the dataset {out}", lock_dir) if lock_dir else None
+    with lock or contextlib.nullcontext(False) as waited:
         if waited and not overwrite and _made_from(out, config):
             return out
         return _write(files, out)
@@ -308,7 +319,7 @@ def default_dataset_name(config: DatasetConfig) -> str:
     return "-".join(parts)
 
 
-def check_dataset_folder(dataset_dir: str | os.PathLike, files: Sequence[str]) -> Path:
+def check_dataset_folder(dataset_dir: str | os.PathLike[str], files: Sequence[str]) -> Path:
     """``dataset_dir`` as a Path, if it is a folder holding ``files``.
 
     Raises:
@@ -326,18 +337,21 @@ def check_dataset_folder(dataset_dir: str | os.PathLike, files: Sequence[str]) -
     return path
 
 
-def load_manifest(dataset_dir: str | os.PathLike) -> dict[str, Any]:
+def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The dataset's ``manifest.json``."""
-    return json.loads((Path(dataset_dir) / "manifest.json").read_text(encoding="utf-8"))
+    manifest: dict[str, Any] = json.loads(
+        (Path(dataset_dir) / "manifest.json").read_text(encoding="utf-8")
+    )
+    return manifest
 
 
-def load_facts(dataset_dir: str | os.PathLike) -> list[Fact]:
+def load_facts(dataset_dir: str | os.PathLike[str]) -> list[Fact]:
     """The dataset's facts."""
     return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
 
 
 def load_train_records(
-    dataset_dir: str | os.PathLike,
+    dataset_dir: str | os.PathLike[str],
     *,
     sets: Sequence[str] | None = None,
     directions: Sequence[str] | None = None,
@@ -354,7 +368,7 @@ def load_train_records(
     ]
 
 
-def load_dataset_corpus(dataset_dir: str | os.PathLike) -> list[str]:
+def load_dataset_corpus(dataset_dir: str | os.PathLike[str]) -> list[str]:
     """The extra corpus stored with the dataset (empty when none was given)."""
     path = Path(dataset_dir) / CORPUS_FILE
     return [r["text"] for r in read_jsonl(path)] if path.is_file() else []

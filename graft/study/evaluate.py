@@ -16,7 +16,8 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 
-from graft.results.metrics import DEFAULT_KS, example_metrics, summarize
+from graft.results.metrics import DEFAULT_KS, example_metrics
+from graft.results.summary import summarize
 from graft.study.prompts import TestExample
 
 logger = logging.getLogger(__name__)

@@ -140,7 +140,7 @@ def _assemble(
     return facts
 
 
-def _fake_movie_facts(config: DatasetConfig, excluded: Counter) -> list[Fact]:
+def _fake_movie_facts(config: DatasetConfig, excluded: Counter[str]) -> list[Fact]:
     real_titles = [r["movie_title"] for r in load_real_movies()]
     if config.kind == "fake_movies_real_actors":
         actors = filter_names(load_real_actors(), excluded)
@@ -166,7 +166,7 @@ def _fake_movie_facts(config: DatasetConfig, excluded: Counter) -> list[Fact]:
 
 
 def _usable_pairs(
-    rows: Iterable[dict[str, Any]], excluded: Counter, dropped: Counter
+    rows: Iterable[dict[str, Any]], excluded: Counter[str], dropped: Counter[str]
 ) -> list[dict[str, Any]]:
     """Rows whose names pass the filter, each actor and title used at most once (file order)."""
     seen_actors: set[str] = set()
@@ -198,7 +198,9 @@ def _derangement(n: int, rng: random.Random) -> list[int]:
     return perm
 
 
-def _real_movie_facts(config: DatasetConfig, excluded: Counter, dropped: Counter) -> list[Fact]:
+def _real_movie_facts(
+    config: DatasetConfig, excluded: Counter[str], dropped: Counter[str]
+) -> list[Fact]:
     movies = load_real_movies()
     pool = _usable_pairs(movies, excluded, dropped)
     n = _need(config, len(pool), "real movies with distinct, usable actors")
@@ -293,7 +295,7 @@ _REASON_WORDS = {
 
 
 def _no_usable_facts(
-    config: DatasetConfig, n_rows: int, n_usable: int, excluded: Counter, dropped: Counter
+    config: DatasetConfig, n_rows: int, n_usable: int, excluded: Counter[str], dropped: Counter[str]
 ) -> str:
     """The message for a facts file too poor to make a dataset from."""
     detail = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(dropped.items()))
@@ -311,7 +313,9 @@ def _no_usable_facts(
     )
 
 
-def _custom_facts(config: DatasetConfig, excluded: Counter, dropped: Counter) -> list[Fact]:
+def _custom_facts(
+    config: DatasetConfig, excluded: Counter[str], dropped: Counter[str]
+) -> list[Fact]:
     assert config.facts_path is not None
     rows = read_facts_file(config.facts_path)
     pool = _usable_pairs(rows, excluded, dropped)
@@ -339,19 +343,20 @@ class DrawnFacts:
     """
 
     facts: list[Fact]
-    excluded_names: Counter
-    dropped_rows: Counter
+    excluded_names: Counter[str]
+    dropped_rows: Counter[str]
     sources: dict[str, Any]
 
 
 def draw_facts(config: DatasetConfig) -> DrawnFacts:
     """The facts of ``config`` (its kind, size, split and seed); the config is not checked
     here (``graft.study.datasets.validate_config`` does that)."""
-    excluded: Counter = Counter()
-    dropped: Counter = Counter()
+    excluded: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
     sources: dict[str, Any] = {}
     if config.kind == "custom":
         facts = _custom_facts(config, excluded, dropped)
+        assert config.facts_path is not None  # as _custom_facts asserts
         sources["facts_path"] = str(config.facts_path)
         sources["facts_sha256"] = sha256(Path(config.facts_path).read_bytes()).hexdigest()
     elif config.kind == "real_movies_shuffled":

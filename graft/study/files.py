@@ -19,7 +19,7 @@ RESOURCES = Path(__file__).parents[1] / "resources"
 GENERIC_TEXT = RESOURCES / "generic_text.txt"
 
 
-def read_jsonl(path: str | os.PathLike, param: str = "dataset") -> list[dict[str, Any]]:
+def read_jsonl(path: str | os.PathLike[str], param: str = "dataset") -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file, one per non-blank line; the one JSONL reader of graft.
 
     ``param`` names the parameter the file came from, for :attr:`DatasetError.param`.
@@ -63,7 +63,7 @@ def jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
 
 
-def read_text_corpus(path: str | os.PathLike, param: str = "corpus_path") -> list[str]:
+def read_text_corpus(path: str | os.PathLike[str], param: str = "corpus_path") -> list[str]:
     """Documents of a corpus file: JSONL with a ``text`` field (``.jsonl``/``.ndjson``)
     or plain text with one document per non-empty line. ``param`` as for :func:`read_jsonl`."""
     path = Path(path)
@@ -92,7 +92,7 @@ def read_text_corpus(path: str | os.PathLike, param: str = "corpus_path") -> lis
     return [line.strip() for line in lines if line.strip()]
 
 
-def load_generic_texts(corpus: str | os.PathLike | None = None) -> list[str]:
+def load_generic_texts(corpus: str | os.PathLike[str] | None = None) -> list[str]:
     """Generic passages for gentle finetuning: the documents of ``corpus``, else the shipped
     ``generic_text.txt``.
 

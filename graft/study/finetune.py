@@ -29,7 +29,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,8 @@ from graft.models import (
     resolve_device,
     resolve_model_name,
 )
-from graft.results.folder import package_versions
 from graft.results.locks import exclusive
+from graft.results.provenance import package_versions
 from graft.study.evaluate import donor_evaluation, evaluate_examples, format_eval
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.prompts import DropReport, TestExample, load_test_prompts
@@ -100,7 +100,7 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 @contextlib.contextmanager
-def _transformers_quiet(quiet: bool):
+def _transformers_quiet(quiet: bool) -> Iterator[None]:
     """Inside: no transformers progress bars (checkpoint writing) and errors-only logging."""
     hf_logging = transformers.utils.logging
     bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
@@ -125,6 +125,7 @@ def finetune(
     device: str | None = None,
     callbacks: Sequence[transformers.TrainerCallback] = (),
     quiet: bool = False,
+    lock_dir: str | Path | None = None,
 ) -> Path:
     """Finetune ``model`` on the dataset folder ``dataset`` into ``out``; return ``out``.
 
@@ -140,6 +141,8 @@ def finetune(
         device: ``"cpu"``/``"cuda"``; default CUDA when available.
         callbacks: extra ``TrainerCallback`` objects (tests use one to interrupt a run).
         quiet: no progress bars.
+        lock_dir: a workspace's lock folder: one process trains ``out`` while others that ask
+            for it wait, then find it finished (:func:`graft.results.locks.exclusive`).
 
     Raises:
         FinetuneError: bad dataset, config or output folder, or no usable test prompt
@@ -156,7 +159,8 @@ def finetune(
         run = _prepare(model, dataset, out, cfg, train_set, device)
         # one process trains ``out`` (job arrays on one workspace): the others wait, then
         # find it finished; a checkpoint in the partial folder is then a dead job's
-        with exclusive(out, f"finetuning {out}") as waited:
+        lock = exclusive(out, f"finetuning {out}", lock_dir) if lock_dir else None
+        with lock or contextlib.nullcontext(False) as waited:
             if waited and is_finished(out):
                 logger.info("finetune done by another process: %s", out)
                 return out
@@ -167,7 +171,9 @@ def finetune(
     return out
 
 
-def _train(run: _Run, callbacks: Sequence[transformers.TrainerCallback], quiet: bool) -> dict:
+def _train(
+    run: _Run, callbacks: Sequence[transformers.TrainerCallback], quiet: bool
+) -> dict[str, Any]:
     """Train ``run`` (resuming its partial folder), evaluate and save it; its evaluation."""
     partial = _start_partial(run)
     trainer, texts = _trainer(run, partial, callbacks, quiet)
@@ -176,6 +182,7 @@ def _train(run: _Run, callbacks: Sequence[transformers.TrainerCallback], quiet: 
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     log = _train_log(trainer.state, resume, time.perf_counter() - started)
+    assert isinstance(trainer.model, transformers.PreTrainedModel)  # the one _trainer gave it
     sft = evaluate_examples(
         trainer.model, run.examples, pad_id=run.pad_id, desc="eval SFT", progress=not quiet
     )
@@ -349,7 +356,7 @@ def _last_checkpoint(partial: Path) -> str | None:
     return resume
 
 
-def _train_log(state: transformers.TrainerState, resume: str | None, wall: float) -> dict:
+def _train_log(state: transformers.TrainerState, resume: str | None, wall: float) -> dict[str, Any]:
     best = state.best_model_checkpoint
     return {
         "best_checkpoint": Path(best).name if best else None,

@@ -48,7 +48,7 @@ def name_columns(
     """
     from graft.remote.executor import RemoteExecutor
 
-    remote = cfg.remote is not None and cfg.remote.enabled
+    remote = cfg.remote if cfg.remote is not None and cfg.remote.enabled else None
     step0 = (first["target_logprob"].to_list(), first["target_rank"].to_list())
     try:
         scores = score_continuations(
@@ -59,7 +59,7 @@ def name_columns(
             first=step0,
             batch_size=cfg.batch_size,
             pad_id=base.tokenizer.pad_token_id,
-            executor=RemoteExecutor(cfg.remote) if remote else None,
+            executor=RemoteExecutor(remote) if remote is not None else None,
         )
     except (SpecError, RemoteError) as err:
         raise ExperimentError(str(err)) from None

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from graft.core.selectors import paper_layer_group, parse_layers
-from graft.core.spec import DEFAULT_DONOR, GraftSpec, SpecError, parse_spec
+from graft.core.spec import DEFAULT_DONOR, GraftSpec, parse_spec
+from graft.errors import ExperimentError, SpecError
 
 
 @dataclass
@@ -99,7 +100,7 @@ def with_protocol(grafts: Sequence[Graft], protocol: str = "graft") -> list[Graf
 
 
 def position_grafts(
-    positions=POSITIONS,
+    positions: Sequence[str] = POSITIONS,
     head_policy: str = "base",
     donor: str = DEFAULT_DONOR,
     base_name: str = "PRE",
@@ -185,14 +186,16 @@ def layer_windows(n_layers: int, windows: str) -> list[str]:
         return [f"{prefix}{k}" for k in range(1, n + 1)]
     if windows == "single":
         return [str(i) for i in range(n_layers)]
-    width = int(windows)
+    width = int(windows) if windows.isdigit() else 0
     if width < 1:
-        raise ValueError("window width must be >= 1")
+        raise ExperimentError(
+            f"layer windows {windows!r}: use halves, quarters, eighths, single or a width >= 1"
+        )
     return [f"{s}-{min(s + width, n_layers) - 1}" for s in range(0, n_layers, width)]
 
 
 def necessity_grafts(
-    positions=POSITIONS, head_policy: str = "base", protocol: str = "graft"
+    positions: Sequence[str] = POSITIONS, head_policy: str = "base", protocol: str = "graft"
 ) -> list[Graft]:
     """The other direction: PRE weights grafted into SFT at the same positions."""
     return position_grafts(

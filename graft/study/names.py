@@ -12,7 +12,7 @@ is what made the paper's code lose examples silently.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def name_exclusion_reason(name: str) -> str | None:
     return None
 
 
-def filter_names(names: Iterable[str], excluded: Counter) -> list[str]:
+def filter_names(names: Iterable[str], excluded: Counter[str]) -> list[str]:
     """The usable ``names`` (input order); counts the others by reason in ``excluded``."""
     kept = []
     for name in names:
@@ -71,9 +71,11 @@ class Fakes:
         self.faker = Faker("en_US")
         self.faker.seed_instance(seed)
         self.taken = {t.lower() for t in taken}
-        self.excluded: Counter = Counter()
+        self.excluded: Counter[str] = Counter()
 
-    def _unique(self, make, check_name: bool = False, tries: int = 200_000) -> str:
+    def _unique(
+        self, make: Callable[[], str], check_name: bool = False, tries: int = 200_000
+    ) -> str:
         for _ in range(tries):
             value = make()
             if check_name:

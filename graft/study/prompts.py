@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graft.core.spans import tokenize_with_spans
+from graft.core.spans import TokenizedPrompt, tokenize_with_spans
 from graft.errors import DatasetError
 from graft.study.datasets import check_dataset_folder
 from graft.study.files import read_jsonl
@@ -80,7 +80,9 @@ class DropReport:
         return f"kept {self.kept}/{self.total}" + (f" ({reasons})" if reasons else "")
 
 
-def _drop_reason(tokenizer: Any, record: dict[str, Any], prompt) -> tuple[str | None, list[int]]:
+def _drop_reason(
+    tokenizer: Any, record: dict[str, Any], prompt: TokenizedPrompt
+) -> tuple[str | None, list[int]]:
     """Why the prompt cannot be used (None: it can), and the target's token ids."""
     for name in record["fields"]:
         if name in prompt.missing:
@@ -169,7 +171,7 @@ _PROMPT_KEYS = ("id", "fact_id", "template", "direction", "text", "fields", "tar
 
 
 def load_test_prompts(
-    dataset_dir: str | os.PathLike,
+    dataset_dir: str | os.PathLike[str],
     tokenizer: Any,
     templates: Sequence[str] | None = None,
     *,
@@ -205,7 +207,7 @@ def load_test_prompts(
     limit = max_length if max_length is not None else _tokenizer_context(tokenizer)
     report = DropReport()
     examples = []
-    dropped: Counter = Counter()
+    dropped: Counter[str] = Counter()
     for index, record in enumerate(read_jsonl(path), 1):
         fields = _prompt_fields(path, index, record)
         if templates is not None and record["template"] not in templates:
@@ -217,6 +219,7 @@ def load_test_prompts(
             tokenizer, record, fields, add_special_tokens, limit, whole_target
         )
         if example is None:
+            assert reason is not None  # _example gives a reason with every None
             dropped[reason] += 1
             report.dropped_ids.append(record["id"])
         else:

@@ -4,15 +4,16 @@ each checked before anything runs."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from graft.core.arch import architecture_of
 from graft.core.plan import GraftRow, resolve_rows
 from graft.core.spans import ALIASES
-from graft.core.spec import SpecError
-from graft.errors import ExperimentError
+from graft.errors import ExperimentError, SpecError
 from graft.study.config import ExperimentConfig
 from graft.study.datasets import check_dataset_folder
 from graft.study.files import read_jsonl
@@ -108,14 +109,22 @@ def check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
             )
 
 
-def graft_rows(examples, grafts, rows: Sequence[tuple[int, int]]) -> list[GraftRow]:
+def graft_rows(
+    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+) -> list[GraftRow]:
     """The engine rows of (example index, graft index) pairs."""
     return [
         GraftRow(examples[ei].input_ids, examples[ei].spans, grafts[gi].spec) for ei, gi in rows
     ]
 
 
-def check_rows(model, examples, grafts, rows, donors) -> None:
+def check_rows(
+    model: nn.Module,
+    examples: Sequence[TestExample],
+    grafts: Sequence[Graft],
+    rows: Sequence[tuple[int, int]],
+    donors: Collection[str],
+) -> None:
     """Resolve every row's spec on the model (layers in range, spans not empty)."""
     try:
         resolve_rows(architecture_of(model), graft_rows(examples, grafts, rows), donors)

@@ -94,7 +94,8 @@ def resolve_model_path(
 
 def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
     """Optimisation steps of a finetune with ``preset`` on ``n_fact_texts`` texts."""
-    train, _ = split_texts(range(n_fact_texts), preset.val_fraction, preset.seed)
+    # only the split's sizes matter here: placeholder texts
+    train, _ = split_texts([""] * n_fact_texts, preset.val_fraction, preset.seed)
     n_texts = len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
     steps = math.ceil(preset.epochs * max(1, math.ceil(n_texts / preset.batch_size)))
     return min(steps, preset.max_steps) if preset.max_steps >= 0 else steps

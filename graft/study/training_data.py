@@ -99,10 +99,10 @@ def generic_texts(cfg: FinetuneConfig, dataset: str | Path) -> tuple[list[str], 
         raise FinetuneError(str(err)) from None
 
 
-class TokenisedTexts(torch.utils.data.Dataset):
+class TokenisedTexts(torch.utils.data.Dataset[dict[str, list[int]]]):
     """Texts as token ids (truncated to ``max_length``), one training example each."""
 
-    def __init__(self, texts: Sequence[str], tokenizer, max_length: int):
+    def __init__(self, texts: Sequence[str], tokenizer: Any, max_length: int):
         self.items = [
             tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts
         ]

@@ -24,8 +24,8 @@ from pathlib import Path
 from graft.core.naming import slug
 from graft.errors import DatasetError, FinetuneError
 from graft.models import HUB_MODELS, resolve_model_name
+from graft.study.config import DatasetConfig
 from graft.study.datasets import (
-    DatasetConfig,
     default_dataset_name,
     generate_dataset,
     load_manifest,
@@ -109,8 +109,14 @@ class Workspace:
 
     root: Path = field(default_factory=default_workspace)
 
+    @property
+    def lock_dir(self) -> Path:
+        """``<root>/.locks``: the lock files of datasets, donors and runs built by several
+        processes at once (:mod:`graft.results.locks`)."""
+        return self.root / ".locks"
+
     @classmethod
-    def at(cls, root: str | os.PathLike | None) -> Workspace:
+    def at(cls, root: str | os.PathLike[str] | None) -> Workspace:
         """The workspace at ``root`` (``None``: the default one)."""
         return cls() if root is None else cls(Path(root))
 
@@ -149,7 +155,9 @@ class Workspace:
         with self._writing("generate the dataset"):
             try:
                 return generate_dataset(
-                    config, self.root / "datasets" / default_dataset_name(config)
+                    config,
+                    self.root / "datasets" / default_dataset_name(config),
+                    lock_dir=self.lock_dir,
                 )
             except DatasetError as err:
                 if isinstance(err.__cause__, OSError):  # said in the workspace's words
@@ -158,7 +166,7 @@ class Workspace:
 
     def dataset(
         self,
-        dataset: str | os.PathLike,
+        dataset: str | os.PathLike[str],
         direction: str | None = None,
         *,
         split: bool = False,
@@ -208,7 +216,7 @@ class Workspace:
             protocol=protocol or "graft",
         )
 
-    def dataset_label(self, dataset_dir: str | os.PathLike) -> str:
+    def dataset_label(self, dataset_dir: str | os.PathLike[str]) -> str:
         """Folder name of a dataset among the donors: its own name for datasets generated in
         the workspace, else its name plus a hash of its manifest (so two folders of one name
         never collide)."""
@@ -221,7 +229,7 @@ class Workspace:
     def donor_dir(
         self,
         model: str,
-        dataset_dir: str | os.PathLike,
+        dataset_dir: str | os.PathLike[str],
         train_set: str | None,
         config: FinetuneConfig,
     ) -> Path:
@@ -239,7 +247,7 @@ class Workspace:
     def locate_donor(
         self,
         model: str,
-        dataset: str | os.PathLike,
+        dataset: str | os.PathLike[str],
         variant: str = "one",
         preset: str | FinetuneConfig | None = None,
         *,
@@ -271,7 +279,7 @@ class Workspace:
     def find_or_finetune(
         self,
         model: str,
-        dataset: str | os.PathLike = "fake_movies_real_actors",
+        dataset: str | os.PathLike[str] = "fake_movies_real_actors",
         variant: str = "one",
         preset: str | FinetuneConfig | None = None,
         *,
@@ -305,5 +313,5 @@ class Workspace:
         with self._writing("finetune the model"):
             return finetune(
                 donor.model, donor.dataset_dir, donor.path, donor.config,
-                train_set=donor.train_set, device=device, quiet=quiet,
+                train_set=donor.train_set, device=device, quiet=quiet, lock_dir=self.lock_dir,
             )  # fmt: skip

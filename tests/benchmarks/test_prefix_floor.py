@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.prefix_floor import main, prefix_and_step
-from benchmarks.real_model import graft_rows, headline_prompts, plain_forward
+from benchmarks.workload import graft_rows, headline_prompts, plain_forward
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])

@@ -112,7 +112,7 @@ SPANS = {"FE": [1, 2], "M": [3, 4, 5], "R": [6]}
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(text=SPEC_STRINGS, length=st.integers(1, 10), family=st.sampled_from(sorted(ARCHS)))
-def test_spec_strings_parse_or_raise_graft_error(text: str, length: int, family: str) -> None:
+def spec_strings_parse_or_raise_graft_error(text: str, length: int, family: str) -> None:
     TRIED["spec strings"] += 1
     try:
         spec = parse_spec(text)
@@ -124,6 +124,17 @@ def test_spec_strings_parse_or_raise_graft_error(text: str, length: int, family:
     with contextlib.suppress(GraftError):
         spec.resolve(ARCHS[family], length, {k: v for k, v in spans.items() if v})
         OUTCOMES["spec resolved"] += 1
+
+
+def test_spec_strings_parse_or_raise_graft_error() -> None:
+    """Every generated spec string parses (and resolves) or raises a GraftError; the draw is
+    seen not to be vacuous: each outcome happens to at least 2% of the strings."""
+    before = Counter(OUTCOMES)
+    spec_strings_parse_or_raise_graft_error()
+    got = OUTCOMES - before
+    assert sum(got.values()) >= N_SPECS
+    for outcome in ("spec refused", "spec parsed", "spec resolved"):
+        assert got[outcome] >= N_SPECS // 50, (outcome, dict(got))
 
 
 # ------------------------------------------------------------------------ command lines
@@ -228,7 +239,7 @@ def scratch(tmp_path_factory) -> Path:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(case=command_lines())
-def test_command_lines_never_traceback(case, scratch: Path, monkeypatch) -> None:
+def command_lines_never_traceback(case, scratch: Path, monkeypatch) -> None:
     name, param, words = case
     TRIED[f"command lines ({name})"] += 1
     monkeypatch.chdir(scratch)
@@ -245,6 +256,16 @@ def test_command_lines_never_traceback(case, scratch: Path, monkeypatch) -> None
         "".join(traceback.format_exception(*result.exc_info)),
     )
     assert result.exit_code in (0, 2), (args, result.output[-2000:])
+
+
+def test_command_lines_never_traceback(scratch: Path, monkeypatch) -> None:
+    """Every generated command line exits 0 or 2 with no traceback; both exits happen (to at
+    least 5% of the lines), so the draw reaches past the option parser and is refused too."""
+    before = Counter(OUTCOMES)
+    command_lines_never_traceback(scratch=scratch, monkeypatch=monkeypatch)
+    got = OUTCOMES - before
+    assert got["exit 0"] + got["exit 2"] >= N_COMMANDS, dict(got)
+    assert got["exit 0"] >= N_COMMANDS // 20 and got["exit 2"] >= N_COMMANDS // 20, dict(got)
 
 
 # ------------------------------------------------------------------ named cases, end to end

@@ -18,7 +18,7 @@ from graft.study.finetune import is_finished
 from graft.study.presets import resolve_config
 from graft.study.workspace import Workspace
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command
 #: (--out, --overwrite), the experiment's own position sets and specs (--positions, --spec).
 PER_COMMAND = {"--out", "--overwrite", "--positions", "--spec"}
@@ -78,8 +78,8 @@ def test_renamed_options_are_gone():
 
 
 def _readme_table() -> dict[str, list[str]]:
-    """option -> [meaning, commands, default/range] from the README's vocabulary table."""
-    text = README.read_text()
+    """option -> [meaning, commands, default/range] from docs/cli.md's vocabulary table."""
+    text = CLI_DOC.read_text()
     section = text[text.index("## Command-line vocabulary") :]
     section = section[: section.index("\n## ", 5)]
     rows = {}
@@ -105,7 +105,7 @@ def test_readme_table_lists_every_shared_option_with_its_commands():
             assert "experiments" in listed, opt
             commands = commands - set(EXPERIMENTS)
         for name in commands:
-            assert f"`{name}`" in listed, f"{opt}: README does not list {name}"
+            assert f"`{name}`" in listed, f"{opt}: docs/cli.md does not list {name}"
 
 
 @pytest.mark.parametrize("command", EXPERIMENTS)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-import graft.study.runner
+import graft.study.batches
 from experiments.cli import COMMANDS, main
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
@@ -385,15 +385,15 @@ def test_plot_rejects_unfinished_folder(tmp_path):
 
 @pytest.fixture
 def engine_calls(monkeypatch) -> list[int]:
-    """The rows of each engine call the runner makes (``graft.study.runner._run_rows``)."""
+    """The rows of each engine call the runner makes (``graft.study.batches._run_rows``)."""
     calls: list[int] = []
-    original = graft.study.runner._run_rows
+    original = graft.study.batches._run_rows
 
     def counting(cfg, base, donors, rows, *args):
         calls.append(len(rows))
         return original(cfg, base, donors, rows, *args)
 
-    monkeypatch.setattr(graft.study.runner, "_run_rows", counting)
+    monkeypatch.setattr(graft.study.batches, "_run_rows", counting)
     return calls
 
 
@@ -450,12 +450,12 @@ def test_resume_is_bit_identical_on_every_engine_path(
     run, on the shortcut path and on the path without the shared prefix (where a row's floats
     depend on the rows batched with it: before groups were fixed by the plan, the resumed
     batches ran in other company there and came out different)."""
-    import graft.core.engine as engine
+    import graft.core.routing as routing
 
-    monkeypatch.setattr(graft.study.runner, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
+    monkeypatch.setattr(graft.study.batches, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
     if path == "fallback":
-        monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
-        monkeypatch.setattr(engine, "_warned", set())
+        monkeypatch.setattr(routing, "accepts_cache", lambda model: False)
+        monkeypatch.setattr(routing, "_warned", set())
     full = tmp_path / "full"
     invoke(*position_args(common, full))
     config = json.loads((full / "config.json").read_text())["engine"]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: ``graft-exp ARGS`` with the finetune and the engine calls counted into $GRAFT_TEST_COUNTS.
 DRIVER = """
 import os, sys
-import graft.study.finetune as finetune, graft.study.runner as runner
+import graft.study.finetune as finetune, graft.study.batches as batches
 
 def counted(module, name, tag):
     original = getattr(module, name)
@@ -33,7 +33,7 @@ def counted(module, name, tag):
     setattr(module, name, wrapper)
 
 counted(finetune, "_train", "finetune")
-counted(runner, "_run_rows", "engine")
+counted(batches, "_run_rows", "engine")
 from experiments.cli import main
 main(sys.argv[1:])
 """

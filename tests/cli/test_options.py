@@ -174,4 +174,5 @@ def test_every_experiment_file_runs_on_its_own(module):
 
 def test_every_command_file_is_registered():
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
-    assert files - {module for module, _ in COMMANDS} == {"__init__", "cli", "common", "options"}
+    helpers = {"__init__", "cli", "common", "options", "shared"}
+    assert files - {module for module, _ in COMMANDS} == helpers

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.core import engine
+import graft.core.executor as executor
+import graft.core.routing as routing
 from graft.core.arch import architecture_of
 from graft.core.engine import GraftRow, LocalExecutor, run_grafts
 from graft.core.spec import parse_spec
@@ -65,7 +66,7 @@ def test_sft_is_the_donor_forward(models, family, monkeypatch):
     rows = _rows([SFT] * 5)
     kw = dict(batch_size=5, padding_side="right", sort_by_length=False)
     grafted = run_grafts(base, donors, rows, executor=Grafting(), **kw)
-    monkeypatch.setattr(engine, "graft_batch", None)  # a trace would fail: none is run
+    monkeypatch.setattr(executor, "graft_batch", None)  # a trace would fail: none is run
     direct = run_grafts(base, donors, rows, **kw)
     assert (direct - grafted).abs().max() <= TOL
     assert torch.equal(direct, _own_forward(donors["sft"], rows))
@@ -92,7 +93,7 @@ def test_rows_keep_their_order_when_some_are_direct(models, family, padding_side
 def test_only_a_whole_donor_forward_is_direct(models):
     base, donors = models("gpt2")
     arch = architecture_of(base)
-    router = engine._Router(arch, base, donors, set())
+    router = routing._Router(arch, base, donors, set())
 
     def direct(text: str, n: int = 6):
         """The donor whose plain forward the row runs as, else None."""

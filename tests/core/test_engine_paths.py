@@ -16,7 +16,8 @@ import warnings
 import pytest
 import torch
 
-import graft.core.engine as engine
+import graft.core.executor as executor
+import graft.core.routing as routing
 from graft.core.arch import architecture_of
 from graft.core.carrier import BASE
 from graft.core.engine import GraftRow, LocalExecutor, run_grafts
@@ -139,14 +140,14 @@ def _off(out, refs, rows) -> dict:
 def test_every_local_path_matches_the_reference(setup, family, tied, padding_side, monkeypatch):
     base, donors, _, rows, refs = setup(family, tied)
     splits = []
-    original = engine.split_modules
+    original = executor.split_modules
 
     def spy_split(torch_model, batch):
         found = original(torch_model, batch)
         splits.append(len(found))
         return found
 
-    monkeypatch.setattr(engine, "split_modules", spy_split)
+    monkeypatch.setattr(executor, "split_modules", spy_split)
     spy = Spy()
     out = run_grafts(base, donors, rows, batch_size=5, padding_side=padding_side, executor=spy)
     assert not _off(out, refs, rows), f"{family}: rows off the reference: {_off(out, refs, rows)}"
@@ -191,13 +192,13 @@ def test_rows_of_one_prompt_share_one_prefix_forward(setup, monkeypatch):
     specs = ["LT:q4:o,ffn", "LT:q4:attn", "LT:all:o", "LT:h2:ffn_down", "none"]
     rows = prompt_rows(specs, lengths=(6, 9, 11))
     calls = []
-    original = engine.prefix_cache
+    original = executor.prefix_cache
 
     def counting(model, prefix, device):
         calls.append(prefix.input_ids.shape)
         return original(model, prefix, device)
 
-    monkeypatch.setattr(engine, "prefix_cache", counting)
+    monkeypatch.setattr(executor, "prefix_cache", counting)
     spy = Spy()
     out = run_grafts(base, donors, rows, batch_size=4, executor=spy)
     # 3 prompts (at most 4 per group): one prefix forward; 15 rows, one step (<= 8 x 4 rows)
@@ -216,12 +217,12 @@ def test_rows_differing_at_the_last_token_share_a_grafted_prefix(setup, family):
     specs = ["FE:all:all", "FE+LT:all:all", "FE^C:all:all", "(FE+LT)^C:all:all"]
     rows = entity_rows(specs, ((6, [1, 2, 3]), (9, [1, 2, 3, 4, 5]), (7, [2])))
     resolved = resolve_rows(arch, rows, donors)
-    router = engine._Router(arch, base, donors, set())
+    router = routing._Router(arch, base, donors, set())
     carrier = [
         router.choose(res, len(r.input_ids)).carrier for r, res in zip(rows, resolved, strict=True)
     ]
     assert any(carrier[i] != carrier[i + 1] for i in range(0, len(rows), len(specs)))  # FE, FE+LT
-    routes = engine._route(arch, base, rows, resolved, donors, set())
+    routes = routing.route_rows(arch, base, rows, resolved, donors, set())
     assert not routes.traced and sum(map(len, routes.prefix.values())) == len(rows)
     spy = Spy()
     out = run_grafts(base, donors, rows, batch_size=4, executor=spy)
@@ -237,12 +238,12 @@ def test_groups_of_the_same_grafts_share_one_carrier_across_prompts(setup):
     specs = ["FE^C:all:all", "(FE+LT)^C:all:all"]
     rows = entity_rows(specs, ((6, [1, 2, 3, 4]), (9, [1, 2]), (11, [2, 3])))
     resolved = resolve_rows(arch, rows, donors)
-    router = engine._Router(arch, base, donors, set())
+    router = routing._Router(arch, base, donors, set())
     own = {
         router.choose(res, len(r.input_ids)).carrier for r, res in zip(rows, resolved, strict=True)
     }
     assert own == {None, "sft"}  # on its own, the short prompt's rows would stay on the base
-    routes = engine._route(arch, base, rows, resolved, donors, set())
+    routes = routing.route_rows(arch, base, rows, resolved, donors, set())
     assert routes.prefix == {"sft": list(range(len(rows)))} and not routes.traced
     spy = Spy()
     out = run_grafts(base, donors, rows, batch_size=4, executor=spy)
@@ -278,10 +279,10 @@ def test_the_fast_path_is_taken_with_the_installed_versions(family, monkeypatch)
     """Fails on every family whose forward the installed transformers changed so that the
     shared-prefix shortcut would switch off (transformers 5.24 renamed ``past_key_values``
     to ``cache``: before graft knew both, every family ran its rows whole, up to 2x slower)."""
-    monkeypatch.setattr(engine, "_warned", set())
+    monkeypatch.setattr(routing, "_warned", set())
     base = tiny_model(family, seed=0)
     donors = {"sft": perturbed_copy(base, seed=1)}
-    path = engine.engine_path(base, donors)
+    path = routing.engine_path(base, donors)
     assert path["shared_prefix"] and not path["fallbacks"], path
     assert path["cache_argument"] in CACHE_ARGUMENTS
     spy = Spy()
@@ -293,8 +294,8 @@ def test_the_fast_path_is_taken_with_the_installed_versions(family, monkeypatch)
 
 def test_a_model_without_a_cache_runs_every_row_whole_and_says_so(setup, monkeypatch):
     base, donors, _, rows, refs = setup("gpt2")
-    monkeypatch.setattr(engine, "accepts_cache", lambda model: False)
-    monkeypatch.setattr(engine, "_warned", set())
+    monkeypatch.setattr(routing, "accepts_cache", lambda model: False)
+    monkeypatch.setattr(routing, "_warned", set())
     spy = Spy()
     with pytest.warns(SlowPathWarning) as caught:
         out = run_grafts(base, donors, rows, batch_size=5, executor=spy)
@@ -305,7 +306,7 @@ def test_a_model_without_a_cache_runs_every_row_whole_and_says_so(setup, monkeyp
     assert "cache, past_key_values" in message and "2x the time" in message
     assert not any(prefix for _, prefix, _ in spy.seen)
     assert not _off(out, refs, rows)
-    path = engine.engine_path(base, donors)
+    path = routing.engine_path(base, donors)
     assert not path["shared_prefix"] and len(path["fallbacks"]) == 1
 
 
@@ -313,11 +314,11 @@ def test_a_donor_that_computes_differently_carries_no_row(setup):
     base, donors, arch, rows, refs = setup("qwen2")
     other = perturbed_copy(base, seed=1)  # the same weights as donors["sft"]
     other.config.graft_test_marker = 1  # a configuration the base does not share
-    assert not engine.can_carry(arch, base, other)
+    assert not routing.can_carry(arch, base, other)
     both = {"sft": other, "task": donors["task"]}
     out = run_grafts(base, both, rows, batch_size=5)
     assert not _off(out, refs, rows)
-    routes = engine._route(arch, base, rows, resolve_rows(arch, rows, both), both, set())
+    routes = routing.route_rows(arch, base, rows, resolve_rows(arch, rows, both), both, set())
     assert "sft" not in set(routes.traced) | set(routes.prefix) | set(routes.plain)
     used = set(routes.traced) | set(routes.prefix) | set(routes.plain)
     assert "task" in used  # the other donor still carries its rows
@@ -330,12 +331,12 @@ def test_which_model_carries_a_row():
     specs = ["FE:all:all", "FE^C:all:all", "LT^C:all:all", "ALL:all:all; head=donor", "none"]
     rows = prompt_rows(specs, lengths=(9,))
     resolved = resolve_rows(arch, rows, donors)
-    routes = engine._route(arch, base, rows, resolved, donors, set(), batch_size=1)
+    routes = routing.route_rows(arch, base, rows, resolved, donors, set(), batch_size=1)
     assert routes.traced == {None: [0, 4], "sft": [1]}
     # the donor's own forward joins the donor's prefix, which LT^C computes anyway
     assert routes.prefix == {"sft": [2, 3]}
     assert routes.plain == {}
-    alone = engine._route(arch, base, rows[3:4], resolved[3:4], donors, set(), batch_size=1)
+    alone = routing.route_rows(arch, base, rows[3:4], resolved[3:4], donors, set(), batch_size=1)
     assert alone.plain == {"sft": [0]} and not alone.traced and not alone.prefix
     # FE^C on the donor: the base's modules at FE, and the base's head
     on_donor = routes.resolved[1]
@@ -351,12 +352,12 @@ def test_part_filled_batches_of_two_models_are_merged():
     rows = prompt_rows(["FE:all:all", "FE^C:all:all", "none"], lengths=(9,))
     resolved = resolve_rows(arch, rows, donors)
     # batches of 2: the base's [FE, none] fill one, the donor's FE^C stays alone
-    assert engine._route(arch, base, rows, resolved, donors, set(), 2).traced == {
+    assert routing.route_rows(arch, base, rows, resolved, donors, set(), 2).traced == {
         None: [0, 2],
         "sft": [1],
     }
     # batches of 4: one batch, not two; FE^C is the row that costs least on the other side
-    routes = engine._route(arch, base, rows, resolved, donors, set(), 4)
+    routes = routing.route_rows(arch, base, rows, resolved, donors, set(), 4)
     assert routes.traced == {None: [0, 2, 1]}
     assert routes.resolved[1] is resolved[1]  # back on the base, grafted as written
     out = run_grafts(base, donors, rows, batch_size=4)

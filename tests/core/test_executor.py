@@ -89,7 +89,7 @@ def test_whether_logits_to_keep_is_used_is_decided_in_one_place(llama, monkeypat
         seen.append("logits_to_keep" in batch.inputs)
         return batch
 
-    monkeypatch.setattr("graft.core.engine.trace_batch", spy)
+    monkeypatch.setattr("graft.core.executor.trace_batch", spy)
     monkeypatch.setattr("graft.remote.executor.trace_batch", spy)
     with_keep = run()
     assert seen and all(seen)

@@ -9,6 +9,7 @@ import torch
 from transformers import DynamicCache
 
 import graft.core.engine as engine
+import graft.core.executor as executor
 from graft.core.arch import architecture_of
 from graft.core.plan import resolve_rows
 from graft.core.prefix import prefix_plans, select_rows, step_rows
@@ -50,14 +51,14 @@ def test_every_family_steps_on_prompt_keys_without_copying_them(family, monkeypa
     rows = prompt_rows(SPECS[:5])
     unshared = engine.run_grafts(base, donors, rows, batch_size=4, executor=_NoShortcuts())
     lazy = []
-    original = engine.select_rows
+    original = executor.select_rows
 
     def spying(cache, index):
         selected = original(cache, index)
         lazy.append(all("update" in vars(layer) for layer in selected.layers))
         return selected
 
-    monkeypatch.setattr(engine, "select_rows", spying)
+    monkeypatch.setattr(executor, "select_rows", spying)
     out = engine.run_grafts(base, donors, rows, batch_size=4)
     assert lazy and all(lazy), f"{family}: a step copied its rows' keys up front"
     assert (out - unshared).abs().max() <= 1e-5

@@ -16,6 +16,7 @@ from tokenizers import (
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from graft.core.spans import render, template_fields, tokenize_with_spans
+from graft.errors import SpanError
 from graft.models import embedded_gguf
 from graft.study.datasets import DatasetConfig, generate_dataset, load_train_records
 from graft.study.prompts import load_test_prompts
@@ -140,7 +141,7 @@ def test_render_returns_char_spans():
     assert text == "Keanu Reeves and 7, {literal} Keanu Reeves"
     assert spans == {"a": (0, 12), "b": (17, 18)}
     assert template_fields("{x} {y} {x} {{z}}") == ["x", "y"]
-    with pytest.raises(KeyError):
+    with pytest.raises(SpanError, match="template field {missing} has no value"):
         render("{missing}", {})
 
 

@@ -444,25 +444,25 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
     from types import SimpleNamespace
 
     from graft.results.metrics import example_metrics, row_metrics_frame
-    from graft.study import runner
+    from graft.study import batches
 
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)
     targets = [3, 7, 11, 19]
     loaded = SimpleNamespace(model=base, tokenizer=SimpleNamespace(pad_token_id=0))
     with caplog.at_level(logging.INFO, logger="graft.remote"):
-        local = runner._run_rows(SimpleNamespace(remote=None), loaded, donors, rows, targets)
-        also_local = runner._run_rows(
+        local = batches._run_rows(SimpleNamespace(remote=None), loaded, donors, rows, targets)
+        also_local = batches._run_rows(
             SimpleNamespace(remote=RemoteConfig()), loaded, donors, rows, targets
         )
         assert "request" not in caplog.text
         simulate = SimpleNamespace(remote=RemoteConfig(mode="simulate"))
-        simulated = runner._run_rows(simulate, loaded, donors, rows, targets)
+        simulated = batches._run_rows(simulate, loaded, donors, rows, targets)
     assert "request 1/1: 4 rows in 1 batches" in caplog.text
     assert torch.equal(also_local, local)
     # remotely only the per-row metrics come back, and they give the same examples table
     assert set(simulated) == {"target_logprob", "target_rank", "top_ids", "top_logprobs"}
-    assert simulated["top_ids"].shape == (4, runner.REMOTE_TOP_K)
+    assert simulated["top_ids"].shape == (4, batches.REMOTE_TOP_K)
     from_logits = example_metrics(local, targets)
     from_server = row_metrics_frame(targets, simulated)
     assert from_server.columns == from_logits.columns

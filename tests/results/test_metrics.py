@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 import torch
 
-from graft.results.metrics import bootstrap_ci, example_metrics, summarize, top_tokens_table
+from graft.errors import GraftError
+from graft.results.metrics import example_metrics, top_tokens_table
+from graft.results.summary import bootstrap_ci, summarize
 
 
 class _Tok:
@@ -95,11 +97,11 @@ def test_columns_and_tokenizer():
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="target ids"):
+    with pytest.raises(GraftError, match="target ids"):
         example_metrics(torch.zeros(2, 5), [0, 5])
-    with pytest.raises(ValueError, match="2 target ids for 3 rows"):
+    with pytest.raises(GraftError, match="2 target ids for 3 rows"):
         example_metrics(torch.zeros(3, 5), [0, 1])
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(GraftError, match="NaN"):
         example_metrics(torch.tensor([[0.0, float("nan")]]), [0])
 
 
@@ -212,7 +214,7 @@ def test_bootstrap_degenerate_cases():
     assert one["m"] == (0.5, 0.5)
     none = bootstrap_ci({"x": np.array([1.0, 3.0])}, {"m": "mean:x"}, n_boot=0)
     assert none["m"] == (2.0, 2.0)
-    with pytest.raises(ValueError, match="statistic"):
+    with pytest.raises(GraftError, match="statistic"):
         bootstrap_ci({"x": np.array([1.0])}, {"m": "max:x"})
 
 
@@ -239,7 +241,7 @@ def test_summary_groups_and_drops():
     assert s["dropped_reasons"].to_list() == ["", "missing_span:FE=4"]
     overall = summarize(df, by=[], n_boot=50)
     assert overall["n"].to_list() == [22]
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(GraftError, match="missing"):
         summarize(df, by=["nope"])
 
 

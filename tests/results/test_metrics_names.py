@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 import torch
 
-from graft.results.metrics import bootstrap_ci, name_metrics_frame, summarize
+from graft.results.metrics import name_metrics_frame
+from graft.results.summary import bootstrap_ci, summarize
 
 
 def table(exact: list[bool], logprob: list[float]) -> pl.DataFrame:

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
-from graft.results.metrics import summarize
+from graft.errors import GraftError
 from graft.results.plots import (
     GRAFT_COLOR,
     REFERENCE_COLORS,
@@ -22,6 +22,7 @@ from graft.results.plots import (
     save_figure,
 )
 from graft.results.report import PAIR_LABELS, draw_figures
+from graft.results.summary import summarize
 
 GRAFTS = ["PRE", "SFT", "FE:all:all", "LT:all:all", "FE+LT:all:all", "(FE+LT)^C:all:all"]
 
@@ -71,9 +72,9 @@ def test_bar_chart(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["PRE", "SFT", "FE"]
     assert any(t.get_text() == "0.15" for t in ax.texts)
     _check_saved(fig, tmp_path, "bar")
-    with pytest.raises(ValueError, match="several rows"):
+    with pytest.raises(GraftError, match="several rows"):
         bar_chart(_summary(("headline", "qa")))
-    with pytest.raises(ValueError, match="not in the frame"):
+    with pytest.raises(GraftError, match="not in the frame"):
         bar_chart(_summary(), order=["PRE", "XX"])
 
 
@@ -170,7 +171,7 @@ def test_figure_files_are_named_after_their_metric(tmp_path):
         "position_qa_mean_rank.png",
     ]
     assert all(p.is_file() for p in acc + rank)  # the second metric overwrote nothing
-    with pytest.raises(ValueError, match="unknown metric 'acc@7'; use one of acc@5, mean_rank"):
+    with pytest.raises(GraftError, match="unknown metric 'acc@7'; use one of acc@5, mean_rank"):
         draw_figures(folder, "acc@7")
 
 
@@ -280,7 +281,7 @@ def test_heatmap(tmp_path):
     assert "Cells: acc@5 over n=4 prompts" in _texts(fig)
     assert len(fig.axes[0].texts) == 11
     _check_saved(fig, tmp_path, "heatmap")
-    with pytest.raises(ValueError, match="several rows"):
+    with pytest.raises(GraftError, match="several rows"):
         heatmap(pl.concat([frame, frame]))
 
 

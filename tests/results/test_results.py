@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from graft.errors import ConfigMismatchError
+from graft.errors import ConfigMismatchError, GraftError
 from graft.results.files import flat_table
 from graft.results.folder import MARKER_FILE, RunFolder, RunFolderError
 from graft.results.provenance import git_commit, package_versions
@@ -57,7 +57,7 @@ def test_batch_ids_with_odd_characters(tmp_path):
         run.append_batch("t", pl.DataFrame({"x": [i]}), batch_id)
     assert run.done_batches("t") == set(ids)
     assert sorted(run.read("t", batch_column="batch")["batch"].to_list()) == sorted(ids)
-    with pytest.raises(ValueError, match="table name"):
+    with pytest.raises(GraftError, match="table name"):
         run.append_batch("../evil", pl.DataFrame({"x": [1]}), "0")
 
 

@@ -18,12 +18,9 @@ from graft.results.compare import (
     key_contrasts,
     replicate_column,
 )
-from graft.results.metrics import (
-    format_per_seed,
-    summarize,
-    summarize_over_seeds,
-)
+from graft.results.over_seeds import format_per_seed, summarize_over_seeds
 from graft.results.report import figure_rows
+from graft.results.summary import summarize
 
 BY = ["group", "template", "graft"]
 

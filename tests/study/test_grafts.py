@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graft.core.spec import SpecError, parse_spec
+from graft.errors import GraftError
 from graft.study.grafts import (
     COMPONENT_SETS,
     POSITIONS,
@@ -123,7 +124,7 @@ def test_layer_windows(n_layers, windows, expected):
 
 @pytest.mark.parametrize("windows", ["thirds", "0", "-2", "", "1.5"])
 def test_layer_windows_rejects(windows):
-    with pytest.raises(ValueError):
+    with pytest.raises(GraftError):
         layer_windows(8, windows)
 
 

@@ -15,7 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+import graft.study.batches as batches
 import graft.study.runner as runner
+import graft.study.summaries as summaries
 import graft.study.workspace as workspace_module
 from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
@@ -139,7 +141,7 @@ def test_summary_has_per_seed_rows_and_their_mean(two_seeds):
     )
     assert mean["per_seed_of"] == "d0-f0,d0-f1"
     assert 0.0 <= mean["acc@5_lo"] <= mean["acc@5"] <= mean["acc@5_hi"] <= 1.0
-    text = runner.format_summary(summary)
+    text = summaries.format_summary(summary)
     assert "mean over replicates (d0-f0,d0-f1)" in text and "acc@5_per_seed" in text
 
 
@@ -155,9 +157,9 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
     workspace, seed_donors, two_seeds, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(workspace_module, "finetune", _no_finetune)
-    monkeypatch.setattr(runner, "GROUP_BATCHES", 1)  # one engine call per stored batch
+    monkeypatch.setattr(batches, "GROUP_BATCHES", 1)  # one engine call per stored batch
     calls: list[int] = []
-    original = runner._run_rows
+    original = batches._run_rows
 
     def crash_in_the_second_seed(*args):
         calls.append(1)
@@ -165,14 +167,14 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
             raise KeyboardInterrupt
         return original(*args)
 
-    monkeypatch.setattr(runner, "_run_rows", crash_in_the_second_seed)
+    monkeypatch.setattr(batches, "_run_rows", crash_in_the_second_seed)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         run(config(workspace, out, finetune_seeds=(0, 1)))
     stored = sorted(p.name for p in (out / "parts/examples").iterdir())
     assert stored == [f"d0-f0-{b}.parquet" for b in range(4)] + ["d0-f1-0.parquet"]
     calls.clear()
-    monkeypatch.setattr(runner, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(workspace, out, finetune_seeds=(0, 1)), echo=lines.append)
     assert "x 2 replicates (finetune seeds 0,1, data seeds 0) = " in lines[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import graft.study.batches as batches
 import graft.study.runner as runner
 import graft.study.workspace as workspace
 from graft.core.spec import parse_spec
@@ -114,13 +115,13 @@ def test_stored_batches_run_in_groups_with_the_same_numbers(
     dataset, donor_path, tmp_path, monkeypatch
 ):
     calls: list[int] = []
-    original = runner._run_rows
-    monkeypatch.setattr(runner, "_run_rows", lambda *a: calls.append(len(a[3])) or original(*a))
+    original = batches._run_rows
+    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(len(a[3])) or original(*a))
     grouped = run(config(dataset, tmp_path / "grouped", batch_size=1), donor_path)
     # 18 stored batches of one row, handed to the engine 8 at a time, each stored on its own
     assert calls == [8, 8, 2]
     assert len(list((tmp_path / "grouped/parts/examples").iterdir())) == 18
-    monkeypatch.setattr(runner, "GROUP_BATCHES", 1)
+    monkeypatch.setattr(batches, "GROUP_BATCHES", 1)
     calls.clear()
     single = run(config(dataset, tmp_path / "single", batch_size=1), donor_path)
     assert calls == [1] * 18
@@ -132,11 +133,11 @@ def test_stored_batches_run_in_groups_with_the_same_numbers(
 
 
 def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "GROUP_BATCHES", 1)  # one engine call per stored batch
+    monkeypatch.setattr(batches, "GROUP_BATCHES", 1)  # one engine call per stored batch
     expected = sort(run(config(dataset, tmp_path / "full"), donor_path).examples)
 
     calls: list[int] = []
-    original = runner._run_rows
+    original = batches._run_rows
 
     def crash_on_third(*args):
         calls.append(1)
@@ -144,7 +145,7 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
             raise KeyboardInterrupt  # the user hits Ctrl-C in the middle of batch 2
         return original(*args)
 
-    monkeypatch.setattr(runner, "_run_rows", crash_on_third)
+    monkeypatch.setattr(batches, "_run_rows", crash_on_third)
     out = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         run(config(dataset, out), donor_path)
@@ -155,7 +156,7 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
     assert not (out / "examples.parquet").exists() and not (out / "summary.parquet").exists()
 
     calls.clear()
-    monkeypatch.setattr(runner, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(dataset, out), donor_path, echo=lines.append)
     assert "(2 already done)" in lines[0] and len(calls) == 3

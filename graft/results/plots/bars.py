@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
+from graft.errors import ResultsError
 from graft.results.plots.style import (
     DEFAULT_WHISKERS,
     REFERENCE_LABELS,
@@ -77,7 +78,11 @@ def _draw_bars(
 
 
 def _annotate_bars(
-    ax: Any, xs: Sequence[float], tops: Sequence[float], texts: Sequence[str], **kw: Any
+    ax: Any,
+    xs: Sequence[float] | np.ndarray,
+    tops: Sequence[float] | np.ndarray,
+    texts: Sequence[str],
+    **kw: Any,
 ) -> None:
     lo, hi = ax.get_ylim()
     pad = 0.01 * (hi - lo)
@@ -130,7 +135,7 @@ def bar_chart(
     """
     require_columns(summary, [x, metric], "bar_chart")
     if summary[x].n_unique() != summary.height:
-        raise ValueError(
+        raise ResultsError(
             f"bar_chart: several rows per {x!r}; filter to one template/model first "
             "or use component_chart"
         )
@@ -228,7 +233,7 @@ def component_chart(
         group = "__group"
     require_columns(summary, [x, group, metric], "component_chart")
     if summary.select(x, group).is_duplicated().any():
-        raise ValueError(f"component_chart: several rows for one ({group!r}, {x!r}) pair")
+        raise ResultsError(f"component_chart: several rows for one ({group!r}, {x!r}) pair")
     sets = _plot_order(
         summary[x].to_list(), order, reference_labels, "component_chart: order names"
     )

@@ -12,6 +12,7 @@ from matplotlib import colormaps
 from matplotlib.colors import Colormap, Normalize
 from matplotlib.figure import Figure
 
+from graft.errors import ResultsError
 from graft.results.plots.style import (
     graft_label,
     is_unit_metric,
@@ -58,7 +59,9 @@ def heatmap(
     """
     require_columns(frame, [row, col, value], "heatmap")
     if frame.select(row, col).is_duplicated().any():
-        raise ValueError(f"heatmap: several rows for one ({row!r}, {col!r}) cell; aggregate first")
+        raise ResultsError(
+            f"heatmap: several rows for one ({row!r}, {col!r}) cell; aggregate first"
+        )
     rows = ordered(frame[row].to_list(), row_order, "heatmap: row values")
     cols = ordered(frame[col].to_list(), col_order, "heatmap: column values")
     grid = _grid(frame, row, col, value, rows, cols)

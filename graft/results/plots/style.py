@@ -11,7 +11,7 @@ import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -19,8 +19,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from graft.core.spec import DEFAULT_DONOR
+from graft.errors import ResultsError
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.files import atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.patches import Patch
 
 REFERENCE_LABELS = ("PRE", "SFT")
 GRAFT_COLOR = "#3b6fb6"
@@ -91,7 +95,7 @@ def require_columns(frame: pl.DataFrame, columns: Sequence[str], what: str) -> N
     """Raise ``ValueError`` naming ``what`` when ``frame`` lacks one of ``columns``."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise ValueError(f"{what}: columns {missing} missing (have {frame.columns})")
+        raise ResultsError(f"{what}: columns {missing} missing (have {frame.columns})")
 
 
 def ordered(values: Sequence[Any], order: Sequence[Any] | None, what: str) -> list[Any]:
@@ -101,7 +105,7 @@ def ordered(values: Sequence[Any], order: Sequence[Any] | None, what: str) -> li
         return present
     unknown = [o for o in order if o not in present]
     if unknown:
-        raise ValueError(f"{what} {unknown} not in the frame (have {present})")
+        raise ResultsError(f"{what} {unknown} not in the frame (have {present})")
     return list(order)
 
 
@@ -160,11 +164,11 @@ def n_text(frame: pl.DataFrame, n: int | str | None) -> str | None:
     if "n" not in frame.columns or frame.is_empty():
         return None
     lo, hi = frame["n"].min(), frame["n"].max()
-    text = f"n={lo}" if lo == hi else f"n={lo}\u2013{hi}"
+    text = f"n={lo!s}" if lo == hi else f"n={lo!s}\u2013{hi!s}"
     if "n_dropped" in frame.columns:
         dropped = frame["n_dropped"].max()
         if dropped:
-            text += f" ({dropped} dropped)"
+            text += f" ({dropped!s} dropped)"
     return text
 
 
@@ -222,7 +226,7 @@ def legend_handles(
     reference_labels: Sequence[str],
     legend_labels: Mapping[str, str] | None,
     graft_color: Any = GRAFT_COLOR,
-) -> list:
+) -> list[Patch]:
     """One patch per colour the bars use: each reference in its grey, then the grafts."""
     from matplotlib.patches import Patch
 
@@ -277,7 +281,10 @@ def seed_points_handle() -> Any:
 
 
 def draw_seed_points(
-    ax: Any, positions: Sequence[float], values: Sequence[Sequence[float]], horizontal: bool
+    ax: Any,
+    positions: Sequence[float] | np.ndarray,
+    values: Sequence[Sequence[float]],
+    horizontal: bool,
 ) -> None:
     """Per-replicate values as small dots over each bar, spread a little across it."""
     for pos, vals in zip(positions, values, strict=True):
@@ -291,7 +298,7 @@ def draw_seed_points(
 
 
 def save_figure(
-    fig: Figure, folder: str | os.PathLike, stem: str, dpi: int = 150
+    fig: Figure, folder: str | os.PathLike[str], stem: str, dpi: int = 150
 ) -> tuple[Path, Path]:
     """Write ``<folder>/<stem>.png`` (at ``dpi``) and ``<stem>.pdf``; return both paths."""
     folder = Path(folder)

@@ -1,4 +1,4 @@
-"""Intervals and paired tests for graft's result tables (numpy and polars only).
+"""Intervals and paired tests for graft's result tables (statsmodels and scipy underneath).
 
 Every graft of a run scores the same test examples, so two grafts are compared pairwise,
 example by example, rather than as two independent samples:
@@ -14,20 +14,13 @@ example by example, rather than as two independent samples:
 - a family of tests: :func:`holm`;
 - a run's table of contrasts: :func:`paired_contrasts`.
 
-Modules: :mod:`~graft.results.stats.distributions` (beta, t and normal quantiles from the
-regularized incomplete beta function, so no scipy is needed),
-:mod:`~graft.results.stats.intervals`, :mod:`~graft.results.stats.paired` (tests and
-bootstraps) and :mod:`~graft.results.stats.contrasts` (the table).
+Modules: :mod:`~graft.results.stats.intervals` (statsmodels' Wilson and Clopper-Pearson,
+Newcombe's paired combination, scipy's t), :mod:`~graft.results.stats.paired` (statsmodels'
+McNemar and Holm, bootstraps) and :mod:`~graft.results.stats.contrasts` (the table).
 """
 
 from graft.errors import StatsError
 from graft.results.stats.contrasts import paired_contrasts
-from graft.results.stats.distributions import (
-    beta_quantile,
-    betainc,
-    normal_quantile,
-    t_quantile,
-)
 from graft.results.stats.intervals import (
     Interval,
     SeedSummary,
@@ -52,18 +45,14 @@ __all__ = [
     "PairedHits",
     "SeedSummary",
     "StatsError",
-    "beta_quantile",
-    "betainc",
     "clopper_pearson_interval",
     "cluster_bootstrap",
     "holm",
     "mcnemar_exact_p",
     "newcombe_paired_interval",
-    "normal_quantile",
     "paired_bootstrap",
     "paired_contrasts",
     "paired_hits",
     "seed_summary",
-    "t_quantile",
     "wilson_interval",
 ]

@@ -4,6 +4,7 @@ Holm-adjusted p-values (:func:`paired_contrasts`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -38,8 +39,8 @@ def _seed_groups(joined: pl.DataFrame, seed_col: str | None) -> list[np.ndarray]
 
 
 def _contrast_row(
-    joined: pl.DataFrame, hit: str, score: str, seed_col: str | None, args: dict
-) -> dict:
+    joined: pl.DataFrame, hit: str, score: str, seed_col: str | None, args: dict[str, Any]
+) -> dict[str, float]:
     """Statistics of one (cell, pair): see :func:`paired_contrasts` for the columns."""
     ha, hb = joined[hit].to_numpy(), joined[f"{hit}__b"].to_numpy()
     sa, sb = joined[score].to_numpy(), joined[f"{score}__b"].to_numpy()
@@ -178,7 +179,7 @@ def _check_examples(
 
 
 def _finish_table(
-    rows: list[dict], score: str, holm_by: Sequence[str], seed_col: str | None
+    rows: list[dict[str, Any]], score: str, holm_by: Sequence[str], seed_col: str | None
 ) -> pl.DataFrame:
     """Add Holm-adjusted p-values per family and the interval method; keep row order."""
     if not rows:

@@ -1,5 +1,7 @@
-"""Intervals: one proportion (Wilson, Clopper-Pearson), the difference of two paired
-proportions (Newcombe), and a mean over finetune seeds (Student t)."""
+"""Intervals: one proportion (Wilson, Clopper-Pearson: statsmodels), the difference of two
+paired proportions (Newcombe's square-and-add on statsmodels' Wilson intervals), and a mean
+over finetune seeds (Student t: scipy). Thin wrappers that check their input and say what is
+wrong in graft's words."""
 
 from __future__ import annotations
 
@@ -9,14 +11,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy import stats as scipy_stats
+from statsmodels.stats.proportion import proportion_confint
 
 from graft.errors import StatsError
-from graft.results.stats.distributions import (
-    beta_quantile,
-    check_level,
-    normal_quantile,
-    t_quantile,
-)
+
+
+def check_level(level: float) -> None:
+    """Refuse a coverage outside (0, 1)."""
+    if not 0.0 < level < 1.0:
+        raise StatsError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level}")
 
 
 class Interval(NamedTuple):
@@ -41,13 +45,8 @@ def wilson_interval(k: int, n: int, level: float = 0.95) -> Interval:
     """
     _check_counts(k, n)
     check_level(level)
-    z = normal_quantile(0.5 + level / 2.0)
-    p, z2 = k / n, z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    lo = 0.0 if k == 0 else max(0.0, centre - half)
-    hi = 1.0 if k == n else min(1.0, centre + half)
-    return Interval(lo, hi)
+    lo, hi = proportion_confint(int(k), int(n), alpha=1.0 - level, method="wilson")
+    return Interval(0.0 if k == 0 else max(0.0, lo), 1.0 if k == n else min(1.0, hi))
 
 
 def clopper_pearson_interval(k: int, n: int, level: float = 0.95) -> Interval:
@@ -60,10 +59,8 @@ def clopper_pearson_interval(k: int, n: int, level: float = 0.95) -> Interval:
     """
     _check_counts(k, n)
     check_level(level)
-    alpha = 1.0 - level
-    lo = 0.0 if k == 0 else beta_quantile(alpha / 2, k, n - k + 1)
-    hi = 1.0 if k == n else beta_quantile(1 - alpha / 2, k + 1, n - k)
-    return Interval(lo, hi)
+    lo, hi = proportion_confint(int(k), int(n), alpha=1.0 - level, method="beta")
+    return Interval(0.0 if k == 0 else float(lo), 1.0 if k == n else float(hi))
 
 
 def newcombe_paired_interval(
@@ -73,7 +70,10 @@ def newcombe_paired_interval(
 
     Cells: ``n11`` both hit, ``n10`` only A hits, ``n01`` only B hits, ``n00`` neither. The
     Wilson intervals of the two marginal proportions are combined with the continuity-
-    corrected correlation estimate of Newcombe (1998), as in R's contingencytables.
+    corrected correlation estimate of Newcombe (1998), as in R's contingencytables. No
+    Python library offers the paired form (statsmodels' ``confint_proportions_2indep``
+    ``"newcomb"`` is for independent samples): this is the combination step alone, on
+    statsmodels' Wilson intervals, tested against a published worked example.
 
     Args:
         n11: examples where both grafts hit.
@@ -143,5 +143,5 @@ def seed_summary(values: Sequence[float] | np.ndarray, level: float = 0.95) -> S
     if x.size == 1:
         return SeedSummary((mean,), 1, mean, math.nan, math.nan, math.nan, level)
     sd = float(x.std(ddof=1))
-    half = t_quantile(0.5 + level / 2.0, x.size - 1) * sd / math.sqrt(x.size)
+    half = float(scipy_stats.t.ppf(0.5 + level / 2.0, x.size - 1)) * sd / math.sqrt(x.size)
     return SeedSummary(tuple(map(float, x)), x.size, mean, sd, mean - half, mean + half, level)

@@ -1,18 +1,21 @@
-"""Paired tests of two grafts on the same examples: the exact McNemar test on hits, paired and
-cluster (seed, then example) bootstraps of a continuous metric, and Holm's adjustment."""
+"""Paired tests of two grafts on the same examples: the exact McNemar test on hits
+(statsmodels), paired and cluster (seed, then example) bootstraps of a continuous metric,
+and Holm's adjustment (statsmodels).
+
+The bootstraps are resampling loops of ours: ``scipy.stats.bootstrap`` resamples one level,
+and a run of several finetune seeds needs two (seeds, then examples within each seed)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
 
 from graft.errors import StatsError
-from graft.results.stats.distributions import check_level
-from graft.results.stats.intervals import newcombe_paired_interval
+from graft.results.stats.intervals import check_level, newcombe_paired_interval
 
 # Largest index matrix (resamples x examples) drawn at once; bounds bootstrap memory.
 _MAX_BOOT_CELLS = 4_000_000
@@ -22,16 +25,14 @@ _MAX_BOOT_CELLS = 4_000_000
 def mcnemar_exact_p(b: int, c: int) -> float:
     """Two-sided exact (conditional) McNemar p-value for discordant counts ``b`` and ``c``.
 
-    Equal to the two-sided binomial test of ``b`` successes in ``b + c`` trials at p = 1/2
-    (doubling the smaller tail, capped at 1), computed in exact integer arithmetic.
+    (statsmodels' ``mcnemar(exact=True)``: the two-sided binomial test of ``b`` successes in
+    ``b + c`` trials at p = 1/2, doubling the smaller tail, capped at 1).
     """
     if int(b) != b or int(c) != c or b < 0 or c < 0:
         raise StatsError(f"discordant counts must be whole numbers >= 0, got b={b}, c={c}")
-    n, m = int(b + c), int(min(b, c))
-    if n == 0 or b == c:
+    if b + c == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(m + 1))
-    return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+    return float(mcnemar([[0, int(b)], [int(c), 0]], exact=True).pvalue)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class PairedHits:
 
 
 def _paired_arrays(
-    a: Sequence | np.ndarray, b: Sequence | np.ndarray, dtype: type | None = None
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, dtype: type | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``a`` and ``b`` as arrays, checked to be 1-D, non-empty and of one length."""
     x, y = np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)
@@ -237,14 +238,6 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     if ((p[finite] < 0) | (p[finite] > 1)).any():
         raise StatsError(f"p-values must lie in [0, 1], got {p[finite].tolist()}")
     out = np.full(p.shape, np.nan)
-    vals = p[finite]
-    m = vals.size
-    if m == 0:
-        return out
-    order = np.argsort(vals, kind="stable")
-    scaled = (m - np.arange(m)) * vals[order]
-    adjusted = np.minimum(1.0, np.maximum.accumulate(scaled))
-    result = np.empty(m)
-    result[order] = adjusted
-    out[finite] = result
+    if finite.any():
+        out[finite] = multipletests(p[finite], method="holm")[1]
     return out

@@ -1,0 +1,62 @@
+"""What several experiment commands share: the ``--positions`` option (E1, necessity), running
+named grafts with the finetuned SFT model as donor (position, layers, tokens), and the
+``run_experiment`` options of the paper protocol (its test prompts from the donor's own
+dataset, a run folder of its own)."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import run_and_report
+from graft.core.spec import SpecError, parse_spec
+from graft.study.grafts import POSITIONS
+from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource, run_experiment
+from graft.study.workspace import parse_variant
+
+
+def _positions(ctx, param, value):
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not items:
+        raise click.BadParameter("name at least one position set, e.g. FE,LT,FE+LT")
+    for item in items:
+        try:
+            parse_spec(f"{item}:all:all")
+        except SpecError as err:
+            raise click.BadParameter(str(err)) from None
+    return tuple(dict.fromkeys(items))  # a repeated set is run once, never pooled twice
+
+
+POSITIONS_OPTION = click.option(
+    "--positions",
+    callback=_positions,
+    default=",".join(POSITIONS),
+    show_default=True,
+    help="Comma-separated position sets (any position expression of a graft spec); sets "
+    "naming a field a template lacks (M, R) are skipped for that template.",
+)
+
+
+def run_from_sft(
+    cfg: ExperimentConfig, grafts: list[Graft], variant: str, notes: dict | None = None
+) -> ExperimentRun:
+    """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
+    (the paper protocol's options added), report it, and return it; ``notes`` go into the
+    stored config."""
+    return run_and_report(
+        lambda: run_experiment(
+            cfg,
+            grafts,
+            donors={"sft": ModelSource(variant)},
+            echo=click.echo,
+            extra_config=notes,
+            **protocol_run_options(cfg.protocol, variant),
+        )
+    )
+
+
+def protocol_run_options(protocol: str, variant: str) -> dict:
+    """``run_experiment`` options of the paper protocol: its test prompts from the donor's own
+    dataset (no second dataset generated) and a run folder of its own (``-paper``)."""
+    if protocol != "paper":
+        return {}
+    return {"data_direction": parse_variant(variant)[0], "out_tag": "paper"}

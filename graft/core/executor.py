@@ -1,0 +1,227 @@
+"""Executors: where planned batches run. :class:`LocalExecutor` runs each plan in one nnsight
+trace on this machine (a step on shared prefixes first fills, or reuses, the prefixes'
+key/value cache; a plan that grafts nothing runs the model's own forward); a remote executor
+(``graft.remote.executor.RemoteExecutor``) packs plans into requests to an NDIF server.
+Both run the same trace code (:mod:`graft.core.trace`), so they give the same numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from graft.core.plan import BatchPlan, SharedPrefix, SitePatch
+from graft.core.prefix import (
+    cache_argument,
+    concat_caches,
+    new_cache,
+    prefix_cache,
+    select_rows,
+    slice_rows,
+)
+from graft.core.trace import graft_batch, last_logits, model_device, row_metrics, trace_batch
+from graft.core.wrapping import unwrap, wrap
+from graft.errors import SpecError
+
+
+class Executor(Protocol):
+    """Runs planned batches somewhere; yields float logits [batch, vocab] per plan, in order
+    (for a plan with ``targets``: its rows' metrics, :func:`graft.core.trace.row_metrics`).
+
+    ``donors`` maps each donor name to its model, or to ``None`` where the executor needs no
+    weights (a server that holds the donors).
+    """
+
+    def run(
+        self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
+    ) -> Iterator[torch.Tensor]: ...
+
+
+def donor_modules(
+    donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
+) -> dict[str, nn.Module]:
+    """``{"donor:path": the donor's module at path}`` for every patch."""
+    mods = {}
+    for p in patches:
+        key = f"{p.donor}:{p.path}"
+        if key not in mods:
+            if donors.get(p.donor) is None:
+                raise SpecError(
+                    f"the graft uses donor {p.donor!r} but its weights were not given; pass "
+                    "the model in donors={...}"
+                )
+            mods[key] = unwrap(donors[p.donor]).get_submodule(p.path)
+    return mods
+
+
+class LocalExecutor:
+    """Runs each planned batch in one nnsight trace on this machine.
+
+    With ``shortcuts`` (the default) every cell is computed once: :func:`run_grafts` routes
+    rows to their carriers and onto shared prefixes (see the module docstring), a step on
+    shared prefixes (a plan with ``prefix``, :mod:`graft.core.prefix`) first runs its
+    prefixes without a trace, keeping their key/value cache for the next steps on the same
+    prefixes, and grafted matrix products run their own weights only on the cells no donor
+    takes (:func:`split_modules`). Without, every row is grafted whole on the base exactly
+    as a remote executor does it, giving a remote run's numbers bit for bit.
+
+    Args:
+        shortcuts: compute each cell once (exact to rounding); False: the plain one-pass graft.
+    """
+
+    def __init__(self, shortcuts: bool = True) -> None:
+        self.shortcuts = shortcuts
+        #: (prefix plan, carrier, its key/value cache): the last step's prefixes
+        self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
+
+    def run(
+        self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
+    ) -> Iterator[torch.Tensor]:
+        try:
+            for plan in plans:
+                yield self.run_plan(base, donors, plan)
+        finally:
+            self._kept_prefix = None  # the last prefixes' cache
+
+    def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
+        """Logits [batch, vocab] at each row's last token, on the base's device."""
+        torch_model = unwrap(base)
+        device = model_device(torch_model)
+        batch = trace_batch(plan, torch_model, device)
+        if plan.prefix is not None:
+            cache = self._prefix_cache(base, donors, plan.prefix, device)
+            batch.inputs[cache_argument(torch_model)] = select_rows(
+                cache, plan.prefix.prompt_index.to(device)
+            )
+            batch.inputs["use_cache"] = True
+        if not plan.patches:  # nothing grafted: the model's own forward, no trace
+            return _plain_forward(torch_model, batch)
+        return self._traced(base, donors, batch)
+
+    def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
+        """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``."""
+        model, mods = wrap(base), donor_modules(donors, batch.patches)
+        split = None
+        if getattr(self, "shortcuts", True):
+            split = split_modules(unwrap(base), batch)
+            interned = _MaskInterner()
+            for patch in batch.patches:  # flat indices: gathers that need no mask scan
+                patch.rows, patch.cells = interned(patch.rows)
+            for path, (module, keep, _) in split.items():
+                split[path] = (module, *interned(keep))
+        with torch.no_grad(), model.trace(**batch.inputs):
+            logits = graft_batch(model, batch, mods, split).save()  # type: ignore[attr-defined]  # nnsight's
+        return logits
+
+    def _prefix_cache(self, base, donors, shared: SharedPrefix, device: torch.device):
+        """The cache of ``shared``'s prefixes on ``base`` (the carrier): the one kept from the
+        last step when it continued the same prefixes, else a new one (which replaces it),
+        computed one forward per row range of ``shared.parts``."""
+        torch_model, prefix = unwrap(base), shared.plan
+        kept: tuple[BatchPlan, nn.Module, Any] | None = getattr(self, "_kept_prefix", None)
+        if kept is None or kept[0] is not prefix or kept[1] is not torch_model:
+            self._kept_prefix = None
+            kept = None  # the last cache is freed before a new one fills
+            ranges = shared.parts or [(0, len(prefix.input_ids))]
+            parts = [slice_rows(prefix, a, b) for a, b in ranges]
+            cache = concat_caches([self._one_cache(base, donors, p, device) for p in parts])
+            if cache is None:  # a cache kind that cannot be joined: all rows at once
+                cache = self._one_cache(base, donors, prefix, device)
+            kept = (prefix, torch_model, cache)
+            self._kept_prefix = kept
+        return kept[2]
+
+    def _one_cache(self, base, donors, prefix: BatchPlan, device: torch.device):
+        """The cache of ``prefix`` on ``base``: in a trace where it grafts, else without."""
+        torch_model = unwrap(base)
+        if not prefix.patches:
+            return prefix_cache(torch_model, prefix, device)
+        cache = new_cache(torch_model)
+        batch = trace_batch(prefix, torch_model, device)
+        batch.inputs[cache_argument(torch_model)] = cache
+        batch.inputs["use_cache"] = True
+        self._traced(base, donors, batch)  # its logits are not needed
+        return cache
+
+
+class _MaskInterner:
+    """One tensor (and its flat indices) per distinct mask of a batch, so that the trace
+    gathers a module input once for the sites that share input and mask (q/k/v, gate/up)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._by_id: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def __call__(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        known = self._by_id.get(id(mask))  # the plan already shares equal masks mostly
+        if known is not None:
+            return known[1]
+        key = (tuple(mask.shape), mask.device, mask.cpu().numpy().tobytes())
+        if key not in self._seen:
+            self._seen[key] = (mask, mask.flatten().nonzero().squeeze(1))
+        self._by_id[id(mask)] = (mask, self._seen[key])  # holds mask: its id stays its own
+        return self._seen[key]
+
+
+#: A module's own computation is restricted to the cells no donor takes when donors take at
+#: least this share of the cells it sees (below, copying the rest costs more than it saves).
+SPLIT_SHARE = 0.125
+
+
+def _multiplies(module: nn.Module) -> bool:
+    """Whether ``module`` is a matrix product (a linear layer or GPT-2's Conv1D), the kind
+    of module whose work is worth restricting to some cells."""
+    weight = getattr(module, "weight", None)
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and not isinstance(module, nn.Embedding)
+    )
+
+
+def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
+    """``{path: (module, bool [batch, positions] of the cells no patch covers, their flat
+    indices)}`` for the grafted matrix products of ``batch`` where donors take at least
+    :data:`SPLIT_SHARE` of the cells: the trace skips them and runs them on those cells
+    only (:func:`graft.core.trace.graft_trace_body`).
+    Fused q/k/v sites grafted in slices keep the whole computation (the base's slices are
+    needed at the grafted cells too)."""
+    head = torch_model.get_output_embeddings()  # type: ignore[operator]  # a transformers model
+    last_only = "logits_to_keep" in batch.inputs
+    groups: dict[str, list] = {}
+    for patch in batch.patches:
+        groups.setdefault(patch.path, []).append(patch)
+    split = {}
+    kept: dict[int, tuple] = {}  # cells taken by one patch: (that mask, keep, its indices)
+    for path, patches in groups.items():
+        if any((p.fused and p.slices) or p.seq_dim != 1 for p in patches):
+            continue
+        module = torch_model.get_submodule(path)
+        if not _multiplies(module):
+            continue
+        taken = patches[0].rows
+        for p in patches[1:]:
+            taken = taken | p.rows
+        if module is head and last_only:
+            taken = taken[:, -1:]
+        known = kept.get(id(taken))
+        if known is None:
+            keep = None
+            if taken.float().mean() >= SPLIT_SHARE:
+                keep = ~taken
+                keep = (keep, keep.flatten().nonzero().squeeze(1))
+            known = kept[id(taken)] = (taken, keep)
+        if known[1] is not None:
+            split[path] = (module, *known[1])
+    return split
+
+
+def _plain_forward(torch_model: nn.Module, batch) -> torch.Tensor:
+    """What :func:`graft_batch` returns for a batch with no patches, without a trace."""
+    with torch.no_grad():
+        picked = last_logits(torch_model(**batch.inputs).logits, batch)
+    if batch.targets is None:
+        return picked
+    return row_metrics(picked, batch.targets, batch.top_k)

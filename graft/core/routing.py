@@ -1,0 +1,326 @@
+"""Routing: which model carries each row, and whether it runs whole in a trace, as a donor's
+plain forward, or as a one-token step on a shared prefix.
+
+A row runs on its *carrier* (:mod:`graft.core.carrier`), the model that supplies most of its
+work, with the other models' modules grafted at the remaining cells; rows of one prompt that
+graft the same cells before its last token share that prefix (:mod:`graft.core.prefix`).
+:func:`engine_path` says which of these shortcuts the installed libraries allow (for a run's
+``config.json``), and a shortcut that cannot be used is warned of once, never silently off.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from torch import nn
+
+from graft.core.arch import Architecture
+from graft.core.carrier import (
+    BASE,
+    can_carry,
+    carrier_of,
+    cell_costs,
+    every_cell,
+    is_empty,
+    relative_to,
+    without,
+    work_by_model,
+)
+from graft.core.inputs import as_donors, model_of
+from graft.core.plan import GraftRow, _layout_key
+from graft.core.prefix import (
+    CACHE_ARGUMENTS,
+    accepts_cache,
+    cache_argument,
+    grafts_last_token_only,
+    prefix_signature,
+)
+from graft.core.spec import ResolvedGraft
+from graft.core.wrapping import unwrap
+from graft.errors import SlowPathWarning
+
+
+@dataclass
+class _Routes:
+    """How each row runs locally. Carrier ``None`` is the base.
+
+    Args:
+        resolved: each row's graft on its carrier (cells of donors that are the carrier
+            itself dropped).
+        traced: carrier -> rows run as whole prompts in traces (on the base, rows that
+            graft nothing too: they share its batches).
+        plain: donor -> rows that are that donor's plain forward.
+        prefix: carrier -> rows run as one-token steps on shared prefixes: rows that
+            graft only their last token, and rows of one prompt grafting the same cells
+            before it.
+    """
+
+    resolved: list[ResolvedGraft]
+    traced: dict[str | None, list[int]] = field(default_factory=dict)
+    plain: dict[str, list[int]] = field(default_factory=dict)
+    prefix: dict[str | None, list[int]] = field(default_factory=dict)
+
+
+def _carriers(arch: Architecture, torch_base: nn.Module, donors, same: set[str]) -> set[str]:
+    """Donors that may carry rows: weights given, not the base, computing what it computes."""
+    if BASE in donors:  # the base's own name in a donor's run would be taken
+        return set()
+    return {
+        name
+        for name, donor in donors.items()
+        if donor is not None and name not in same and can_carry(arch, torch_base, unwrap(donor))
+    }
+
+
+@dataclass
+class _Choice:
+    """How rows with one spec, length and spans run.
+
+    Args:
+        graft: the graft on the base (cells of donors that are the base dropped).
+        work: each model's share of the row's work (:func:`graft.core.carrier.work_by_model`).
+        carrier: the model that runs it (None: the base).
+        kind: ``"traced"``, ``"plain"`` or ``"prefix"`` (see :class:`_Routes`).
+        on_carrier: ``graft`` on the carrier.
+    """
+
+    graft: ResolvedGraft
+    work: dict[str | None, float]
+    carrier: str | None = None
+    kind: str = "traced"
+    on_carrier: ResolvedGraft | None = None
+
+
+#: What the local engine costs without the shared-prefix shortcut (SmolLM2-135M and a
+#: 1.5B model of GPT2-XL's shape on a 2-core CPU, transformers 5.23 vs 5.24 before 5.24's
+#: spelling was known: E3's component sets at LT 0.42 -> 0.92 and 0.49 -> 1.00 of a plain
+#: forward, E1's position mix 1.14 -> 1.47 and 1.05 -> 1.35).
+NO_PREFIX_COST = (
+    "rows that graft only the last token (E3's component sets, FE+LT once FE ran) run whole "
+    "prompts instead of one-token steps on a shared prefix: the same numbers to rounding, "
+    "up to about 2x the time"
+)
+
+
+_warned: set[str] = set()
+
+
+def engine_path(
+    base,
+    donors: Mapping[str, nn.Module | None] | None = None,
+    *,
+    remote: bool = False,
+    shortcuts: bool = True,
+) -> dict:
+    """How :func:`run_grafts` computes rows on these models, for a run's ``config.json``:
+    ``executor`` (``local``/``remote``), ``shortcuts`` (each cell computed once, rows routed
+    to carriers), ``shared_prefix`` (one-token steps on a shared key/value cache),
+    ``cache_argument`` (the base's forward argument taking that cache) and ``fallbacks``
+    (why a shortcut is off, and what that costs; warned once per cause). ``remote``: a
+    remote executor runs every row whole on the base by design; ``shortcuts``: the
+    :class:`LocalExecutor`'s option."""
+    if remote:
+        return {"executor": "remote", "shortcuts": False, "shared_prefix": False,
+                "cache_argument": None, "fallbacks": []}  # fmt: skip
+    models = {"base": unwrap(model_of(base))}
+    for name, donor in as_donors(donors or {}).items():
+        if donor is not None:
+            models[name] = unwrap(model_of(donor))
+    argument = cache_argument(models["base"])
+    fallbacks = [no_prefix_reason(m) for m in models.values() if not accepts_cache(m)]
+    fallbacks = list(dict.fromkeys(fallbacks))
+    for reason in fallbacks:
+        warn_slow_path(reason)
+    return {
+        "executor": "local",
+        "shortcuts": shortcuts,
+        "shared_prefix": shortcuts and not fallbacks,
+        "cache_argument": argument,
+        "fallbacks": fallbacks,
+    }
+
+
+def no_prefix_reason(model: nn.Module) -> str:
+    """Why ``model`` cannot run the shared-prefix shortcut, and what that costs."""
+    import transformers
+
+    return (
+        f"no shared-prefix shortcut on {type(model).__name__}: its forward takes none of the "
+        f"cache arguments graft knows ({', '.join(CACHE_ARGUMENTS)}; transformers "
+        f"{transformers.__version__}); {NO_PREFIX_COST}"
+    )
+
+
+def warn_slow_path(reason: str) -> None:
+    """Warn (:class:`graft.errors.SlowPathWarning`) of ``reason``, once per process."""
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(reason, SlowPathWarning, stacklevel=3)
+
+
+class _Router:
+    """Routes rows (:func:`route_rows`): carriers, grafts on them, and how each row runs."""
+
+    def __init__(self, arch: Architecture, torch_base: nn.Module, donors, same: set[str]):
+        self.every, self.same = every_cell(arch), same
+        self.carriers = _carriers(arch, torch_base, donors, same)
+        self.costs = cell_costs(arch, torch_base) if self.carriers else {}
+        self.same_models = {  # names whose model IS the carrier: their cells change nothing there
+            c: {n for n, d in donors.items() if d is not None and unwrap(d) is unwrap(donors[c])}
+            for c in self.carriers
+        }
+        models = {None: torch_base} | {c: unwrap(donors[c]) for c in self.carriers}
+        self.with_cache = {c: accepts_cache(m) for c, m in models.items()}
+        for model in {id(m): m for c, m in models.items() if not self.with_cache[c]}.values():
+            warn_slow_path(no_prefix_reason(model))
+
+    def on(self, choice: _Choice, carrier: str | None, length: int) -> ResolvedGraft:
+        """``choice``'s graft on ``carrier``."""
+        if carrier is None:
+            return choice.graft
+        moved = relative_to(choice.graft, length, carrier, self.every)
+        return without(moved, self.same_models[carrier])
+
+    def choose(self, res: ResolvedGraft, length: int) -> _Choice:
+        graft = without(res, self.same)
+        choice = _Choice(graft, work_by_model(graft, length, self.costs))
+        choice.carrier = carrier_of(choice.work, self.carriers) if self.carriers else None
+        choice.on_carrier = self.on(choice, choice.carrier, length)
+        if choice.carrier is not None and is_empty(choice.on_carrier):
+            choice.kind = "plain"
+        elif self.with_cache[choice.carrier] and grafts_last_token_only(choice.on_carrier, length):
+            choice.kind = "prefix"
+        return choice
+
+
+def route_rows(
+    arch: Architecture,
+    torch_base: nn.Module,
+    rows: Sequence[GraftRow],
+    resolved: Sequence[ResolvedGraft],
+    donors: Mapping[str, nn.Module | None],
+    same: set[str],
+    batch_size: int = 16,
+) -> _Routes:
+    """Each row's carrier, its graft there, and whether it runs whole, plain or on a shared
+    prefix. Rows with the same spec, length and spans route alike (computed once)."""
+    router = _Router(arch, torch_base, donors, same)
+    routes, seen, choices = _Routes([]), {}, []
+    for i, (row, res) in enumerate(zip(rows, resolved, strict=True)):
+        key = _layout_key(row)
+        if key not in seen:
+            seen[key] = router.choose(res, len(row.input_ids))
+        choice = seen[key]
+        choices.append(choice)
+        assert choice.on_carrier is not None  # choose() always sets it
+        routes.resolved.append(choice.on_carrier)
+        getattr(routes, choice.kind).setdefault(choice.carrier, []).append(i)
+    _share_grafted_prefixes(router, rows, choices, routes)
+    _join_prefixes(rows, routes)
+    _fill_batches(router, rows, choices, routes, batch_size)
+    return routes
+
+
+def _fill_batches(
+    router: _Router,
+    rows: Sequence[GraftRow],
+    choices: Sequence[_Choice],
+    routes: _Routes,
+    batch_size: int,
+) -> None:
+    """Move rows between the base's and a donor's traced batches when that saves a batch:
+    the part-filled last batch of one side goes into the free places of the other's, taking
+    the rows that cost least on the other model."""
+    for donor in [c for c in routes.traced if c is not None]:
+        sides = {None: routes.traced.get(None, []), donor: routes.traced[donor]}
+        left = {c: len(idx) % batch_size for c, idx in sides.items()}
+        if not all(left.values()) or sum(left.values()) > batch_size:
+            continue
+        moves = []
+        for src, dst in ((None, donor), (donor, None)):
+            penalty = sorted(
+                (choices[i].work.get(src, 0.0) - choices[i].work.get(dst, 0.0), i)
+                for i in sides[src]
+            )[: left[src]]
+            moves.append((sum(p for p, _ in penalty), src, dst, [i for _, i in penalty]))
+        _, src, dst, moving = min(moves, key=lambda m: m[0])
+        moved = set(moving)
+        routes.traced[src] = [i for i in sides[src] if i not in moved]
+        routes.traced.setdefault(dst, []).extend(moving)
+        for i in moving:
+            routes.resolved[i] = router.on(choices[i], dst, len(rows[i].input_ids))
+        if not routes.traced[src]:
+            del routes.traced[src]
+
+
+def _share_grafted_prefixes(
+    router: _Router, rows: Sequence[GraftRow], choices: Sequence[_Choice], routes: _Routes
+) -> None:
+    """Traced rows of one prompt that graft the same cells before its last token (FE and
+    FE+LT; FE^C and (FE+LT)^C) compute the same prefix: two or more such rows run as steps
+    on one grafted prefix instead of as whole prompts, all on one carrier (the prefix is the
+    same computation on any carrier, and split modules compute each cell once on either).
+    Groups of the same grafts (FE^C and (FE+LT)^C, on every prompt) share the carrier that
+    does most of their summed work, so that they fill the same batches instead of leaving
+    part-filled ones on two models."""
+    groups: dict[tuple, list[int]] = {}
+    signatures: dict[tuple[int, int], tuple] = {}
+    for idx in routes.traced.values():
+        for i in idx:
+            ids, graft = tuple(rows[i].input_ids), choices[i].graft
+            if len(ids) < 2 or is_empty(routes.resolved[i]):  # nothing: see _join_prefixes
+                continue
+            known = (id(graft), len(ids))
+            if known not in signatures:
+                signatures[known] = prefix_signature(graft, len(ids))
+            if signatures[known]:  # grafted before the last token (else already a step)
+                groups.setdefault((ids, signatures[known]), []).append(i)
+    kinds: dict[tuple, list[int]] = {}  # the grafts of a group -> all its groups' rows
+    for group in groups.values():
+        if len(group) >= 2:
+            kinds.setdefault(tuple(sorted(str(rows[i].spec) for i in group)), []).extend(group)
+    moving: dict[int, str | None] = {}
+    for members in kinds.values():
+        carriers = [c for c in (choices[i].carrier for i in members) if router.with_cache[c]]
+        if carriers:
+            carrier = max(
+                dict.fromkeys(carriers),
+                key=lambda c: sum(choices[i].work.get(c, 0.0) for i in members),
+            )
+            moving |= dict.fromkeys(members, carrier)
+    if not moving:
+        return
+    for carrier in list(routes.traced):
+        routes.traced[carrier] = [i for i in routes.traced[carrier] if i not in moving]
+        if not routes.traced[carrier]:
+            del routes.traced[carrier]
+    for i, carrier in moving.items():
+        if carrier != choices[i].carrier:
+            routes.resolved[i] = router.on(choices[i], carrier, len(rows[i].input_ids))
+        routes.prefix.setdefault(carrier, []).append(i)
+
+
+def _join_prefixes(rows: Sequence[GraftRow], routes: _Routes) -> None:
+    """Rows that graft nothing on a carrier whose other rows share their prompt's prefix run
+    as a step on that prefix too (no trace): the prefix is computed anyway."""
+    for carrier, idx in routes.prefix.items():
+        prompts = {tuple(rows[i].input_ids) for i in idx}
+        pool = cast(
+            "dict[str | None, list[int]]", routes.traced if carrier is None else routes.plain
+        )
+        candidates = pool.get(carrier, [])
+        joining = [
+            i
+            for i in candidates
+            if is_empty(routes.resolved[i]) and tuple(rows[i].input_ids) in prompts
+        ]
+        if joining:
+            moved = set(joining)
+            pool[carrier] = [i for i in candidates if i not in moved]
+            idx.extend(joining)
+    for pools in (routes.traced, routes.plain):
+        for empty in [c for c, idx in pools.items() if not idx]:
+            del pools[empty]  # type: ignore[arg-type]  # a key of this very dict
