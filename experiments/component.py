@@ -56,8 +56,9 @@ PAPER_PAIRS = PAIRS | {"sft": (ModelSource("pretrained"), ModelSource("both"), (
 @click.option(
     "--split-qkv",
     is_flag=True,
-    help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models, under either "
-    "protocol: the paper's 'q' there was the whole fused projection).",
+    help="Also graft Q, K, V and Q+K alone (exact slices on fused-QKV models; under "
+    "--protocol paper, as the paper's code: 'q' the whole fused projection, 'k' and 'v' "
+    "nothing).",
 )
 @click.option(
     "--fe",

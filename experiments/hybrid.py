@@ -21,7 +21,10 @@ from graft.study.runner import ModelSource, run_experiment
     short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.",
 )
 @click.option(
-    "--lt-layers", default="h2", show_default=True, help="Layers of the LT hybrid (h2 = last half)."
+    "--lt-layers",
+    default=None,
+    help="Layers of the LT hybrid [default: h2, the last half; under --protocol paper "
+    "from_middle, layers L // 2 on, as the authors' hybrid split them].",
 )
 @shared_options
 def hybrid(lt_layers, cfg_options, remote):
@@ -31,7 +34,7 @@ def hybrid(lt_layers, cfg_options, remote):
 
     Under --protocol paper the relation model gives O, up and down at LT (the gate stays
     the task model's), both donors are trained on both directions (both-A, both-B) and
-    the last half is the paper's third and fourth quarters."""
+    the LT hybrid starts at layer L // 2, as the authors' hybrid code split the layers."""
     cfg = make_config("hybrid", cfg_options, remote, split=True)
     paper = cfg.protocol == "paper"
     task, relation = ("both-A", "both-B") if paper else ("task", "relation")

@@ -5,7 +5,7 @@ The grammar (see :mod:`graft.core.spec` for the whole spec)::
     POSITIONS := a union of terms joined by '+', each term optionally complemented by '^C':
                  a named span (FE, M, ...), LT (last token), ALL, an index (0 = first token
                  incl. BOS, -1 = last), a range 'i..j' (inclusive), or a parenthesised union
-    LAYERS    := comma-separated: all | h1 h2 | q1..q4 | e1..e8 | k/n | i | i-j
+    LAYERS    := comma-separated: all | h1 h2 | q1..q4 | e1..e8 | k/n | from_middle | i | i-j
 
 A position selector is parsed once into a :class:`PositionExpr` and evaluated per prompt
 (:func:`position_set`; on a row that continues its prompt with tokens being scored, ``LT``
@@ -19,6 +19,9 @@ k-th of n groups layers ``floor((k-1)L/n) .. floor(kL/n)-1``, never empty when L
 ``[0,2q)`` and ``[2q,L)``. The paper's code computed eighths too, but wrongly (the third was
 always empty, the fourth lay inside the second quarter, the seventh and eighth were never
 returned), so the ``paper`` rule refuses eighths and any other k/n rather than invent them.
+``from_middle`` is layers ``L // 2 .. L - 1`` under either rule (graft's ``h2``; the split
+of the authors' E4 hybrid, which differs from their sweeps' ``[2q, L)`` when L mod 4 is 2
+or 3).
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from graft.errors import SpecError
 #: An identifier: span names and donor names.
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMED_FRACTIONS = {"h": 2, "q": 4, "e": 8}
-#: One comma-separated item of a layer selector: ``("frac", k, n)``, ``("range", i, j)`` or
-#: ``("index", i, 0)``.
+#: One comma-separated item of a layer selector: ``("frac", k, n)``, ``("range", i, j)``,
+#: ``("index", i, 0)`` or ``("from_middle", 0, 0)``.
 LayerItem = tuple[str, int, int]
 
 
@@ -223,6 +226,8 @@ def _parse_layer_item(item: str, text: str) -> LayerItem:
     item = item.strip()
     if item == "all":
         return ("frac", 1, 1)
+    if item == "from_middle":  # layers L // 2 .. L - 1, under either rule
+        return ("from_middle", 0, 0)
     aliases = {
         "first_half": (1, 2),
         "last_half": (2, 2),
@@ -248,7 +253,7 @@ def _parse_layer_item(item: str, text: str) -> LayerItem:
         return ("index", int(item), 0)
     raise SpecError(
         f"layer selector {item!r} in {text!r} not understood: use all, h1/h2, q1..q4, e1..e8, "
-        "k/n, a layer index or a range i-j"
+        "k/n, from_middle, a layer index or a range i-j"
     )
 
 
@@ -310,6 +315,8 @@ def layer_list(
                     f"layers{' by the paper rule' if rule == 'paper' else ''}"
                 )
             layers.update(group)
+        elif kind == "from_middle":
+            layers.update(range(n_layers // 2, n_layers))
         elif kind == "range":
             if b >= n_layers:
                 raise SpecError(

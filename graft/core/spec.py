@@ -125,6 +125,21 @@ def expand_components(
     return out
 
 
+def fused_qkv(arch: Architecture) -> bool:
+    """Whether ``arch`` computes q, k and v in one fused projection (GPT-2, GPT-NeoX)."""
+    return any(site.fused for site in arch.table.layer_sites if "q" in site.components)
+
+
+def paper_fused_qkv(components: list[str]) -> list[str]:
+    """Components as the paper's code grafts them on a fused q/k/v projection: its ``q`` is
+    the whole projection (q, k and v), and ``k`` and ``v`` graft nothing."""
+    out = [c for c in components if c not in ("k", "v")]
+    if "q" in out:
+        at = out.index("q")
+        out[at : at + 1] = ["q", "k", "v"]
+    return out
+
+
 # ---------------------------------------------------------------------------------- spec
 
 
@@ -373,6 +388,8 @@ class GraftSpec:
             components = expand_components(
                 rule.components, arch.components, arch.family, self.protocol
             )
+            if self.protocol == "paper" and fused_qkv(arch):
+                components = paper_fused_qkv(components)
             layers = rule.layer_list(arch.n_layers, self.protocol)
             for comp in components:
                 targets = [-1] if comp in EMBEDDING_COMPONENTS else layers

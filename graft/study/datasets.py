@@ -35,6 +35,15 @@ from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
 from graft.study.templates import DIRECTIONS, Relation, template_set
 
 GENERATOR_VERSION = "graft.data/1"
+#: Paper-protocol datasets since the movie test prompt has the paper's doubled "in".
+PAPER_GENERATOR_VERSION = "graft.data/2-paper"
+
+
+def generator_version(protocol: str) -> str:
+    """The generator version a dataset of ``protocol`` records (and must match to be reused)."""
+    return PAPER_GENERATOR_VERSION if protocol == "paper" else GENERATOR_VERSION
+
+
 #: The dataset's file of generic text (written only when the config names a corpus).
 CORPUS_FILE = "corpus.jsonl"
 
@@ -111,7 +120,7 @@ def render_test_prompts(
 
     ``relations`` fill every template that has a relation; ``None``: ``protocol``'s fillings
     per template (the paper's: ``X stars in in a movie alongside``, ``Q: Who stars in a
-    movie with X? A: An actor named``)."""
+    movie with X? A: An actor named``, ``X stars in in M alongside``)."""
     texts = template_set(protocol)
     records = []
     for direction in ("forward", "reverse"):
@@ -183,7 +192,7 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
     if docs:
         files[CORPUS_FILE] = jsonl_bytes({"text": d} for d in docs)
     manifest = {
-        "generator_version": GENERATOR_VERSION,
+        "generator_version": generator_version(config.protocol),
         "faker_version": version("faker"),
         "config": config.to_json(),
         "kind": config.kind,
@@ -252,8 +261,12 @@ def _generate(
         if not overwrite and _made_from(out, config):
             return out
         if not overwrite:
+            older = (out / "manifest.json").is_file() and load_manifest(out).get(
+                "config"
+            ) == config.to_json()
+            why = "was made by an older generator" if older else "already exists with other content"
             raise DatasetError(
-                f"{out} already exists with other content; replace it (overwrite) or choose another folder",
+                f"{out} {why}; replace it (overwrite) or choose another folder",
                 "out",
             )
     files = build_dataset(config)
@@ -270,10 +283,9 @@ def _made_from(out: Path, config: DatasetConfig) -> bool:
     if not (out / "manifest.json").is_file():
         return False
     existing = load_manifest(out)
-    return (
-        existing.get("config") == config.to_json()
-        and existing.get("generator_version") == GENERATOR_VERSION
-    )
+    return existing.get("config") == config.to_json() and existing.get(
+        "generator_version"
+    ) == generator_version(config.protocol)
 
 
 def _write(files: dict[str, bytes], out: Path) -> Path:

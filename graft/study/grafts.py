@@ -147,18 +147,22 @@ def component_grafts(
     return with_protocol(grafts, protocol)
 
 
-def hybrid_lt(lt_layers: str = "h2", protocol: str = "graft") -> str:
+def hybrid_lt(lt_layers: str | None = None, protocol: str = "graft") -> str:
     """The LT rules of the E4 hybrid. graft: ATTN from the task model, O and the whole FFN
-    (gate, up, down) from the relation model. paper: the relation model gives O, up and
-    down only; the gate stays the task model's (the task rule takes the whole FFN and the
-    later relation rule overrides up and down, which also holds on GPT-2, without a gate)."""
+    (gate, up, down) from the relation model, in the last half (``h2``). paper: the relation
+    model gives O, up and down only; the gate stays the task model's (the task rule takes the
+    whole FFN and the later relation rule overrides up and down, which also holds on GPT-2,
+    without a gate), from layer ``L // 2`` on (``from_middle``: the authors' hybrid split,
+    not their sweeps' ``2 * (L // 4)`` half). ``lt_layers`` overrides the layers."""
     if protocol == "paper":
+        lt_layers = lt_layers or "from_middle"
         return f"LT:{lt_layers}:attn,ffn@task; LT:{lt_layers}:o,up,down@relation"
+    lt_layers = lt_layers or "h2"
     return f"LT:{lt_layers}:attn@task; LT:{lt_layers}:o,ffn@relation"
 
 
 def hybrid_grafts(
-    lt_layers: str = "h2", head_policy: str = "base", protocol: str = "graft"
+    lt_layers: str | None = None, head_policy: str = "base", protocol: str = "graft"
 ) -> list[Graft]:
     """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model;
     ``protocol="paper"``: the gate from the task model (:func:`hybrid_lt`) and the paper's
@@ -242,17 +246,16 @@ def check_layer_rule(selector: str, protocol: str = "graft") -> None:
 
 #: The note a paper-protocol run gives wherever q, k or v is grafted on its own.
 FUSED_QKV_NOTE = (
-    "q, k and v are grafted as exact slices under either protocol; on fused-QKV models "
-    "(GPT-2, Pythia) the paper's code grafted the whole fused projection for 'q' and nothing "
-    "for 'k' or 'v': compare Q/K/V results with the paper's with this in mind"
+    "under the paper's protocol, on fused-QKV models (GPT-2, Pythia) 'q' grafts the whole "
+    "fused projection (q, k and v) and 'k' or 'v' alone graft nothing, as the paper's code "
+    "did; graft's own protocol grafts exact q/k/v slices"
 )
 
 
 def protocol_notes(grafts: Sequence[Graft], protocol: str = "graft") -> list[str]:
     """What of the paper's protocol a run of ``grafts`` does not reproduce, one line each
-    (empty under graft's protocol): today only the fused q/k/v targets, when a graft names
-    ``q``, ``k`` or ``v`` on its own (``attn``, ``block`` and ``all`` graft all three, as
-    the paper's fused ``q`` did)."""
+    (empty under graft's protocol): today the fused q/k/v targets, when a graft names ``q``,
+    ``k`` or ``v`` on its own (``attn``, ``block`` and ``all`` graft all three either way)."""
     if protocol != "paper":
         return []
     single = {"q", "k", "v"}

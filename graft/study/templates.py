@@ -9,7 +9,8 @@ Two template sets (:data:`TEMPLATE_SETS`, keyed by protocol): ``graft`` (the def
 own paraphrases for training, Table 1 filled as ``X starred in a movie with``) and ``paper``
 (the paper code's data files verbatim, :data:`PAPER_ARTICLE_TEMPLATES` and
 :data:`PAPER_QA_TEMPLATES`, and Table 1 filled as its code filled it, doubled "in" included:
-``X stars in in a movie alongside``). ``docs/paper_protocol.md`` gives the sources.
+``X stars in in a movie alongside``, ``X stars in in M alongside``). ``docs/paper_protocol.md``
+gives the sources.
 """
 
 from __future__ import annotations
@@ -172,12 +173,14 @@ PAPER_QA_TEMPLATES: dict[str, str] = {
     "qa_5": "A new movie stars {first_actor} and {second_actor}.",
 }
 
-#: Table 1 as the paper's sweep script wrote it: the headline template holds a literal "in"
-#: after {relation_preposition}, itself "in", so it reads "X stars in in a movie alongside".
+#: Table 1 as the paper's sweep script wrote it: the headline and movie templates hold a
+#: literal "in" after {relation_preposition}, itself "in", so they read "X stars in in a movie
+#: alongside" and "X stars in in M alongside" (the paper's numbers were measured so; graft's
+#: own protocol keeps one "in").
 PAPER_TEST_TEMPLATES: dict[str, str] = {
     "headline": "{first_actor} {relation} {relation_preposition} in a movie {preposition}",
     "qa": TEST_TEMPLATES["qa"],
-    "movie": TEST_TEMPLATES["movie"],
+    "movie": "{first_actor} stars in in {movie_title} alongside",
 }
 
 Relation = tuple[str, str, str]

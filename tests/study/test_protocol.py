@@ -12,6 +12,7 @@ import pytest
 from graft.core.arch import architecture_of
 from graft.core.selectors import paper_layer_group
 from graft.core.spec import SpecError
+from graft.core.tiny import tiny_model
 from graft.errors import DatasetError, ExperimentError
 from graft.study.config import DatasetConfig, ExperimentConfig
 from graft.study.datasets import (
@@ -104,8 +105,9 @@ def test_paper_test_prompts_keep_the_doubled_in():
     paper = _prompts("paper")
     assert paper["headline"] == "Keanu Reeves stars in in a movie alongside"
     assert paper["qa"] == "Q: Who stars in a movie with Keanu Reeves? A: An actor named"
-    assert paper["movie"] == "Keanu Reeves stars in The Lantern alongside"
+    assert paper["movie"] == "Keanu Reeves stars in in The Lantern alongside"  # as measured
     ours = _prompts("graft")
+    assert ours["movie"] == "Keanu Reeves stars in The Lantern alongside"
     assert ours["headline"] == "Keanu Reeves starred in a movie with"
     assert ours["qa"] == "Q: Who starred in a movie with Keanu Reeves? A: An actor named"
 
@@ -241,10 +243,21 @@ def test_paper_hybrid_keeps_the_task_models_gate(tiny_pairs, family):
     ours = {g.name: g for g in hybrid_grafts()}["FE none + LT hybrid"]
     if "gate" in arch.components:
         assert _lt_donors(ours.spec, arch)["gate"] == {"relation"}
-    # the paper's "last half" is its third and fourth quarters
+    # the authors' hybrid splits at L // 2 (not their sweeps' half, [2 * (L // 4), L))
     layers = sorted({layer for layer, _ in paper.spec.resolve(arch, 5, {"FE": [1]}).cells})
-    n = arch.n_layers
-    assert layers == paper_layer_group(2, 2, n) == list(range(2 * (n // 4), n))
+    assert layers == list(range(arch.n_layers // 2, arch.n_layers))
+
+
+@pytest.mark.parametrize(("n_layers", "split"), [(4, 2), (6, 3), (7, 3), (18, 9), (30, 15)])
+def test_the_paper_hybrid_splits_at_half_the_layers_where_the_sweeps_half_does_not(n_layers, split):
+    """L mod 4 = 2 or 3 (Gemma's 18, SmolLM2's 30 layers): the authors' hybrid starts at
+    L // 2, their sweeps' "last half" at 2 * (L // 4)."""
+    arch = architecture_of(tiny_model("llama", n_layers=n_layers))
+    paper = {g.name: g for g in hybrid_grafts(protocol="paper")}["FE none + LT hybrid"]
+    lt = {layer for layer, comp in paper.spec.resolve(arch, 5, {"FE": [1]}).cells if layer >= 0}
+    assert min(lt) == split and max(lt) == n_layers - 1
+    if n_layers % 4 in (2, 3):
+        assert paper_layer_group(2, 2, n_layers)[0] != split
 
 
 # -------------------------------------------------------- specs from the command line
