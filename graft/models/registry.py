@@ -4,7 +4,9 @@ Short names (see :data:`REGISTRY`): hub models (:data:`HUB_MODELS`, loaded with
 ``from_pretrained``), embedded models (:data:`EMBEDDED_MODELS`, GGUF files shipped in PyPI
 packages, see :mod:`graft.models.embedded`) and ``tiny-<family>`` random models
 (:data:`TINY_MODELS`, from :mod:`graft.core.tiny`). Any other hub id (``owner/name``) or local
-model folder is accepted as is.
+model folder is accepted as is. A hub model found in the folder of models named by
+``$GRAFT_MODELS`` (as ``<short name>``, ``<owner>/<name>`` or ``<name>``, each a
+``save_pretrained`` folder) is loaded from there, the way a cluster user holds weights.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ HUB_MODELS: dict[str, str] = {
     "pythia-2.8b": "EleutherAI/pythia-2.8b",
     "pythia-160m": "EleutherAI/pythia-160m",
 }
+
+#: Environment variable naming a folder of model folders (see the module docstring).
+MODELS_ENV = "GRAFT_MODELS"
+#: Hub owners whose models are gated: the licence is accepted on the model's hub page, and
+#: a token (``HF_TOKEN``) is needed to download.
+GATED_OWNERS = ("meta-llama", "google")
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,13 @@ def resolve_model_name(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
             return "tiny", TINY_MODELS[canonical]
     if name in EMBEDDED_MODELS:
         return "embedded", name
-    if name in HUB_MODELS:
-        return "hub", HUB_MODELS[name]
+    if name in HUB_MODELS or looks_like_hub_id(name):
+        hub_id = HUB_MODELS.get(name, name)
+        folder = models_folder_copy(name, hub_id)
+        if folder is not None:
+            return "local", str(folder)
+        if name in HUB_MODELS:
+            return "hub", hub_id
     path = Path(name).expanduser()
     if path.exists():
         _check_model_folder(path)
@@ -105,6 +118,34 @@ def resolve_model_name(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
             f"owner/name); registry names: {', '.join(REGISTRY)}"
         )
     return "hub", name
+
+
+def models_folder_copy(name: str, hub_id: str) -> Path | None:
+    """The folder of ``name`` (hub id ``hub_id``) under ``$GRAFT_MODELS``, if one is there:
+    ``<short name>``, ``<owner>/<name>`` or ``<name>``, holding a config.json."""
+    root = os.environ.get(MODELS_ENV)
+    if not root:
+        return None
+    for candidate in dict.fromkeys((name, hub_id, hub_id.rsplit("/", 1)[-1])):
+        folder = Path(root).expanduser() / candidate
+        if (folder / "config.json").is_file():
+            return folder
+    return None
+
+
+def hub_hint(hub_id: str) -> str:
+    """How to get ``hub_id`` when it cannot be downloaded: a local folder, ``$GRAFT_MODELS``,
+    and for a gated model its licence and token."""
+    hint = (
+        f"pass a folder saved by save_pretrained as the model, or put it in "
+        f"${MODELS_ENV}/{hub_id.rsplit('/', 1)[-1]}"
+    )
+    if hub_id.split("/", 1)[0] in GATED_OWNERS:
+        hint += (
+            f"; {hub_id} is gated: accept its licence at https://huggingface.co/{hub_id} "
+            "and set HF_TOKEN to download it"
+        )
+    return hint
 
 
 def _check_model_folder(path: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from graft.core.naming import slug
 from graft.errors import DatasetError, FinetuneError
-from graft.models import HUB_MODELS, resolve_model_name
+from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
 from graft.study.config import DatasetConfig
 from graft.study.datasets import (
     default_dataset_name,
@@ -64,9 +64,14 @@ def parse_variant(variant: str) -> tuple[str, str | None]:
 
 
 def model_slug(model: str) -> str:
-    """Folder name of a model: its registry name, its hub id with ``/`` as ``--``, or a local
-    folder's name plus a hash of its resolved path."""
+    """Folder name of a model: its registry name, its hub id with ``/`` as ``--`` (also when
+    its weights come from ``$GRAFT_MODELS``, so donors keep their folders wherever the weights
+    are), or a local folder's name plus a hash of its resolved path."""
     source, location = resolve_model_name(model)
+    if model in HUB_MODELS:
+        return slug(model)
+    if source == "local" and looks_like_hub_id(model) and not Path(model).expanduser().exists():
+        return slug(model.replace("/", "--"))
     if source == "local":
         path = Path(location).resolve()
         return f"{slug(path.name)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
