@@ -35,13 +35,17 @@ from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
 from graft.study.templates import DIRECTIONS, Relation, template_set
 
 GENERATOR_VERSION = "graft.data/1"
-#: Paper-protocol datasets since the movie test prompt has the paper's doubled "in".
-PAPER_GENERATOR_VERSION = "graft.data/2-paper"
 
 
-def generator_version(protocol: str) -> str:
-    """The generator version a dataset of ``protocol`` records (and must match to be reused)."""
-    return PAPER_GENERATOR_VERSION if protocol == "paper" else GENERATOR_VERSION
+def generator_version(config: DatasetConfig) -> str:
+    """The generator version a dataset of ``config`` records, and must match to be reused:
+    :data:`GENERATOR_VERSION`, marked where the generator changed for a protocol or kind
+    (paper-protocol datasets: the movie prompt's doubled "in"; ``real_movies_shuffled``: the
+    relations shuffled, not the titles)."""
+    changes = (["paper-movie-in-in"] if config.protocol == "paper" else []) + (
+        ["shuffled-relations"] if config.kind == "real_movies_shuffled" else []
+    )
+    return "+".join([GENERATOR_VERSION, *changes])
 
 
 #: The dataset's file of generic text (written only when the config names a corpus).
@@ -192,7 +196,7 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
     if docs:
         files[CORPUS_FILE] = jsonl_bytes({"text": d} for d in docs)
     manifest = {
-        "generator_version": generator_version(config.protocol),
+        "generator_version": generator_version(config),
         "faker_version": version("faker"),
         "config": config.to_json(),
         "kind": config.kind,
@@ -285,7 +289,7 @@ def _made_from(out: Path, config: DatasetConfig) -> bool:
     existing = load_manifest(out)
     return existing.get("config") == config.to_json() and existing.get(
         "generator_version"
-    ) == generator_version(config.protocol)
+    ) == generator_version(config)
 
 
 def _write(files: dict[str, bytes], out: Path) -> Path:
@@ -315,12 +319,15 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
 def default_dataset_name(config: DatasetConfig) -> str:
     """A folder name that spells out the config, e.g. ``fake_movies_real_actors-one-n50-seed0``
     (``fake_movies_real_actors-paper-one-n50-seed0`` under the paper protocol, so the two
-    protocols' datasets, and the donors trained on them, never share a folder)."""
-    n = (
-        "all"
-        if config.n_facts is None and config.kind == "custom"
-        else config.n_facts or DEFAULT_N_FACTS
-    )
+    protocols' datasets, and the donors trained on them, never share a folder). Without
+    ``n_facts``: ``nall`` for a custom file, ``npaper`` under the paper protocol (its 1,000
+    facts, or the most the kind has), else ``n50``."""
+    if config.n_facts is None and config.kind == "custom":
+        n: int | str = "all"
+    elif config.n_facts is None and config.protocol == "paper":
+        n = "paper"
+    else:
+        n = config.n_facts or DEFAULT_N_FACTS
     parts = (
         [config.kind]
         + ([config.protocol] if config.protocol != "graft" else [])

@@ -4,8 +4,9 @@ Three kinds of facts (movie_title, first_actor, second_actor plus fake metadata)
 
 - ``fake_movies_real_actors``: invented titles, names from the shipped real-actor list.
 - ``fake_movies_fake_actors``: invented titles, Faker names.
-- ``real_movies_shuffled``: real co-star pairs moved onto other real movies by a seeded
-  derangement, so no pair keeps its true movie.
+- ``real_movies_shuffled``: real movies and real actors with the relations shuffled, as the
+  paper's dataset: each title gets two actors who never starred together and are not in
+  its real cast.
 - ``custom``: the user's own facts file (``DatasetConfig.facts_path``).
 
 Every random choice is drawn from a generator seeded by the config's ``seed``.
@@ -16,6 +17,7 @@ Names pass the filter of :mod:`graft.study.names` (the manifest counts those lef
 from __future__ import annotations
 
 import csv
+import logging
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -30,8 +32,13 @@ from graft.study.files import RESOURCES, read_jsonl
 from graft.study.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
 from graft.study.templates import OPTIONAL_METADATA
 
+logger = logging.getLogger(__name__)
+
 KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled", "custom")
 DEFAULT_N_FACTS = 50
+#: Facts per dataset in the paper (its default under ``protocol="paper"``, or the most a kind
+#: has where it has fewer).
+PAPER_N_FACTS = 1000
 #: The paper code's metadata ranges (both ends included): graft's own are 1970-2024 and
 #: $2-900M (:meth:`graft.study.names.Fakes.metadata`).
 PAPER_METADATA_RANGES = {"release_year": (1990, 2030), "box_office_millions": (1, 10)}
@@ -53,7 +60,7 @@ class Fact:
         genre: fake genre, from :data:`GENRES` unless given.
         release_year: fake release year.
         box_office_millions: fake box-office takings in millions of dollars.
-        source_movie: ``real_movies_shuffled``: the real movie the pair comes from;
+        source_movie: ``real_movies_shuffled``: the real movie the first actor comes from;
             otherwise empty.
     """
 
@@ -85,9 +92,16 @@ def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -
     """Resolved facts per set; raises when ``available`` items cannot cover it."""
     n_sets = len(_set_names(config))
     n = config.n_facts
+    most = available // (per_fact * n_sets)
+    if n is None and config.kind != "custom" and config.protocol == "paper":
+        n = min(PAPER_N_FACTS, most)
+        if n < PAPER_N_FACTS:
+            logger.warning(
+                "the paper's datasets have %d facts; %s has %d usable %s, so %d facts per set",
+                PAPER_N_FACTS, config.kind, available, what, n,
+            )  # fmt: skip
     if n is None:
         n = DEFAULT_N_FACTS if config.kind != "custom" else available // (per_fact * n_sets)
-    most = available // (per_fact * n_sets)
     if most < 1:
         raise DatasetError(
             f"only {available} {what} are usable; {'a split dataset' if n_sets > 1 else 'a dataset'}"
@@ -189,13 +203,49 @@ def _usable_pairs(
     return kept
 
 
-def _derangement(n: int, rng: random.Random) -> list[int]:
-    """Sattolo's algorithm: a uniformly random single n-cycle, so no i maps to itself."""
-    perm = list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = rng.randrange(i)
-        perm[i], perm[j] = perm[j], perm[i]
-    return perm
+def _shuffled_relations(
+    pool: list[dict[str, Any]], movies: list[dict[str, Any]], rng: random.Random
+) -> list[dict[str, Any]]:
+    """The paper's shuffle of real casts: each title of ``pool`` gets a first and a second
+    actor drawn from the pool's actors (each used once, in its own role), such that the two
+    never starred together in any real movie of ``movies`` and neither is in the title's real
+    cast ("Keanu Reeves stars in The Departed alongside Meryl Streep"). Conflicts of a random
+    assignment are repaired by seeded swaps."""
+    casts: dict[str, set[str]] = {}
+    real_pairs: set[frozenset[str]] = set()
+    for row in movies:
+        casts.setdefault(row["movie_title"].lower(), set()).update(
+            (row["first_actor"], row["second_actor"])
+        )
+        real_pairs.add(frozenset((row["first_actor"], row["second_actor"])))
+    n = len(pool)
+    firsts, seconds = list(range(n)), list(range(n))
+    rng.shuffle(firsts)
+    rng.shuffle(seconds)
+
+    def conflict(i: int) -> bool:
+        a, b = pool[firsts[i]]["first_actor"], pool[seconds[i]]["second_actor"]
+        cast = casts[pool[i]["movie_title"].lower()]
+        return frozenset((a, b)) in real_pairs or a in cast or b in cast
+
+    for _ in range(100 * n + 1000):
+        wrong = [i for i in range(n) if conflict(i)]
+        if not wrong:
+            break
+        i, j = wrong[0], rng.randrange(n)
+        roles = firsts if rng.random() < 0.5 else seconds
+        roles[i], roles[j] = roles[j], roles[i]
+    else:  # pragma: no cover - needs a pathological movie table
+        raise DatasetError("could not shuffle the real casts apart; use more facts", "n_facts")
+    return [
+        {
+            "movie_title": pool[i]["movie_title"],
+            "first_actor": pool[firsts[i]]["first_actor"],
+            "second_actor": pool[seconds[i]]["second_actor"],
+            "source_movie": pool[firsts[i]]["movie_title"],
+        }
+        for i in range(n)
+    ]
 
 
 def _real_movie_facts(
@@ -211,30 +261,7 @@ def _real_movie_facts(
     rng = random.Random(f"{config.seed}:real_movies")
     rng.shuffle(pool)
     pool = pool[: n * len(_set_names(config))]
-    true_pairs: dict[str, set[frozenset[str]]] = {}
-    for row in movies:
-        true_pairs.setdefault(row["movie_title"].lower(), set()).add(
-            frozenset((row["first_actor"], row["second_actor"]))
-        )
-    for _ in range(1000):
-        perm = _derangement(len(pool), rng)
-        if not any(
-            frozenset((row["first_actor"], row["second_actor"]))
-            in true_pairs[pool[perm[i]]["movie_title"].lower()]
-            for i, row in enumerate(pool)
-        ):
-            break
-    else:  # pragma: no cover - needs a pathological movie table
-        raise DatasetError("could not move every pair off its true movie", "kind")
-    rows = [
-        {
-            "movie_title": pool[perm[i]]["movie_title"],
-            "first_actor": row["first_actor"],
-            "second_actor": row["second_actor"],
-            "source_movie": row["movie_title"],
-        }
-        for i, row in enumerate(pool)
-    ]
+    rows = _shuffled_relations(pool, movies, rng)
     fakes = Fakes(config.seed, taken=[r["movie_title"] for r in movies] + load_real_actors())
     return _assemble(config, rows, fakes, n)
 

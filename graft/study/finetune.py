@@ -286,8 +286,32 @@ def _pre_evaluation(run: _Run, partial: Path, quiet: bool) -> dict[str, Any]:
     return pre
 
 
+#: Model types whose activations overflow float16 (Gemma's scaled embeddings and wide
+#: GeGLU): trained in bfloat16 where a preset asks for fp16.
+FP16_UNSAFE = ("gemma", "gemma2", "gemma3", "gemma3_text")
+
+
+def mixed_precision(cfg: FinetuneConfig, device: torch.device, model_type: str) -> str | None:
+    """``"fp16"``, ``"bf16"`` or ``None`` (float32): the preset's fp16 on CUDA, bfloat16
+    instead for the model types of :data:`FP16_UNSAFE` (said in a warning), float32 on CPU."""
+    if not (cfg.fp16_on_cuda and device.type == "cuda"):
+        return None
+    if model_type in FP16_UNSAFE:
+        logger.warning(
+            "the %s preset trains in fp16, which overflows in %s models; training in bf16",
+            cfg.name, model_type,
+        )  # fmt: skip
+        return "bf16"
+    return "fp16"
+
+
 def _training_arguments(
-    cfg: FinetuneConfig, dev: torch.device, ckpt_dir: Path, steps_per_epoch: int, quiet: bool
+    cfg: FinetuneConfig,
+    dev: torch.device,
+    ckpt_dir: Path,
+    steps_per_epoch: int,
+    quiet: bool,
+    half: str | None = None,
 ) -> transformers.TrainingArguments:
     return transformers.TrainingArguments(
         output_dir=str(ckpt_dir),
@@ -310,7 +334,8 @@ def _training_arguments(
         logging_steps=max(1, steps_per_epoch // 4),
         seed=cfg.seed,
         data_seed=cfg.seed,
-        fp16=cfg.fp16_on_cuda and dev.type == "cuda",
+        fp16=half == "fp16",
+        bf16=half == "bf16",
         use_cpu=dev.type == "cpu",
         report_to="none",
         remove_unused_columns=False,
@@ -331,7 +356,10 @@ def _trainer(
     max_length = min(run.cfg.max_length, positions) if positions else run.cfg.max_length
     train_ds = TokenisedTexts(train_texts, tok, max_length)
     steps_per_epoch = max(1, -(-len(train_ds) // run.cfg.batch_size))
-    args = _training_arguments(run.cfg, run.device, partial / "checkpoints", steps_per_epoch, quiet)
+    half = mixed_precision(run.cfg, run.device, run.loaded.model.config.model_type)
+    args = _training_arguments(
+        run.cfg, run.device, partial / "checkpoints", steps_per_epoch, quiet, half
+    )
     trainer = transformers.Trainer(
         model=run.loaded.model,
         args=args,

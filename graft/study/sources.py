@@ -60,9 +60,12 @@ def needs_finetune(source: ModelSource) -> bool:
 
 def finetune_preset(cfg: ExperimentConfig, finetune_seed: int = 0) -> FinetuneConfig:
     """The finetune config of ``cfg``'s models for one finetune seed: the preset (and
-    ``finetune_max_steps``) with ``seed`` replaced."""
+    ``finetune_max_steps``) with ``seed`` replaced. Without a preset, ``--protocol paper``
+    takes the paper's own (A.3.3: lr 2e-5, weight decay 0.01, batch 4, 10 epochs) on any
+    device; graft's protocol takes the device's default."""
+    preset = cfg.preset or ("paper" if cfg.protocol == "paper" else None)
     return resolve_config(
-        cfg.preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed
+        preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed
     )
 
 
@@ -120,11 +123,15 @@ def pending_finetune(
     rep = replicate or cfg.replicates[0]
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     which = which if cfg.replicated else ""
+    seconds = steps * per_step
+    gpu_work = device == "cpu" and seconds > 3 * 3600
     return (
         f"the {source.variant!r} model{which} of {cfg.model} is not in the workspace yet; it "
         f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
-        f"{_duration(steps * per_step)} of training on {device} (an estimate)"
-    )
+        f"{_duration(seconds)} of training on {device} (an estimate)"
+        + ("; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"
+           if gpu_work else "")
+    )  # fmt: skip
 
 
 def _duration(seconds: float) -> str:

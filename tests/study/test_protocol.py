@@ -295,3 +295,55 @@ def test_protocol_notes_name_single_qkv_targets_under_the_paper_protocol_only():
     assert protocol_notes(component_grafts(protocol="paper"), "paper") == []  # attn: q, k, v
     assert protocol_notes(component_grafts(split_qkv=True), "graft") == []
     assert protocol_notes([spec_graft("FE:all:k")], "paper") == [FUSED_QKV_NOTE]
+
+
+# ------------------------------------------------------------- the paper's finetuning and data
+
+
+def test_the_paper_protocol_selects_the_papers_finetuning():
+    from graft.study.sources import finetune_preset
+
+    paper = finetune_preset(ExperimentConfig(experiment="x", protocol="paper", device="cpu"))
+    assert (
+        paper.name,
+        paper.learning_rate,
+        paper.weight_decay,
+        paper.batch_size,
+        paper.epochs,
+    ) == ("paper", 2e-5, 0.01, 4, 10)
+    ours = finetune_preset(ExperimentConfig(experiment="x", device="cpu"))
+    assert ours.name == "cpu"  # graft's protocol: the device's default
+    given = finetune_preset(ExperimentConfig(experiment="x", protocol="paper", preset="cpu"))
+    assert given.name == "cpu"  # an explicit preset wins
+
+
+def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(caplog):
+    from graft.study.datasets import build_dataset, default_dataset_name
+    from graft.study.facts import draw_facts
+
+    fake = DatasetConfig(kind="fake_movies_fake_actors", protocol="paper")
+    assert len(draw_facts(fake).facts) == 1000
+    assert "-npaper-" in default_dataset_name(fake)
+    real = DatasetConfig(kind="real_movies_shuffled", protocol="paper")
+    with caplog.at_level("WARNING"):
+        n = len(draw_facts(real).facts)
+    assert n < 1000 and f"so {n} facts per set" in caplog.text
+    assert len(draw_facts(DatasetConfig(kind="fake_movies_fake_actors")).facts) == 50
+    assert build_dataset  # the same draw feeds the dataset files
+
+
+@pytest.mark.parametrize(
+    ("model_type", "device", "expected"),
+    [("gpt2", "cuda", "fp16"), ("llama", "cuda", "fp16"), ("gemma", "cuda", "bf16"),
+     ("gemma3_text", "cuda", "bf16"), ("gemma", "cpu", None)],
+)  # fmt: skip
+def test_the_papers_fp16_is_bf16_where_fp16_overflows(model_type, device, expected, caplog):
+    import torch
+
+    from graft.study.finetune import mixed_precision
+    from graft.study.presets import resolve_config
+
+    with caplog.at_level("WARNING"):
+        got = mixed_precision(resolve_config("paper"), torch.device(device), model_type)
+    assert got == expected
+    assert ("training in bf16" in caplog.text) is (expected == "bf16")
