@@ -260,26 +260,34 @@ def _generate(
     config: DatasetConfig, out: Path, overwrite: bool, lock_dir: str | os.PathLike[str] | None
 ) -> Path:
     """:func:`generate_dataset` without its translation of disk errors."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        validate_config(config)
-        if not overwrite and _made_from(out, config):
-            return out
-        if not overwrite:
-            older = (out / "manifest.json").is_file() and load_manifest(out).get(
-                "config"
-            ) == config.to_json()
-            why = "was made by an older generator" if older else "already exists with other content"
-            raise DatasetError(
-                f"{out} {why}; replace it (overwrite) or choose another folder",
-                "out",
-            )
+    if out.exists() and _reusable(out, config, overwrite):
+        return out
     files = build_dataset(config)
     # one process writes ``out`` (job arrays on one workspace); the others wait and use it
     lock = exclusive(out, f"generating the dataset {out}", lock_dir) if lock_dir else None
-    with lock or contextlib.nullcontext(False) as waited:
-        if waited and not overwrite and _made_from(out, config):
+    with lock or contextlib.nullcontext(False):
+        # checked again under the lock: another process may have written it meanwhile,
+        # whether this one had to wait or came just after
+        if out.exists() and _reusable(out, config, overwrite):
             return out
         return _write(files, out)
+
+
+def _reusable(out: Path, config: DatasetConfig, overwrite: bool) -> bool:
+    """Whether the existing ``out`` is the dataset of ``config`` (kept as it is); False for
+    an empty folder or with ``overwrite``; refused when it holds anything else."""
+    if out.is_dir() and not any(out.iterdir()):
+        return False
+    validate_config(config)
+    if overwrite:
+        return False
+    if _made_from(out, config):
+        return True
+    older = (out / "manifest.json").is_file() and load_manifest(out).get(
+        "config"
+    ) == config.to_json()
+    why = "was made by an older generator" if older else "already exists with other content"
+    raise DatasetError(f"{out} {why}; replace it (overwrite) or choose another folder", "out")
 
 
 def _made_from(out: Path, config: DatasetConfig) -> bool:

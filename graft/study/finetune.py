@@ -160,8 +160,10 @@ def finetune(
         # one process trains ``out`` (job arrays on one workspace): the others wait, then
         # find it finished; a checkpoint in the partial folder is then a dead job's
         lock = exclusive(out, f"finetuning {out}", lock_dir) if lock_dir else None
-        with lock or contextlib.nullcontext(False) as waited:
-            if waited and is_finished(out):
+        with lock or contextlib.nullcontext(False):
+            # checked again under the lock: another process may have finished it meanwhile
+            # (while this one loaded the model), whether this one had to wait or not
+            if is_finished(out):
                 logger.info("finetune done by another process: %s", out)
                 return out
             evaluation = _train(run, callbacks, quiet)

@@ -286,6 +286,29 @@ def test_find_or_finetune_finetunes_once(tmp_path, caplog) -> None:
     assert again == path and "finetuning it" not in caplog.text
 
 
+def test_a_donor_finished_by_another_job_meanwhile_is_not_trained_again(tmp_path, monkeypatch):
+    """A job array's race: job B found no donor, then loaded its model while job A finished
+    and released the lock; B takes the free lock at once and must find A's donor, not train
+    (before, it checked again only when it had waited, and trained into the same folder)."""
+    ws = Workspace(tmp_path / "ws")
+    donor = ws.locate_donor("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    finished = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    aside = tmp_path / "aside"
+    finished.rename(aside)  # B's first look: no donor yet
+    original = ft._prepare
+
+    def a_finishes_meanwhile(*args, **kwargs):
+        run = original(*args, **kwargs)
+        aside.rename(donor.path)  # A's donor lands while B loads its model
+        return run
+
+    trained = []
+    monkeypatch.setattr(ft, "_prepare", a_finishes_meanwhile)
+    monkeypatch.setattr(ft, "_train", lambda *a, **k: trained.append(1))
+    assert ws.finetune_donor(donor) == donor.path
+    assert trained == [] and ft.is_finished(donor.path)
+
+
 def test_find_or_finetune_names_parameters_not_commands(tmp_path, caplog, monkeypatch) -> None:
     """The library once printed a graft-exp command line; it now logs, naming no CLI flag."""
     calls = []
