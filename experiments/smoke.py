@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import torch
 
@@ -25,13 +27,16 @@ INVARIANTS = {"none": "base", "ALL:all:all; head=donor": "donor"}
 TOLERANCE = 1e-5
 
 
-def check_family(family: str, seed: int = 0) -> tuple[list[tuple[str, float]], list[str]]:
+def check_family(
+    family: str, seed: int = 0
+) -> tuple[list[tuple[str, float]], list[str], dict[str, Any]]:
     """Graft a tiny random ``family`` pair in one pass.
 
     Returns:
-        (spec, max |logit - base logit|) per spec, and the failed invariants (empty when
+        (spec, max |logit - base logit|) per spec; the failed invariants (empty when
         grafting nothing gives the base's own logits and grafting everything with the donor's
-        head gives the donor's, within :data:`TOLERANCE`).
+        head gives the donor's, within :data:`TOLERANCE`); and the engine path on the pair
+        (:func:`graft.core.engine.engine_path`).
     """
     base, donor = tiny_pair(family, seed=seed)
     g = torch.Generator().manual_seed(seed)
@@ -51,7 +56,7 @@ def check_family(family: str, seed: int = 0) -> tuple[list[tuple[str, float]], l
         diff = float((logits[SMOKE_SPECS.index(spec)] - plain[model]).abs().max())
         if diff > TOLERANCE:
             failed.append(f"{family}: {spec!r} differs from the {model} by {diff:.2e}")
-    return shifts, failed
+    return shifts, failed, engine_path(base, {"sft": donor})
 
 
 def path_word(path: dict) -> str:
@@ -80,10 +85,9 @@ def smoke(family: str) -> None:
     families = TINY_FAMILIES if family == "all" else (family,)
     failures, columns, paths = [], [], {}
     for name in families:
-        shifts, failed = check_family(name)
+        shifts, failed, paths[name] = check_family(name)
         failures += failed
         columns.append([shift for _, shift in shifts])
-        paths[name] = engine_path(*tiny_pair(name))
     click.echo("max |logit - base logit| per graft and family (tiny random models):")
     click.echo(f"{'graft':<24}" + "".join(f"{name:>10}" for name in families))
     for i, spec in enumerate(SMOKE_SPECS):

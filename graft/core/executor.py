@@ -120,17 +120,15 @@ class LocalExecutor:
         last step when it continued the same prefixes, else a new one (which replaces it),
         computed one forward per row range of ``shared.parts``."""
         torch_model, prefix = unwrap(base), shared.plan
-        kept: tuple[BatchPlan, nn.Module, Any] | None = getattr(self, "_kept_prefix", None)
+        kept = getattr(self, "_kept_prefix", None)  # subclasses may skip __init__
         if kept is None or kept[0] is not prefix or kept[1] is not torch_model:
-            self._kept_prefix = None
-            kept = None  # the last cache is freed before a new one fills
+            self._kept_prefix = kept = None  # free the last cache before filling a new one
             ranges = shared.parts or [(0, len(prefix.input_ids))]
             parts = [slice_rows(prefix, a, b) for a, b in ranges]
             cache = concat_caches([self._one_cache(base, donors, p, device) for p in parts])
             if cache is None:  # a cache kind that cannot be joined: all rows at once
                 cache = self._one_cache(base, donors, prefix, device)
-            kept = (prefix, torch_model, cache)
-            self._kept_prefix = kept
+            self._kept_prefix = kept = (prefix, torch_model, cache)
         return kept[2]
 
     def _one_cache(self, base, donors, prefix: BatchPlan, device: torch.device):

@@ -11,7 +11,7 @@ graft the same cells before its last token share that prefix (:mod:`graft.core.p
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -130,10 +130,7 @@ def engine_path(
         if donor is not None:
             models[name] = unwrap(model_of(donor))
     argument = cache_argument(models["base"])
-    fallbacks = [no_prefix_reason(m) for m in models.values() if not accepts_cache(m)]
-    fallbacks = list(dict.fromkeys(fallbacks))
-    for reason in fallbacks:
-        warn_slow_path(reason)
+    fallbacks = no_prefix_reasons(models.values())
     return {
         "executor": "local",
         "shortcuts": shortcuts,
@@ -141,6 +138,15 @@ def engine_path(
         "cache_argument": argument,
         "fallbacks": fallbacks,
     }
+
+
+def no_prefix_reasons(models: Iterable[nn.Module]) -> list[str]:
+    """Why the shared-prefix shortcut is off on those of ``models`` that take no key/value
+    cache (one line per cause, each warned once: :func:`warn_slow_path`)."""
+    reasons = list(dict.fromkeys(no_prefix_reason(m) for m in models if not accepts_cache(m)))
+    for reason in reasons:
+        warn_slow_path(reason)
+    return reasons
 
 
 def no_prefix_reason(model: nn.Module) -> str:
@@ -174,8 +180,7 @@ class _Router:
         }
         models = {None: torch_base} | {c: unwrap(donors[c]) for c in self.carriers}
         self.with_cache = {c: accepts_cache(m) for c, m in models.items()}
-        for model in {id(m): m for c, m in models.items() if not self.with_cache[c]}.values():
-            warn_slow_path(no_prefix_reason(model))
+        no_prefix_reasons(models.values())
 
     def on(self, choice: _Choice, carrier: str | None, length: int) -> ResolvedGraft:
         """``choice``'s graft on ``carrier``."""

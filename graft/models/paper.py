@@ -94,19 +94,16 @@ PAPER_CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
     "gemma-1.1-2b": gemma_11_2b_config,
 }
 
-#: Size fields per family config class: width, depth, heads, feed-forward width, vocabulary.
-_SIZE_FIELDS = {
-    "gpt2": ("n_embd", "n_layer", "n_head", "n_inner", "vocab_size"),
-    "gpt_neox": (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"
-    ),
-    "llama": (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"
-    ),
-    "gemma": (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"
-    ),
-}  # fmt: skip
+#: Size fields of a config: width, depth, heads, feed-forward width, vocabulary (GPT-2 names
+#: them its own way; GPT-NeoX, Llama and Gemma share these).
+_SIZE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+_GPT2_SIZE_FIELDS = ("n_embd", "n_layer", "n_head", "n_inner", "vocab_size")
 
 
 def scaled_down(
@@ -117,7 +114,7 @@ def scaled_down(
     and a ``vocab``-token vocabulary; everything else (attention layout, rotary fraction,
     parallel residual, activation, tied head) as published."""
     config = PAPER_CONFIGS[name]()
-    d, n, h, ff, v = _SIZE_FIELDS[config.model_type]
+    d, n, h, ff, v = _GPT2_SIZE_FIELDS if config.model_type == "gpt2" else _SIZE_FIELDS
     full_heads = getattr(config, h)
     kv = getattr(config, "num_key_value_heads", None)
     for field, value in ((d, width), (n, layers), (h, heads), (ff, 4 * width), (v, vocab)):

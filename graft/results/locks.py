@@ -40,14 +40,17 @@ def lock_path(path: str | os.PathLike[str], lock_dir: str | os.PathLike[str]) ->
 
 @contextlib.contextmanager
 def exclusive(
-    path: str | os.PathLike[str], what: str, lock_dir: str | os.PathLike[str]
+    path: str | os.PathLike[str], what: str, lock_dir: str | os.PathLike[str] | None
 ) -> Iterator[bool]:
     """Hold the lock of ``path`` inside; ``what`` says what the holder does ("finetuning the
     donor ..."), for the message of a process that has to wait. Yields whether this process
     waited for another one (which may have built what it came for: check again).
 
     ``lock_dir`` (created when missing) holds the lock file: every process that may build
-    ``path`` must name the same folder."""
+    ``path`` must name the same folder; ``None``: no lock (a caller outside a workspace)."""
+    if lock_dir is None:
+        yield False
+        return
     target = lock_path(path, lock_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(target)

@@ -61,12 +61,12 @@ def run_batches(
         rows = plan_rows(examples, grafts)[0] if rep.control else prompts[rep.data_seed].rows
         n_batches = (len(rows) + size - 1) // size
         missing = {b for b in range(n_batches) if batch_id(cfg, rep, b) not in done}
-        plans.append((rep, grafts, examples, rows, missing))
+        plans.append((rep, grafts, examples, rows, n_batches, missing))
     n_rows = sum(len(p[3]) for p in plans)
-    n_batches = sum((len(p[3]) + size - 1) // size for p in plans)
-    n_todo = sum(len(p[4]) for p in plans)
+    n_batches = sum(p[4] for p in plans)
+    n_todo = sum(len(p[5]) for p in plans)
     echo(_plan_line(cfg, arms, prompts, n_rows, n_batches, n_todo, folder))
-    todo_rows = sum(len(p[3][b * size : (b + 1) * size]) for p in plans for b in p[4])
+    todo_rows = sum(len(p[3][b * size : (b + 1) * size]) for p in plans for b in p[5])
     bar = tqdm(
         total=n_rows,
         initial=n_rows - todo_rows,
@@ -74,13 +74,13 @@ def run_batches(
         unit="row",
         disable=not cfg.progress,
     )
-    for rep, grafts, examples, rows, missing in plans:
+    for rep, grafts, examples, rows, rep_batches, missing in plans:
         if not missing:
             continue
         with times.stage("loading"):
             models = load_run_models(cfg, paths[rep], loaded)
         torch_donors = {n: m.model for n, m in models.donors.items()}
-        for group in _groups(cfg, (len(rows) + size - 1) // size):
+        for group in _groups(cfg, rep_batches):
             if not missing.intersection(group):
                 continue
             # the whole group runs, stored batches included: a row's floats may depend on
@@ -123,7 +123,7 @@ def _groups(cfg: ExperimentConfig, n_batches: int) -> list[list[int]]:
 
 def group_batches(cfg: ExperimentConfig) -> int:
     """Stored batches per engine call of ``cfg``'s run (:data:`GROUP_BATCHES`, 1 remotely)."""
-    return 1 if cfg.remote is not None and cfg.remote.enabled else GROUP_BATCHES
+    return 1 if cfg.remote_run else GROUP_BATCHES
 
 
 def _slice_scores(scores, start: int, end: int):
@@ -210,7 +210,7 @@ def _run_rows(
     from graft.errors import RemoteError
     from graft.remote.executor import RemoteExecutor
 
-    remote = cfg.remote is not None and cfg.remote.enabled
+    remote = cfg.remote_run
     try:
         return run_grafts(
             base.model,
@@ -218,7 +218,7 @@ def _run_rows(
             rows,
             batch_size=batch_size or len(rows),
             pad_id=base.tokenizer.pad_token_id,
-            executor=RemoteExecutor(cfg.remote) if cfg.remote is not None and remote else None,
+            executor=RemoteExecutor(remote) if remote else None,
             targets=targets if remote else None,
             top_k=REMOTE_TOP_K,
         )

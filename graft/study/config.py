@@ -250,6 +250,12 @@ class ExperimentConfig:
         return tuple(main + (controls if self.control else []))
 
     @property
+    def remote_run(self) -> RemoteConfig | None:
+        """:attr:`remote` where the grafts leave the local path (remote or simulated), else
+        ``None``."""
+        return self.remote if self.remote is not None and self.remote.enabled else None
+
+    @property
     def replicated(self) -> bool:
         """Whether the run has more than one replicate (several seeds, or control models)."""
         return len(self.replicates) > 1

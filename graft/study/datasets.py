@@ -12,7 +12,6 @@ Dataset folder (written to a temporary sibling folder and renamed into place):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -264,8 +263,7 @@ def _generate(
         return out
     files = build_dataset(config)
     # one process writes ``out`` (job arrays on one workspace); the others wait and use it
-    lock = exclusive(out, f"generating the dataset {out}", lock_dir) if lock_dir else None
-    with lock or contextlib.nullcontext(False):
+    with exclusive(out, f"generating the dataset {out}", lock_dir):
         # checked again under the lock: another process may have written it meanwhile,
         # whether this one had to wait or came just after
         if out.exists() and _reusable(out, config, overwrite):

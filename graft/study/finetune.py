@@ -159,8 +159,7 @@ def finetune(
         run = _prepare(model, dataset, out, cfg, train_set, device)
         # one process trains ``out`` (job arrays on one workspace): the others wait, then
         # find it finished; a checkpoint in the partial folder is then a dead job's
-        lock = exclusive(out, f"finetuning {out}", lock_dir) if lock_dir else None
-        with lock or contextlib.nullcontext(False):
+        with exclusive(out, f"finetuning {out}", lock_dir):
             # checked again under the lock: another process may have finished it meanwhile
             # (while this one loaded the model), whether this one had to wait or not
             if is_finished(out):

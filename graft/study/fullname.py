@@ -48,7 +48,7 @@ def name_columns(
     """
     from graft.remote.executor import RemoteExecutor
 
-    remote = cfg.remote if cfg.remote is not None and cfg.remote.enabled else None
+    remote = cfg.remote_run
     step0 = (first["target_logprob"].to_list(), first["target_rank"].to_list())
     try:
         scores = score_continuations(

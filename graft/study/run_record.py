@@ -42,7 +42,7 @@ def engine_entry(cfg: ExperimentConfig, models: RunModels) -> dict[str, Any]:
     how many stored batches each engine call runs together."""
     from graft.core.engine import engine_path
 
-    remote = cfg.remote is not None and cfg.remote.enabled
+    remote = cfg.remote_run is not None
     donors = {n: m.model for n, m in models.donors.items()}
     path = engine_path(models.base.model, donors, remote=remote)
     return path | {"group_batches": group_batches(cfg)}

@@ -445,18 +445,21 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
 
     from graft.results.metrics import example_metrics, row_metrics_frame
     from graft.study import batches
+    from graft.study.config import ExperimentConfig
 
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)
     targets = [3, 7, 11, 19]
     loaded = SimpleNamespace(model=base, tokenizer=SimpleNamespace(pad_token_id=0))
     with caplog.at_level(logging.INFO, logger="graft.remote"):
-        local = batches._run_rows(SimpleNamespace(remote=None), loaded, donors, rows, targets)
+        local = batches._run_rows(
+            ExperimentConfig(experiment="t", remote=None), loaded, donors, rows, targets
+        )
         also_local = batches._run_rows(
-            SimpleNamespace(remote=RemoteConfig()), loaded, donors, rows, targets
+            ExperimentConfig(experiment="t", remote=RemoteConfig()), loaded, donors, rows, targets
         )
         assert "request" not in caplog.text
-        simulate = SimpleNamespace(remote=RemoteConfig(mode="simulate"))
+        simulate = ExperimentConfig(experiment="t", remote=RemoteConfig(mode="simulate"))
         simulated = batches._run_rows(simulate, loaded, donors, rows, targets)
     assert "request 1/1: 4 rows in 1 batches" in caplog.text
     assert torch.equal(also_local, local)
