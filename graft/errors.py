@@ -81,6 +81,17 @@ class ResultsError(GraftError):
     the wrong shape, an unknown metric name); the message says what to pass instead."""
 
 
+class StorageError(GraftError):
+    """A file could not be written (disk full, read-only, no permission); the message names the
+    path and says that the rerun after freeing space resumes where this one stopped."""
+
+
+class DamagedFileError(GraftError):
+    """A file graft wrote and now reads back is damaged, truncated, edited or another run's:
+    its checksum, key or format does not match what was recorded; the message names the file
+    and how to rebuild it."""
+
+
 class SlowPathWarning(UserWarning):
     """graft fell back to a slower way of computing the same numbers (a shortcut that the
     installed libraries do not support); the message names the cause and the cost."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import hashlib
 import json
 import os
 import uuid
@@ -17,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from graft.errors import StorageError
+
+#: errno values that mean "this storage cannot take the write" (not a bug of graft).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -46,6 +53,45 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def storage_errors(what: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Inside: a disk-full, quota, read-only or permission error becomes one
+    :class:`StorageError` line naming the path (the error's own, else ``path``).
+
+    ``what`` says what was being written (``"the result parts"``). The message ends with the
+    fix: free space (or choose a writable place) and rerun, which resumes.
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in STORAGE_ERRNOS:
+            raise
+        where = err.filename or path
+        reason = err.strerror or os.strerror(err.errno or 0)
+        raise StorageError(
+            f"cannot write {what} ({reason}: {where}); free space or choose a writable "
+            "place, then rerun: it resumes where this run stopped"
+        ) from None
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+_CHUNK = 1 << 22
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 (hex) of a file; computed once per process per (path, size, mtime)."""
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
