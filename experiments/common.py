@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from click.core import ParameterSource
 
 from experiments.options import (
     CLI_ONLY,
+    FLAGS,
     REMOTE_FLAGS,
     RemoteConfig,
     cli_only_option,
@@ -140,12 +142,80 @@ def cli_logging(quiet: bool = False) -> Iterator[None]:
         logger.setLevel(level)
 
 
+# ------------------------------------------------------- library errors in the user's words
+
+#: Library parameter names that are no config field, and the flag that gives them.
+LIBRARY_FLAGS = {"donors": "--donor", "facts_path": "--facts", "max_steps": "--finetune-max-steps"}
+
+
+def _flags(command: click.Command | None) -> dict[str, str]:
+    """Library parameter name -> the flag ``command`` takes for it: the command's own
+    options first, then the config fields' flags (:data:`~experiments.options.FLAGS`) and
+    :data:`LIBRARY_FLAGS`, where the command has that flag."""
+    own = {
+        p.name: p.opts[0]
+        for p in (command.params if command else [])
+        if isinstance(p, click.Option) and p.name and p.opts[0].startswith("--")
+    }
+    fields = {n: f.decl.split("/")[0] for table in FLAGS.values() for n, f in table.items()}
+    known = set(own.values())
+    return {
+        **{n: flag for n, flag in {**fields, **LIBRARY_FLAGS}.items() if flag in known},
+        **own,
+    }
+
+
+def in_user_words(err: GraftError, command: click.Command | None = None) -> str:
+    """The message of ``err`` with each library parameter name written as the flag the user
+    types on ``command`` (default: the running command): ``max_payload_mb`` ->
+    ``--max-payload-mb``, ``donor_mode='hosted'`` -> ``--donor-mode hosted``.
+
+    Names with an underscore are rewritten wherever they stand alone; a plain word
+    (``templates``, ``host``) only when it is the error's ``param``, and only where it first
+    stands, so the prose stays ("dataset 'x' is neither a dataset folder ...")."""
+    if command is None:
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command if ctx else None
+    flags = _flags(command)
+    message = str(err)
+    for name in sorted(flags, key=len, reverse=True):
+        if "_" in name or name == err.param:
+            pattern = rf"(?<![\w./-]){re.escape(name)}(?:='([^']*)'|=(\w+))?(?![\w/-])"
+            count = 0 if "_" in name else 1
+            message = re.sub(pattern, _written_as(flags[name]), message, count=count)
+    return message
+
+
+def _written_as(flag: str) -> Callable[[re.Match[str]], str]:
+    """A :func:`re.sub` replacement: ``flag``, then the value the match assigned, if any."""
+    return lambda match: " ".join([flag, *(v for v in match.groups() if v is not None)])
+
+
+def flag_of(err: GraftError) -> str | None:
+    """The flag of the running command that ``err``'s parameter is given by, or None."""
+    ctx = click.get_current_context(silent=True)
+    return _flags(ctx.command if ctx else None).get(err.param or "")
+
+
+def cli_error(err: GraftError) -> click.ClickException:
+    """The command line's form of ``err``: its message in the user's words; a remote server
+    (or the way to it) failing exits 1, any other bad input is a usage error (exit 2)."""
+    message = in_user_words(err)
+    if isinstance(err, RemoteError) and err.kind != "config":
+        return click.ClickException(message)
+    return click.UsageError(message, click.get_current_context(silent=True))
+
+
 class LoggingCommand(click.Command):
-    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one)."""
+    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one); a
+    :class:`~graft.errors.GraftError` that escapes it becomes :func:`cli_error`'s line."""
 
     def invoke(self, ctx: click.Context):
         with cli_logging(bool(ctx.params.get("quiet"))):
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except GraftError as err:
+                raise cli_error(err) from None
 
 
 class GraftCommand(LoggingCommand):
@@ -256,7 +326,7 @@ def remote_config(values: dict) -> RemoteConfig | None:
     try:
         config = RemoteConfig(**values)
     except RemoteError as err:
-        raise click.BadParameter(str(err)) from err
+        raise click.BadParameter(in_user_words(err), param_hint=flag_of(err)) from None
     if config.mode != "local":
         return config
     ctx = click.get_current_context()
@@ -329,13 +399,12 @@ def protocol_default(param: str, value, paper_value, protocol: str):
 
 
 def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> ExperimentRun:
-    """Run an experiment; bad input becomes a one-line usage error (exit 2)."""
+    """Run an experiment and print its summary; bad input becomes one line (:func:`cli_error`:
+    exit 2, or 1 when a remote server failed)."""
     try:
         run = fn()
-    except RemoteError as err:
-        raise click.ClickException(str(err)) from None
     except GraftError as err:
-        raise click.UsageError(str(err)) from None
+        raise cli_error(err) from None
     print_summary(run.summary, metric, echo=click.echo)
     click.echo(f"results: {run.folder.path}")
     click.echo(run.times.line())

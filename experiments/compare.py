@@ -7,7 +7,6 @@ import click
 from experiments.common import GraftCommand, standalone
 from experiments.options import field_option
 from experiments.plot import METRIC_OPTION
-from graft.errors import GraftError
 from graft.results.compare import compare_run, format_comparison
 from graft.study.config import ExperimentConfig
 
@@ -37,10 +36,7 @@ def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
     bootstrap 95% interval and p-value (bootstrap seed 0). p-values are Holm-adjusted over
     the templates. --metric acc@k (or hit@k) picks the accuracy; in a run with
     --score-full-name, --metric name_exact --score name_logprob compare whole names."""
-    try:
-        table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)
-    except GraftError as err:
-        raise click.UsageError(str(err)) from None
+    table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)
     click.echo(format_comparison(table))
 
 

@@ -19,7 +19,6 @@ from experiments.common import (
 )
 from experiments.shared import protocol_run_options
 from graft.core.spec import SpecError, parse_spec
-from graft.errors import GraftError
 from graft.results.folder import RunFolder
 from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
 from graft.study.runner import ModelSource, default_out, print_summary, run_experiment
@@ -97,10 +96,7 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     protocol_options = protocol_run_options(cfg.protocol, "both")
     root = Path(cfg.out) if cfg.out else default_out(cfg, protocol_options.get("out_tag", ""))
     if len(names) > 1:  # the combined results go into root itself: it must be graft's
-        try:
-            RunFolder(root).check_owned()
-        except GraftError as err:
-            raise click.UsageError(str(err)) from None
+        RunFolder(root).check_owned()  # a GraftError: one line (GraftCommand)
     summaries = []
     pairs_of = PAPER_PAIRS if cfg.protocol == "paper" else PAIRS
     for name in names:

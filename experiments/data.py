@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from experiments.common import LoggingCommand, field_option, standalone, with_options
+from experiments.common import (
+    LoggingCommand,
+    field_option,
+    flag_of,
+    in_user_words,
+    standalone,
+    with_options,
+)
 from experiments.options import DATASET_FLAGS, field_default
 from graft.errors import DatasetError
 from graft.study.datasets import (
@@ -18,9 +25,6 @@ from graft.study.datasets import (
 )
 from graft.study.runner import ExperimentConfig
 from graft.study.workspace import default_workspace
-
-#: DatasetConfig field -> its flag, to name the option a DatasetError is about.
-_OPTION_OF = {name: flag.decl.split("/")[0] for name, flag in DATASET_FLAGS.items()}
 
 
 @click.command("data", cls=LoggingCommand)
@@ -46,8 +50,8 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
         path = generate_dataset(config, out, overwrite=overwrite)
     except DatasetError as e:
         if e.param == "out":
-            raise click.UsageError(str(e)) from None
-        raise click.BadParameter(str(e), param_hint=_OPTION_OF.get(e.param or "")) from None
+            raise click.UsageError(in_user_words(e)) from None
+        raise click.BadParameter(in_user_words(e), param_hint=flag_of(e)) from None
     sizes = load_manifest(path)["sizes"]
     click.echo(
         f"{path}: {sizes['facts']} facts, {sizes['train']} training texts, "

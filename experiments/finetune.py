@@ -22,7 +22,6 @@ from experiments.common import (
     with_options,
 )
 from experiments.options import FINETUNE_FLAGS
-from graft.errors import GraftError
 from graft.study import finetune as ft
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.runner import ExperimentConfig
@@ -80,22 +79,20 @@ def finetune(
     if Path(dataset).is_dir() and not (Path(dataset) / "train.jsonl").is_file():
         # checked here because Workspace.locate_donor reads train.jsonl before checking it
         raise click.BadParameter(f"{dataset} has no train.jsonl", param_hint="--dataset")
-    try:
-        cfg = resolve_config(preset, device=device, **overrides)
-        donor = Workspace.at(workspace).locate_donor(
-            model, dataset, variant, cfg, n_facts=n_facts, data_seed=data_seed, device=device
-        )
-        ft.finetune(
-            model,
-            donor.dataset_dir,
-            donor.path if out is None else out,
-            cfg,
-            train_set=donor.train_set,
-            device=device,
-            quiet=quiet,
-        )
-    except GraftError as err:
-        raise click.UsageError(str(err)) from None
+    # a GraftError becomes one line (GraftCommand)
+    cfg = resolve_config(preset, device=device, **overrides)
+    donor = Workspace.at(workspace).locate_donor(
+        model, dataset, variant, cfg, n_facts=n_facts, data_seed=data_seed, device=device
+    )
+    ft.finetune(
+        model,
+        donor.dataset_dir,
+        donor.path if out is None else out,
+        cfg,
+        train_set=donor.train_set,
+        device=device,
+        quiet=quiet,
+    )
 
 
 if __name__ == "__main__":

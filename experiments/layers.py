@@ -16,7 +16,7 @@ from experiments.common import (
 )
 from experiments.shared import run_from_sft
 from graft.core.spec import GraftSpec, SpecError
-from graft.models import ModelNotFoundError, load_model
+from graft.models import load_model
 from graft.results.report import LAYER_SEP
 from graft.study.grafts import (
     head_suffix,
@@ -79,12 +79,8 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     if not pos_list or not comp_list:
         raise click.UsageError("--positions and --components must name at least one item")
     base_path = resolve_model_path(cfg, ModelSource())
-    try:
-        n_layers = load_model(
-            base_path, dtype=cfg.dtype, device="cpu"
-        ).model.config.num_hidden_layers
-    except ModelNotFoundError as err:
-        raise click.UsageError(str(err)) from None
+    loaded = load_model(base_path, dtype=cfg.dtype, device="cpu")  # a GraftError: one line
+    n_layers = loaded.model.config.num_hidden_layers
     try:
         windows_list = layer_windows(n_layers, windows)
     except ValueError:

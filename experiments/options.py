@@ -13,6 +13,7 @@ is in neither the table nor :data:`NOT_ON_CLI`, or an entry names no field.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,13 @@ from typing import Any
 
 import click
 
+from graft.core.ranges import COUNT, SEED, Range
 from graft.core.spec import HEAD_POLICIES, PROTOCOLS
-from graft.remote.config import DONOR_MODES, RemoteConfig
+from graft.remote.config import DONOR_MODES, REMOTE_RANGES, RemoteConfig
+from graft.study.config import EXPERIMENT_RANGES
 from graft.study.datasets import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS
-from graft.study.presets import PRESETS, FinetuneConfig
+from graft.study.presets import FINETUNE_RANGES, PRESETS, STEPS, FinetuneConfig
 from graft.study.runner import ExperimentConfig
 from graft.study.templates import DIRECTIONS
 from graft.study.workspace import GENERATED_KINDS
@@ -61,6 +64,24 @@ class Flag:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click's ``FloatRange`` that also refuses ``nan`` and ``inf`` (which it lets through
+    where the range has no bound on that side)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+def number_type(allowed: Range) -> click.ParamType:
+    """The click type of a number in ``allowed`` (one of the config dataclasses' ranges), so
+    the command line refuses what the library refuses, and ``--help`` shows the range."""
+    kind = click.IntRange if allowed.integer else FiniteFloatRange
+    return kind(allowed.low, allowed.high, min_open=allowed.low_open)
+
+
 def _csv(ctx, param, value):
     if value is None:
         return None
@@ -71,12 +92,15 @@ def _csv(ctx, param, value):
 
 
 def _seeds(ctx, param, value):
-    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct whole numbers >= 0 (None when not given)."""
+    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct seeds in :data:`~graft.core.ranges.SEED`'s
+    range (None when not given)."""
     if value is None:
         return None
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() for v in items):
-        raise click.BadParameter(f"{value!r}: give comma-separated whole numbers >= 0, e.g. 0,1,2")
+    if not items or not all(v.isdigit() and not SEED.problem("", int(v)) for v in items):
+        raise click.BadParameter(
+            f"{value!r}: give comma-separated whole numbers from 0 to {SEED.high}, e.g. 0,1,2"
+        )
     seeds = tuple(int(v) for v in items)
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
@@ -119,17 +143,17 @@ _N_FACTS = Flag(
     "--n-facts",
     f"Facts per set of a generated dataset [default: {DEFAULT_N_FACTS}; data --facts: every "
     "usable row].",
-    click.IntRange(1),
+    number_type(COUNT),
 )
 _DATA_SEED = Flag(
-    "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", click.IntRange(0)
+    "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", number_type(SEED)
 )
 _FINETUNE_SEED_HELP = "validation split, data order and initialisation"
 _MAX_STEPS = Flag(
     "--finetune-max-steps",
     "Stop a finetune after this many optimisation steps (quick trials) "
     "[default: the preset's epochs].",
-    click.IntRange(1),
+    number_type(STEPS),
     default=None,
 )
 
@@ -174,12 +198,12 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         extra={"callback": _csv},
     ),
     "n": Flag(
-        "--n", "Examples per template (sampled with --seed) [default: all].", click.IntRange(1)
+        "--n", "Examples per template (sampled with --seed) [default: all].", number_type(COUNT)
     ),
     "batch_size": Flag(
         "--rows-per-forward",
         "(prompt, graft) rows per forward pass: memory vs speed, results unchanged.",
-        click.IntRange(1),
+        number_type(COUNT),
     ),
     "device": Flag(
         "--device", "cpu, cuda or cuda:N [default: cuda if available, else cpu].", DeviceType()
@@ -190,9 +214,13 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         click.Choice(DTYPES),
     ),
     "seed": Flag(
-        "--seed", "Seed of the example sample (--n) and of the bootstrap CIs.", click.IntRange(0)
+        "--seed", "Seed of the example sample (--n) and of the bootstrap CIs.", number_type(SEED)
     ),
-    "n_boot": Flag("--n-boot", "Bootstrap resamples for the 95% CIs.", click.IntRange(10, 100_000)),
+    "n_boot": Flag(
+        "--n-boot",
+        "Bootstrap resamples for the 95% CIs.",
+        number_type(EXPERIMENT_RANGES["n_boot"]),
+    ),
     "head_policy": Flag(
         "--head-policy",
         "Readout of grafted runs: base head (paper's text), donor head, or as the paper's "
@@ -240,25 +268,34 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
 
 FINETUNE_FLAGS: dict[str, Flag] = {
     "learning_rate": Flag(
-        "--lr", "Override the preset's learning rate.", click.FloatRange(0, min_open=True), None
+        "--lr",
+        "Override the preset's learning rate.",
+        number_type(FINETUNE_RANGES["learning_rate"]),
+        None,
     ),
     "epochs": Flag(
-        "--epochs", "Override the preset's epochs.", click.FloatRange(0, min_open=True), None
+        "--epochs",
+        "Override the preset's epochs.",
+        number_type(FINETUNE_RANGES["epochs"]),
+        None,
     ),
     "batch_size": Flag(
         "--batch-size",
         "Override the preset's batch size: training texts per optimisation step.",
-        click.IntRange(1),
+        number_type(FINETUNE_RANGES["batch_size"]),
         None,
     ),
     "weight_decay": Flag(
-        "--weight-decay", "Override the preset's weight decay.", click.FloatRange(0), None
+        "--weight-decay",
+        "Override the preset's weight decay.",
+        number_type(FINETUNE_RANGES["weight_decay"]),
+        None,
     ),
     "seed": Flag(
         "--finetune-seed",
         f"Seed of the {_FINETUNE_SEED_HELP} and generic-text sample (an experiment's "
         "--finetune-seeds) [default: 0].",
-        click.IntRange(0),
+        number_type(SEED),
         None,
     ),
     "generic_corpus": Flag(
@@ -304,15 +341,17 @@ REMOTE_FLAGS: dict[str, Flag] = {
     "max_payload_mb": Flag(
         "--max-payload-mb",
         "Refuse a request whose payload (ship mode: donor weights) is bigger.",
-        click.FloatRange(0, min_open=True),
+        number_type(REMOTE_RANGES["max_payload_mb"]),
     ),
     "timeout_s": Flag(
         "--remote-timeout",
         "Seconds to wait for one request's result.",
-        click.FloatRange(0, min_open=True),
+        number_type(REMOTE_RANGES["timeout_s"]),
     ),
     "retries": Flag(
-        "--remote-retries", "Retries of a request that failed transiently.", click.IntRange(0)
+        "--remote-retries",
+        "Retries of a request that failed transiently.",
+        number_type(REMOTE_RANGES["retries"]),
     ),
 }
 

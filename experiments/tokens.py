@@ -16,9 +16,12 @@ from experiments.common import (
 )
 from experiments.shared import run_from_sft
 from graft.results.metrics import top_tokens_table
+from graft.results.tables import write_csv
 from graft.study.grafts import protocol_notes, reference, spec_graft
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
+#: The table this command adds to the run folder (``.parquet`` and ``.csv``).
+TOP_TOKENS = "top_tokens"
 
 
 @click.command(cls=GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6.")
@@ -60,16 +63,15 @@ def tokens(specs, per_graft, variant, cfg_options, remote):
     groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
     by = [*groups, "template", "graft"]
     table = top_tokens_table(run.examples, by=by, per_group=per_graft, seed=cfg.seed)
-    table.write_parquet(run.folder.path / "top_tokens.parquet")
-    table.drop([c for c, t in table.schema.items() if isinstance(t, pl.List)]).write_csv(
-        run.folder.path / "top_tokens.csv"
-    )
+    run.folder.write_table(TOP_TOKENS, table)  # with its metadata, atomically
+    lists = [c for c, t in table.schema.items() if isinstance(t, pl.List)]
+    write_csv(table.drop(lists), run.folder.path / f"{TOP_TOKENS}.csv")
     # the first sampled example of each group (sampled indices need not include 0)
     first_example = pl.col("example") == pl.col("example").min().over(by)
     first = table.filter(first_example).select([*by, "rank", "token", "prob", "is_target"])
     with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):
         click.echo(str(first.head(60)))
-    click.echo(f"top tokens: {run.folder.path / 'top_tokens.csv'}")
+    click.echo(f"top tokens: {run.folder.path / f'{TOP_TOKENS}.csv'}")
 
 
 if __name__ == "__main__":

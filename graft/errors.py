@@ -9,7 +9,16 @@ from __future__ import annotations
 
 
 class GraftError(ValueError):
-    """Bad input; ``str(err)`` is one line naming the problem and the fix."""
+    """Bad input; ``str(err)`` is one line naming the problem and the fix.
+
+    ``param`` (when set) names the parameter to fix as the library calls it (e.g.
+    ``"n_facts"``); the command line writes it, in the message too, as the flag the user
+    typed (``--n-facts``).
+    """
+
+    def __init__(self, *args: object, param: str | None = None) -> None:
+        super().__init__(*args)
+        self.param = param
 
 
 class UnsupportedModelError(GraftError):
@@ -32,8 +41,7 @@ class DatasetError(GraftError):
     """Bad dataset input; ``param`` names the option to fix (e.g. ``"n_facts"``)."""
 
     def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, param=param)
 
 
 class RemoteError(GraftError):
@@ -41,13 +49,23 @@ class RemoteError(GraftError):
 
     Args:
         message: the one-line message.
-        kind: ``unreachable`` | ``auth`` | ``model`` | ``payload`` | ``server`` | ``timeout``
-            | ``transient`` | ``config``.
+        kind: ``unreachable`` | ``protocol`` | ``auth`` | ``model`` | ``payload`` |
+            ``server`` | ``timeout`` | ``transient`` | ``config``. Every kind but ``config``
+            (a bad setting, refused before any request) is the server or the way to it
+            failing: the command line exits 1 for those, 2 for ``config``.
         detail: the server's full text where there is one (e.g. its traceback).
+        param: the setting to fix, where there is one (e.g. ``"host"``).
     """
 
-    def __init__(self, message: str, *, kind: str = "server", detail: str | None = None):
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "server",
+        detail: str | None = None,
+        param: str | None = None,
+    ):
+        super().__init__(message, param=param)
         self.kind = kind
         self.detail = detail
 

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 import torch
 import transformers
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from graft.core.tiny import tiny_model
@@ -91,8 +92,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     Every device string graft accepts (experiments, finetuning, loading) goes through here.
 
     Raises:
-        DeviceError: an unknown device string (``"banana"``), or CUDA/MPS (or a CUDA index)
-            this machine does not have.
+        DeviceError: an unknown device string (``"banana"``), CUDA/MPS (or a CUDA index)
+            this machine does not have, or a CPU index other than 0 (``cpu:1``).
     """
     if device is None:
         return default_device()
@@ -112,6 +113,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
                 f"device {str(device)!r}: this machine has {n_gpus} CUDA device(s) "
                 f"(cuda:0..cuda:{n_gpus - 1})"
             )
+    elif dev.type == "cpu" and dev.index not in (None, 0):
+        raise DeviceError(
+            f"device {str(device)!r}: torch runs on one CPU device (its cores share the work); "
+            "use cpu"
+        )
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise DeviceError(f"device {str(device)!r}: MPS is not available here; use cpu")
     elif dev.type not in ("cpu", "cuda", "mps"):
@@ -249,13 +255,21 @@ def _load_hub(
 def _load_local(
     location: str, hf_kwargs: dict[str, Any]
 ) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model and tokenizer of a local folder; a folder transformers cannot load is bad input."""
+    """Model and tokenizer of a local folder; a folder transformers cannot load (unknown
+    architecture, missing, truncated or emptied weights, weights of another shape than
+    ``config.json`` says) is bad input."""
     try:
         return _load_pretrained(location, hf_kwargs)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, SafetensorError, RuntimeError) as err:
+        # transformers raises a bare RuntimeError for weights whose shapes disagree with the
+        # config; any other RuntimeError (out of memory with a device_map) is not bad input
+        mismatch = isinstance(err, RuntimeError) and "mismatched_sizes" in str(err)
+        if isinstance(err, RuntimeError) and not mismatch:
+            raise
+        reason = "weights of other shapes than its config.json gives" if mismatch else None
         raise ModelNotFoundError(
-            f"cannot load the model folder {location} ({_first_line(err)}); pass a folder "
-            "saved by save_pretrained (model and tokenizer)"
+            f"cannot load the model folder {location} ({reason or _first_line(err)}); pass a "
+            "folder saved by save_pretrained (model and tokenizer)"
         ) from err
 
 

@@ -123,7 +123,7 @@ class GraftRemoteBackend(RemoteBackend):
             timeout=min(30.0, self.timeout_s),
         )
         try:
-            request.session_id = json.loads(connection.recv())["session_id"]
+            request.session_id = _session_id(connection.recv(), self.host)
             stage = "SENT"
             deadline = time.monotonic() + self.timeout_s  # the upload counts too
             self.send(request, blob)
@@ -153,6 +153,25 @@ class GraftRemoteBackend(RemoteBackend):
             connection.close()
 
 
+def _not_ndif(host: str, what: str) -> RemoteError:
+    """``host`` answered, but not as an NDIF server does (``what``: how it answered)."""
+    return RemoteError(
+        f"{host} answered {what}: the reply is not an NDIF response; check that host (or env "
+        "NDIF_HOST) points at an NDIF server",
+        kind="protocol",
+        param="host",
+    )
+
+
+def _session_id(message: str | bytes, host: str) -> str:
+    """The session id of the status websocket's first frame, ``{"session_id": "..."}``."""
+    try:
+        session: str = json.loads(message)["session_id"]
+    except (ValueError, KeyError, TypeError):
+        raise _not_ndif(host, f"nnsight's status websocket with {str(message)[:40]!r}") from None
+    return session
+
+
 def _http_status_kind(status: int) -> str:
     if status in (401, 403):
         return "auth"
@@ -175,6 +194,7 @@ def _unreachable(host: str, reason: object) -> RemoteError:
         f"cannot reach the NDIF host {host} ({reason}); check host (or env NDIF_HOST) and "
         "that the server is running",
         kind="unreachable",
+        param="host",
     )
 
 
@@ -209,12 +229,17 @@ def _classify_transport(exc: BaseException, where: _Where) -> RemoteError | None
     import httpx
 
     if isinstance(exc, websocket.WebSocketBadStatusException):
+        if exc.status_code < 400:  # a plain web server: no websocket upgrade (101)
+            return _not_ndif(
+                where.host, f"nnsight's status websocket (/subscribe) with HTTP {exc.status_code}"
+            )
         if exc.status_code in (403, 404):  # ndif opens /subscribe to anyone: not a key problem
             return RemoteError(
                 f"{where.host} refused nnsight's status websocket (HTTP {exc.status_code} on "
                 "/subscribe): it does not speak nnsight 0.8's protocol; check host (or env "
                 "NDIF_HOST) and that the server runs an ndif release for nnsight >=0.8,<0.9",
                 kind="protocol",
+                param="host",
             )
         return where.error(_http_status_kind(exc.status_code), f"HTTP {exc.status_code}")
     if isinstance(exc, TimeoutError | websocket.WebSocketTimeoutException | httpx.TimeoutException):
@@ -284,10 +309,13 @@ def _classify_nnsight(exc: BaseException, where: _Where) -> RemoteError:
 
 def classify(exc: BaseException, *, host: str, model_key: str, where: str) -> RemoteError:
     """Turn whatever nnsight's client raised into a one-line :class:`RemoteError`."""
+    import pydantic
     from nnsight.intervention.backends.remote import RemoteError as NnsightRemoteError
 
     if isinstance(exc, RemoteError):
         return exc
+    if isinstance(exc, pydantic.ValidationError):  # a status or reply nnsight cannot read
+        return _not_ndif(host, f"{where} with a reply nnsight cannot read as a {exc.title}")
     at = _Where(host, model_key, where)
     transport = _classify_transport(exc, at)
     if transport is not None:
@@ -415,6 +443,7 @@ def check_reachable(cfg: RemoteConfig, timeout_s: float = 10.0) -> None:
             f"NDIF host {host!r} is not a URL such as https://api.ndif.us; check host (or env "
             "NDIF_HOST)",
             kind="config",
+            param="host",
         )
     try:
         with socket.create_connection((url.hostname, port), timeout=min(timeout_s, cfg.timeout_s)):

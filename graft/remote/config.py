@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from graft.core.ranges import Range, first_problem
 from graft.core.wrapping import unwrap
 from graft.errors import RemoteError
 from graft.models.registry import looks_like_hub_id
@@ -29,6 +30,15 @@ DONOR_MODES = ("ship", "hosted")
 DEFAULT_MAX_PAYLOAD_MB = 448.0
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_RETRIES = 2
+#: The ranges of :class:`RemoteConfig`'s numbers: a payload up to 64 GiB, a wait up to a
+#: week, up to 10 retries (the back-off doubles: 10 retries from 2 s wait 34 min in all).
+REMOTE_RANGES: dict[str, Range] = {
+    "max_payload_mb": Range(0, 65_536, low_open=True),
+    "timeout_s": Range(0, 7 * 24 * 3600, low_open=True),
+    "retries": Range(0, 10, integer=True),
+    "retry_wait_s": Range(0, 3600),
+    "rows_per_request": Range(1, integer=True),
+}
 TRANSFORMERS_MODEL_CLASS = "nnsight.modeling.transformers.TransformersModel"
 _MB = 1024 * 1024
 
@@ -64,6 +74,9 @@ class RemoteConfig:
             nnsight session, so shipped donor weights are sent once per request).
         compress: zstd-compress payloads and results (nnsight's ``CONFIG.API.COMPRESS``).
         verbose: log every server status update (logger ``graft.remote.client``).
+
+    Numbers outside their range (:data:`REMOTE_RANGES`) raise a one-line
+    :class:`~graft.errors.RemoteError` of kind ``config`` naming the field.
     """
 
     mode: str = "local"
@@ -82,17 +95,18 @@ class RemoteConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise RemoteError(f"mode {self.mode!r} unknown: use {', '.join(MODES)}", kind="config")
+            raise RemoteError(
+                f"mode {self.mode!r} unknown: use {', '.join(MODES)}", kind="config", param="mode"
+            )
         if self.donor_mode not in DONOR_MODES:
             raise RemoteError(
-                f"donor mode {self.donor_mode!r} unknown: use ship or hosted", kind="config"
+                f"donor_mode {self.donor_mode!r} unknown: use ship or hosted",
+                kind="config",
+                param="donor_mode",
             )
-        if not self.max_payload_mb > 0:
-            raise RemoteError("max_payload_mb must be positive", kind="config")
-        if self.rows_per_request < 1 or self.retries < 0 or not self.timeout_s > 0:
-            raise RemoteError(
-                "rows_per_request >= 1, retries >= 0 and timeout_s > 0 are needed", kind="config"
-            )
+        found = first_problem(REMOTE_RANGES, self)
+        if found:
+            raise RemoteError(found[1], kind="config", param=found[0])
 
     @property
     def enabled(self) -> bool:

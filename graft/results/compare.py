@@ -10,15 +10,20 @@ the target's log-probability.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
-from graft.results.folder import CONTRASTS_STEM, NAME_CONTRASTS_STEM
+from graft.results.folder import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    read_config_file,
+    recorded_run_key,
+)
 from graft.results.stats import paired_contrasts
+from graft.results.tables import read_table
 
 __all__ = [
     "CONTRASTS_STEM",
@@ -150,13 +155,12 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
 
     Raises:
         RunFolderError: ``folder`` holds no finished run.
+        DamagedFileError: its ``config.json`` or an ``examples.parquet`` is damaged (or
+            does not match its digest).
     """
     folder = Path(folder)
     config_file = folder / "config.json"
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None
+    config = read_config_file(config_file) if config_file.is_file() else None
     subs = config.get("pairs") if isinstance(config, dict) else None
     files = [folder / str(s) / EXAMPLES_FILE for s in subs or []]
     if isinstance(config, dict) and (folder / EXAMPLES_FILE).is_file():
@@ -166,7 +170,9 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
             f"{folder} is not a finished run folder (needs config.json and {EXAMPLES_FILE}); "
             "give the output folder of a completed experiment"
         )
-    examples = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    name = EXAMPLES_FILE.removesuffix(".parquet")
+    tables = [read_table(f, name, recorded_run_key(f.parent)) for f in files]
+    examples = pl.concat(tables, how="diagonal_relaxed")
     if examples.is_empty() or "graft" not in examples.columns:
         raise RunFolderError(f"{folder} holds no scored examples; rerun its experiment")
     return examples

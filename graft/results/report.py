@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,6 +11,8 @@ from graft.core.naming import slug
 from graft.errors import ResultsError
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
+from graft.results.folder import SUMMARY_STEM, read_config_file
+from graft.results.tables import read_table
 
 LAYER_SEP = " | "
 #: Donor pairs of the component experiment -> panel titles.
@@ -108,6 +109,11 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
 
     Files are ``<folder>/figures/<experiment>_<template>[_<group>]_<metric>.png`` (and
     ``.pdf``), so figures of different metrics live side by side.
+
+    Raises:
+        DamagedFileError: ``summary.parquet`` or ``config.json`` is damaged (or the summary
+            does not match its digest).
+        StorageError: a figure cannot be written (disk full, read-only folder).
     """
     folder = Path(folder)
     summary_file = folder / "summary.parquet"
@@ -116,12 +122,12 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
         raise FileNotFoundError(
             f"{folder} is not a finished run folder (needs summary.parquet and config.json)"
         )
-    summary = pl.read_parquet(summary_file)
+    config = read_config_file(config_file)
+    summary = read_table(summary_file, SUMMARY_STEM, str(config.get("run_key") or ""))
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
     summary, seeds_note = figure_rows(summary)
-    config = json.loads(config_file.read_text())
     experiment = config.get("experiment", "custom")
     model = _model_name(config)
     order = with_twins([g["name"] for g in config.get("grafts", [])])

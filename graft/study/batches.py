@@ -207,7 +207,6 @@ def _run_rows(
     computed on the server (a few numbers per row instead of a vocabulary of logits). Rows per
     forward: ``batch_size`` (default all)."""
     from graft.core.engine import run_grafts
-    from graft.errors import RemoteError
     from graft.remote.executor import RemoteExecutor
 
     remote = cfg.remote_run
@@ -222,5 +221,5 @@ def _run_rows(
             targets=targets if remote else None,
             top_k=REMOTE_TOP_K,
         )
-    except (SpecError, RemoteError) as err:
+    except SpecError as err:  # a RemoteError stays one: the command line exits 1 for it
         raise ExperimentError(str(err)) from None

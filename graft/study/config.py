@@ -8,11 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graft.core.ranges import COUNT, MAX_SEED, SEED, Range, first_problem
 from graft.core.spec import PROTOCOLS
 from graft.errors import DatasetError, ExperimentError
 from graft.models import DEFAULT_MODEL
 from graft.remote.config import RemoteConfig
+from graft.study.presets import STEPS
 from graft.study.templates import DEFAULT_RELATIONS, Relation, template_set
+
+#: The ranges of :class:`DatasetConfig`'s numbers (None: the default, not checked).
+DATASET_RANGES: dict[str, Range] = {"n_facts": COUNT, "seed": SEED}
 
 
 @dataclass
@@ -54,6 +59,11 @@ class DatasetConfig:
     corpus_path: Path | None = None
     protocol: str = "graft"
 
+    def __post_init__(self) -> None:
+        found = first_problem(DATASET_RANGES, self)
+        if found:
+            raise DatasetError(found[1], found[0])
+
     def relations_for(self, template: str) -> tuple[Relation, ...]:
         """The relation fillings of test template ``template``."""
         if self.relations is not None:
@@ -90,6 +100,16 @@ class DatasetConfig:
 #: A control donor of data seed ``d`` is trained on the dataset of data seed
 #: ``d + CONTROL_DATA_SEED_OFFSET``: same kind, size and templates, other facts.
 CONTROL_DATA_SEED_OFFSET = 1000
+#: The ranges of :class:`ExperimentConfig`'s numbers (None: the default, not checked).
+EXPERIMENT_RANGES: dict[str, Range] = {
+    "n_facts": COUNT,
+    "data_seed": SEED,
+    "finetune_max_steps": STEPS,
+    "n": COUNT,
+    "batch_size": COUNT,
+    "seed": SEED,
+    "n_boot": Range(10, 100_000, integer=True),
+}
 
 
 @dataclass(frozen=True)
@@ -123,16 +143,20 @@ class Replicate:
 
 
 def _seeds(value: Any, what: str) -> tuple[int, ...] | None:
-    """``value`` as a tuple of distinct whole seeds >= 0 (None stays None)."""
+    """``value`` as a tuple of distinct seeds 0..:data:`MAX_SEED` (None stays None)."""
     if value is None:
         return None
     seeds = (value,) if isinstance(value, int) else tuple(value)
-    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
-        raise ExperimentError(f"{what} must be one or more whole numbers >= 0, got {value!r}")
+    if not seeds or any(SEED.problem(what, s) for s in seeds):
+        raise ExperimentError(
+            f"{what} must be one or more whole numbers from 0 to {MAX_SEED}, got {value!r}",
+            param=what,
+        )
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         raise ExperimentError(
-            f"{what} lists {', '.join(map(str, repeated))} more than once; give each seed once"
+            f"{what} lists {', '.join(map(str, repeated))} more than once; give each seed once",
+            param=what,
         )
     return seeds
 
@@ -198,6 +222,11 @@ class ExperimentConfig:
         score_full_name: also score the whole target name, teacher-forced token by token
             (its log-probability and whether greedy decoding reproduces it exactly), next to
             the first-token metrics; costs one row per target token after the first.
+
+    Numbers outside their range (:data:`EXPERIMENT_RANGES`: seeds 0 to 2**32-1, counts >= 1,
+    ``n_boot`` 10 to 100,000, ``finetune_max_steps`` 1 to
+    :data:`~graft.study.presets.MAX_STEPS`) raise a one-line
+    :class:`~graft.errors.ExperimentError` naming the field.
     """
 
     experiment: str
@@ -233,10 +262,27 @@ class ExperimentConfig:
         self.data_seeds = _seeds(self.data_seeds, "data_seeds")
         if self.data_seeds is not None:
             self.data_seed = self.data_seeds[0]
+        found = first_problem(EXPERIMENT_RANGES, self)
+        if found:
+            raise ExperimentError(found[1], param=found[0])
+        self._check_control_seeds()
         if self.protocol not in PROTOCOLS:
-            raise ExperimentError(f"protocol {self.protocol!r} unknown: use graft or paper")
+            raise ExperimentError(
+                f"protocol {self.protocol!r} unknown: use graft or paper", param="protocol"
+            )
         if self.head_policy is None:
             self.head_policy = "paper" if self.protocol == "paper" else "base"
+
+    def _check_control_seeds(self) -> None:
+        """A control model's data seed (data seed + :data:`CONTROL_DATA_SEED_OFFSET`) must be
+        a seed too."""
+        highest = max(self.data_seeds or (self.data_seed,))
+        if self.control and highest + CONTROL_DATA_SEED_OFFSET > MAX_SEED:
+            raise ExperimentError(
+                f"with control, data seeds must be at most {MAX_SEED - CONTROL_DATA_SEED_OFFSET}"
+                f" (the control data seed adds {CONTROL_DATA_SEED_OFFSET}), got {highest}",
+                param="data_seed",
+            )
 
     @property
     def replicates(self) -> tuple[Replicate, ...]:

@@ -7,11 +7,14 @@ given tokenizer. Every random choice is drawn from a generator seeded by
 
 Dataset folder (written to a temporary sibling folder and renamed into place):
 ``facts.jsonl``, ``train.jsonl``, ``test_prompts.jsonl``, ``corpus.jsonl`` (only with
-``corpus_path``: generic text that finetuning mixes in) and ``manifest.json``.
+``corpus_path``: generic text that finetuning mixes in) and ``manifest.json``, which
+records the sha256 of every other file: the loaders check them (:func:`verify_dataset`), so
+an edited or damaged file is refused, never used silently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +29,8 @@ from typing import Any
 
 from graft.core.spans import render, template_fields
 from graft.core.spec import PROTOCOLS
-from graft.errors import DatasetError
+from graft.errors import DamagedFileError, DatasetError
+from graft.results.files import file_sha256
 from graft.results.locks import exclusive
 from graft.study.config import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
@@ -243,7 +247,9 @@ def generate_dataset(
 
     Raises:
         DatasetError: bad config or input files, or ``out_dir`` cannot be written (a name too
-            long, no permission, ...); nothing is written.
+            long, no permission, a full disk, ...); nothing is written.
+        DamagedFileError: ``out_dir`` holds the dataset of ``config`` but a file of it was
+            edited or damaged (and not ``overwrite``).
     """
     try:
         return _generate(config, Path(out_dir), overwrite, lock_dir)
@@ -280,6 +286,7 @@ def _reusable(out: Path, config: DatasetConfig, overwrite: bool) -> bool:
     if overwrite:
         return False
     if _made_from(out, config):
+        verify_dataset(out)  # a damaged copy is no dataset of ``config``: never reused silently
         return True
     older = (out / "manifest.json").is_file() and load_manifest(out).get(
         "config"
@@ -305,7 +312,9 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
+            _fsync(tmp / name)
         os.chmod(tmp, 0o755)
+        _fsync(tmp)  # the files reach the disk before the rename makes them the dataset
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)
@@ -316,10 +325,22 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
                 old.unlink()
         else:
             tmp.rename(out)
+        _fsync(out.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _fsync(path: Path) -> None:
+    """Flush the file ``path`` to the disk; a folder too where the platform can."""
+    # not every platform or filesystem can open or fsync a folder; the files are written
+    with contextlib.suppress(OSError) if path.is_dir() else contextlib.nullcontext():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def default_dataset_name(config: DatasetConfig) -> str:
@@ -359,19 +380,70 @@ def check_dataset_folder(dataset_dir: str | os.PathLike[str], files: Sequence[st
     if missing:
         what = "is empty" if not any(path.iterdir()) else f"has no {', '.join(missing)}"
         raise DatasetError(f"dataset folder {path} {what}; {make}", "dataset")
+    verify_dataset(path)
     return path
 
 
-def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The dataset's ``manifest.json``."""
-    manifest: dict[str, Any] = json.loads(
-        (Path(dataset_dir) / "manifest.json").read_text(encoding="utf-8")
+def _damaged(path: Path, problem: str) -> DamagedFileError:
+    """The one-line error for a dataset file ``path`` that is not what graft wrote; a data
+    file's also names the way to keep hand edits (drop the manifest's hashes)."""
+    folder = path.parent
+    keep = (
+        ""
+        if path.name == "manifest.json"
+        else f'; to use hand-edited files, remove "files" from {folder / "manifest.json"}'
     )
+    return DamagedFileError(
+        f"{path} {problem} (edited or damaged); regenerate the dataset (delete {folder}; graft "
+        f"regenerates a workspace dataset) or restore the file{keep}"
+    )
+
+
+def verify_dataset(dataset_dir: str | os.PathLike[str]) -> None:
+    """Check every file whose sha256 the dataset's ``manifest.json`` records (under
+    ``"files"``); each file is hashed once per process (:func:`file_sha256`). A folder
+    without a manifest, or whose manifest records no hashes (one made by hand), passes.
+
+    Raises:
+        DamagedFileError: a recorded file is missing or its bytes differ from its hash.
+    """
+    folder = Path(dataset_dir)
+    if not (folder / "manifest.json").is_file():
+        return
+    hashes = load_manifest(folder).get("files")
+    if hashes is None:
+        return
+    if not isinstance(hashes, dict):
+        raise _damaged(
+            folder / "manifest.json", 'has a "files" entry that is no name -> sha256 map'
+        )
+    for name, expected in sorted(hashes.items()):
+        path = folder / str(name)
+        if not path.is_file():
+            raise _damaged(path, "is recorded in manifest.json but missing")
+        if file_sha256(path) != expected:
+            raise _damaged(path, "does not match the sha256 in manifest.json")
+
+
+def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The dataset's ``manifest.json``.
+
+    Raises:
+        DamagedFileError: it is not a JSON object.
+    """
+    path = Path(dataset_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise _damaged(path, "is not a JSON object")
     return manifest
 
 
 def load_facts(dataset_dir: str | os.PathLike[str]) -> list[Fact]:
-    """The dataset's facts."""
+    """The dataset's facts (the folder's files checked by :func:`verify_dataset`)."""
+    verify_dataset(dataset_dir)
     return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
 
 
@@ -383,7 +455,9 @@ def load_train_records(
     styles: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Training records (text, fact_id, set, style, template, direction), optionally
-    restricted to some sets (``"A"``/``"B"``/``"all"``), directions or styles."""
+    restricted to some sets (``"A"``/``"B"``/``"all"``), directions or styles; the folder's
+    files checked by :func:`verify_dataset`."""
+    verify_dataset(dataset_dir)
     return [
         r
         for r in read_jsonl(Path(dataset_dir) / "train.jsonl")
@@ -394,6 +468,8 @@ def load_train_records(
 
 
 def load_dataset_corpus(dataset_dir: str | os.PathLike[str]) -> list[str]:
-    """The extra corpus stored with the dataset (empty when none was given)."""
+    """The extra corpus stored with the dataset (empty when none was given); the folder's
+    files checked by :func:`verify_dataset`."""
+    verify_dataset(dataset_dir)
     path = Path(dataset_dir) / CORPUS_FILE
     return [r["text"] for r in read_jsonl(path)] if path.is_file() else []

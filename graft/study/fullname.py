@@ -17,7 +17,7 @@ import polars as pl
 
 from graft.core.continuation import score_continuations
 from graft.core.plan import GraftRow
-from graft.errors import ExperimentError, RemoteError, SpecError
+from graft.errors import ExperimentError, SpecError
 from graft.results.metrics import name_metrics_frame
 from graft.study.config import ExperimentConfig
 from graft.study.prompts import TestExample
@@ -61,7 +61,7 @@ def name_columns(
             pad_id=base.tokenizer.pad_token_id,
             executor=RemoteExecutor(remote) if remote is not None else None,
         )
-    except (SpecError, RemoteError) as err:
+    except SpecError as err:  # a RemoteError stays one: the command line exits 1 for it
         raise ExperimentError(str(err)) from None
     names = pl.DataFrame({"name_text": [ex.target_text for ex in examples]})
     return pl.concat([names, name_metrics_frame(scores)], how="horizontal")

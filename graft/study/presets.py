@@ -9,8 +9,27 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from graft.core.ranges import SEED, Range, first_problem
 from graft.errors import FinetuneError
 from graft.models import resolve_device
+
+#: Most optimisation steps of one finetune (``max_steps``, ``--finetune-max-steps``).
+MAX_STEPS = 1_000_000
+#: The range of a finetune's step count.
+STEPS = Range(1, MAX_STEPS, integer=True)
+#: The ranges of :class:`FinetuneConfig`'s numeric fields (``max_steps`` may also be -1).
+FINETUNE_RANGES: dict[str, Range] = {
+    "learning_rate": Range(0, 1, low_open=True),
+    "weight_decay": Range(0, 1),
+    "batch_size": Range(1, sys.maxsize, integer=True),  # torch's batch sampler takes no more
+    "epochs": Range(0, 1000, low_open=True),
+    "warmup_steps": Range(0, MAX_STEPS, integer=True),
+    "val_fraction": Range(0, 1, low_open=True),
+    "generic_ratio": Range(0, 100),
+    "max_length": Range(1, 1_000_000, integer=True),
+    "max_steps": STEPS,
+    "seed": SEED,
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,11 @@ class FinetuneConfig:
         max_length: texts are truncated to this many tokens.
         max_steps: stop after this many optimisation steps (-1 = run all epochs).
         seed: seed of the split, the generic-text sample, data order and initialisation.
+
+    Every number must be finite and in its range (:data:`FINETUNE_RANGES`: learning rate
+    in (0, 1], weight decay in [0, 1], epochs in (0, 1000], ``max_steps`` -1 or 1 to
+    :data:`MAX_STEPS`, seed 0 to 2**32-1, ...); anything else raises a one-line
+    :class:`~graft.errors.FinetuneError` naming the field.
     """
 
     name: str
@@ -48,6 +72,21 @@ class FinetuneConfig:
     max_length: int = 128
     max_steps: int = -1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_steps != -1 and isinstance(self.max_steps, int) and self.max_steps < 1:
+            raise FinetuneError(
+                f"max_steps must be at least 1 (or -1 to train all epochs), got {self.max_steps}",
+                param="max_steps",
+            )
+        skip = ("max_steps",) if self.max_steps == -1 else ()
+        found = first_problem(FINETUNE_RANGES, self, skip)
+        if found:
+            raise FinetuneError(found[1], param=found[0])
+        if self.val_fraction >= 1:
+            raise FinetuneError(
+                f"val_fraction must be below 1, got {self.val_fraction}", param="val_fraction"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,7 +132,7 @@ def resolve_config(
     preset: str | FinetuneConfig | None = None, *, device: str | None = None, **overrides: Any
 ) -> FinetuneConfig:
     """A preset (by name; ``None``: :func:`default_preset` of ``device``) with the non-``None``
-    ``overrides`` applied; the ranges are checked."""
+    ``overrides`` applied; the ranges are checked (by :class:`FinetuneConfig`)."""
     if preset is None:
         preset = default_preset(device)
     if isinstance(preset, str):
@@ -104,18 +143,7 @@ def resolve_config(
     unknown = set(changes) - {f.name for f in dataclasses.fields(FinetuneConfig)}
     if unknown:
         raise FinetuneError(f"unknown finetune setting(s): {', '.join(sorted(unknown))}")
-    cfg = dataclasses.replace(preset, **changes)
-    if cfg.learning_rate <= 0 or cfg.batch_size < 1 or cfg.epochs <= 0:
-        raise FinetuneError("learning_rate, batch_size and epochs must be positive")
-    if cfg.batch_size > sys.maxsize:  # torch's batch sampler cannot take more
-        raise FinetuneError(f"batch_size must be at most {sys.maxsize}, got {cfg.batch_size}")
-    if not 0 < cfg.val_fraction < 1:
-        raise FinetuneError(f"val_fraction must be in (0, 1), got {cfg.val_fraction}")
-    if cfg.max_steps != -1 and cfg.max_steps < 1:
-        raise FinetuneError(
-            f"max_steps must be at least 1 (or -1 to train all epochs), got {cfg.max_steps}"
-        )
-    return cfg
+    return dataclasses.replace(preset, **changes)  # FinetuneConfig checks the ranges
 
 
 # ----------------------------------------------------------------------------- data

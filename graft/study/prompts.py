@@ -20,6 +20,18 @@ from graft.errors import DatasetError
 from graft.study.datasets import check_dataset_folder
 from graft.study.files import read_jsonl
 
+#: A bound on the characters one token covers: no token of the tokenizers graft uses decodes
+#: to more (longest: SmolLM2 81, a newline and 80 spaces; gemma 3 31; the tiny models' 2;
+#: GPT-2-style byte-level vocabularies merge at most 128 bytes). So a text of more than
+#: ``n * MAX_CHARS_PER_TOKEN`` characters has more than ``n`` tokens, known without
+#: tokenizing it; realistic text has 3-5 characters per token.
+MAX_CHARS_PER_TOKEN = 128
+
+
+def char_bound(n_tokens: int) -> int:
+    """The most characters ``n_tokens`` tokens can cover (:data:`MAX_CHARS_PER_TOKEN`)."""
+    return n_tokens * MAX_CHARS_PER_TOKEN
+
 
 @dataclass
 class TestExample:
@@ -142,6 +154,8 @@ def _example(
 ) -> tuple[TestExample | None, str | None]:
     """A stored prompt tokenized, or ``None`` and the reason it cannot be used;
     ``whole_target``: the prompt and all target tokens but the last must fit ``limit``."""
+    if _surely_too_long(record, limit, whole_target):
+        return None, "too_long"
     prompt = tokenize_with_spans(
         tokenizer, record["text"], fields, add_special_tokens=add_special_tokens
     )
@@ -165,6 +179,33 @@ def _example(
         target_ids=[int(t) for t in target_ids],
     )
     return example, None
+
+
+def _surely_too_long(record: dict[str, Any], limit: int | None, whole_target: bool) -> bool:
+    """Whether the prompt (with ``whole_target``: the prompt and the target but its last
+    token) has more characters than ``limit`` tokens can cover: too long for the model,
+    known without tokenizing it (a 10 MB prompt took a minute and 5 GB to tokenize)."""
+    if limit is None:
+        return False
+    if whole_target:
+        return len(record["text"]) + len(record["target_text"]) > char_bound(limit + 1)
+    return len(record["text"]) > char_bound(limit)
+
+
+def _check_unique_ids(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Refuse prompt ids given twice: results are keyed by prompt id, so the repeated
+    prompts' rows would collide once every row had run."""
+    counts = Counter(r["id"] for r in records if isinstance(r.get("id"), str))
+    repeated = [i for i, n in counts.items() if n > 1]
+    if repeated:
+        shown = ", ".join(map(repr, repeated[:5])) + (
+            f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+        )
+        raise DatasetError(
+            f"{path} repeats the prompt id(s) {shown}; give each prompt its own id or "
+            "regenerate the dataset",
+            "dataset",
+        )
 
 
 _PROMPT_KEYS = ("id", "fact_id", "template", "direction", "text", "fields", "target_text")
@@ -199,16 +240,24 @@ def load_test_prompts(
     not fit the model are dropped and counted by reason in the returned
     :class:`DropReport`, never silently.
 
+    Prompts with more characters than ``max_length`` tokens can cover
+    (:func:`char_bound`) are dropped as ``too_long`` without being tokenized.
+
     Raises:
         DatasetError: no such dataset folder (or no ``test_prompts.jsonl`` in it), a line
-            that is not JSON, a prompt that lacks a key or has a span outside its text.
+            that is not JSON, a prompt that lacks a key or has a span outside its text, a
+            prompt id given twice.
+        DamagedFileError: a file whose sha256 the manifest records was edited or damaged
+            (:func:`graft.study.datasets.verify_dataset`).
     """
     path = check_dataset_folder(dataset_dir, ["test_prompts.jsonl"]) / "test_prompts.jsonl"
     limit = max_length if max_length is not None else _tokenizer_context(tokenizer)
     report = DropReport()
     examples = []
     dropped: Counter[str] = Counter()
-    for index, record in enumerate(read_jsonl(path), 1):
+    records = read_jsonl(path)
+    _check_unique_ids(path, records)
+    for index, record in enumerate(records, 1):
         fields = _prompt_fields(path, index, record)
         if templates is not None and record["template"] not in templates:
             continue

@@ -48,7 +48,9 @@ def load_examples(
     unknown = [t for t in templates if t not in available]
     if unknown:
         raise ExperimentError(
-            f"templates {','.join(unknown)}: not in {data_path}; available: {', '.join(available)}"
+            f"templates {','.join(unknown)}: not in {data_path}; available: "
+            f"{', '.join(available) or 'none (regenerate the dataset)'}",
+            param="templates",
         )
     examples: list[TestExample] = []
     drops: dict[str, dict[str, int]] = {}
@@ -65,8 +67,15 @@ def load_examples(
         drops[template] = dict(report.dropped)
     if not examples:
         raise ExperimentError(
-            f"no usable test prompts for templates {templates} and directions {cfg.directions} "
-            f"in {data_path} (dropped: {drops})"
+            f"no usable test prompts for templates {templates} and directions "
+            f"{list(cfg.directions)} in {data_path} (dropped: {drops}); "
+            + (
+                "its test_prompts.jsonl is empty: regenerate the dataset"
+                if not records
+                else "choose other templates or directions, or a model with more positions "
+                "(too_long) or a dataset this tokenizer can score"
+            ),
+            param="templates",
         )
     return examples, drops
 
@@ -91,7 +100,12 @@ def check_grafts(grafts: Sequence[Graft], donors: Mapping[str, Any]) -> None:
             )
         missing = g.spec.donors() - set(donors)
         if missing:
-            raise ExperimentError(f"graft {g.name!r} uses donor(s) {sorted(missing)} not loaded")
+            raise ExperimentError(
+                f"graft {g.name!r} uses donor(s) {sorted(missing)} not loaded (loaded: "
+                f"{sorted(donors)}); write a loaded one after '@' in its spec, or add the "
+                "missing one to donors",
+                param="donors",
+            )
 
 
 def check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:

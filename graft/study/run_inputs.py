@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from graft.core.arch import check_compatible
 from graft.core.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.config import ExperimentConfig
+from graft.study.donors import verify_donor
 from graft.study.prompts import TestExample
 
 logger = logging.getLogger(__name__)
@@ -85,9 +87,18 @@ def load_run_models(
     cfg: ExperimentConfig, paths: RunPaths, loaded: dict[str, LoadedModel]
 ) -> RunModels:
     """The models of one replicate, each loaded once: ``loaded`` (path -> model) keeps what
-    the replicate shares with the previous one and drops the rest."""
+    the replicate shares with the previous one and drops the rest. Model folders are checked
+    against their ``checksums.json`` first (:func:`graft.study.donors.verify_donor`; hashes
+    are cached, so a folder shared by replicates is read once).
+
+    Raises:
+        graft.errors.DamagedFileError: a model folder does not match its checksums.
+    """
     for path in [p for p in loaded if p not in paths.all()]:
         del loaded[path]
+    for path in paths.all():
+        if Path(path).is_dir():
+            verify_donor(path)
     for path in paths.all():
         if path not in loaded:
             loaded[path] = load_model(path, dtype=cfg.dtype, device=cfg.device)

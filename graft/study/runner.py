@@ -17,9 +17,12 @@ finetuned model, renamed ``<graft> [control]``), and stores its batches as
 
 Everything that can fail on bad input is checked before anything is written or finetuned:
 the grafts (unique names, donors given), the device, the run folder (writable, graft's own),
-the remote host, the test prompts of the chosen templates, and every (prompt, graft) row's
-spec against the model. ``config.json`` is written only when the first batch is about to
-run, so a failed start leaves the run folder as it was. Progress goes to the ``logging``
+the remote host, the test prompts of the chosen templates, every (prompt, graft) row's spec
+against the model, and that no two rows share a (group, graft, template, prompt_id) key.
+``config.json`` is written only when the first batch is about to run, and removed again when
+a new run stores no batch (its first batch failed), so a failed start leaves the run folder
+as it was. Stored batches are checked on resume (:meth:`RunFolder.done_batches`): a damaged
+or foreign one is set aside and computed again. Progress goes to the ``logging``
 logger of this module (and a tqdm bar); a finetune the run needs first is announced as a
 warning with an estimate of its duration.
 """
@@ -27,6 +30,7 @@ warning with an estimate of its duration.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +50,7 @@ from graft.study.batches import run_batches
 from graft.study.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.fullname import resume_key
 from graft.study.grafts import Graft
+from graft.study.prompts import TestExample
 from graft.study.rows import (
     check_grafts,
     check_rows,
@@ -203,11 +208,20 @@ def _run_validated(
     # writing): the first batch is about to run
     key += [f"options.{k}" for k in KEY_OPTIONS + REPLICATE_OPTIONS]
     key += ["replicates"] if cfg.replicated else []
-    key += resume_key(cfg, None if cfg.overwrite else folder.read_config())
+    old = None if cfg.overwrite else folder.read_config()
+    key += resume_key(cfg, old)
+    existed = folder.path.exists()
     stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
     loading = times.seconds["loading"]
-    with times.stage("grafting"):
-        run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times)
+    try:
+        with times.stage("grafting"):
+            run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times)
+    except BaseException:
+        # a new run that stored no batch (say, its remote host failed the first request)
+        # leaves the folder as it was, as a start that failed its checks does
+        if old is None:
+            folder.undo_start(existed)
+        raise
     # later replicates' models load inside: count that as loading, not grafting
     times.seconds["grafting"] -= times.seconds["loading"] - loading
     loaded.clear()
@@ -290,9 +304,33 @@ def _plan(
         examples = sample_examples(examples, cfg.n, cfg.seed)
         check_span_names(grafts, data_path)
         rows, skipped = plan_rows(examples, grafts)
+        check_row_keys(examples, grafts, rows)
         check_rows(probe.model, examples, grafts, rows, donors)
         prompts[data_seed] = RunPrompts(examples, drops, rows, skipped)
     return probe_path, probe, prompts
+
+
+def check_row_keys(
+    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+) -> None:
+    """Raise unless every planned row has a key of its own: (group, graft, template,
+    prompt_id), what the summary and the paired contrasts match prompts on (two rows of one
+    key were found only after every row ran)."""
+    counts = Counter(
+        (grafts[gi].group, grafts[gi].name, examples[ei].template, examples[ei].prompt_id)
+        for ei, gi in rows
+    )
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return
+    ids = list(dict.fromkeys(f"{t}/{p}" for _, _, t, p in repeated))
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    n_rows = sum(counts[key] for key in repeated)
+    raise ExperimentError(
+        f"{n_rows} planned rows repeat a (group, graft, template, prompt_id) key: the test "
+        f"prompts repeat the ids {shown} (template/prompt_id); give every test prompt an id "
+        "of its own (fix or regenerate the dataset)"
+    )
 
 
 def control_twins(

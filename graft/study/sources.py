@@ -22,15 +22,10 @@ from typing import Any
 
 from graft.models import resolve_device
 from graft.study.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.finetune import duration_text, estimate_seconds, training_steps
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.training_data import load_fact_dataset, split_texts
 from graft.study.workspace import DonorLocation, Workspace
-
-#: Rough finetune speed for the announcement before a run (measured: smollm2-135m, batch 16,
-#: 3.3 s/step on a 2-core CPU; tiny models ~0.08 s/step). CUDA is assumed ~30x faster.
-_STEP_OVERHEAD_S = 0.05
-_STEP_S_PER_PARAM_TEXT = 1.5e-9
-_CUDA_SPEEDUP = 30.0
 
 
 def _workspace(cfg: ExperimentConfig) -> Workspace:
@@ -100,8 +95,7 @@ def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
     # only the split's sizes matter here: placeholder texts
     train, _ = split_texts([""] * n_fact_texts, preset.val_fraction, preset.seed)
     n_texts = len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
-    steps = math.ceil(preset.epochs * max(1, math.ceil(n_texts / preset.batch_size)))
-    return min(steps, preset.max_steps) if preset.max_steps >= 0 else steps
+    return training_steps(preset, math.ceil(n_texts / preset.batch_size))
 
 
 def pending_finetune(
@@ -118,28 +112,18 @@ def pending_finetune(
     n_texts = len(load_fact_dataset(donor.dataset_dir, donor.train_set).train)
     steps = finetune_steps(donor.config, n_texts)
     device = resolve_device(cfg.device).type
-    per_step = _STEP_S_PER_PARAM_TEXT * n_params * donor.config.batch_size
-    per_step = _STEP_OVERHEAD_S + per_step / (_CUDA_SPEEDUP if device == "cuda" else 1.0)
     rep = replicate or cfg.replicates[0]
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     which = which if cfg.replicated else ""
-    seconds = steps * per_step
+    seconds = estimate_seconds(n_params, donor.config.batch_size, steps, device)
     gpu_work = device == "cpu" and seconds > 3 * 3600
     return (
         f"the {source.variant!r} model{which} of {cfg.model} is not in the workspace yet; it "
         f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
-        f"{_duration(seconds)} of training on {device} (an estimate)"
+        f"{duration_text(seconds)} of training on {device} (an estimate)"
         + ("; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"
            if gpu_work else "")
     )  # fmt: skip
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def finetune_record(path: str) -> dict[str, Any] | None:

@@ -15,7 +15,6 @@ from graft.results.compare import (
     NAME_CONTRASTS_STEM,
     key_contrasts,
 )
-from graft.results.files import atomic_path
 from graft.results.folder import RunFolder
 from graft.results.over_seeds import REPLICATE_COLUMNS, format_per_seed, summarize_over_seeds
 from graft.results.summary import summarize
@@ -49,19 +48,15 @@ def write_summaries(
 def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame:
     """Combine the stored batches into ``examples.parquet`` and return the table. Batches
     stored before rows recorded their replicate (a run of one, resumed) get its seeds."""
-    path = folder.finalize(EXAMPLES_TABLE)
-    table = folder.read(EXAMPLES_TABLE)
-    if table.is_empty() or cfg.replicated:
-        return table
-    seeds = {"data_seed": cfg.data_seed, "finetune_seed": 0}
-    filled = table.with_columns(
-        pl.col(c).fill_null(v) if c in table.columns else pl.lit(v, dtype=pl.Int64).alias(c)
-        for c, v in seeds.items()
-    )
-    if not filled.equals(table):
-        with atomic_path(path) as tmp:
-            filled.write_parquet(tmp)
-    return filled
+    table = folder.read(EXAMPLES_TABLE)  # checks every part: nothing derived if one is bad
+    if not table.is_empty() and not cfg.replicated:
+        seeds = {"data_seed": cfg.data_seed, "finetune_seed": 0}
+        table = table.with_columns(
+            pl.col(c).fill_null(v) if c in table.columns else pl.lit(v, dtype=pl.Int64).alias(c)
+            for c, v in seeds.items()
+        )
+    folder.finalize(EXAMPLES_TABLE, table)
+    return table
 
 
 def _drops_report(cfg: ExperimentConfig, prompts: Mapping[int, RunPrompts]) -> dict[str, Any]:

@@ -3,7 +3,6 @@ and their tokenized form for the HF ``Trainer``."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,9 +12,15 @@ from typing import Any
 import torch
 
 from graft.errors import DatasetError, FinetuneError
-from graft.study.datasets import CORPUS_FILE, check_dataset_folder, load_dataset_corpus
+from graft.study.datasets import (
+    CORPUS_FILE,
+    check_dataset_folder,
+    load_dataset_corpus,
+    load_manifest,
+)
 from graft.study.files import load_generic_texts, read_jsonl
 from graft.study.presets import FinetuneConfig
+from graft.study.prompts import char_bound
 
 
 @dataclass
@@ -36,7 +41,8 @@ class FactDataset:
 
 
 def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDataset:
-    """Read and check a dataset folder; :class:`FinetuneError` names what is wrong.
+    """Read and check a dataset folder; :class:`FinetuneError` names what is wrong
+    (:class:`~graft.errors.DamagedFileError` a file the manifest's sha256 does not match).
 
     Args:
         path: folder with ``train.jsonl`` and ``test_prompts.jsonl``.
@@ -67,8 +73,7 @@ def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDat
         rows = [r for r in rows if r.get("set") == train_set]
     if len(rows) < 2:
         raise FinetuneError(f"{path / 'train.jsonl'} needs at least 2 texts, has {len(rows)}")
-    manifest_path = path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    manifest = load_manifest(path) if (path / "manifest.json").is_file() else {}
     return FactDataset(path, rows, train_set, manifest)
 
 
@@ -99,12 +104,25 @@ def generic_texts(cfg: FinetuneConfig, dataset: str | Path) -> tuple[list[str], 
         raise FinetuneError(str(err)) from None
 
 
+def cut_for_tokens(text: str, max_length: int) -> str:
+    """``text`` cut to twice the characters ``max_length`` tokens can cover
+    (:func:`graft.study.prompts.char_bound`), so a huge text is never tokenized whole (a
+    10 MB line took 2.7 GB before truncation). Its first ``max_length`` tokens are those of
+    the whole text: they end long before the cut (realistic text has 3-5 characters per
+    token, the bound 128), and BPE's choices near the cut do not reach back that far."""
+    return text[: 2 * char_bound(max_length)]
+
+
 class TokenisedTexts(torch.utils.data.Dataset[dict[str, list[int]]]):
-    """Texts as token ids (truncated to ``max_length``), one training example each."""
+    """Texts as token ids (truncated to ``max_length``), one training example each; each
+    text is cut first (:func:`cut_for_tokens`) so that its length costs no memory."""
 
     def __init__(self, texts: Sequence[str], tokenizer: Any, max_length: int):
         self.items = [
-            tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts
+            tokenizer(cut_for_tokens(t, max_length), truncation=True, max_length=max_length)[
+                "input_ids"
+            ]
+            for t in texts
         ]
 
     def __len__(self) -> int:

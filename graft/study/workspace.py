@@ -32,7 +32,7 @@ from graft.study.datasets import (
     validate_config,
 )
 from graft.study.facts import KINDS
-from graft.study.finetune import finetune, is_finished
+from graft.study.finetune import drop_leftover_partial, finetune, is_finished
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.templates import DIRECTIONS
 
@@ -308,6 +308,7 @@ class Workspace:
     ) -> Path:
         """``donor``'s folder, finetuning it first when it is not finished."""
         if donor.finished:
+            drop_leftover_partial(donor.path)
             return donor.path
         logger.info(
             "no finetuned %s for this data in %s; finetuning it (%s)",

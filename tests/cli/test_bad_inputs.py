@@ -14,6 +14,7 @@ number of inputs tried is printed at the end of the run.
 from __future__ import annotations
 
 import contextlib
+import json
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -310,7 +311,15 @@ def test_truncated_jsonl_line_is_a_one_line_error_on_the_cli(long_title_dataset,
     lines = (broken / "test_prompts.jsonl").read_text().splitlines()
     lines[2] = lines[2][:30]
     (broken / "test_prompts.jsonl").write_text("\n".join(lines) + "\n")
+    # a generated dataset records its files' hashes: the damage is caught before parsing
     result = CliRunner().invoke(main, _custom(broken, scratch / "broken_run"))
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exc_info
+    assert "test_prompts.jsonl does not match the sha256 in manifest.json" in result.output
+    # a hand-made folder (no hashes) is parsed, and the bad line is named
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest.pop("files")
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, _custom(broken, scratch / "broken_run2"))
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exc_info
     assert "test_prompts.jsonl, line 3: not valid JSON" in result.output
 

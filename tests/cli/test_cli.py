@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import click
@@ -10,6 +11,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import experiments.data
+import experiments.finetune
 import experiments.smoke
 from experiments.cli import main
 from experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
@@ -164,21 +167,21 @@ def test_bad_device_is_refused_before_anything_runs(tmp_path, command, device, m
 @pytest.mark.parametrize(
     ("command", "args", "message"),
     [
-        ("finetune", ["--finetune-max-steps", "0"], "x>=1"),
+        ("finetune", ["--finetune-max-steps", "0"], "1<=x<=1000000"),
         (
             "finetune",
             ["--max-steps", "5"],
             "No such option '--max-steps'. Did you mean '--finetune-max-steps'",
         ),
         ("finetune", ["--n-facts", "0"], "x>=1"),
-        ("finetune", ["--lr", "0"], "x>0"),
-        ("finetune", ["--batch-size", "0"], "x>=1"),
+        ("finetune", ["--lr", "0"], "0<x<=1"),
+        ("finetune", ["--batch-size", "0"], f"1<=x<={sys.maxsize}"),
         ("finetune", ["--dataset", "bogus"], "neither a dataset folder nor a data kind"),
         ("finetune", ["--variant", "sideways"], "'sideways' is not one of"),
-        ("position", ["--seed", "-1"], "x>=0"),
-        ("position", ["--finetune-max-steps", "0"], "x>=1"),
+        ("position", ["--seed", "-1"], "0<=x<=4294967295"),
+        ("position", ["--finetune-max-steps", "0"], "1<=x<=1000000"),
         ("position", ["--rows-per-forward", "0"], "x>=1"),
-        ("data", ["--data-seed", "-1"], "x>=0"),
+        ("data", ["--data-seed", "-1"], "0<=x<=4294967295"),
         ("data", ["--n-facts", "0"], "x>=1"),
     ],
 )
@@ -187,6 +190,158 @@ def test_out_of_range_values_exit_2(tmp_path, command, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("finetune", ["--lr", "nan"], "'nan' is not a finite number"),
+        ("finetune", ["--lr", "inf"], "inf is not in the range 0<x<=1"),
+        ("finetune", ["--lr", "1e30"], "1e+30 is not in the range 0<x<=1"),
+        ("finetune", ["--weight-decay", "nan"], "'nan' is not a finite number"),
+        ("finetune", ["--epochs", "nan"], "'nan' is not a finite number"),
+        ("finetune", ["--epochs", "1e9"], "0<x<=1000"),
+        ("finetune", ["--finetune-seed", str(2**32)], "0<=x<=4294967295"),
+        ("finetune", ["--finetune-max-steps", str(10**12)], "1<=x<=1000000"),
+        ("finetune", ["--device", "cpu:1"], "torch runs on one CPU device"),
+        ("data", ["--data-seed", "99999999999999999999999"], "0<=x<=4294967295"),
+        ("position", ["--data-seed", "99999999999999999999999"], "0<=x<=4294967295"),
+        ("position", ["--data-seeds", f"0,{2**32}"], "whole numbers from 0 to 4294967295"),
+        ("position", ["--finetune-seeds", f"{2**40}"], "whole numbers from 0 to 4294967295"),
+        ("position", ["--seed", f"{2**32}"], "0<=x<=4294967295"),
+        ("position", ["--finetune-max-steps", str(10**12)], "1<=x<=1000000"),
+        ("position", ["--device", "cpu:1"], "torch runs on one CPU device"),
+        ("position", ["--remote", "--remote-timeout", "inf"], "inf is not in the range"),
+        ("position", ["--remote", "--remote-timeout", "nan"], "'nan' is not a finite number"),
+        ("position", ["--remote", "--max-payload-mb", "inf"], "inf is not in the range"),
+        ("position", ["--remote", "--max-payload-mb", "nan"], "'nan' is not a finite number"),
+        ("position", ["--remote", "--remote-retries", "1000"], "0<=x<=10"),
+    ],
+)
+def test_non_finite_or_huge_numbers_are_refused_before_anything_runs(
+    tmp_path, monkeypatch, command, args, message
+):
+    """nan passed click's float ranges (and inf those without an upper bound); seeds above
+    2**32-1 reached numpy; cpu:1 was taken for cpu."""
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the command got past its option checks")
+
+    monkeypatch.setattr(sys.modules["experiments.position"], "make_config", ran)
+    monkeypatch.setattr(experiments.finetune.ft, "finetune", ran)
+    monkeypatch.setattr(experiments.data, "generate_dataset", ran)
+    result = invoke(command, *args, "--workspace", str(tmp_path / "ws"))
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["data", "--n-facts", "100000"], "choose --n-facts between 1 and 912"),
+        (["finetune", "--n-facts", "100000"], "choose --n-facts between 1 and 912"),
+        (["data", "--facts", "{tmp}/nope.csv"], "pass a readable UTF-8 CSV/JSONL file as --facts"),
+    ],
+)
+def test_library_errors_name_the_flags_the_user_typed(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = invoke(*args, "--workspace", str(tmp_path / "ws"))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "n_facts" not in result.output and "facts_path" not in result.output
+
+
+def test_parameter_names_become_flags_only_where_the_command_has_them():
+    from experiments.common import in_user_words
+    from graft.errors import ExperimentError, RemoteError
+
+    position, custom = main.commands["position"], main.commands["custom"]
+    err = RemoteError("max_payload_mb must be positive; or use donor_mode='hosted'", kind="config")
+    assert (
+        in_user_words(err, position)
+        == "--max-payload-mb must be positive; or use --donor-mode hosted"
+    )
+    err = ExperimentError(
+        "templates foo: not in the dataset; pick other templates", param="templates"
+    )
+    assert in_user_words(err, position).startswith("--templates foo: not in the dataset")
+    stored = ExperimentError("options.score_full_name stored true; the model differs")
+    assert in_user_words(stored, position) == str(stored)  # a JSON key and prose stay
+    missing = ExperimentError("add the missing one to donors", param="donors")
+    assert in_user_words(missing, custom) == "add the missing one to --donor"
+    assert in_user_words(missing, position) == str(missing)  # position has no --donor
+    assert in_user_words(missing) == str(missing)  # outside a command: the library's words
+
+
+def _no_ndif(handler_base):
+    """A web server answering HTTP 200 with a page to everything (no NDIF server)."""
+
+    class Garbage(handler_base):
+        def _answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"page")
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Garbage
+
+
+@pytest.fixture
+def no_ndif_url():
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), _no_ndif(http.server.BaseHTTPRequestHandler)
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+
+
+def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
+    return invoke(
+        "custom", "--spec", "LT:all:o", "--donor", "sft=tiny-llama", "--model", "tiny-llama",
+        "--n", "1", "--n-facts", "2", "--n-boot", "10", "--quiet",
+        "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run"), "--remote", *remote,
+    )  # fmt: skip
+
+
+def test_a_failing_server_exits_1_and_a_bad_remote_setting_2(tmp_path, no_ndif_url):
+    """Exit 2 means "fix the command line"; a server that fails (here: no NDIF server at
+    all) is no usage error: exit 1, and no run folder is left behind."""
+    args = ("--ndif-host", no_ndif_url, "--remote-retries", "0")
+    failed = _remote_custom(tmp_path, *args, "--ndif-model-key", "k")
+    assert failed.exit_code == 1, failed.output
+    assert "Usage:" not in failed.output and "HTTP 200: the reply is not an NDIF response" in (
+        failed.output
+    )
+    assert "check that --ndif-host (or env NDIF_HOST) points at an NDIF server" in failed.output
+    assert not (tmp_path / "run").exists()
+    refused = _remote_custom(tmp_path, *args)  # tiny-llama has no hub id: a key is needed
+    assert refused.exit_code == 2, refused.output
+    assert "set --ndif-model-key" in refused.output
+
+
+def test_custom_names_the_missing_donor_and_the_fix(tmp_path):
+    result = invoke(
+        "custom", "--spec", "LT:all:o@nodonor", "--donor", "sft=tiny-llama",
+        "--model", "tiny-llama", "--n", "1", "--n-facts", "2", "--n-boot", "10",
+        "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run"), "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "uses donor(s) ['nodonor'] not loaded (loaded: ['sft'])" in result.output
+    assert "write a loaded one after '@' in its spec, or add the missing one to --donor" in (
+        result.output
+    )
 
 
 @pytest.mark.parametrize("command", ["position", "finetune"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,78 @@ def test_every_command_file_is_registered():
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
     helpers = {"__init__", "cli", "common", "options", "shared"}
     assert files - {module for module, _ in COMMANDS} == helpers
+
+
+# ----------------------------------------------------------------- ranges, one source
+
+
+def _library_config(config: type, **values):
+    """``config`` built from its defaults plus ``values`` (FinetuneConfig: the cpu preset)."""
+    if config is FinetuneConfig:
+        from graft.study.presets import CPU
+
+        return dataclasses.replace(CPU, **values)
+    if config is ExperimentConfig:
+        return ExperimentConfig(experiment="t", **values)
+    return config(**values)
+
+
+BAD_NUMBERS = [
+    (FinetuneConfig, "learning_rate", float("nan"), "must be a finite number"),
+    (FinetuneConfig, "learning_rate", float("inf"), "must be a finite number"),
+    (FinetuneConfig, "learning_rate", 1e30, "must be at most 1, got 1e+30"),
+    (FinetuneConfig, "weight_decay", float("nan"), "must be a finite number"),
+    (FinetuneConfig, "epochs", float("nan"), "must be a finite number"),
+    (FinetuneConfig, "epochs", 0, "must be positive, got 0"),
+    (FinetuneConfig, "max_steps", 10**12, "must be at most 1000000"),
+    (FinetuneConfig, "seed", 2**32, "must be at most 4294967295"),
+    (FinetuneConfig, "val_fraction", 1.0, "must be below 1"),
+    (ExperimentConfig, "data_seed", 99999999999999999999999, "must be at most 4294967295"),
+    (ExperimentConfig, "seed", -1, "must be >= 0"),
+    (ExperimentConfig, "finetune_max_steps", 10**12, "must be at most 1000000"),
+    (ExperimentConfig, "n_boot", 10**9, "must be at most 100000"),
+    (ExperimentConfig, "n", 0, "must be at least 1"),
+    (ExperimentConfig, "finetune_seeds", (0, 2**32), "from 0 to 4294967295"),
+    (RemoteConfig, "timeout_s", float("inf"), "must be a finite number"),
+    (RemoteConfig, "max_payload_mb", float("inf"), "must be a finite number"),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "value", "message"),
+    BAD_NUMBERS,
+    ids=[f"{c.__name__}.{f}={v!r}" for c, f, v, _ in BAD_NUMBERS],
+)
+def test_the_library_refuses_what_the_command_line_refuses(config, field, value, message):
+    """API users get the command line's ranges: a one-line GraftError naming the field."""
+    from graft.errors import GraftError
+
+    with pytest.raises(GraftError, match=re.escape(message)) as info:
+        _library_config(config, **{field: value})
+    assert info.value.param == field and str(info.value).startswith(field)
+    assert "\n" not in str(info.value)
+
+
+def test_control_data_seeds_stay_seeds():
+    from graft.core.ranges import MAX_SEED
+    from graft.errors import ExperimentError
+    from graft.study.config import CONTROL_DATA_SEED_OFFSET
+
+    highest = MAX_SEED - CONTROL_DATA_SEED_OFFSET
+    assert ExperimentConfig(experiment="t", data_seed=highest, control=True).control
+    with pytest.raises(ExperimentError, match=f"data seeds must be at most {highest}"):
+        ExperimentConfig(experiment="t", data_seed=highest + 1, control=True)
+
+
+@pytest.mark.parametrize(
+    ("config", "table"),
+    [(FinetuneConfig, FINETUNE_FLAGS), (RemoteConfig, REMOTE_FLAGS)],
+    ids=["finetune", "remote"],
+)
+def test_every_float_option_refuses_nan_and_inf(config, table):
+    floats = [flag for flag in table.values() if isinstance(flag.type, click.FloatRange)]
+    assert floats, "no float option found: the test would check nothing"
+    for flag in floats:
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(click.BadParameter):
+                flag.type.convert(bad, None, None)

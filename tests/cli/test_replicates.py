@@ -101,7 +101,7 @@ def test_necessity_control_twins_every_graft(common, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--finetune-seeds", "0,x"], "give comma-separated whole numbers >= 0"),
+        (["--finetune-seeds", "0,x"], "give comma-separated whole numbers from 0 to 4294967295"),
         (["--finetune-seeds", "1,1"], "seed 1 is given twice"),
         (["--data-seeds", ","], "give comma-separated whole numbers"),
         (["--data-seed", "1", "--data-seeds", "1,2"], "--data-seed and --data-seeds both given"),

@@ -110,6 +110,36 @@ def test_folder_transformers_cannot_load_is_refused(tmp_path) -> None:
         load_model(tmp_path, device="cpu")
 
 
+def _halve(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _double_hidden_size(path) -> None:
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "message"),
+    [
+        ("model.safetensors", _halve, "deserializing header"),
+        ("model.safetensors", lambda path: path.write_bytes(b""), "header too small"),
+        ("config.json", _double_hidden_size, "weights of other shapes than its config.json"),
+    ],
+)
+def test_folder_with_damaged_weights_is_refused(tmp_path, file, damage, message) -> None:
+    """Truncated or emptied weights, or a config.json the weights do not fit, were tracebacks
+    (safetensors' SafetensorError, transformers' RuntimeError)."""
+    tiny_model("llama").save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    damage(tmp_path / file)
+    with pytest.raises(
+        ModelNotFoundError, match=f"cannot load the model folder.*{message}"
+    ) as info:
+        load_model(tmp_path, device="cpu")
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("device", "message"),
     [
@@ -144,6 +174,14 @@ def test_cuda_index_beyond_the_gpus_is_refused(monkeypatch) -> None:
     assert resolve_device("cuda:0") == torch.device("cuda:0")
     with pytest.raises(DeviceError, match=r"1 CUDA device\(s\)"):
         resolve_device("cuda:3")
+
+
+@pytest.mark.parametrize("device", ["cpu:1", "cpu:7", torch.device("cpu", 2)])
+def test_a_cpu_index_other_than_0_is_refused(device) -> None:
+    """torch accepted ``cpu:1`` and ran on the one CPU device: an option that did nothing."""
+    with pytest.raises(DeviceError, match=r"torch runs on one CPU device .*; use cpu$"):
+        resolve_device(device)
+    assert resolve_device("cpu:0") == torch.device("cpu:0")
 
 
 def test_context_length() -> None:

@@ -8,9 +8,11 @@ must survive nnsight's serialise / deserialise path (``remote="local"``).
 from __future__ import annotations
 
 import copy
+import http.server
 import json
 import logging
 import socket
+import threading
 
 import pytest
 import torch
@@ -475,3 +477,94 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
         a = torch.tensor(from_logits[column].to_list())
         b = torch.tensor(from_server[column].to_list())
         assert (a - b).abs().max().item() <= 1e-5, column
+
+
+# ------------------------------------------------------------- a server that is no NDIF
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    """Answers every request with HTTP 200 and a web page, as a plain web server does."""
+
+    def _answer(self) -> None:
+        body = b"<html>hello</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:  # keep the test output quiet
+        pass
+
+
+@pytest.fixture(scope="module")
+def garbage_server():
+    """The URL of a local web server that answers HTTP 200 with a page to everything."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+
+
+def test_a_server_answering_200_with_garbage_is_no_ndif_server(garbage_server, llama):
+    base, donors = llama
+    cfg = RemoteConfig(
+        mode="remote", host=garbage_server, model_key=BASE_KEY, retries=0, timeout_s=10
+    )
+    with pytest.raises(RemoteError) as info:
+        run_grafts(base, donors["sft"], make_rows([POSITION], 1), executor=RemoteExecutor(cfg))
+    err = info.value
+    assert err.kind == "protocol" and err.param == "host" and "\n" not in str(err)
+    assert "HTTP 200: the reply is not an NDIF response" in str(err)
+    assert "check that host (or env NDIF_HOST) points at an NDIF server" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("frame", "what"),
+    [("not json", "'not json'"), ('{"id": 1}', "'{\"id\": 1}'"), ("[1]", "'[1]'")],
+)
+def test_a_first_websocket_frame_without_a_session_is_no_ndif_response(frame, what):
+    from graft.remote.client import _session_id
+
+    with pytest.raises(RemoteError, match="not an NDIF response") as info:
+        _session_id(frame, "http://h:1")
+    assert info.value.kind == "protocol" and what in str(info.value)
+    assert _session_id('{"session_id": "s1"}', "http://h:1") == "s1"
+
+
+def test_a_reply_nnsight_cannot_read_is_no_ndif_response():
+    from nnsight.schema.response import ResponseModel
+
+    from graft.remote.client import classify
+
+    try:
+        ResponseModel.model_validate_json("<html>hello</html>")
+    except ValueError as exc:
+        err = classify(exc, host="http://h:1", model_key="k", where="request 1/1")
+    assert err.kind == "protocol" and "\n" not in str(err)
+    assert "http://h:1 answered request 1/1 with a reply nnsight cannot read" in str(err)
+    assert "not an NDIF response" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_payload_mb", float("inf"), "max_payload_mb must be a finite number"),
+        ("max_payload_mb", float("nan"), "max_payload_mb must be a finite number"),
+        ("max_payload_mb", 0, "max_payload_mb must be positive, got 0"),
+        ("max_payload_mb", 1e6, "max_payload_mb must be at most 65536"),
+        ("timeout_s", float("inf"), "timeout_s must be a finite number"),
+        ("timeout_s", 1e9, "timeout_s must be at most 604800"),
+        ("retries", 1000, "retries must be at most 10"),
+        ("retries", 1.5, "retries must be a whole number"),
+        ("retry_wait_s", float("nan"), "retry_wait_s must be a finite number"),
+        ("rows_per_request", 0, "rows_per_request must be at least 1"),
+    ],
+)
+def test_remote_numbers_out_of_range_name_the_field(field, value, message):
+    with pytest.raises(RemoteError, match=message) as info:
+        RemoteConfig(mode="remote", **{field: value})
+    assert info.value.kind == "config" and info.value.param == field

@@ -417,9 +417,14 @@ def small_dataset(tmp_path_factory) -> Path:
 
 
 def _copy_dataset(src: Path, dst: Path) -> Path:
+    """A hand-made copy of ``src``: its manifest records no sha256 of its files, so the
+    files may be edited (an edited generated dataset is refused as damaged)."""
     dst.mkdir()
     for f in src.iterdir():
         (dst / f.name).write_bytes(f.read_bytes())
+    manifest = load_manifest(dst)
+    del manifest["files"]
+    (dst / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return dst
 
 

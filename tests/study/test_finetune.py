@@ -4,9 +4,12 @@ CLI errors."""
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import json
 import logging
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,16 +18,19 @@ import transformers
 from click.testing import CliRunner
 
 from experiments.finetune import finetune as finetune_command
-from graft.errors import DatasetError, FinetuneError
+from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageError
 from graft.models import load_model
 from graft.results.metrics import example_metrics
 from graft.study import finetune as ft
 from graft.study import presets, training_data
 from graft.study import workspace as ws_mod
+from graft.study.config import ExperimentConfig
 from graft.study.datasets import DatasetConfig, generate_dataset
+from graft.study.donors import verify_donor
 from graft.study.evaluate import evaluate_examples
 from graft.study.files import load_generic_texts
 from graft.study.prompts import TestExample
+from graft.study.run_inputs import RunPaths, load_run_models
 from graft.study.workspace import Workspace, parse_variant
 
 # Small and fast: 20 facts x 12 renderings, tiny model, big learning rate.
@@ -84,9 +90,8 @@ def test_a_batch_size_torch_cannot_sample_is_refused() -> None:
 def test_max_steps_below_one_is_refused(steps, dataset, tmp_path) -> None:
     with pytest.raises(FinetuneError, match=f"max_steps must be at least 1.*got {steps}"):
         presets.resolve_config("cpu", max_steps=steps)
-    config = dataclasses.replace(TINY, max_steps=steps)  # built directly, not resolved
     with pytest.raises(FinetuneError, match="max_steps must be at least 1"):
-        ft.finetune("tiny-llama", dataset, tmp_path / "sft", config, device="cpu")
+        dataclasses.replace(TINY, max_steps=steps)  # built directly: refused all the same
     assert list(tmp_path.iterdir()) == []
     assert presets.resolve_config("cpu", max_steps=1).max_steps == 1
     assert presets.resolve_config("cpu").max_steps == -1  # all epochs
@@ -256,7 +261,7 @@ def test_bad_dataset_inputs(tmp_path, split_dataset, dataset) -> None:
         (["--dataset", "{tmp}/missing"], "neither a dataset folder nor a data kind"),
         (["--dataset", "{tmp}", "--n-facts", "3"], "describe a generated dataset"),
         (["--model", "tiny-llama", "--n-facts", "0"], "n-facts"),
-        (["--model", "tiny-llama", "--epochs", "-1"], "x>0"),
+        (["--model", "tiny-llama", "--epochs", "-1"], "0<x<=1000"),
         (["--preset", "turbo"], "turbo"),
         (["--model", "tiny-llama", "--finetune-max-steps", "0"], "--finetune-max-steps"),
     ],
@@ -400,3 +405,219 @@ def test_finetune_refuses_dataset_without_usable_prompt(tmp_path) -> None:
     # headline and qa prompts fit tiny-gpt2's 64 positions; only movie prompts are too long
     examples, drops = ft._usable_test_prompts(data, load_model("tiny-gpt2", device="cpu"))
     assert drops.dropped == {"too_long": 4} and {e.template for e in examples} == {"headline", "qa"}
+
+
+@pytest.fixture(scope="module")
+def straight(dataset, tmp_path_factory) -> Path:
+    """An uninterrupted tiny finetune: what every resumed run must equal bit for bit."""
+    out = tmp_path_factory.mktemp("straight") / "sft"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # as the tests' runs (module fixtures come before _seed_and_one_thread)
+    try:
+        return ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _assert_same_weights(out: Path, straight: Path) -> None:
+    a = load_model(out, device="cpu").model.state_dict()
+    b = load_model(straight, device="cpu").model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def _interrupt_after_first_checkpoint(dataset, out: Path) -> Path:
+    with pytest.raises(KeyboardInterrupt):
+        ft.finetune(
+            "tiny-llama", dataset, out, TINY, device="cpu", quiet=True,
+            callbacks=[_InterruptAfterFirstSave()],
+        )  # fmt: skip
+    return ft.partial_dir(out) / "checkpoints"
+
+
+@pytest.mark.slow
+def test_resume_skips_a_checkpoint_cut_short_while_saving(
+    dataset, straight, tmp_path, caplog
+) -> None:
+    """A run killed while the Trainer saved left checkpoint-12 with its configs only; every
+    rerun then died in 'Can't find a valid checkpoint'."""
+    out = tmp_path / "sft"
+    checkpoints = _interrupt_after_first_checkpoint(dataset, out)
+    half = checkpoints / "checkpoint-12"
+    half.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(checkpoints / "checkpoint-6" / name, half / name)
+    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+        ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    assert "skipping the incomplete checkpoint(s) checkpoint-12" in caplog.text
+    assert "resuming from checkpoint-6" in caplog.text
+    assert json.loads((out / "train_log.json").read_text())["resumed_from"] == "checkpoint-6"
+    _assert_same_weights(out, straight)
+
+
+@pytest.mark.slow
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_the_rerun_resumes(
+    dataset, straight, tmp_path, monkeypatch
+) -> None:
+    out = tmp_path / "sft"
+    saves = []
+    original = transformers.Trainer._save_optimizer_and_scheduler
+
+    def full_at_the_second_checkpoint(self, output_dir):
+        saves.append(output_dir)
+        if len(saves) == 2:
+            path = str(Path(output_dir) / "optimizer.pt")
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        original(self, output_dir)
+
+    monkeypatch.setattr(
+        transformers.Trainer, "_save_optimizer_and_scheduler", full_at_the_second_checkpoint
+    )
+    with pytest.raises(StorageError, match="No space left on device.*checkpoint-12") as info:
+        ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    assert "\n" not in str(info.value) and "free space" in str(info.value)
+    monkeypatch.undo()
+    ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
+    assert json.loads((out / "train_log.json").read_text())["resumed_from"] == "checkpoint-6"
+    _assert_same_weights(out, straight)
+
+
+def test_disk_full_in_safetensors_is_one_line_and_the_rerun_starts_over(
+    dataset, tmp_path, monkeypatch, caplog
+) -> None:
+    """safetensors says a full disk in a SafetensorError (no OSError), and leaves the
+    checkpoint without weights: the rerun has no complete checkpoint and trains from the start."""
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    one_step = dataclasses.replace(TINY, max_steps=1)
+    out = tmp_path / "sft"
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    with pytest.raises(StorageError, match=f"No space left on device: {ft.partial_dir(out)}"):
+        ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
+    assert (ft.partial_dir(out) / "checkpoints/checkpoint-1/config.json").is_file()
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+        ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
+    assert "checkpoint-1" in caplog.text and "training from the start" in caplog.text
+    assert ft.is_finished(out)
+
+
+def test_unreadable_run_json_and_eval_pre_json_are_redone(dataset, tmp_path, caplog) -> None:
+    """An older graft wrote them in place: a run killed meanwhile left them cut short, and
+    every rerun was a JSONDecodeError traceback."""
+    out = tmp_path / "sft"
+    partial = ft.partial_dir(out)
+    partial.mkdir()
+    (partial / "run.json").write_text('{"model": {"na')
+    (partial / "eval_pre.json").write_bytes(b"\x00\x9f garbage")
+    one_step = dataclasses.replace(TINY, max_steps=1)
+    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+        ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
+    assert f"{partial / 'run.json'} is unreadable" in caplog.text
+    assert f"{partial / 'eval_pre.json'} is unreadable" in caplog.text
+    assert ft.is_finished(out)
+    assert set(json.loads((out / "eval.json").read_text())["pre"]) >= {"forward"}
+
+
+@pytest.mark.parametrize("below", ["file", "/proc/graft-no-such"])
+def test_cli_out_that_cannot_be_written_is_one_line_before_the_model_loads(
+    tmp_path, monkeypatch, below
+) -> None:
+    """Was a FileNotFoundError traceback about '<out>.partial', after the model had loaded."""
+    (tmp_path / "file").write_text("x")
+    parent = tmp_path / below if below == "file" else Path(below)
+    out = parent / "deeper" / "sft"
+
+    def no_model_please(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(ft, "load_model", no_model_please)
+    args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]
+    result = CliRunner().invoke(finetune_command, [*args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and f"cannot write the output folder {out}" in errors[0]
+    assert not (parent / "deeper").exists() and (tmp_path / "file").read_text() == "x"
+
+
+def test_finished_finetune_has_checksums_and_garbled_donor_weights_are_refused(
+    straight, tmp_path, caplog
+) -> None:
+    """Garbled donor weights loaded silently (exit 0, other results)."""
+    sums = json.loads((straight / "checksums.json").read_text())
+    files = {p.name for p in straight.iterdir()} - {"checksums.json"}
+    assert set(sums) == files and "model.safetensors" in files
+    weights = (straight / "model.safetensors").read_bytes()
+    assert sums["model.safetensors"] == hashlib.sha256(weights).hexdigest()
+
+    donor = tmp_path / "donor"
+    shutil.copytree(straight, donor)
+    cfg = ExperimentConfig(experiment="t", model="tiny-llama", device="cpu")
+    paths = RunPaths("tiny-llama", {"sft": str(donor)})
+    assert set(load_run_models(cfg, paths, {}).donors) == {"sft"}  # intact: loads
+    middle = len(weights) // 2
+    (donor / "model.safetensors").write_bytes(weights[:middle] + bytes(64) + weights[middle + 64 :])
+    with pytest.raises(DamagedFileError) as info:
+        load_run_models(cfg, paths, {})
+    assert str(info.value) == (
+        f"donor folder {donor}: model.safetensors does not match checksums.json (damaged or "
+        f"edited); delete {donor} and rerun to finetune it again"
+    )
+
+
+def test_donor_verification_missing_extra_and_unverified_folders(
+    straight, tmp_path, caplog
+) -> None:
+    donor = tmp_path / "donor"
+    shutil.copytree(straight, donor)
+    (donor / "pytorch_model.bin").write_bytes(b"weights from elsewhere")
+    with pytest.raises(DamagedFileError, match="pytorch_model.bin is not listed in checksums"):
+        verify_donor(donor)
+    (donor / "pytorch_model.bin").unlink()
+    (donor / "tokenizer.json").unlink()
+    with pytest.raises(DamagedFileError, match="tokenizer.json is missing"):
+        verify_donor(donor)
+    (donor / "checksums.json").write_text("{not json")
+    with pytest.raises(DamagedFileError, match="checksums.json is not a readable checksum list"):
+        verify_donor(donor)
+    (donor / "checksums.json").unlink()  # as made by an earlier graft: loaded unverified
+    with caplog.at_level(logging.INFO, logger="graft.study.donors"):
+        verify_donor(donor)
+    assert f"{donor} has no checksums.json" in caplog.text and "not verified" in caplog.text
+
+
+def test_a_partial_folder_left_beside_a_finished_finetune_is_removed(straight, tmp_path) -> None:
+    """A run killed between renaming its folder into place and removing <out>.partial left
+    the partial folder (checkpoints and all) for good."""
+    ws = Workspace(tmp_path / "ws")
+    donor = ws.locate_donor("tiny-llama", "fake_movies_real_actors", "one", TINY, n_facts=3)
+    for finished in (tmp_path / "sft", donor.path):
+        shutil.copytree(straight, finished)
+        (ft.partial_dir(finished) / "checkpoints/checkpoint-6").mkdir(parents=True)
+    assert ft.finetune("tiny-llama", "unused", tmp_path / "sft", TINY) == tmp_path / "sft"
+    assert ws.finetune_donor(donor) == donor.path
+    assert not ft.partial_dir(tmp_path / "sft").exists()
+    assert not ft.partial_dir(donor.path).exists()
+
+
+@pytest.mark.slow
+def test_max_steps_is_a_cap_and_a_long_estimate_is_said_first(
+    dataset, tmp_path, caplog, monkeypatch
+) -> None:
+    # TINY trains 2 epochs of 6 steps; a cap of 100 must not stretch that to 100 steps
+    monkeypatch.setattr(ft, "LONG_FINETUNE_S", 0.0)  # every estimate is "long" here
+    capped = dataclasses.replace(TINY, max_steps=100)
+    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+        out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", capped, quiet=True)
+    assert json.loads((out / "train_log.json").read_text())["global_step"] == 12
+    assert "this finetune is 12 steps" in caplog.text and "more than a day" in caplog.text
+    assert ft.training_steps(capped, 6) == 12
+    assert ft.training_steps(dataclasses.replace(TINY, max_steps=5), 6) == 5
+    assert ft.duration_text(3 * 86_400) == "3.0 days"

@@ -287,7 +287,10 @@ def test_default_out_names_the_replicates():
     [
         ({"finetune_seeds": (1, 1)}, "finetune_seeds lists 1 more than once"),
         ({"finetune_seeds": ()}, "finetune_seeds must be one or more whole numbers"),
-        ({"data_seeds": (0, -1)}, "data_seeds must be one or more whole numbers >= 0"),
+        (
+            {"data_seeds": (0, -1)},
+            "data_seeds must be one or more whole numbers from 0 to 4294967295",
+        ),
     ],
 )
 def test_bad_seeds_are_refused(options, message):

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from graft.core.spec import DEFAULT_DONOR
 from graft.errors import ResultsError
 from graft.results.compare import CONTROL_SUFFIX
-from graft.results.files import atomic_path
+from graft.results.files import atomic_path, storage_errors
 
 if TYPE_CHECKING:
     from matplotlib.patches import Patch
@@ -300,13 +300,19 @@ def draw_seed_points(
 def save_figure(
     fig: Figure, folder: str | os.PathLike[str], stem: str, dpi: int = 150
 ) -> tuple[Path, Path]:
-    """Write ``<folder>/<stem>.png`` (at ``dpi``) and ``<stem>.pdf``; return both paths."""
+    """Write ``<folder>/<stem>.png`` (at ``dpi``) and ``<stem>.pdf``; return both paths.
+
+    Raises:
+        StorageError: the disk is full (or the folder read-only); no figure is left
+            half-written under its name.
+    """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    with storage_errors("the figures", folder):
+        folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in ("png", "pdf"):
         path = folder / f"{stem}.{fmt}"
-        with atomic_path(path) as tmp:
+        with storage_errors("the figure", path), atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi)
         paths.append(path)
     return paths[0], paths[1]

@@ -1,0 +1,346 @@
+"""Crash and corruption harnesses, as trusted stores have them.
+
+Both run the real command line in subprocesses on a tiny model (``graft-exp position``: it
+generates a dataset, finetunes a donor, runs the engine in several batches, writes tables
+and figures):
+
+- **crash**: a run is killed with SIGKILL at seeded random moments -- at the n-th call of a
+  save (inside a checkpoint's weights, optimizer or scheduler save; after a result part is
+  written but before it is renamed into place; before any atomic rename; before an engine
+  call) or after a random delay -- then rerun once with the same command. The rerun must
+  exit 0 with the same tables and donor weights as an uninterrupted run, and leave no
+  temporary or partial file: no manual step.
+- **corruption**: each kind of file graft reads (donor weights, donor config and checksums,
+  dataset files, result parts, derived tables, the run's config) is damaged -- bytes flipped,
+  truncated, emptied, or swapped with the same file of another valid run -- and the commands
+  that read it (the rerun, ``compare``, ``plot``) are run. Each must end in a one-line error
+  (exit 2, no traceback) or in a correct recomputation (exit 0, tables equal to the clean
+  run's); never exit 0 with other numbers.
+
+``GRAFT_HARNESS_TRIALS`` sets the number of crash trials (default 8); the trial seed is
+fixed, so a failure reproduces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 24
+#: ``graft-exp ARGS``, with the save points counted into $GRAFT_COUNT_FILE (JSON at exit) and
+#: a SIGKILL at the $GRAFT_KILL (``point:n``) n-th call of a point.
+DRIVER = """
+import atexit, json, os, signal, sys
+import polars, torch
+import transformers.modeling_utils as modeling_utils
+import graft.study.batches as batches
+
+point, _, nth = os.environ.get("GRAFT_KILL", ":0").partition(":")
+nth = int(nth)
+calls = {}
+
+def hit(name):
+    calls[name] = calls.get(name, 0) + 1
+    if name == point and calls[name] == nth:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def wrap(owner, attr, name, after=False):
+    original = getattr(owner, attr)
+    def wrapper(*args, **kwargs):
+        if not after:
+            hit(name)
+        result = original(*args, **kwargs)
+        if after:
+            hit(name)
+        return result
+    setattr(owner, attr, wrapper)
+
+wrap(modeling_utils, "safe_save_file", "weights")      # a checkpoint's (or donor's) weights
+wrap(torch, "save", "torch_save")                       # optimizer, scheduler, rng state
+wrap(polars.DataFrame, "write_parquet", "parquet", after=True)  # written, not yet renamed
+wrap(os, "replace", "replace")                          # every atomic rename
+wrap(batches, "_run_rows", "engine")                    # an engine call
+if os.environ.get("GRAFT_COUNT_FILE"):
+    atexit.register(lambda: open(os.environ["GRAFT_COUNT_FILE"], "w").write(json.dumps(calls)))
+from experiments.cli import main
+main(sys.argv[1:])
+"""
+POINTS = ("weights", "torch_save", "parquet", "replace", "engine")
+
+
+def position_args(workspace: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "position", "--model", "tiny-llama", "--workspace", str(workspace), "--out", str(out),
+        "--n-facts", "10", "--n", "2", "--n-boot", "20", "--templates", "headline",
+        "--rows-per-forward", "4", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def graft_exp(
+    args: list[str], *, env: dict[str, str] | None = None, kill_after: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``graft-exp args`` through the driver (one torch thread: bit-identical reruns)."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    job = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *args],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if kill_after is not None:
+        try:
+            job.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            job.send_signal(signal.SIGKILL)
+    output, _ = job.communicate(timeout=600)
+    return subprocess.CompletedProcess(job.args, job.returncode, output)
+
+
+def tables(out: Path) -> dict[str, pl.DataFrame]:
+    return {
+        name: pl.read_parquet(out / f"{name}.parquet")
+        for name in ("examples", "summary", "contrasts")
+    }
+
+
+def donor_weights(workspace: Path) -> bytes:
+    (weights,) = (workspace / "finetuned").rglob("model.safetensors")
+    return weights.read_bytes()
+
+
+def leftovers(*folders: Path) -> list[Path]:
+    """Temporary or unfinished files a clean finish must not leave behind."""
+    found: list[Path] = []
+    for folder in folders:
+        found += [p for p in folder.rglob("*") if p.name.endswith((".tmp", ".partial"))]
+    return found
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """An uninterrupted run (its save points counted) and a second run of other settings
+    (another data seed and donor seed) whose files the corruption harness swaps in."""
+    root = tmp_path_factory.mktemp("reference")
+    counts = root / "counts.json"
+    done = graft_exp(
+        position_args(root / "ws", root / "run"), env={"GRAFT_COUNT_FILE": str(counts)}
+    )
+    assert done.returncode == 0, done.stdout
+    other = graft_exp(
+        position_args(
+            root / "ws_other", root / "run_other", "--data-seed", "1", "--finetune-seeds", "1"
+        )
+    )
+    assert other.returncode == 0, other.stdout
+    compared = graft_exp(COMPARE(root / "run"))
+    assert compared.returncode == 0, compared.stdout
+    return {
+        "root": root,
+        "counts": json.loads(counts.read_text()),
+        "tables": tables(root / "run"),
+        "weights": donor_weights(root / "ws"),
+        "compare": compared.stdout,
+        "figures": figures(root / "run"),
+    }
+
+
+def COMPARE(out: Path) -> list[str]:  # noqa: N802 - a command line, like position_args
+    return ["compare", str(out), "FE+LT", "SFT"]
+
+
+def figures(out: Path) -> dict[str, bytes]:
+    """The run's PNG figures (matplotlib writes them without a date: bytes compare)."""
+    return {p.name: p.read_bytes() for p in sorted((out / "figures").glob("*.png"))}
+
+
+def crash_trials(counts: dict[str, int], n: int) -> list[tuple[str, int | float]]:
+    """``n`` seeded (point, n-th call) or ("delay", seconds) kill moments."""
+    rng = random.Random(SEED)
+    trials: list[tuple[str, int | float]] = []
+    for _ in range(n):
+        points = [p for p in POINTS if counts.get(p)]
+        choice = rng.choice([*points, "delay"])
+        if choice == "delay":
+            trials.append(("delay", round(rng.uniform(2.0, 12.0), 2)))
+        else:
+            trials.append((choice, rng.randint(1, counts[choice])))
+    return trials
+
+
+def test_killed_at_random_moments_the_rerun_gives_the_same_tables(reference, tmp_path):
+    counts = reference["counts"]
+    assert all(counts.get(p) for p in POINTS), counts  # every save point was reached
+    n = int(os.environ.get("GRAFT_HARNESS_TRIALS", "8"))
+    for i, (point, when) in enumerate(crash_trials(counts, n)):
+        workspace, out = tmp_path / f"ws{i}", tmp_path / f"run{i}"
+        args = position_args(workspace, out)
+        if point == "delay":
+            killed = graft_exp(args, kill_after=float(when))
+        else:
+            killed = graft_exp(args, env={"GRAFT_KILL": f"{point}:{when}"})
+            assert killed.returncode == -signal.SIGKILL, (point, when, killed.stdout)
+        rerun = graft_exp(args)
+        trial = f"trial {i}: killed at {point} {when}"
+        assert rerun.returncode == 0, f"{trial}\n{rerun.stdout}"
+        assert "Traceback" not in rerun.stdout, f"{trial}\n{rerun.stdout}"
+        got = tables(out)
+        for name, table in reference["tables"].items():
+            assert got[name].equals(table), f"{trial}: {name} differs"
+        assert donor_weights(workspace) == reference["weights"], f"{trial}: donor differs"
+        assert not leftovers(workspace, out), f"{trial}: left {leftovers(workspace, out)}"
+
+
+# ---------------------------------------------------------------- corruption
+
+
+def flip(path: Path) -> None:
+    """Garble 64 bytes in the middle of the file."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    for k in range(middle, min(middle + 64, len(data))):
+        data[k] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+def empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def edit_prompt(path: Path) -> None:
+    """Change a test prompt's text, the file staying valid JSON lines."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["text"] = rows[0]["text"].replace(" ", "  ", 1)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def wrong_width(path: Path) -> None:
+    config = json.loads(path.read_text())
+    config["hidden_size"] = config["hidden_size"] * 2
+    path.write_text(json.dumps(config))
+
+
+DAMAGES: dict[str, Callable[[Path], None]] = {
+    "flip": flip,
+    "truncate": truncate,
+    "empty": empty,
+}
+
+
+def find(root: Path, pattern: str) -> Path:
+    found = sorted(root.glob(pattern))
+    assert found, f"no {pattern} under {root}"
+    return found[0]
+
+
+#: (what, where: root-relative glob within the workspace "ws" or the run folder "run",
+#: damages that apply). "swap" puts the same file of the other run in its place.
+FILES = [
+    ("donor weights", "ws/finetuned/**/model.safetensors", ["flip", "truncate", "empty", "swap"]),
+    ("donor config", "ws/finetuned/**/config.json", ["flip", "truncate", "wrong_width", "swap"]),
+    ("donor checksums", "ws/finetuned/**/checksums.json", ["flip", "truncate", "empty"]),
+    ("donor evaluation", "ws/finetuned/**/eval.json", ["truncate"]),
+    ("test prompts", "ws/datasets/*/test_prompts.jsonl", ["edit", "truncate", "swap"]),
+    ("training texts", "ws/datasets/*/train.jsonl", ["flip"]),
+    ("dataset manifest", "ws/datasets/*/manifest.json", ["flip", "truncate", "empty"]),
+    ("result part", "run/parts/examples/0.parquet", ["flip", "truncate", "empty", "swap"]),
+    ("last result part", "run/parts/examples/3.parquet", ["swap"]),
+    ("examples table", "run/examples.parquet", ["flip", "truncate", "swap"]),
+    ("summary table", "run/summary.parquet", ["flip", "truncate", "swap"]),
+    ("contrasts table", "run/contrasts.parquet", ["flip", "empty"]),
+    ("drop report", "run/drops.json", ["truncate"]),
+    ("run config", "run/config.json", ["flip", "truncate", "empty"]),
+]
+
+
+def damage(path: Path, how: str, root: Path, pattern: str) -> None:
+    if how == "swap":
+        other = pattern.replace("ws/", "ws_other/", 1).replace("run/", "run_other/", 1)
+        shutil.copyfile(find(root, other), path)
+    elif how == "edit":
+        edit_prompt(path)
+    elif how == "wrong_width":
+        wrong_width(path)
+    else:
+        DAMAGES[how](path)
+
+
+def one_line_or_correct(done: subprocess.CompletedProcess[str], check: Callable[[], None]) -> str:
+    """``""`` when ``done`` is a one-line error (exit 2) or a success whose tables are right
+    (``check`` raises otherwise); else what went wrong."""
+    if "Traceback" in done.stdout:
+        return f"traceback:\n{done.stdout[-3000:]}"
+    if done.returncode == 2:
+        errors = [line for line in done.stdout.splitlines() if line.startswith("Error")]
+        return "" if len(errors) == 1 else f"exit 2 without one Error line:\n{done.stdout}"
+    if done.returncode != 0:
+        return f"exit {done.returncode}:\n{done.stdout[-3000:]}"
+    try:
+        check()
+    except AssertionError as err:
+        return f"exit 0 with other numbers: {err}"
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("what", "pattern", "how"),
+    [(what, pattern, how) for what, pattern, hows in FILES for how in hows],
+)
+def test_a_damaged_file_is_one_line_or_recomputed(reference, tmp_path, what, pattern, how):
+    root: Path = reference["root"]
+    # the same paths as the clean run (the run's config records them): work on it, restore
+    work = tmp_path / "pristine"
+    for folder in ("ws", "run"):
+        shutil.copytree(root / folder, work / folder, copy_function=shutil.copy2)
+    try:
+        damage(find(root, pattern), how, root, pattern)
+        out, workspace = root / "run", root / "ws"
+
+        def same_compare(done: subprocess.CompletedProcess[str]) -> Callable[[], None]:
+            def check() -> None:
+                assert done.stdout == reference["compare"], "compare printed other numbers"
+
+            return check
+
+        def same_figures() -> None:
+            assert figures(out) == reference["figures"], "plot drew other figures"
+
+        def same_tables() -> None:
+            got = tables(out)
+            for name, table in reference["tables"].items():
+                assert got[name].equals(table), f"{name} differs"
+
+        # the readers of a run folder first (on the damaged folder), then the rerun, which
+        # may repair it; compare and plot read nothing of the workspace
+        problems = []
+        if pattern.startswith("run/"):
+            compared = graft_exp(COMPARE(out))
+            problems.append(("compare", one_line_or_correct(compared, same_compare(compared))))
+            plotted = graft_exp(["plot", str(out)])
+            problems.append(("plot", one_line_or_correct(plotted, same_figures)))
+        rerun = graft_exp(position_args(workspace, out))
+        problems.append(("rerun", one_line_or_correct(rerun, same_tables)))
+        found = [f"{command}: {problem}" for command, problem in problems if problem]
+        assert not found, f"{what} {how}:\n" + "\n".join(found)
+    finally:
+        for folder in ("ws", "run"):
+            shutil.rmtree(root / folder)
+            shutil.copytree(work / folder, root / folder, copy_function=shutil.copy2)
