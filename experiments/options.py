@@ -79,7 +79,7 @@ def number_type(allowed: Range) -> click.ParamType:
     """The click type of a number in ``allowed`` (one of the config dataclasses' ranges), so
     the command line refuses what the library refuses, and ``--help`` shows the range."""
     kind = click.IntRange if allowed.integer else FiniteFloatRange
-    return kind(allowed.low, allowed.high, min_open=allowed.low_open)
+    return kind(allowed.low, allowed.high, min_open=allowed.low_open, max_open=allowed.high_open)
 
 
 def _csv(ctx, param, value):

@@ -8,6 +8,13 @@ Anything else that escapes is a bug in graft.
 from __future__ import annotations
 
 
+def first_line(err: BaseException, limit: int | None = None) -> str:
+    """The first line of ``err``'s text (its type's name when it has none), cut to ``limit``
+    characters: what a one-line message quotes of a library's error."""
+    lines = str(err).strip().splitlines()
+    return (lines[0] if lines else type(err).__name__)[:limit]
+
+
 class GraftError(ValueError):
     """Bad input; ``str(err)`` is one line naming the problem and the fix.
 

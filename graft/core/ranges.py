@@ -34,12 +34,14 @@ class Range:
         high: largest allowed value (None: no upper bound; ``inf`` is still refused).
         low_open: ``low`` itself is excluded (e.g. a learning rate > 0).
         integer: whole numbers only (``bool`` is refused).
+        high_open: ``high`` itself is excluded (e.g. a fraction below 1).
     """
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     integer: bool = False
+    high_open: bool = False
 
     def _low_text(self) -> str | None:
         if self.low is None:
@@ -52,9 +54,12 @@ class Range:
             else f"at least {_number(self.low)}"
         )
 
+    def _high_text(self) -> str:
+        return f"{'below' if self.high_open else 'at most'} {_number(self.high or 0)}"
+
     def text(self) -> str:
         """The range in words, e.g. ``positive and at most 1``."""
-        high = None if self.high is None else f"at most {_number(self.high)}"
+        high = None if self.high is None else self._high_text()
         return " and ".join(t for t in (self._low_text(), high) if t) or "any finite number"
 
     def problem(self, name: str, value: Any) -> str | None:
@@ -66,8 +71,8 @@ class Range:
             return f"{name} must be {what} ({self.text()}), got {value!r}"
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return f"{name} must be {self._low_text()}, got {value!r}"
-        if self.high is not None and value > self.high:
-            return f"{name} must be at most {_number(self.high)}, got {value!r}"
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return f"{name} must be {self._high_text()}, got {value!r}"
         return None
 
 

@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from graft.core.tiny import tiny_model
-from graft.errors import DeviceError, GraftError, ModelNotFoundError
+from graft.errors import DeviceError, GraftError, ModelNotFoundError, first_line
 from graft.models.embedded import embedded_source, ensure_embedded
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
 
@@ -181,11 +181,6 @@ def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
 # ----------------------------------------------------------------------------- loading
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def _place(
     model, device: torch.device, dtype: torch.dtype, device_map
 ) -> transformers.PreTrainedModel:
@@ -245,7 +240,7 @@ def _load_hub(
         model, tok = _load_pretrained(location, hf_kwargs)
     except OSError as err:
         raise ModelNotFoundError(
-            f"could not load {location!r} from the hub ({_first_line(err)}); "
+            f"could not load {location!r} from the hub ({first_line(err)}); "
             f"{hub_hint(location)}; offline registry names: "
             f"{', '.join((*EMBEDDED_MODELS, *TINY_MODELS))}"
         ) from err
@@ -268,7 +263,7 @@ def _load_local(
             raise
         reason = "weights of other shapes than its config.json gives" if mismatch else None
         raise ModelNotFoundError(
-            f"cannot load the model folder {location} ({reason or _first_line(err)}); pass a "
+            f"cannot load the model folder {location} ({reason or first_line(err)}); pass a "
             "folder saved by save_pretrained (model and tokenizer)"
         ) from err
 

@@ -13,6 +13,8 @@ import errno
 import hashlib
 import json
 import os
+import re
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +28,17 @@ from graft.errors import StorageError
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not supported on every platform / filesystem
-        fd = os.open(folder, os.O_RDONLY)
+#: How an errno reads inside the exceptions of libraries written in Rust (polars,
+#: safetensors), which wrap the ``io::Error`` instead of raising an ``OSError``.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def fsync(path: str | os.PathLike[str]) -> None:
+    """Flush the file ``path`` to the disk; a folder too where the platform can (not every
+    platform or filesystem can open or fsync a folder: skipped there)."""
+    path = Path(path)
+    with contextlib.suppress(OSError) if path.is_dir() else contextlib.nullcontext():
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
@@ -46,25 +56,38 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+        fsync(tmp)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync(path.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
 
 
 @contextlib.contextmanager
-def storage_errors(what: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+def storage_errors(
+    what: str,
+    path: str | os.PathLike[str] | None = None,
+    wrapped: tuple[type[BaseException], ...] = (),
+) -> Iterator[None]:
     """Inside: a disk-full, quota, read-only or permission error becomes one
     :class:`StorageError` line naming the path (the error's own, else ``path``).
 
     ``what`` says what was being written (``"the result parts"``). The message ends with the
-    fix: free space (or choose a writable place) and rerun, which resumes.
+    fix: free space (or choose a writable place) and rerun, which resumes. ``wrapped``:
+    exception types of libraries written in Rust (polars, safetensors) that carry such an
+    errno in their text (``... (os error 28)``) instead of raising an ``OSError``; others of
+    those types pass through unchanged.
     """
     try:
-        yield
+        try:
+            yield
+        except wrapped as err:
+            match = _RUST_OS_ERROR.search(str(err))
+            code = int(match.group(1)) if match else None
+            if code not in STORAGE_ERRNOS:
+                raise
+            raise OSError(code, os.strerror(code), None if path is None else str(path)) from err
     except OSError as err:
         if err.errno not in STORAGE_ERRNOS:
             raise
@@ -74,6 +97,34 @@ def storage_errors(what: str, path: str | os.PathLike[str] | None = None) -> Ite
             f"cannot write {what} ({reason}: {where}); free space or choose a writable "
             "place, then rerun: it resumes where this run stopped"
         ) from None
+
+
+def probe_writable(folder: str | os.PathLike[str]) -> list[Path]:
+    """Create ``folder`` (and its missing parents) and a temp file in it, then remove the
+    file; return the folders this created, deepest first (the caller decides whether they
+    stay). On failure those folders are removed again and the ``OSError`` is raised."""
+    folder = Path(folder)
+    created: list[Path] = []
+    missing = folder
+    while not missing.exists() and missing != missing.parent:
+        created.append(missing)
+        missing = missing.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".graft-probe-", suffix=".tmp")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError:
+        remove_empty(created)
+        raise
+    return created
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty; leave the others."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}

@@ -41,7 +41,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,11 +48,17 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
-from graft.errors import ConfigMismatchError, DamagedFileError, RunFolderError
-from graft.results.files import atomic_path, storage_errors, to_json, write_json_atomic
+from graft.errors import ConfigMismatchError, DamagedFileError, RunFolderError, first_line
+from graft.results.files import (
+    atomic_path,
+    probe_writable,
+    remove_empty,
+    storage_errors,
+    to_json,
+    write_json_atomic,
+)
 from graft.results.provenance import git_commit, package_versions
 from graft.results.tables import (
-    first_line,
     read_table,
     save_table,
     table_problem,
@@ -140,7 +145,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DamagedFileError(
-            f"{path} is not a readable JSON run config ({first_line(err)}); {CONFIG_FIX}"
+            f"{path} is not a readable JSON run config ({first_line(err, 200)}); {CONFIG_FIX}"
         ) from None
     if not isinstance(config, dict):
         raise DamagedFileError(
@@ -183,25 +188,13 @@ class RunFolder:
         """
         if self.path.exists() and not self.path.is_dir():
             raise RunFolderError(f"run folder {self.path} is a file; choose a folder path")
-        created: list[Path] = []
-        parent = self.path
-        while not parent.exists() and parent != parent.parent:
-            created.append(parent)
-            parent = parent.parent
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            handle, probe = tempfile.mkstemp(dir=self.path, prefix=".graft-probe-", suffix=".tmp")
-            os.close(handle)
-            os.unlink(probe)
+            remove_empty(probe_writable(self.path))
         except OSError as err:
             reason = err.strerror or type(err).__name__
             raise RunFolderError(
                 f"cannot write the run folder {self.path} ({reason}); choose a writable folder"
             ) from None
-        finally:
-            for folder in created:  # deepest first
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
 
     def is_marked(self) -> bool:
         """Whether graft wrote this folder: it holds the ``.graft-run`` marker, or (run

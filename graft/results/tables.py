@@ -15,21 +15,18 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
-from graft.errors import DamagedFileError
-from graft.results.files import STORAGE_ERRNOS, atomic_path, flat_table, storage_errors
+from graft.errors import DamagedFileError, first_line
+from graft.results.files import atomic_path, flat_table, storage_errors
 
 #: Prefix of graft's keys in a table's parquet metadata.
 META_PREFIX = "graft."
 #: The fix a damaged table's message names.
 REBUILD_FIX = "rerun the experiment with the same --out to rebuild it"
-# how Rust's io::Error (inside a polars error) names its errno
-_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
 
 
 def frame_digest(df: pl.DataFrame) -> str:
@@ -58,19 +55,10 @@ def table_metadata(
     }
 
 
-@contextlib.contextmanager
-def writing(what: str, path: str | os.PathLike[str]) -> Iterator[None]:
+def writing(what: str, path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
     """:func:`graft.results.files.storage_errors`, also for the storage errors that polars
     wraps in its own exceptions (``... No space left on device (os error 28)``)."""
-    with storage_errors(what, path):
-        try:
-            yield
-        except pl.exceptions.PolarsError as err:
-            match = _OS_ERROR_RE.search(str(err))
-            code = int(match.group(1)) if match else None
-            if code not in STORAGE_ERRNOS:
-                raise
-            raise OSError(code, os.strerror(code), str(path)) from err
+    return storage_errors(what, path, wrapped=(pl.exceptions.PolarsError,))
 
 
 def save_table(
@@ -96,11 +84,6 @@ def write_csv(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return (lines[0] if lines else type(err).__name__)[:200]
-
-
 def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame | None, str | None]:
     """Read the table at ``path`` and check it: ``(frame, None)`` when it is sound, else
     ``(frame or None, why not)``. ``expect`` maps metadata keys (``table``, ``run_key``,
@@ -110,7 +93,7 @@ def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame |
         metadata = pl.read_parquet_metadata(path)
         frame = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as err:
-        return None, f"is not a readable parquet file ({first_line(err)})"
+        return None, f"is not a readable parquet file ({first_line(err, 200)})"
     ours = {k[len(META_PREFIX) :]: v for k, v in metadata.items() if k.startswith(META_PREFIX)}
     if not ours:
         return frame, None

@@ -14,7 +14,6 @@ an edited or damaged file is refused, never used silently.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -30,7 +29,7 @@ from typing import Any
 from graft.core.spans import render, template_fields
 from graft.core.spec import PROTOCOLS
 from graft.errors import DamagedFileError, DatasetError
-from graft.results.files import file_sha256
+from graft.results.files import file_sha256, fsync
 from graft.results.locks import exclusive
 from graft.study.config import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
@@ -312,9 +311,9 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-            _fsync(tmp / name)
+            fsync(tmp / name)
         os.chmod(tmp, 0o755)
-        _fsync(tmp)  # the files reach the disk before the rename makes them the dataset
+        fsync(tmp)  # the files reach the disk before the rename makes them the dataset
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)
@@ -325,22 +324,11 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
                 old.unlink()
         else:
             tmp.rename(out)
-        _fsync(out.parent)
+        fsync(out.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def _fsync(path: Path) -> None:
-    """Flush the file ``path`` to the disk; a folder too where the platform can."""
-    # not every platform or filesystem can open or fsync a folder; the files are written
-    with contextlib.suppress(OSError) if path.is_dir() else contextlib.nullcontext():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def default_dataset_name(config: DatasetConfig) -> str:

@@ -34,9 +34,7 @@ import logging
 import math
 import os
 import random
-import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,7 +53,7 @@ from graft.models import (
     resolve_device,
     resolve_model_name,
 )
-from graft.results.files import storage_errors, write_json_atomic
+from graft.results.files import probe_writable, storage_errors, write_json_atomic
 from graft.results.locks import exclusive
 from graft.results.provenance import package_versions
 from graft.study.donors import write_checksums
@@ -130,14 +128,9 @@ def _storage_errors(what: str, path: Path) -> Iterator[None]:
     """:func:`~graft.results.files.storage_errors`, also for the writers of a checkpoint that
     raise no ``OSError`` on a full disk: safetensors (a ``SafetensorError`` naming the errno)
     and ``torch.save`` (a ``RuntimeError`` of its zip writer that names no errno)."""
-    with storage_errors(what, path):
+    with storage_errors(what, path, wrapped=(SafetensorError,)):
         try:
             yield
-        except SafetensorError as err:
-            code = re.search(r"\(os error (\d+)\)", str(err))
-            if code is None:
-                raise
-            raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from err
         except RuntimeError as err:
             if not any(sign in str(err) for sign in ("PytorchStreamWriter", "unexpected pos")):
                 raise
@@ -308,20 +301,10 @@ def check_writable_parent(out: Path) -> None:
         FinetuneError: the parent is below a file, on a read-only or full disk, or not writable.
     """
     parent = out.absolute().parent
-    missing: list[Path] = []  # deepest first: the folders this check creates
-    folder = parent
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".write-check")
-        os.close(fd)
-        os.unlink(probe)
+        # the parent folders stay: other jobs of an array may be writing beside them
+        probe_writable(parent)
     except OSError as err:
-        for created in missing:
-            with contextlib.suppress(OSError):
-                created.rmdir()
         where = err.filename or parent
         raise FinetuneError(
             f"cannot write the output folder {out} ({err.strerror or err}: {where}); choose "

@@ -24,7 +24,7 @@ FINETUNE_RANGES: dict[str, Range] = {
     "batch_size": Range(1, sys.maxsize, integer=True),  # torch's batch sampler takes no more
     "epochs": Range(0, 1000, low_open=True),
     "warmup_steps": Range(0, MAX_STEPS, integer=True),
-    "val_fraction": Range(0, 1, low_open=True),
+    "val_fraction": Range(0, 1, low_open=True, high_open=True),
     "generic_ratio": Range(0, 100),
     "max_length": Range(1, 1_000_000, integer=True),
     "max_steps": STEPS,
@@ -83,10 +83,6 @@ class FinetuneConfig:
         found = first_problem(FINETUNE_RANGES, self, skip)
         if found:
             raise FinetuneError(found[1], param=found[0])
-        if self.val_fraction >= 1:
-            raise FinetuneError(
-                f"val_fraction must be below 1, got {self.val_fraction}", param="val_fraction"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
