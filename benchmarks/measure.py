@@ -75,8 +75,13 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def environment(device: torch.device, model_info: dict, argv: Sequence[str]) -> dict:
-    """Versions, device and command of this run."""
+def environment(
+    device: torch.device,
+    model_info: dict,
+    argv: Sequence[str],
+    module: str = "benchmarks.real_model",
+) -> dict:
+    """Versions, device and command (``python -m module argv``) of this run."""
     import nnsight
     import transformers
 
@@ -85,7 +90,7 @@ def environment(device: torch.device, model_info: dict, argv: Sequence[str]) -> 
     else:
         name = platform.processor() or platform.machine()
     return {
-        "command": " ".join(["python", "-m", "benchmarks.real_model", *map(shlex.quote, argv)]),
+        "command": " ".join(["python", "-m", module, *map(shlex.quote, argv)]),
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": f"{device.type}: {name}",
         "cpu_count": os.cpu_count(),

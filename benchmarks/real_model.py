@@ -121,6 +121,7 @@ class Workload:
         batch_size: rows per forward pass (engine and plain alike).
         pad_id: padding id (engine and plain alike).
         device: the models' device.
+        executor: the engine's executor (None: graft's default, shortcuts on).
     """
 
     base: nn.Module
@@ -132,10 +133,16 @@ class Workload:
     batch_size: int
     pad_id: int
     device: torch.device
+    executor: object | None = None
 
     def engine(self, rows: Sequence[GraftRow]) -> torch.Tensor:
         return run_grafts(
-            self.base, self.donors, rows, batch_size=self.batch_size, pad_id=self.pad_id
+            self.base,
+            self.donors,
+            rows,
+            batch_size=self.batch_size,
+            pad_id=self.pad_id,
+            executor=self.executor,  # type: ignore[arg-type]
         )
 
     def plain(self, rows: Sequence[GraftRow]) -> torch.Tensor:
@@ -248,9 +255,26 @@ def build_workload(
     loaded = load_model(model, dtype=dtype, device=device)
     base = loaded.model
     donor = perturbed_copy(base, seed=seed)
+    workload = headline_workload(
+        base, donor, loaded.tokenizer, n_prompts, batch_size, device=loaded.device
+    )
+    return loaded, workload
+
+
+def headline_workload(
+    base: nn.Module,
+    donor: nn.Module,
+    tokenizer,
+    n_prompts: int,
+    batch_size: int,
+    *,
+    device: torch.device,
+    executor: object | None = None,
+) -> Workload:
+    """The E1, E3 and FE+LT rows of ``n_prompts`` headline prompts on ``base`` and ``donor``."""
     max_tokens = getattr(base.config, "max_position_embeddings", 10**9)
-    prompts = headline_prompts(loaded.tokenizer, n_prompts, max_tokens)
-    workload = Workload(
+    prompts = headline_prompts(tokenizer, n_prompts, max_tokens)
+    return Workload(
         base=base,
         donors={"sft": donor},
         prompts=prompts,
@@ -259,9 +283,9 @@ def build_workload(
         fe_lt=graft_rows(prompts, {"FE+LT": E1_GRAFTS["FE+LT"]}),
         batch_size=batch_size,
         pad_id=default_pad_id(base.config),
-        device=loaded.device,
+        device=device,
+        executor=executor,
     )
-    return loaded, workload
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:

@@ -30,7 +30,9 @@ from experiments.options import (
     field_option,
 )
 from graft.errors import GraftError, RemoteError
-from graft.study.runner import ExperimentConfig, ExperimentRun, print_summary
+from graft.study.grafts import Graft
+from graft.study.run_plan import plan_experiment
+from graft.study.runner import ExperimentConfig, ExperimentRun, print_summary, run_experiment
 from graft.study.templates import DIRECTIONS
 from graft.study.workspace import VARIANT_ALIASES
 
@@ -75,6 +77,8 @@ SHARED_NAMES = (
     "head_policy",
     "protocol",
     "score_full_name",
+    "skip_memory_check",
+    "dry_run",
     "preset",
     "finetune_max_steps",
     "out",
@@ -98,6 +102,8 @@ SECTION_OF: dict[str, str] = {
             "head_policy",
             "protocol",
             "score_full_name",
+            "skip_memory_check",
+            "dry_run",
         ),
         RUN,
     ),
@@ -369,6 +375,7 @@ def shared_options(func: Callable) -> Callable:
         opts = {k: kwargs.pop(k) for k in SHARED_NAMES}
         check_dataset_options(opts["dataset"])
         opts["progress"] = not opts.pop("quiet")
+        click.get_current_context().meta[DRY_RUN] = opts.pop("dry_run")
         return with_remote(*args, cfg_options=opts, **kwargs)
 
     options = [
@@ -396,6 +403,32 @@ def protocol_default(param: str, value, paper_value, protocol: str):
     """The command's option ``param``: ``value`` as given or defaulted, but ``paper_value``
     under ``--protocol paper`` when ``param`` was not given (e.g. the both-direction donor)."""
     return paper_value if protocol == "paper" and not given(param) else value
+
+
+#: Where :func:`shared_options` keeps ``--dry-run`` for :func:`run_or_plan` (click's
+#: context ``meta``).
+DRY_RUN = "graft.dry_run"
+
+
+def echo_plan(lines: list[str]) -> None:
+    """Print a plan's lines, each parameter name written as this command's flag."""
+    for line in lines:
+        click.echo(in_user_words(GraftError(line)))
+
+
+def run_or_plan(cfg: ExperimentConfig, grafts: list[Graft], **options) -> ExperimentRun | None:
+    """:func:`run_and_report` of ``run_experiment(cfg, grafts, **options)``; under
+    ``--dry-run`` its plan instead (:func:`graft.study.run_plan.plan_experiment`: nothing
+    loaded or written), and None."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(DRY_RUN):
+        try:
+            plan = plan_experiment(cfg, grafts, **options)
+        except GraftError as err:
+            raise cli_error(err) from None
+        echo_plan(plan.lines())
+        return None
+    return run_and_report(lambda: run_experiment(cfg, grafts, **options))
 
 
 def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> ExperimentRun:

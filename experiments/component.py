@@ -13,7 +13,7 @@ from experiments.common import (
     echo_figures,
     echo_protocol_notes,
     make_config,
-    run_and_report,
+    run_or_plan,
     shared_options,
     standalone,
 )
@@ -21,7 +21,7 @@ from experiments.shared import protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.results.folder import RunFolder
 from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
-from graft.study.runner import ModelSource, default_out, print_summary, run_experiment
+from graft.study.runner import ModelSource, default_out, print_summary
 
 PAIRS = {
     # name: (base source, donor source, test prompt directions)
@@ -104,17 +104,17 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
         pair_options = dict(cfg_options, out=str(root / name))
         pair_cfg = make_config("component", pair_options, remote, directions=directions)
         grafts = [replace(g, group=name) for g in planned]
-        run = run_and_report(
-            lambda pair_cfg=pair_cfg, grafts=grafts, base=base, donor=donor: run_experiment(
-                pair_cfg,
-                grafts,
-                base=base,
-                donors={"sft": donor},
-                echo=click.echo,
-                extra_config=notes,
-                **protocol_options,
-            )
+        run = run_or_plan(
+            pair_cfg,
+            grafts,
+            base=base,
+            donors={"sft": donor},
+            echo=click.echo,
+            extra_config=notes,
+            **protocol_options,
         )
+        if run is None:  # --dry-run: the plan of each pair, nothing written
+            continue
         summaries.append(run.summary)
         echo_figures(run.folder.path)
     if len(summaries) > 1:

@@ -11,14 +11,14 @@ from experiments.common import (
     echo_protocol_notes,
     make_config,
     protocol_default,
-    run_and_report,
+    run_or_plan,
     shared_options,
     standalone,
 )
 from graft.errors import GraftError
 from graft.models import ModelNotFoundError, resolve_model_name
 from graft.study.grafts import protocol_notes, reference, spec_graft
-from graft.study.runner import ModelSource, run_experiment
+from graft.study.runner import ModelSource
 from graft.study.workspace import parse_variant
 
 #: What NAME=VARIANT accepts (see ``graft.study.workspace.parse_variant``).
@@ -121,18 +121,17 @@ def custom(specs, donor_args, base_arg, directions, references, cfg_options, rem
         refs = [reference("PRE", None)] + ([reference("SFT", "sft")] if "sft" in donors else [])
         grafts = refs + grafts
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
-    run = run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            base=base,
-            donors=donors,
-            echo=click.echo,
-            extra_config=notes,
-            **_protocol_run_options(cfg.protocol, [base, *donors.values()]),
-        )
+    run = run_or_plan(
+        cfg,
+        grafts,
+        base=base,
+        donors=donors,
+        echo=click.echo,
+        extra_config=notes,
+        **_protocol_run_options(cfg.protocol, [base, *donors.values()]),
     )
-    echo_figures(run.folder.path)
+    if run is not None:  # None: --dry-run
+        echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import click
 from experiments.common import (
     GraftCommand,
     check_dataset_options,
+    echo_plan,
     field_option,
     model_option,
     quiet_option,
@@ -21,21 +22,35 @@ from experiments.common import (
     variant_option,
     with_options,
 )
-from experiments.options import FINETUNE_FLAGS
+from experiments.options import FINETUNE_FLAGS, cli_only_option
 from graft.study import finetune as ft
+from graft.study.device_memory import device_memory
+from graft.study.finetune_plan import finetune_lines, plan_donor, scratch_workspace
 from graft.study.presets import FinetuneConfig, resolve_config
+from graft.study.run_plan import check_fits
 from graft.study.runner import ExperimentConfig
 from graft.study.workspace import Workspace
 
 _FINETUNING = "Finetuning"
 #: FinetuneConfig's fields with a flag, in help order (--finetune-max-steps after --preset).
-_OVERRIDES = ("learning_rate", "epochs", "batch_size", "weight_decay", "seed", "generic_corpus")
+_OVERRIDES = (
+    "learning_rate",
+    "epochs",
+    "batch_size",
+    "weight_decay",
+    "seed",
+    "generic_corpus",
+    "weights_dtype",
+    "gradient_checkpointing",
+)
 
 
 @click.command(
     "finetune",
     cls=GraftCommand,
-    sections=dict.fromkeys((*FINETUNE_FLAGS, "preset", "device"), _FINETUNING),
+    sections=dict.fromkeys(
+        (*FINETUNE_FLAGS, "preset", "device", "skip_memory_check", "dry_run"), _FINETUNING
+    ),
 )
 @with_options(
     [
@@ -48,6 +63,8 @@ _OVERRIDES = ("learning_rate", "epochs", "batch_size", "weight_decay", "seed", "
         field_option(ExperimentConfig, "device"),
         field_option(ExperimentConfig, "preset"),
         field_option(FinetuneConfig, "max_steps"),
+        field_option(ExperimentConfig, "skip_memory_check"),
+        cli_only_option("dry_run"),
         click.option(
             "--out",
             type=click.Path(file_okay=False, path_type=Path),
@@ -69,11 +86,16 @@ def finetune(
     out: Path | None,
     workspace: str | None,
     quiet: bool,
+    skip_memory_check: bool,
+    dry_run: bool,
     **overrides,
 ) -> None:
     """Finetune MODEL on a fact dataset; writes model, configs and eval.json (SFT vs PRE).
 
     An interrupted run resumes from its last checkpoint; a finished one is not redone.
+    A finetune whose memory plan (--dry-run prints it) does not fit the device's free memory
+    is refused before the model loads, with the setting that makes it fit
+    (--skip-memory-check runs it anyway).
     """
     check_dataset_options(dataset)
     if Path(dataset).is_dir() and not (Path(dataset) / "train.jsonl").is_file():
@@ -81,6 +103,18 @@ def finetune(
         raise click.BadParameter(f"{dataset} has no train.jsonl", param_hint="--dataset")
     # a GraftError becomes one line (GraftCommand)
     cfg = resolve_config(preset, device=device, **overrides)
+    if dry_run or not skip_memory_check:
+        with scratch_workspace(workspace) as ws:  # nothing written to the workspace
+            plan = plan_donor(
+                model, dataset, variant, cfg, workspace=ws, n_facts=n_facts,
+                data_seed=data_seed, device=device, out=out,
+                what=f"{model} ({variant!r} data)",
+            )  # fmt: skip
+        memory = device_memory(device)
+        if dry_run:
+            echo_plan(finetune_lines(plan, memory))
+            return
+        check_fits(plan, memory)
     donor = Workspace.at(workspace).locate_donor(
         model, dataset, variant, cfg, n_facts=n_facts, data_seed=data_seed, device=device
     )

@@ -8,12 +8,12 @@ from experiments.common import (
     GraftCommand,
     echo_figures,
     make_config,
-    run_and_report,
+    run_or_plan,
     shared_options,
     standalone,
 )
 from graft.study.grafts import hybrid_grafts
-from graft.study.runner import ModelSource, run_experiment
+from graft.study.runner import ModelSource
 
 
 @click.command(
@@ -38,16 +38,15 @@ def hybrid(lt_layers, cfg_options, remote):
     cfg = make_config("hybrid", cfg_options, remote, split=True)
     paper = cfg.protocol == "paper"
     task, relation = ("both-A", "both-B") if paper else ("task", "relation")
-    run = run_and_report(
-        lambda: run_experiment(
-            cfg,
-            hybrid_grafts(lt_layers, cfg.head_policy, protocol=cfg.protocol),
-            donors={"task": ModelSource(task), "relation": ModelSource(relation)},
-            echo=click.echo,
-            **({"data_direction": "both", "out_tag": "paper"} if paper else {}),
-        )
+    run = run_or_plan(
+        cfg,
+        hybrid_grafts(lt_layers, cfg.head_policy, protocol=cfg.protocol),
+        donors={"task": ModelSource(task), "relation": ModelSource(relation)},
+        echo=click.echo,
+        **({"data_direction": "both", "out_tag": "paper"} if paper else {}),
     )
-    echo_figures(run.folder.path)
+    if run is not None:  # None: --dry-run
+        echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     grafts = with_protocol(grafts, cfg.protocol)
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_from_sft(cfg, grafts, variant, notes)
-    echo_figures(run.folder.path)
+    if run is not None:  # None: --dry-run
+        echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,14 @@ from experiments.common import (
     echo_figures,
     make_config,
     protocol_default,
-    run_and_report,
+    run_or_plan,
     shared_options,
     standalone,
     variant_option,
 )
 from experiments.shared import POSITIONS_OPTION, protocol_run_options
 from graft.study.grafts import necessity_grafts
-from graft.study.runner import ModelSource, run_experiment
+from graft.study.runner import ModelSource
 
 
 @click.command(
@@ -34,17 +34,16 @@ def necessity(positions, variant, cfg_options, remote):
     cfg = make_config("necessity", cfg_options, remote)
     variant = protocol_default("variant", variant, "both", cfg.protocol)
     grafts = necessity_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
-    run = run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            base=ModelSource(variant),
-            donors={"pre": ModelSource("pretrained")},
-            echo=click.echo,
-            **protocol_run_options(cfg.protocol, variant),
-        )
+    run = run_or_plan(
+        cfg,
+        grafts,
+        base=ModelSource(variant),
+        donors={"pre": ModelSource("pretrained")},
+        echo=click.echo,
+        **protocol_run_options(cfg.protocol, variant),
     )
-    echo_figures(run.folder.path)
+    if run is not None:  # None: --dry-run
+        echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from graft.remote.config import DONOR_MODES, REMOTE_RANGES, RemoteConfig
 from graft.study.config import EXPERIMENT_RANGES
 from graft.study.datasets import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS
-from graft.study.presets import FINETUNE_RANGES, PRESETS, STEPS, FinetuneConfig
+from graft.study.presets import FINETUNE_RANGES, PRESETS, STEPS, WEIGHTS_DTYPES, FinetuneConfig
 from graft.study.runner import ExperimentConfig
 from graft.study.templates import DIRECTIONS
 from graft.study.workspace import GENERATED_KINDS
@@ -257,6 +257,12 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "Discard an existing run in --out instead of resuming it.",
         extra={"is_flag": True},
     ),
+    "skip_memory_check": Flag(
+        "--skip-memory-check",
+        "Run even when the memory plan (--dry-run) says the run does not fit the device's "
+        "free memory; without it such a run is refused before anything loads.",
+        extra={"is_flag": True},
+    ),
     "score_full_name": Flag(
         "--score-full-name",
         "Also score the whole target name, teacher-forced token by token: its log-prob "
@@ -305,6 +311,21 @@ FINETUNE_FLAGS: dict[str, Flag] = {
         None,
     ),
     "max_steps": _MAX_STEPS,
+    "weights_dtype": Flag(
+        "--weights-dtype",
+        "Override the preset's: float32 (master weights and AdamW state, 16 bytes a "
+        "parameter) or bfloat16 (8 bytes a parameter; updates below bfloat16's resolution "
+        "are lost).",
+        click.Choice(WEIGHTS_DTYPES),
+        None,
+    ),
+    "gradient_checkpointing": Flag(
+        "--gradient-checkpointing",
+        "Recompute activations in the backward pass instead of keeping them (less memory, "
+        "about a third more compute).",
+        default=None,
+        extra={"is_flag": True, "flag_value": True},
+    ),
 }
 
 REMOTE_FLAGS: dict[str, Flag] = {
@@ -340,7 +361,8 @@ REMOTE_FLAGS: dict[str, Flag] = {
     ),
     "max_payload_mb": Flag(
         "--max-payload-mb",
-        "Refuse a request whose payload (ship mode: donor weights) is bigger.",
+        "Largest request payload (ship mode: donor weights); a batch over it is split "
+        "between layers, one request per layer block.",
         number_type(REMOTE_RANGES["max_payload_mb"]),
     ),
     "timeout_s": Flag(
@@ -423,6 +445,12 @@ NOT_ON_CLI: dict[type, dict[str, str]] = {
 #: Flags that are no config field: name -> (decl, help).
 CLI_ONLY: dict[str, tuple[str, str]] = {
     "quiet": ("--quiet", "No progress bars; library messages at warning level only."),
+    "dry_run": (
+        "--dry-run",
+        "Print the plan (models, rows and batches, finetunes and their duration, memory "
+        "against the device's free memory, the setting that makes it fit) and exit; nothing "
+        "is loaded or written.",
+    ),
 }
 
 

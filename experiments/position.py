@@ -35,7 +35,8 @@ def position(positions, variant, cfg_options, remote):
     variant = protocol_default("variant", variant, "both", cfg.protocol)
     grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
     run = run_from_sft(cfg, grafts, variant)
-    echo_figures(run.folder.path)
+    if run is not None:  # None: --dry-run
+        echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import run_and_report
+from experiments.common import run_or_plan
 from graft.core.spec import SpecError, parse_spec
 from graft.study.grafts import POSITIONS
-from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource, run_experiment
+from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource
 from graft.study.workspace import parse_variant
 
 
@@ -38,19 +38,17 @@ POSITIONS_OPTION = click.option(
 
 def run_from_sft(
     cfg: ExperimentConfig, grafts: list[Graft], variant: str, notes: dict | None = None
-) -> ExperimentRun:
+) -> ExperimentRun | None:
     """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
-    (the paper protocol's options added), report it, and return it; ``notes`` go into the
-    stored config."""
-    return run_and_report(
-        lambda: run_experiment(
-            cfg,
-            grafts,
-            donors={"sft": ModelSource(variant)},
-            echo=click.echo,
-            extra_config=notes,
-            **protocol_run_options(cfg.protocol, variant),
-        )
+    (the paper protocol's options added), report it, and return it (None under
+    ``--dry-run``, which prints the plan instead); ``notes`` go into the stored config."""
+    return run_or_plan(
+        cfg,
+        grafts,
+        donors={"sft": ModelSource(variant)},
+        echo=click.echo,
+        extra_config=notes,
+        **protocol_run_options(cfg.protocol, variant),
     )
 
 

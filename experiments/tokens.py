@@ -59,6 +59,8 @@ def tokens(specs, per_graft, variant, cfg_options, remote):
         raise click.BadParameter(str(err), param_hint="--spec") from None
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_from_sft(cfg, grafts, variant, notes)
+    if run is None:  # --dry-run
+        return
     # one group per replicate: several finetune or data seeds must not be pooled
     groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
     by = [*groups, "template", "graft"]

@@ -11,6 +11,9 @@ The notebook API, one import away (``import graft``)::
     graft.target_metrics(logits, tok, " Laurence")  # rank, probability, hit@k per spec
     graft.score_targets(base, {"sft": donor}, tok, text, ["none", "FE+LT:all:all"],
                         " Laurence Fishburne", fields={"FE": "Keanu Reeves"})  # whole name
+    with graft.trace(base, {"sft": donor}, tok, text, "FE+LT:all:all",
+                     fields={"FE": "Keanu Reeves"}) as g:  # the graft as an nnsight trace
+        h = g.model.model.layers[1].output.save()
 
 Names are imported on first use, so ``import graft`` itself is instant.
 """
@@ -30,6 +33,7 @@ _EXPORTS = {
     "parse_spec": "graft.core.spec",
     "graft_texts": "graft.core.texts",
     "score_targets": "graft.core.texts",
+    "trace": "graft.core.grafted_trace",
     "run_grafts": "graft.core.engine",
     "GraftRow": "graft.core.plan",
     "tiny_pair": "graft.core.tiny",
@@ -49,6 +53,7 @@ __all__ = [
     "parse_spec",
     "graft_texts",
     "score_targets",
+    "trace",
     "run_grafts",
     "GraftRow",
     "tiny_pair",
@@ -68,6 +73,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     import torch
 
     from graft.core.engine import run_grafts
+    from graft.core.grafted_trace import trace
     from graft.core.plan import GraftRow
     from graft.core.spec import GraftSpec, parse_spec
     from graft.core.texts import graft_texts, score_targets

@@ -117,6 +117,12 @@ class DamagedFileError(GraftError):
     and how to rebuild it."""
 
 
+class MemoryPlanError(GraftError):
+    """A run whose memory plan does not fit the device's free memory, refused before anything
+    is loaded; the message gives the need, what is free, the setting that makes it fit and
+    the override."""
+
+
 class SlowPathWarning(UserWarning):
     """graft fell back to a slower way of computing the same numbers (a shortcut that the
     installed libraries do not support); the message names the cause and the cost."""

@@ -196,6 +196,23 @@ def _local_jobs(
     return jobs
 
 
+def checked_inputs(
+    base, donors, rows: Sequence[GraftRow], pad_id: int | None
+) -> tuple[Any, dict[str, Any], Architecture, set[str], int, list[ResolvedGraft]]:
+    """What every run checks and resolves before any compute: ``(base, donors, arch, same,
+    pad_id, resolved)``, the base and donors as models (:func:`model_of`,
+    :func:`as_donors`), the base's architecture, the donors that are the base itself, the
+    pad id (default: the config's) and every row's spec resolved (bad specs fail here)."""
+    base, donors = model_of(base), as_donors(donors)
+    torch_base = unwrap(base)
+    arch = architecture_of(torch_base)
+    check_lengths(torch_base, rows)
+    same = check_donors(torch_base, donors)
+    if pad_id is None:
+        pad_id = default_pad_id(torch_base.config)
+    return base, donors, arch, same, pad_id, resolve_rows(arch, rows, donors)
+
+
 def run_grafts(
     base,
     donors,
@@ -238,14 +255,8 @@ def run_grafts(
         ``targets``: the dict of :func:`graft.core.trace.unpack_row_metrics`
         (``target_logprob``, ``target_rank``, ``top_ids``, ``top_logprobs``).
     """
-    base, donors = model_of(base), as_donors(donors)
+    base, donors, arch, same, pad_id, resolved = checked_inputs(base, donors, rows, pad_id)
     torch_base = unwrap(base)
-    arch = architecture_of(torch_base)
-    check_lengths(torch_base, rows)
-    same = check_donors(torch_base, donors)
-    if pad_id is None:
-        pad_id = default_pad_id(torch_base.config)
-    resolved = resolve_rows(arch, rows, donors)  # bad specs fail before any compute
     if targets is not None:
         vocab = int(cast(Any, torch_base.config).vocab_size)
         targets = check_targets(targets, len(rows), top_k, vocab)

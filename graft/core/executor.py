@@ -7,6 +7,7 @@ Both run the same trace code (:mod:`graft.core.trace`), so they give the same nu
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -56,6 +57,25 @@ def donor_modules(
     return mods
 
 
+@dataclass
+class TraceParts:
+    """What a user's grafted trace (:func:`graft.core.grafted_trace.trace`) runs on, from
+    an executor's ``trace_parts``.
+
+    Args:
+        model: the nnsight envoy of the base the trace is opened on.
+        device: where the batch's inputs go.
+        donor_modules: ``"donor:path"`` -> the donor module there (or a hosted pair's
+            envoy path of it).
+        backend: the nnsight backend that runs the trace; None runs it here.
+    """
+
+    model: Any
+    device: torch.device
+    donor_modules: Mapping[str, Any]
+    backend: Any = None
+
+
 class LocalExecutor:
     """Runs each planned batch in one nnsight trace on this machine.
 
@@ -99,6 +119,13 @@ class LocalExecutor:
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
         return self._traced(base, donors, batch)
+
+    def trace_parts(
+        self, base, donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
+    ) -> TraceParts:
+        """A user's grafted trace here: the base's envoy, its device, the donors' modules
+        (the shortcuts do not apply to a user's trace)."""
+        return TraceParts(wrap(base), model_device(unwrap(base)), donor_modules(donors, patches))
 
     def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
         """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``."""

@@ -110,9 +110,9 @@ def perturbed_copy(model: ModuleT, *, seed: int = 1, scale: float = 0.05) -> Mod
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in donor.parameters():
-            p.add_(
-                scale * p.abs().mean().clamp_min(0.02) * torch.randn(p.shape, generator=generator)
-            )
+            # drawn on the CPU, so a donor is the same noise on any device
+            noise = torch.randn(p.shape, generator=generator).to(p.device)
+            p.add_(scale * p.abs().mean().clamp_min(0.02) * noise)
     return donor.eval()
 
 

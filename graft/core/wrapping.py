@@ -30,9 +30,13 @@ def wrap(model: nn.Module) -> Any:
         if callable(can_generate) and can_generate():
             from nnsight.modeling.transformers import TransformersModel
 
-            # graft feeds token ids, so the tokenizer is never used; the wrapper insists on one
+            # graft feeds token ids, so the tokenizer is never used; the wrapper insists on one.
+            # A weightless (meta) copy, a remote client's base, stays where it is: the wrapper's
+            # pipeline would otherwise move it to the CPU, which a meta tensor cannot do.
+            weight = next(model.parameters(), None)
+            where = {"device": "meta"} if weight is not None and weight.is_meta else {}
             wrapped = TransformersModel(
-                model, task="text-generation", tokenizer=_placeholder_tokenizer()
+                model, task="text-generation", tokenizer=_placeholder_tokenizer(), **where
             )
         else:
             from nnsight import NNsight

@@ -44,11 +44,13 @@ SERVER_PACKAGES = ("ndif", "nnsight", "torch", "transformers", "graft")
 
 
 def register_by_value() -> None:
-    """Ship the code that runs in a trace by value: the graft trace itself and the hosted
-    wrappers' forward method (a server needs no ``graft`` for them)."""
+    """Ship the code that runs in a trace by value: the graft trace itself, a layer block's
+    (:mod:`graft.remote.blocks`) and the hosted wrappers' forward method (a server needs no
+    ``graft`` for them)."""
     import nnsight
 
     core_trace.register_by_value()
+    nnsight.register("graft.remote.blocks")
     nnsight.register("graft.remote.hosted")
 
 

@@ -59,7 +59,9 @@ class RemoteConfig:
             ``"hosted"`` (a self-hosted server holds a graft pair; only ids travel).
             CLI ``--donor-mode``.
         max_payload_mb: largest request payload sent, in MiB (ship mode: the donor weights);
-            a bigger request is refused before sending. CLI ``--max-payload-mb``.
+            a batch whose donor weights are more is split between layers, one request per
+            layer block (:mod:`graft.remote.blocks`), and what cannot be split (one module
+            over it) is refused before sending. CLI ``--max-payload-mb``.
         timeout_s: seconds to wait for one request's result. CLI ``--remote-timeout``.
         retries: extra attempts for a request that failed transiently (connection, 5xx/429,
             timeout). CLI ``--remote-retries``.

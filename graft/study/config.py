@@ -222,6 +222,9 @@ class ExperimentConfig:
         score_full_name: also score the whole target name, teacher-forced token by token
             (its log-probability and whether greedy decoding reproduces it exactly), next to
             the first-token metrics; costs one row per target token after the first.
+        skip_memory_check: run even when the memory plan
+            (:func:`graft.study.run_plan.plan_experiment`) says the run does not fit the
+            device's free memory; by default such a run is refused before anything loads.
 
     Numbers outside their range (:data:`EXPERIMENT_RANGES`: seeds 0 to 2**32-1, counts >= 1,
     ``n_boot`` 10 to 100,000, ``finetune_max_steps`` 1 to
@@ -256,6 +259,7 @@ class ExperimentConfig:
     finetune_seeds: tuple[int, ...] | None = None
     data_seeds: tuple[int, ...] | None = None
     control: bool = False
+    skip_memory_check: bool = False
 
     def __post_init__(self) -> None:
         self.finetune_seeds = _seeds(self.finetune_seeds, "finetune_seeds")

@@ -246,7 +246,8 @@ class _Run:
         cfg: the resolved config.
         device: the training device.
         data: the training texts and manifest.
-        loaded: the model to train (float32 master weights) and its tokenizer.
+        loaded: the model to train (float32 master weights, or bfloat16 ones as
+            ``cfg.weights_dtype`` says) and its tokenizer.
         examples: the usable test prompts (both directions).
         drops: what the tokenizer could not use.
         info: model, dataset, set and config: what a resumed run must match.
@@ -281,8 +282,9 @@ def _prepare(
     data = load_fact_dataset(dataset, train_set)
     generic_texts(cfg, data.path)  # a bad generic corpus fails before the model loads
     check_writable_parent(out)
-    # Float32 master weights; fp16 (when asked for on CUDA) is autocast by the Trainer.
-    loaded = load_model(model, dtype=torch.float32, device=dev)
+    # Float32 master weights (fp16, when asked for on CUDA, is autocast by the Trainer), or
+    # bfloat16 throughout (cfg.weights_dtype)
+    loaded = load_model(model, dtype=getattr(torch, cfg.weights_dtype), device=dev)
     examples, drops = _usable_test_prompts(data.path, loaded)
     info = {
         "model": loaded.describe(),
@@ -369,9 +371,10 @@ FP16_UNSAFE = ("gemma", "gemma2", "gemma3", "gemma3_text")
 
 
 def mixed_precision(cfg: FinetuneConfig, device: torch.device, model_type: str) -> str | None:
-    """``"fp16"``, ``"bf16"`` or ``None`` (float32): the preset's fp16 on CUDA, bfloat16
-    instead for the model types of :data:`FP16_UNSAFE` (said in a warning), float32 on CPU."""
-    if not (cfg.fp16_on_cuda and device.type == "cuda"):
+    """``"fp16"``, ``"bf16"`` or ``None`` (no autocast): the preset's fp16 on CUDA, bfloat16
+    instead for the model types of :data:`FP16_UNSAFE` (said in a warning); none on CPU or
+    for bfloat16 weights (``cfg.weights_dtype``)."""
+    if not (cfg.fp16_on_cuda and device.type == "cuda") or cfg.weights_dtype != "float32":
         return None
     if model_type in FP16_UNSAFE:
         logger.warning(
@@ -434,6 +437,16 @@ def _warn_if_long(run: _Run, steps: int) -> None:
         )  # fmt: skip
 
 
+def _checkpointing(on: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` keyword of gradient checkpointing when ``on`` (transformers
+    5.24 renamed ``gradient_checkpointing`` to ``activation_checkpointing``)."""
+    if not on:
+        return {}
+    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    new = "activation_checkpointing"
+    return {new if new in fields else "gradient_checkpointing": True}
+
+
 def _training_arguments(
     cfg: FinetuneConfig,
     dev: torch.device,
@@ -465,6 +478,7 @@ def _training_arguments(
         data_seed=cfg.seed,
         fp16=half == "fp16",
         bf16=half == "bf16",
+        **_checkpointing(cfg.gradient_checkpointing),
         use_cpu=dev.type == "cpu",
         report_to="none",
         remove_unused_columns=False,

@@ -17,6 +17,11 @@ from graft.models import resolve_device
 MAX_STEPS = 1_000_000
 #: The range of a finetune's step count.
 STEPS = Range(1, MAX_STEPS, integer=True)
+#: The dtypes a finetune may hold its weights, gradients and optimizer state in.
+WEIGHTS_DTYPES = ("float32", "bfloat16")
+#: Fields added after finetunes were first stored, with their defaults (left out of
+#: :meth:`FinetuneConfig.to_dict` at the default).
+LATER_FIELDS: dict[str, Any] = {"weights_dtype": "float32", "gradient_checkpointing": False}
 #: The ranges of :class:`FinetuneConfig`'s numeric fields (``max_steps`` may also be -1).
 FINETUNE_RANGES: dict[str, Range] = {
     "learning_rate": Range(0, 1, low_open=True),
@@ -52,6 +57,12 @@ class FinetuneConfig:
         max_length: texts are truncated to this many tokens.
         max_steps: stop after this many optimisation steps (-1 = run all epochs).
         seed: seed of the split, the generic-text sample, data order and initialisation.
+        weights_dtype: ``"float32"`` (master weights, gradients and AdamW state in float32:
+            16 bytes a parameter) or ``"bfloat16"`` (all three in bfloat16: 8 bytes a
+            parameter, no autocast; an AdamW update smaller than half a bfloat16 step of its
+            weight, most of them at the paper's learning rate, is rounded away).
+        gradient_checkpointing: keep only each layer's input for the backward pass and
+            recompute the rest (less activation memory, about a third more compute).
 
     Every number must be finite and in its range (:data:`FINETUNE_RANGES`: learning rate
     in (0, 1], weight decay in [0, 1], epochs in (0, 1000], ``max_steps`` -1 or 1 to
@@ -72,8 +83,15 @@ class FinetuneConfig:
     max_length: int = 128
     max_steps: int = -1
     seed: int = 0
+    weights_dtype: str = "float32"
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
+        if self.weights_dtype not in WEIGHTS_DTYPES:
+            raise FinetuneError(
+                f"weights_dtype {self.weights_dtype!r} unknown: use {' or '.join(WEIGHTS_DTYPES)}",
+                param="weights_dtype",
+            )
         if self.max_steps != -1 and isinstance(self.max_steps, int) and self.max_steps < 1:
             raise FinetuneError(
                 f"max_steps must be at least 1 (or -1 to train all epochs), got {self.max_steps}",
@@ -85,7 +103,14 @@ class FinetuneConfig:
             raise FinetuneError(found[1], param=found[0])
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields; those added after the first finetunes (:data:`LATER_FIELDS`) only
+        when they differ from their default, so the folders (:meth:`key`) and records of
+        finetunes made before them stay the same."""
+        data = dataclasses.asdict(self)
+        for name, default in LATER_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     def key(self) -> str:
         """Folder name: the preset name, plus a short hash when fields differ from the preset."""
@@ -96,10 +121,23 @@ class FinetuneConfig:
         return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:8]}"
 
 
-#: The paper's settings (Appendix: lr 2e-5, weight decay 0.01, batch 4, 10 epochs, fp16).
+#: The paper's settings (Appendix: lr 2e-5, weight decay 0.01, batch 4, 10 epochs, fp16):
+#: float32 master weights and AdamW state with fp16 autocast, 16 bytes a parameter. The
+#: paper's models need an 80 GB GPU for it (planned peaks at batch 4 x 128 tokens: gpt2-xl
+#: 25 GiB, llama3.2-1b 20 GiB, gemma-1.1-2b 41 GiB, pythia-2.8b 41 GiB;
+#: ``graft-exp finetune --model M --dry-run`` prints the plan for this machine).
 PAPER = FinetuneConfig(
     name="paper", learning_rate=2e-5, weight_decay=0.01, batch_size=4, epochs=10, fp16_on_cuda=True
 )
+#: The paper's hyper-parameters for a 24 GB GPU: weights, gradients and AdamW state in
+#: bfloat16 (8 bytes a parameter) and gradient checkpointing. Planned peaks at batch 4 x 128
+#: tokens: gpt2-xl 12 GiB, llama3.2-1b 10 GiB, gemma-1.1-2b 21 GiB, pythia-2.8b 21 GiB
+#: (tight on a 24 GB card). Not the paper's numerics: bfloat16 rounds away AdamW updates
+#: smaller than half a step of their weight, most of them at lr 2e-5.
+PAPER_BF16 = dataclasses.replace(
+    PAPER, name="paper-bf16", fp16_on_cuda=False, weights_dtype="bfloat16",
+    gradient_checkpointing=True,
+)  # fmt: skip
 #: The paper's "gentle" finetuning (C.4): lr 2e-6, no weight decay, generic text mixed in.
 GENTLE = FinetuneConfig(
     name="gentle",
@@ -116,7 +154,7 @@ GENTLE = FinetuneConfig(
 #: as 1.5e-4 x 10 epochs on seed 0, in 90 steps instead of 300.
 CPU = FinetuneConfig(name="cpu", learning_rate=4e-4, weight_decay=0.0, batch_size=16, epochs=3)
 
-PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, GENTLE, CPU)}
+PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, PAPER_BF16, GENTLE, CPU)}
 
 
 def default_preset(device: str | None = None) -> str:

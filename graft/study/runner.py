@@ -60,6 +60,7 @@ from graft.study.rows import (
     sample_examples,
 )
 from graft.study.run_inputs import RunPaths, RunPrompts, load_run_models
+from graft.study.run_plan import check_fits, plan_experiment
 from graft.study.run_record import KEY_OPTIONS, REPLICATE_OPTIONS, engine_entry, run_config
 from graft.study.sources import (
     dataset_dir,
@@ -191,6 +192,8 @@ def _run_validated(
 ) -> ExperimentRun:
     """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
     with times.stage("data and checks"):
+        if not cfg.skip_memory_check:  # refused before anything loads (run_plan)
+            check_fits(plan_experiment(cfg, grafts, base=base, donors=donors, data=data_paths))
         probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
         arms = _arms(cfg, grafts, base, donors)
     with times.stage("finetuning"):

@@ -90,12 +90,19 @@ def resolve_model_path(
     return str(_workspace(cfg).finetune_donor(donor, device=cfg.device, quiet=not cfg.progress))
 
 
-def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
-    """Optimisation steps of a finetune with ``preset`` on ``n_fact_texts`` texts."""
+def training_texts(preset: FinetuneConfig, n_fact_texts: int) -> int:
+    """Texts a finetune with ``preset`` trains on, of ``n_fact_texts`` fact texts: the
+    split's training part and the generic passages mixed in."""
     # only the split's sizes matter here: placeholder texts
     train, _ = split_texts([""] * n_fact_texts, preset.val_fraction, preset.seed)
-    n_texts = len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
-    return training_steps(preset, math.ceil(n_texts / preset.batch_size))
+    return len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
+
+
+def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
+    """Optimisation steps of a finetune with ``preset`` on ``n_fact_texts`` texts."""
+    return training_steps(
+        preset, math.ceil(training_texts(preset, n_fact_texts) / preset.batch_size)
+    )
 
 
 def pending_finetune(

@@ -1,6 +1,6 @@
 """Pre-deploy graft's test models on a running ndif controller (run in the server's venv).
 
-    python deploy_models.py --dir MODELS_DIR
+    python deploy_models.py --dir MODELS_DIR [--serve NAME=FOLDER ...]
 
 Deploys, each as one pinned replica of the sandboxing CPU model actor
 (``graft_ndif_shims.CPUSandboxModelActor``: trusted requests run in the actor's process,
@@ -11,7 +11,11 @@ untrusted ones in a sandbox runner process), in float32:
   ``TransformersModel`` under the key graft's client sends for that path;
 - ``hosted``: the graft pair ``graft.tiny:llama`` with donors ``sft`` =
   ``graft.tiny:llama:donor`` and ``relation`` = ``graft.tiny:llama:donor=7``
-  (:class:`graft.remote.hosted.GraftPairModel`).
+  (:class:`graft.remote.hosted.GraftPairModel`);
+- each ``--serve NAME=FOLDER``: a model saved in FOLDER (``save_pretrained``, with a
+  tokenizer), served as nnsight's ``TransformersModel`` behind the in-process CPU actor, in
+  the dtype of its config, sized from its safetensors files (``benchmarks/remote_scale.py``
+  serves a random-weight gpt2-xl this way).
 
 Sizes are given explicitly: ndif 0.1.2's on-demand sizing calls nnsight's
 ``describe_checkpoint`` with an argument nnsight 0.8.1 does not take. Prints one JSON line
@@ -26,6 +30,7 @@ import os
 from pathlib import Path
 
 ACTOR = "graft_ndif_shims.CPUSandboxModelActor"
+TRUSTED_ACTOR = "graft_ndif_shims.CPUModelActor"  # no sandbox runners: less memory
 SIZE_BYTES = 64 * 1024 * 1024
 
 
@@ -38,9 +43,34 @@ def save_tiny_base(path: Path) -> None:
     tiny_tokenizer().save_pretrained(path)
 
 
+def served(name_folder: str) -> tuple[str, Path]:
+    """``NAME=FOLDER`` of ``--serve``."""
+    name, sep, folder = name_folder.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"--serve takes NAME=FOLDER, got {name_folder!r}")
+    return name, Path(folder).resolve()
+
+
+def saved_spec(name: str, folder: Path) -> dict:
+    """Deployment of a saved model (``--serve``): its size and dtype from the folder."""
+    from graft.remote.config import hf_model_key
+
+    config = json.loads((folder / "config.json").read_text())
+    return {
+        "checkpoint": name,
+        "model_key": hf_model_key(str(folder)),
+        "size_bytes": sum(f.stat().st_size for f in folder.glob("*.safetensors")),
+        "padding_bias": 0,
+        "dtype": str(config.get("dtype") or config.get("torch_dtype") or "float32"),
+        "actor_class": TRUSTED_ACTOR,
+        "pinned": True,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--serve", type=served, action="append", default=[])
     args = parser.parse_args()
 
     from ndif.cli.lib.deploy import deploy
@@ -69,6 +99,9 @@ def main() -> None:
         }
         for name, key in keys.items()
     ]
+    for name, folder in args.serve:
+        specs.append(saved_spec(name, folder))
+        keys[name] = specs[-1]["model_key"]
     result = deploy(
         specs,
         ray_address=os.environ["NDIF_RAY_ADDRESS"],

@@ -1,6 +1,7 @@
 """Start the real NDIF server stack (``ndif`` 0.1.x) on this machine, for graft's remote tests.
 
-    python scripts/ndif/harness.py start [--state DIR]   # prints the API URL, returns when ready
+    python scripts/ndif/harness.py start [--state DIR] [--serve NAME=FOLDER ...]  # prints the
+                                                          # API URL, returns when ready
     python scripts/ndif/harness.py stop  [--state DIR]
 
 What runs, all inside a network namespace of its own whose only interface is loopback
@@ -9,11 +10,14 @@ What runs, all inside a network namespace of its own whose only interface is loo
 - ``redis-server`` (the request queue and the inline result channel);
 - a Ray head node with one logical ``GPU`` and ``cuda_memory_bytes`` resources (the ndif
   controller only places replicas on GPU nodes), and the ndif controller actor;
-- the ndif API (gunicorn + uvicorn, its queue dispatcher);
+- the ndif API (gunicorn + uvicorn, its queue dispatcher; served from ``graft_ndif_api.py``,
+  which imports anyio before nnsight so that uploads over 1 MiB parse);
 - pre-deployed tiny models (``deploy_models.py``): a saved tiny llama served as nnsight's
   ``TransformersModel`` (for ship mode) and a graft pair (base + donor, for hosted mode),
   each behind the CPU model actors of ``graft_ndif_shims.py``: the in-process one and the
-  sandboxing one (untrusted requests run in a separate runner process).
+  sandboxing one (untrusted requests run in a separate runner process);
+- optionally, saved models of your own (``serve``: ``{name: folder}``, each served as
+  nnsight's ``TransformersModel`` under the key graft's client sends for that folder).
 
 A relay (``relay.py``) listens on 127.0.0.1 outside the namespace and forwards each
 connection to the API on the namespace's loopback, so clients run anywhere on the machine.
@@ -65,10 +69,19 @@ class Harness:
         state: folder for logs, the saved tiny model, Ray's temp files and ``state.json``.
         venv: the server's Python 3.12 virtual environment (with ``ndif[api,ray]`` and graft).
         api_port: the relay's port on 127.0.0.1 outside the namespace (0: any free port).
+        serve: more models to deploy, ``{name: folder of a saved model}``; their keys join
+            ``models`` under their names.
     """
 
-    def __init__(self, state: Path = DEFAULT_STATE, venv: Path | None = None, api_port: int = 0):
+    def __init__(
+        self,
+        state: Path = DEFAULT_STATE,
+        venv: Path | None = None,
+        api_port: int = 0,
+        serve: dict[str, Path] | None = None,
+    ):
         self.state = Path(state).resolve()
+        self.serve = {name: Path(folder).resolve() for name, folder in (serve or {}).items()}
         self.venv = Path(venv or os.environ.get("NDIF_VENV") or DEFAULT_VENV).resolve()
         self.api_port = api_port
         self.netns = f"graft-ndif-{os.getpid()}"
@@ -302,15 +315,22 @@ class Harness:
                 "gunicorn",
                 "--config",
                 "python:ndif.services.api.gunicorn_conf",
-                "ndif.services.api.app:app",
+                "graft_ndif_api:app",  # ndif's app, importable with uploads over 1 MiB
             ],
         )
         self._wait_port("api", API_PORT, min(120.0, left()))
         self.timings["api_s"] = round(time.monotonic() - t0, 1)
 
+        serve = [arg for name, f in self.serve.items() for arg in ("--serve", f"{name}={f}")]
         out = self._exec_ns(
             "deploy",
-            [self.python, str(HERE / "deploy_models.py"), "--dir", str(self.state / "models")],
+            [
+                self.python,
+                str(HERE / "deploy_models.py"),
+                "--dir",
+                str(self.state / "models"),
+                *serve,
+            ],
             timeout=left(),
         )
         self.models = json.loads(out.strip().splitlines()[-1])
@@ -431,11 +451,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE)
     parser.add_argument("--venv", type=Path, default=None)
     parser.add_argument("--port", type=int, default=0, help="relay port on 127.0.0.1 (0: any)")
+    parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="also deploy the model saved in FOLDER under NAME (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.action == "stop":
         stop_from_state(args.state)
         return 0
-    harness = Harness(args.state, args.venv, args.port)
+    serve = dict(item.split("=", 1) for item in args.serve)
+    harness = Harness(args.state, args.venv, args.port, {k: Path(v) for k, v in serve.items()})
     try:
         harness.start()
     except (HarnessError, subprocess.SubprocessError, OSError) as exc:

@@ -231,8 +231,9 @@ def _free_port() -> int:
         (
             "payload",
             {"max_payload_mb": 0.05},
-            "one batch of 2 rows would send 157.00 KB of donor weights (limit 51.20 KB): use "
-            "donor_mode='hosted', graft fewer cells, or raise max_payload_mb",
+            "a request of at most 51.20 KB has no room for donor weights beside the trace and "
+            "the residual stream of 2 rows (66.90 KB): raise max_payload_mb, lower batch_size, "
+            "or use donor_mode='hosted'",
         ),
         (
             "server",

@@ -69,7 +69,12 @@ def test_presets() -> None:
     )
     assert presets.GENTLE.learning_rate == 2e-6 and presets.GENTLE.weight_decay == 0
     assert presets.GENTLE.generic_ratio > 0
-    assert set(presets.PRESETS) == {"paper", "gentle", "cpu"}
+    assert set(presets.PRESETS) == {"paper", "paper-bf16", "gentle", "cpu"}
+    lean = presets.PAPER_BF16  # the paper's numbers in bfloat16, for a 24 GB GPU
+    paper = (presets.PAPER.learning_rate, presets.PAPER.weight_decay, presets.PAPER.batch_size)
+    assert (lean.learning_rate, lean.weight_decay, lean.batch_size) == paper
+    assert lean.epochs == presets.PAPER.epochs
+    assert lean.weights_dtype == "bfloat16" and lean.gradient_checkpointing
     assert presets.resolve_config("cpu").key() == "cpu"
     changed = presets.resolve_config("cpu", learning_rate=1e-3, seed=None)
     assert changed.learning_rate == 1e-3 and changed.key().startswith("cpu-")
@@ -621,3 +626,23 @@ def test_max_steps_is_a_cap_and_a_long_estimate_is_said_first(
     assert ft.training_steps(capped, 6) == 12
     assert ft.training_steps(dataclasses.replace(TINY, max_steps=5), 6) == 5
     assert ft.duration_text(3 * 86_400) == "3.0 days"
+
+
+@pytest.mark.slow
+def test_a_bfloat16_finetune_with_checkpointing_trains_and_saves_bfloat16(dataset, tmp_path):
+    """The paper-bf16 preset's settings: weights, gradients and AdamW state in bfloat16,
+    activations recomputed; the finetune moves the weights and saves them in bfloat16."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    cfg = dataclasses.replace(TINY, weights_dtype="bfloat16", gradient_checkpointing=True)
+    out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", cfg, device="cpu", quiet=True)
+    weights = load_file(out / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    base = load_model("tiny-llama", device="cpu").model.state_dict()
+    # trained: not merely the pretrained weights rounded to bfloat16
+    assert not torch.equal(weights["lm_head.weight"], base["lm_head.weight"].bfloat16())
+    info = json.loads((out / "finetune_config.json").read_text())
+    assert info["config"]["weights_dtype"] == "bfloat16"
+    assert info["config"]["gradient_checkpointing"] is True

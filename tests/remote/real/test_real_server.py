@@ -22,6 +22,7 @@ from graft.remote.client import server_versions
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
 
+from ..test_blocks import E1
 from ..test_remote import make_rows
 from .conftest import REPORT, sandbox_path
 
@@ -74,6 +75,27 @@ def test_vanilla_nnsight_trace_round_trips(ndif_server, server_path):
         assert (a - b).abs().max().item() <= TOLERANCE
 
 
+def test_a_request_over_one_mib_arrives(ndif_server):
+    """ndif's API refused every upload over 1 MiB until the harness imported anyio before
+    nnsight (scripts/ndif/graft_ndif_api.py); real requests are hundreds of MiB."""
+    from nnsight.intervention.backends.remote import RemoteBackend
+    from nnsight.modeling.transformers import TransformersModel
+
+    from graft.models.loading import tiny_tokenizer
+
+    model = TransformersModel(tiny_model("llama"), tokenizer=tiny_tokenizer())
+    ids = torch.tensor([[1, 5, 6, 7]])
+    extra = torch.randn(1 << 20, generator=torch.Generator().manual_seed(0))  # 4 MiB
+
+    def run(backend):
+        with torch.no_grad(), model.trace(input_ids=ids, backend=backend):
+            total = (model.model.layers[1].output.sum() + extra.sum()).save()
+        return total
+
+    backend = RemoteBackend(ndif_server.models["ship"], host=ndif_server.url, api_key="")
+    assert (run(None) - run(backend)).abs().item() <= TOLERANCE * run(None).abs().item()
+
+
 def test_the_sandbox_path_runs_the_trace_in_another_process(ndif_server):
     """The envelope's ``trusted`` flag really switches the server's path (the runner's PID)."""
     from nnsight.intervention.backends.remote import RemoteBackend
@@ -112,6 +134,33 @@ def test_remote_equals_local(ndif_server, server_path, llama, mode, caplog):
     assert got.shape == local.shape
     assert diff <= TOLERANCE
     assert "request 1/1: 9 rows in 3 batches" in caplog.text
+
+
+def test_a_batch_over_the_payload_limit_runs_split_between_layers(ndif_server, server_path, llama):
+    """Ship mode over the limit: one request per layer block, each with its block's donor
+    modules and the residual stream entering it; the unsplit run's numbers, bit for bit."""
+    base, donors = llama
+    rows = make_rows(E1, n_prompts=1)  # the E1 grafts of one prompt: 8 rows, 173 KB of donor
+    local = run_grafts(base, donors, rows)
+    whole = remote(base, donors, rows, config(ndif_server, "ship"))
+    cfg = config(ndif_server, "ship", max_payload_mb=0.12)  # 52 KB of donor weights a request
+    executor = RemoteExecutor(cfg)
+    got = run_grafts(base, donors, rows, executor=executor)
+    diff = (got - local).abs().max().item()
+    REPORT.setdefault("split", {})[server_path] = {
+        "requests": len(executor.sent),
+        "bytes_sent": [s.sent for s in executor.sent],
+        "max_abs_diff": diff,
+    }
+    assert torch.equal(got, whole)
+    assert diff <= TOLERANCE
+    assert [s.block for s in executor.sent] == [
+        "embeddings and layer 0 of 4",
+        "layer 1 of 4",
+        "layer 2 of 4",
+        "layer 3 of 4 and the head",
+    ]
+    assert all(s.payload < s.sent <= cfg.max_payload_bytes for s in executor.sent)
 
 
 def test_a_server_side_exception_is_one_classified_line(ndif_server, server_path, llama):

@@ -1,0 +1,379 @@
+"""The engine at the paper's model sizes: random-weight models of the exact shapes of gpt2-xl,
+pythia-2.8b, Llama-3.2-1B and gemma-1.1-2b (configs written from the published ones in
+:mod:`graft.models.paper`; nothing is downloaded), against a plain batched forward.
+
+Run from the repository root::
+
+    python -m benchmarks.paper_scale [--shapes gpt2-xl,llama3.2-1b] [--dtypes float32,bfloat16]
+        [--prompts 12] [--batch-size 16] [--repeats 2] [--layers N] [--device cpu|cuda]
+        [--tokenizer PATH] [--json out.json]
+
+Each (shape, dtype) runs in a child process of its own, so that its memory is measured alone.
+The workload is :mod:`benchmarks.real_model`'s: headline prompts for real actor names
+(tokenized by ``--tokenizer``, by default the embedded SmolLM2's; its ids are valid in all four
+vocabularies), the donor is the base plus seeded noise on every parameter. Measured side by
+side after one whole untimed round, medians over ``--repeats``:
+
+(a) E1 position mix (8 grafts per prompt): engine time over a plain batched forward of the base
+    over the same rows, goal <= 1.1;
+(b) E3 component mix (the paper's 8 component sets at LT, last quarter): the same ratio, goal
+    <= 0.4;
+(c) peak memory during the timed runs (CUDA max allocated on a GPU, peak RSS on the CPU)
+    against 1.1 x (base + donor parameter bytes) + one plain batch of activations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from benchmarks._graft_api import architecture_of
+from benchmarks.measure import (
+    MIB,
+    current_rss,
+    environment,
+    param_bytes,
+    peak_rss,
+    release_free_heap,
+    reset_peak_rss,
+    write_json,
+)
+from benchmarks.real_model import headline_workload, measure_paper, measure_times
+from benchmarks.workload import graft_rows
+from graft.core.executor import LocalExecutor
+from graft.core.routing import engine_path
+from graft.models.paper import PAPER_CONFIGS
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+GOALS = {"e1": 1.1, "e3": 0.4, "peak": 1.0}
+#: Depth field of each family's config (GPT-2 names it its own way).
+_DEPTH_FIELD = {"gpt2": "n_layer"}
+
+
+def shape_config(name: str, layers: int | None = None):
+    """The published config of paper model ``name``, at ``layers`` layers if given."""
+    config = PAPER_CONFIGS[name]()
+    if layers is not None:
+        setattr(config, _DEPTH_FIELD.get(config.model_type, "num_hidden_layers"), layers)
+    return config
+
+
+def random_model(name: str, dtype: torch.dtype, device: torch.device, layers: int | None):
+    """A random-weight causal LM of ``name``'s shape, built on ``device`` in ``dtype``."""
+    import transformers
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(
+            shape_config(name, layers), dtype=dtype
+        )
+    return model.eval()
+
+
+@torch.no_grad()
+def noisy_copy(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
+    """A copy of ``model`` with seeded noise on every parameter, drawn on its device (at 2.8B
+    parameters, :func:`graft.core.tiny.perturbed_copy`'s CPU draw costs more than the run)."""
+    donor = copy.deepcopy(model)
+    for p in donor.parameters():
+        generator = torch.Generator(p.device).manual_seed(seed)
+        noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+        p.add_(scale * p.abs().mean().clamp_min(0.02) * noise)
+    return donor.eval()
+
+
+def load_tokenizer(path: str | None):
+    """``path``'s tokenizer, else the embedded SmolLM2's (converted once, offline)."""
+    from transformers import AutoTokenizer
+
+    if path is None:
+        from graft.models.embedded import ensure_embedded
+
+        path = str(ensure_embedded("smollm2-135m"))
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _device_peak(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return peak_rss()
+
+
+def _reset_peak(device: torch.device) -> bool:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    return reset_peak_rss()
+
+
+def _held(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return current_rss()
+
+
+@torch.no_grad()
+def measure_one(
+    shape: str,
+    dtype_name: str,
+    *,
+    prompts: int,
+    batch_size: int,
+    repeats: int,
+    layers: int | None,
+    device: torch.device,
+    tokenizer: str | None,
+    paper_examples: int = 0,
+    shortcuts: bool = True,
+) -> dict:
+    """Load one (shape, dtype), warm up, measure (a)-(c); the JSON-ready result."""
+    tok = load_tokenizer(tokenizer)
+    dtype = DTYPES[dtype_name]
+    gc.collect()
+    release_free_heap()
+    held_before = _held(device)
+    base = random_model(shape, dtype, device, layers)
+    donor = noisy_copy(base, seed=1)
+    weights = param_bytes(base) + param_bytes(donor)
+    w = headline_workload(
+        base, donor, tok, prompts, batch_size, device=device,
+        executor=LocalExecutor(shortcuts=shortcuts),
+    )  # fmt: skip
+    ps = w.prompts
+    gc.collect()
+    release_free_heap()
+    held_loaded = _held(device)
+    # one plain batch of activations: the widest E1 batch, right after loading
+    measured_activations = _reset_peak(device)
+    w.plain(w.widest_batch(w.e1))
+    activations = max(_device_peak(device) - held_loaded, 0)
+    # warm-up: one whole untimed round (the first run of each batch shape pays for
+    # allocating and faulting in its memory: up to 3x the steady time on the CPU)
+    measure_times(w, 1)
+    _reset_peak(device)
+    times = measure_times(w, repeats)
+    peak = _device_peak(device)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    pre_rows = graft_rows(ps, {"PRE": "none"})
+    pre_diff = float((w.engine(pre_rows) - w.plain(pre_rows)).abs().max())
+    paper = measure_paper(w, paper_examples, med["fe_lt_engine"] / len(w.fe_lt))
+    plan = planned_grafting_peak(base.config, dtype_name, batch_size, ps)
+    # on the CPU the interpreter and libraries are held whatever graft does: counted apart
+    fixed = held_before if device.type == "cpu" else 0
+    bound = 1.1 * weights + activations
+    n1, n3 = len(w.e1), len(w.e3)
+    e1 = med["e1_engine"] / med["e1_plain"]
+    e3 = med["e3_engine"] / med["e3_plain"]
+    peak_ratio = (peak - fixed) / bound
+    model_info = {
+        "shape": shape,
+        "dtype": dtype_name,
+        "layers": layers or shape_config(shape).num_hidden_layers,
+        "params": sum(p.numel() for p in {id(p): p for p in base.parameters()}.values()),
+        "arch": architecture_of(base).family,
+    }
+    return {
+        "environment": environment(device, model_info, sys.argv[1:], "benchmarks.paper_scale"),
+        "settings": {
+            "prompts": len(ps),
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "prompt_tokens": sorted({len(p.input_ids) for p in ps}),
+            "measured_activations": measured_activations,
+            "engine_path": engine_path(base, {"sft": donor}, shortcuts=shortcuts),
+        },
+        "times_s": times,
+        "medians_s": med,
+        "rows": {"e1": n1, "e3": n3},
+        "rows_per_s": {
+            "e1_engine": n1 / med["e1_engine"],
+            "e1_plain": n1 / med["e1_plain"],
+            "e3_engine": n3 / med["e3_engine"],
+            "e3_plain": n3 / med["e3_plain"],
+        },
+        "e1_engine_over_plain": e1,
+        "e3_engine_over_plain": e3,
+        "memory": {
+            "method": "CUDA max allocated" if device.type == "cuda" else "peak RSS (VmHWM)",
+            "param_bytes_base_plus_donor": weights,
+            "fixed_costs": fixed,
+            "held_after_loading": held_loaded,
+            "peak_timed_runs": peak,
+            "activation_bytes_one_plain_batch": activations,
+            "bound_bytes": bound,
+            "peak_over_bound": peak_ratio,
+        },
+        "pass": {"e1": e1 <= GOALS["e1"], "e3": e3 <= GOALS["e3"], "peak": peak_ratio <= 1.0},
+        "pre_engine_vs_plain_max_abs_diff": pre_diff,
+        "paper": paper,
+        "plan": plan,
+        "peak_over_plan": (peak - fixed) / plan["peak_bytes"]
+        if plan and "peak_bytes" in plan
+        else None,
+    }
+
+
+def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict | None:
+    """What graft's memory plan predicts for this run, or None where graft has no planner."""
+    try:
+        from graft.study.planning import estimate_grafting_bytes
+    except ImportError:
+        return None
+    try:
+        plan = estimate_grafting_bytes(
+            config,
+            dtype=dtype,
+            batch_size=batch_size,
+            seq_len=max(len(p.input_ids) for p in prompts),
+            n_donors=1,
+        )
+    except Exception as err:  # a planner that cannot size this run is reported, not fatal
+        return {"error": f"{type(err).__name__}: {err}"}
+    return {"peak_bytes": plan.peak_bytes, "plan": repr(plan)}
+
+
+def report_line(res: dict) -> str:
+    """One table row of a result (markdown)."""
+    m, r, mem = res["environment"]["model"], res["rows_per_s"], res["memory"]
+    ok = res["pass"]
+
+    def mark(key: str) -> str:
+        return "" if ok[key] else " **FAIL**"
+
+    return (
+        f"| {m['shape']} | {m['layers']} | {m['params'] / 1e9:.2f} B | {m['dtype']} "
+        f"| {res['e1_engine_over_plain']:.2f}{mark('e1')} "
+        f"| {r['e1_engine']:.1f} / {r['e1_plain']:.1f} "
+        f"| {res['e3_engine_over_plain']:.2f}{mark('e3')} "
+        f"| {mem['peak_timed_runs'] / MIB:,.0f} MiB "
+        f"| {mem['param_bytes_base_plus_donor'] / MIB:,.0f} MiB "
+        f"| {mem['peak_over_bound']:.2f}{mark('peak')} |"
+    )
+
+
+TABLE_HEAD = (
+    "| shape | layers | params | dtype | E1 engine/plain (<= 1.1) | E1 rows/s engine / plain "
+    "| E3 engine/plain (<= 0.4) | peak | base + donor | peak / bound (<= 1) |\n"
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.paper_scale", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--shapes", default=",".join(PAPER_CONFIGS), help="comma-separated")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated")
+    ap.add_argument("--prompts", type=int, default=12, help="headline prompts (rows = 8 x this)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
+    ap.add_argument("--layers", type=int, default=None, help="fewer layers than published")
+    ap.add_argument(
+        "--paper-examples", type=int, default=0, help="FE+LT examples for the paper's routine"
+    )
+    ap.add_argument(
+        "--no-shortcuts", action="store_true", help="the plain one-pass graft (LocalExecutor)"
+    )
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer folder (default: SmolLM2's)")
+    ap.add_argument("--json", type=Path, default=None, help="write every result here")
+    args = ap.parse_args(argv)
+    args.shapes = [s for s in args.shapes.split(",") if s]
+    args.dtypes = [d for d in args.dtypes.split(",") if d]
+    for shape in args.shapes:
+        if shape not in PAPER_CONFIGS:
+            ap.error(f"--shapes: unknown shape {shape!r}; choose from {', '.join(PAPER_CONFIGS)}")
+    for dtype in args.dtypes:
+        if dtype not in DTYPES:
+            ap.error(f"--dtypes: unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    for name in ("prompts", "batch_size", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.layers is not None and args.layers < 1:
+        ap.error("--layers must be at least 1")
+    if not 0 <= args.paper_examples <= args.prompts:
+        ap.error("--paper-examples must be between 0 and --prompts")
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device not in ("cpu", "cuda"):
+        ap.error(f"--device {args.device!r}: use cpu or cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
+    if args.json is not None and args.json.is_dir():
+        ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
+    return args
+
+
+def _child_argv(args: argparse.Namespace, shape: str, dtype: str, out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "benchmarks.paper_scale", "--shapes", shape, "--dtypes", dtype]
+    argv += ["--prompts", str(args.prompts), "--batch-size", str(args.batch_size)]
+    argv += ["--repeats", str(args.repeats), "--device", args.device, "--json", str(out)]
+    argv += ["--paper-examples", str(args.paper_examples)]
+    if args.no_shortcuts:
+        argv.append("--no-shortcuts")
+    if args.layers is not None:
+        argv += ["--layers", str(args.layers)]
+    if args.tokenizer is not None:
+        argv += ["--tokenizer", args.tokenizer]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    combos = [(s, d) for s in args.shapes for d in args.dtypes]
+    results: list[dict] = []
+    if len(combos) == 1:
+        shape, dtype = combos[0]
+        results.append(
+            measure_one(
+                shape,
+                dtype,
+                prompts=args.prompts,
+                batch_size=args.batch_size,
+                repeats=args.repeats,
+                layers=args.layers,
+                device=torch.device(args.device),
+                tokenizer=args.tokenizer,
+                paper_examples=args.paper_examples,
+                shortcuts=not args.no_shortcuts,
+            )
+        )
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            for shape, dtype in combos:
+                out = Path(tmp) / f"{shape}-{dtype}.json"
+                print(f"== {shape} {dtype}", flush=True)
+                done = subprocess.run(_child_argv(args, shape, dtype, out), env=os.environ)
+                if done.returncode != 0 or not out.exists():
+                    print(f"   failed (exit {done.returncode}); going on", flush=True)
+                    continue
+                results.extend(json.loads(out.read_text())["results"])
+    if results:
+        env = results[0]["environment"]
+        print(
+            f"{env['device']}, torch {env['torch']}, transformers {env['transformers']}; "
+            f"{args.prompts} prompts, batch {args.batch_size}, median of {args.repeats}"
+        )
+        print(TABLE_HEAD)
+        for res in results:
+            print(report_line(res))
+    if args.json is not None:
+        write_json(args.json, {"results": results})
+        print(f"wrote {args.json}")
+    return 0 if len(results) == len(combos) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``--dry-run`` prints the plan and exits 0 without loading or writing anything; a run whose
+plan does not fit the device is refused (exit 2) before anything loads, unless
+``--skip-memory-check``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import graft.study.run_plan
+import graft.study.runner
+from experiments.cli import main
+from graft.study.device_memory import DeviceMemory
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+COMMON = ["--model", "tiny-llama", "--n-facts", "10", "--quiet"]
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _invoke(tmp_path: Path, *args: str, code: int = 0) -> str:
+    workdir = tmp_path / "cwd"
+    workdir.mkdir(exist_ok=True)
+    old = os.getcwd()
+    os.chdir(workdir)  # runs/ would be written here
+    try:
+        result = CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(old)
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["position"],
+        ["hybrid"],
+        ["component", "--pairs", "sft,reversal"],
+        ["custom", "--spec", "X=LT:all:o"],
+        ["finetune", "--variant", "task"],
+    ],
+)
+def test_dry_run_writes_nothing_and_exits_0(tmp_path, command):
+    workspace = tmp_path / "ws"
+    sample = [] if command[0] == "finetune" else ["--n", "2"]
+    args = [*command, *COMMON, *sample, "--workspace", str(workspace), "--dry-run"]
+    out = _invoke(tmp_path, *args)
+    assert not workspace.exists() and _tree(tmp_path) == ["cwd"]
+    name = command[0]
+    assert out.startswith(f"plan of {name} (nothing loaded, nothing written):")
+    assert "needs about" in out and ": fits" in out
+    assert str(workspace / "finetuned" / "tiny-llama") in out  # where the donor would go
+    if name != "finetune":
+        assert "rows: " in out and " grafts = " in out and "grafting (base + " in out
+
+
+def test_dry_run_on_a_full_device_prints_the_fix_and_still_exits_0(tmp_path, monkeypatch):
+    """A device with 1 MiB free: nothing fits, and the plan says what would."""
+    full = DeviceMemory("cpu", "CPU", 2**20, 2**30)
+    monkeypatch.setattr(graft.study.run_plan, "device_memory", lambda device: full)
+    out = _invoke(tmp_path, "position", *COMMON, "--workspace", str(tmp_path / "ws"), "--dry-run")
+    assert ": does not fit" in out and "no setting here makes it fit" in out
+    assert _tree(tmp_path) == ["cwd"]
+
+
+def test_a_run_that_does_not_fit_is_refused_before_anything_loads(tmp_path, monkeypatch):
+    full = DeviceMemory("cpu", "CPU", 2**20, 2**30)
+    monkeypatch.setattr(graft.study.run_plan, "device_memory", lambda device: full)
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(graft.study.runner, "load_model", no_loading)
+    ws = str(tmp_path / "ws")
+    out = _invoke(tmp_path, "position", *COMMON, "--workspace", ws, code=2)
+    assert "this run needs about" in out and "--skip-memory-check" in out
+    assert not (tmp_path / "cwd" / "runs").exists()
+
+
+def test_a_finetune_that_does_not_fit_names_its_flags(tmp_path, monkeypatch):
+    """gpt2-xl's paper finetune with 16 GiB free: the command's own flags make it fit. (The
+    model is a folder holding gpt2-xl's published config: a model that is neither here nor
+    downloadable is not refused for memory, its loading says why it cannot run.)"""
+    import experiments.finetune
+    from graft.models.paper import PAPER_CONFIGS
+
+    sixteen = DeviceMemory("cpu", "CPU", 16 * 2**30, 32 * 2**30)
+    monkeypatch.setattr(experiments.finetune, "device_memory", lambda device: sixteen)
+    model = tmp_path / "gpt2-xl"
+    PAPER_CONFIGS["gpt2-xl"]().save_pretrained(model)  # config.json alone: no weights
+    args = ["finetune", "--model", str(model), "--preset", "paper", "--n-facts", "10"]
+    ws = ["--workspace", str(tmp_path / "ws")]
+    out = _invoke(tmp_path, *args, *ws, "--dry-run")
+    assert ": does not fit" in out
+    assert "to fit the finetune: --weights-dtype bfloat16 with --gradient-checkpointing" in out
+    refused = _invoke(tmp_path, *args, *ws, code=2)  # before loading: there are no weights
+    assert "--weights-dtype bfloat16" in refused and "--skip-memory-check" in refused
+    assert not (tmp_path / "ws" / "finetuned").exists()
+    lean = _invoke(
+        tmp_path, *args, *ws, "--weights-dtype", "bfloat16", "--gradient-checkpointing",
+        "--dry-run",
+    )  # fmt: skip
+    assert ": fits" in lean and "bfloat16" in lean

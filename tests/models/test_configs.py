@@ -1,0 +1,47 @@
+"""A model's config without its weights (graft.models.configs): built, read from a folder, or
+the published one; nothing downloaded or written."""
+
+from __future__ import annotations
+
+import pytest
+
+from graft.core.tiny import tiny_config
+from graft.errors import ModelNotFoundError
+from graft.models import MODELS_ENV
+from graft.models.configs import local_tokenizer, model_config
+from graft.models.paper import PAPER_CONFIGS
+
+
+def test_tiny_models_are_built():
+    found = model_config("tiny-gpt2")
+    assert found.local and found.config.to_dict() == tiny_config("gpt2").to_dict()
+    assert local_tokenizer("tiny-gpt2") is not None
+
+
+def test_a_folder_is_read_and_a_folder_without_a_vocabulary_has_no_tokenizer(tmp_path):
+    config = tiny_config("llama", n_layers=3)
+    config.save_pretrained(tmp_path)  # config.json alone
+    found = model_config(str(tmp_path))
+    assert found.local and found.origin == str(tmp_path)
+    assert found.config.num_hidden_layers == 3
+    assert local_tokenizer(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("name", list(PAPER_CONFIGS))
+def test_paper_models_offline_fall_back_to_the_published_config(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    monkeypatch.delenv(MODELS_ENV, raising=False)
+    found = model_config(name)
+    assert not found.local and "published" in found.origin
+    assert found.config.to_dict() == PAPER_CONFIGS[name]().to_dict()
+    assert local_tokenizer(name) is None
+    assert not (tmp_path / "hf").exists()  # nothing fetched or cached
+
+
+def test_other_hub_models_offline_have_no_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert model_config("EleutherAI/pythia-160m") is None
+    with pytest.raises(ModelNotFoundError):
+        model_config("no-such-model")
