@@ -23,7 +23,6 @@ import argparse
 import gc
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,46 +38,10 @@ from benchmarks.measure import (
     write_json,
 )
 from benchmarks.paper_scale import random_model, shape_config
+from benchmarks.plan_check import train_steps
 from graft.models.paper import PAPER_CONFIGS
 
 PRECISIONS = {"mixed": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def train_steps(
-    model: torch.nn.Module,
-    *,
-    precision: str,
-    batch_size: int,
-    seq_len: int,
-    steps: int,
-    device: torch.device,
-) -> list[float]:
-    """Seconds of each of ``steps`` AdamW steps on random tokens (the first allocates the
-    optimizer state)."""
-    model.train()
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=2e-5, weight_decay=0.01, fused=device.type in ("cuda", "cpu")
-    )
-    generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    seconds = []
-    for _ in range(steps):
-        ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator).to(device)
-        _sync(device)
-        start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "mixed"):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        seconds.append(time.perf_counter() - start)
-    return seconds
 
 
 def planned_peak(args: argparse.Namespace) -> dict | None:

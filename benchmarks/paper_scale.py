@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from benchmarks import plan_check
 from benchmarks._graft_api import architecture_of
 from benchmarks.measure import (
     MIB,
@@ -72,14 +73,7 @@ def shape_config(name: str, layers: int | None = None):
 
 def random_model(name: str, dtype: torch.dtype, device: torch.device, layers: int | None):
     """A random-weight causal LM of ``name``'s shape, built on ``device`` in ``dtype``."""
-    import transformers
-
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(
-            shape_config(name, layers), dtype=dtype
-        )
-    return model.eval()
+    return plan_check.random_model(shape_config(name, layers), dtype, device).eval()
 
 
 @torch.no_grad()

@@ -90,6 +90,7 @@ class Peak:
 
 
 def random_model(config, dtype: torch.dtype, device: torch.device):
+    """A random-weight causal LM of ``config`` (seed 0), built on ``device`` in ``dtype``."""
     import transformers
 
     torch.manual_seed(0)
@@ -112,6 +113,47 @@ def counting_saved(model: torch.nn.Module, into: dict[int, int]) -> Iterator[Non
         yield
 
 
+def train_steps(
+    model: torch.nn.Module,
+    *,
+    precision: str,
+    batch_size: int,
+    seq_len: int,
+    steps: int,
+    device: torch.device,
+    saved: dict[int, int] | None = None,
+) -> list[float]:
+    """Seconds of each of ``steps`` fused AdamW steps (lr 2e-5, weight decay 0.01) on random
+    tokens; ``mixed`` autocasts the forward and backward to bfloat16. The first step
+    allocates the optimizer state; ``saved``, when given, gets the bytes of the activations
+    autograd saves in it (:func:`counting_saved`)."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, fused=True)
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.get_text_config().vocab_size
+    seconds = []
+    for step in range(steps):
+        ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator).to(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        autocast = torch.autocast(device.type, torch.bfloat16, enabled=precision == "mixed")
+        counting = (
+            contextlib.nullcontext()
+            if saved is None
+            else counting_saved(model, saved if step == 0 else {})
+        )
+        with autocast, counting:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def train(args: argparse.Namespace) -> dict:
     """``--steps`` AdamW steps on random tokens; the peak and the saved activations."""
     from graft.study.planning import estimate_finetune_bytes
@@ -121,27 +163,18 @@ def train(args: argparse.Namespace) -> dict:
     peak = Peak(device)
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
     model = random_model(config, dtype, device)
-    model.train()
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, fused=True)
-    generator = torch.Generator().manual_seed(0)
-    shape = (args.batch_size, args.seq_len)
     saved: dict[int, int] = {}
-    seconds = []
-    for step in range(args.steps):
-        ids = torch.randint(0, config.get_text_config().vocab_size, shape, generator=generator)
-        ids = ids.to(device)
-        start = time.perf_counter()
-        autocast = torch.autocast(device.type, torch.bfloat16, enabled=args.precision == "mixed")
-        with autocast, counting_saved(model, saved if step == 0 else {}):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds.append(time.perf_counter() - start)
+    seconds = train_steps(
+        model,
+        precision=args.precision,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        device=device,
+        saved=saved,
+    )
     plan = estimate_finetune_bytes(
         config,
         dtype=args.precision,
