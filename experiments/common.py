@@ -81,6 +81,7 @@ SHARED_NAMES = (
     "dry_run",
     "preset",
     "finetune_max_steps",
+    "generic_corpus",
     "out",
     "workspace",
     "overwrite",
@@ -107,7 +108,7 @@ SECTION_OF: dict[str, str] = {
         ),
         RUN,
     ),
-    **dict.fromkeys(("preset", "finetune_max_steps"), DONORS),
+    **dict.fromkeys(("preset", "finetune_max_steps", "generic_corpus"), DONORS),
     **dict.fromkeys(("out", "workspace", "overwrite", "quiet"), OUTPUT),
     **dict.fromkeys(REMOTE_PARAMS, REMOTE),
 }

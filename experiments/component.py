@@ -17,7 +17,7 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from experiments.shared import protocol_run_options
+from experiments.shared import LAYERS_OPTION, protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.results.folder import RunFolder
 from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
@@ -37,13 +37,7 @@ PAPER_PAIRS = PAIRS | {"sft": (ModelSource("pretrained"), ModelSource("both"), (
     cls=GraftCommand,
     short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.",
 )
-@click.option(
-    "--layers",
-    default="q4",
-    show_default=True,
-    help="Layer selector of the grafts (q4 = last quarter; under --protocol paper by the "
-    "paper's layer rule, which has halves and quarters only).",
-)
+@LAYERS_OPTION
 @click.option(
     "--pairs",
     default="sft,reversal",

@@ -1,5 +1,5 @@
-"""``graft-exp data``: generate one of the paper's movie-fact datasets (thin over
-graft.study.datasets)."""
+"""``graft-exp data``: generate one of the paper's movie-fact datasets, or a dataset of your
+own facts (``--facts``) or articles (``--articles``) (thin over graft.study.datasets)."""
 
 from __future__ import annotations
 
@@ -34,15 +34,17 @@ from graft.study.workspace import default_workspace
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Output folder [default: <workspace>/datasets/<kind>-<direction>[-split]-n<N>-"
-    "seed<S>, where experiments given the same --dataset, --n-facts and --data-seed read it].",
+    "seed<S>, where experiments given the same --dataset, --n-facts and --data-seed read it; "
+    "with --articles: <workspace>/datasets/articles-<file>-<sha256[:8]>-n<N|all>].",
 )
 @field_option(ExperimentConfig, "workspace")
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
-    """Generate a movie-fact dataset: facts, training text, test prompts, manifest."""
+    """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
     if fields["kind"] is None:
-        custom = fields["facts_path"] is not None
-        fields["kind"] = "custom" if custom else field_default(DatasetConfig, "kind")
+        kind = "articles" if fields["articles_path"] is not None else None
+        kind = kind or ("custom" if fields["facts_path"] is not None else None)
+        fields["kind"] = kind or field_default(DatasetConfig, "kind")
     config = DatasetConfig(**fields)
     if out is None:
         out = Path(workspace or default_workspace()) / "datasets" / default_dataset_name(config)
@@ -53,8 +55,9 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
             raise click.UsageError(in_user_words(e)) from None
         raise click.BadParameter(in_user_words(e), param_hint=flag_of(e)) from None
     sizes = load_manifest(path)["sizes"]
+    what = "articles" if config.kind == "articles" else "facts"
     click.echo(
-        f"{path}: {sizes['facts']} facts, {sizes['train']} training texts, "
+        f"{path}: {sizes['facts']} {what}, {sizes['train']} training texts, "
         f"{sizes['test_prompts']} test prompts"
     )
 

@@ -115,17 +115,21 @@ def finetune(
             echo_plan(finetune_lines(plan, memory))
             return
         check_fits(plan, memory)
-    donor = Workspace.at(workspace).locate_donor(
+    home = Workspace.at(workspace)
+    donor = home.locate_donor(
         model, dataset, variant, cfg, n_facts=n_facts, data_seed=data_seed, device=device
     )
+    # donor.config has the generic corpus fixed: the folder an experiment looks in
     ft.finetune(
         model,
         donor.dataset_dir,
         donor.path if out is None else out,
-        cfg,
+        donor.config,
         train_set=donor.train_set,
         device=device,
         quiet=quiet,
+        lock_dir=home.lock_dir,
+        corpus_dir=home.corpus_dir,
     )
 
 

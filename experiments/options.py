@@ -157,6 +157,17 @@ _MAX_STEPS = Flag(
     default=None,
 )
 
+#: ``--generic-corpus`` of the experiments and of ``graft-exp finetune`` (the same donor).
+_GENERIC_CORPUS = Flag(
+    "--generic-corpus",
+    "Generic text the gentle preset mixes in: a file (one passage per line, or JSONL with "
+    "text) or stand-in (graft's 61 shipped passages) [default: the paper's openwebtext + "
+    "IMDB sample from the hub (pip install 'graft[corpus]'), else the stand-in, with a "
+    "warning].",
+    click.Path(dir_okay=False),
+    None,
+)
+
 EXPERIMENT_FLAGS: dict[str, Flag] = {
     "model": Flag(
         "--model",
@@ -241,6 +252,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         click.Choice(sorted(PRESETS)),
     ),
     "finetune_max_steps": _MAX_STEPS,
+    "generic_corpus": _GENERIC_CORPUS,
     "out": Flag(
         "--out",
         "Run folder [default: runs/<experiment>/<model>-<dataset>-seed<seed>]; a rerun resumes it.",
@@ -304,12 +316,7 @@ FINETUNE_FLAGS: dict[str, Flag] = {
         number_type(SEED),
         None,
     ),
-    "generic_corpus": Flag(
-        "--generic-corpus",
-        "Generic text mixed in by the gentle preset [default: the shipped corpus].",
-        click.Path(dir_okay=False),
-        None,
-    ),
+    "generic_corpus": _GENERIC_CORPUS,
     "max_steps": _MAX_STEPS,
     "weights_dtype": Flag(
         "--weights-dtype",
@@ -380,7 +387,8 @@ REMOTE_FLAGS: dict[str, Flag] = {
 DATASET_FLAGS: dict[str, Flag] = {
     "kind": Flag(
         "--dataset",
-        "Data kind to generate [default: fake_movies_real_actors, or custom with --facts].",
+        "Data kind to generate [default: fake_movies_real_actors, custom with --facts, "
+        "articles with --articles].",
         click.Choice(KINDS),
         default=None,
     ),
@@ -400,6 +408,12 @@ DATASET_FLAGS: dict[str, Flag] = {
     "corpus_path": Flag(
         "--corpus",
         "Extra text corpus (one document per line, or JSONL with 'text').",
+        click.Path(dir_okay=False, path_type=Path),
+    ),
+    "articles_path": Flag(
+        "--articles",
+        "Your own articles (JSONL: article, rephrases, questions with prompt, answer, "
+        "first_entity; see docs/real_text.md): the real-text dataset.",
         click.Path(dir_okay=False, path_type=Path),
     ),
 }
@@ -431,6 +445,7 @@ NOT_ON_CLI: dict[type, dict[str, str]] = {
         "val_fraction": "preset only",
         "fp16_on_cuda": "preset only",
         "generic_ratio": "preset only",
+        "generic_corpus_id": "fixed from --generic-corpus (graft.study.generic_corpus.settle)",
         "max_length": "preset only",
     },
     RemoteConfig: {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import polars as pl
 
 from experiments.common import (
     GraftCommand,
@@ -14,7 +15,9 @@ from experiments.common import (
     variant_option,
 )
 from experiments.shared import POSITIONS_OPTION, run_from_sft
+from graft.results.top1_kinds import top1_kinds_wide
 from graft.study.grafts import position_grafts
+from graft.study.top1 import TOP1_KINDS, group_columns, write_top1_kinds
 
 
 @click.command(
@@ -28,6 +31,9 @@ def position(positions, variant, cfg_options, remote):
     """E1/E2 (Fig. 2, 3a): graft every component of every layer from SFT into PRE at
     FE, LT, FE+LT, (FE+LT)^C, FE^C, LT^C (and M, R variants), with PRE and SFT as references.
 
+    Also writes top1_kinds (.parquet, .csv): per template and graft, the share of rows whose
+    top-1 token starts an actor's name, a movie title, is punctuation or a function word.
+
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
     Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
@@ -35,8 +41,14 @@ def position(positions, variant, cfg_options, remote):
     variant = protocol_default("variant", variant, "both", cfg.protocol)
     grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
     run = run_from_sft(cfg, grafts, variant)
-    if run is not None:  # None: --dry-run
-        echo_figures(run.folder.path)
+    if run is None:  # --dry-run
+        return
+    table = write_top1_kinds(run.folder, run.examples, run.config)
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, fmt_str_lengths=20):
+        click.echo("top-1 token kinds, share (count) of rows:")
+        click.echo(str(top1_kinds_wide(table, group_columns(run.examples))))
+    click.echo(f"top-1 kinds: {run.folder.path / f'{TOP1_KINDS}.csv'}")
+    echo_figures(run.folder.path)
 
 
 if __name__ == "__main__":

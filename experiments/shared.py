@@ -35,20 +35,37 @@ POSITIONS_OPTION = click.option(
     "naming a field a template lacks (M, R) are skipped for that template.",
 )
 
+#: ``--layers`` of the commands that graft component sets at LT over one layer range.
+LAYERS_OPTION = click.option(
+    "--layers",
+    default="q4",
+    show_default=True,
+    help="Layer selector of the grafts (q4 = last quarter; under --protocol paper by the "
+    "paper's layer rule, which has halves and quarters only).",
+)
+
 
 def run_from_sft(
-    cfg: ExperimentConfig, grafts: list[Graft], variant: str, notes: dict | None = None
+    cfg: ExperimentConfig,
+    grafts: list[Graft],
+    variant: str,
+    notes: dict | None = None,
+    out_tag: str = "",
 ) -> ExperimentRun | None:
     """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
     (the paper protocol's options added), report it, and return it (None under
-    ``--dry-run``, which prints the plan instead); ``notes`` go into the stored config."""
+    ``--dry-run``, which prints the plan instead); ``notes`` go into the stored config,
+    ``out_tag`` into the default run folder's name (after the protocol's)."""
+    options = protocol_run_options(cfg.protocol, variant)
+    if out_tag:
+        options["out_tag"] = "-".join(t for t in (options.get("out_tag", ""), out_tag) if t)
     return run_or_plan(
         cfg,
         grafts,
         donors={"sft": ModelSource(variant)},
         echo=click.echo,
         extra_config=notes,
-        **protocol_run_options(cfg.protocol, variant),
+        **options,
     )
 
 

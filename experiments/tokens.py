@@ -7,7 +7,9 @@ import polars as pl
 
 from experiments.common import (
     GraftCommand,
+    cli_error,
     echo_protocol_notes,
+    given,
     make_config,
     protocol_default,
     shared_options,
@@ -15,9 +17,10 @@ from experiments.common import (
     variant_option,
 )
 from experiments.shared import run_from_sft
+from graft.errors import GraftError
 from graft.results.metrics import top_tokens_table
 from graft.results.tables import write_csv
-from graft.study.grafts import protocol_notes, reference, spec_graft
+from graft.study.grafts import paper_token_graft, protocol_notes, reference, spec_graft
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 #: The table this command adds to the run folder (``.parquet`` and ``.csv``).
@@ -35,6 +38,16 @@ TOP_TOKENS = "top_tokens"
     "without head= gets --head-policy, one without protocol= is resolved under --protocol.",
 )
 @click.option(
+    "--grafts",
+    "graft_set",
+    type=click.Choice(["spec", "paper"]),
+    default="spec",
+    show_default=True,
+    help="spec: the --spec grafts; paper: the one graft the paper's top-10 tables show for "
+    "the model's family (Llama FE^C, Gemma LT, GPT-2 (FE+LT)^C; Pythia takes GPT-2's, "
+    "Gemma 2/3 Gemma's, Qwen Llama's), in every layer and component.",
+)
+@click.option(
     "--per-graft",
     type=click.IntRange(1),
     default=5,
@@ -43,7 +56,7 @@ TOP_TOKENS = "top_tokens"
 )
 @variant_option()
 @shared_options
-def tokens(specs, per_graft, variant, cfg_options, remote):
+def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     """E6 (C.7): top-10 next tokens with probabilities for a few sampled examples of each graft.
 
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
@@ -51,14 +64,25 @@ def tokens(specs, per_graft, variant, cfg_options, remote):
     is given."""
     cfg = make_config("tokens", cfg_options, remote)
     variant = protocol_default("variant", variant, "both", cfg.protocol)
+    if graft_set == "paper" and given("specs"):
+        raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
     try:
-        grafts = [reference("PRE", None), reference("SFT", "sft")] + [
-            spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs
-        ]
+        chosen = [spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs]
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
+    if graft_set == "paper":
+        try:
+            paper_graft, line = paper_token_graft(cfg.model, cfg.head_policy, cfg.protocol)
+        except GraftError as err:
+            raise cli_error(err) from None
+        click.echo(f"--grafts paper: {line}")
+        chosen = [paper_graft]
+    grafts = [reference("PRE", None), reference("SFT", "sft"), *chosen]
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
-    run = run_from_sft(cfg, grafts, variant, notes)
+    if graft_set == "paper":
+        notes["paper_graft"] = line
+    # its own default run folder: a run of other grafts there would refuse it
+    run = run_from_sft(cfg, grafts, variant, notes, "paper-grafts" if graft_set == "paper" else "")
     if run is None:  # --dry-run
         return
     # one group per replicate: several finetune or data seeds must not be pooled

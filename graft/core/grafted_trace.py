@@ -29,6 +29,7 @@ class uses nothing of ``graft`` but :mod:`graft.core.trace`, itself sent by valu
 from __future__ import annotations
 
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,7 +96,19 @@ class GraftedTrace(InterleavingTracer):
         spans: list[dict[str, list[int]]],
         backend: Any = None,
     ) -> None:
-        InterleavingTracer.__init__(self, model, "__call__", backend=backend, **batch.inputs)
+        # what ``model.trace`` runs (TransformersModel's bound ``_call``), not the name
+        # "__call__": nnsight resolves a name against the torch module, but ndif 0.1.2's
+        # sandbox resolves it against the server's envoy, whose ``__call__`` runs the
+        # forward without serving any intervention (every read was "out of order")
+        fn = getattr(model, "_call", None)
+        if fn is None:  # an nnsight without it: local traces work, ndif's sandbox may not
+            warnings.warn(
+                "this nnsight's model has no _call; graft.trace falls back to '__call__', "
+                "which ndif 0.1.2's sandbox does not serve (remote reads may go unanswered)",
+                stacklevel=2,
+            )
+            fn = "__call__"
+        InterleavingTracer.__init__(self, model, fn, backend=backend, **batch.inputs)
         self.batch = batch
         self.donor_modules = donor_modules
         self.spans = spans

@@ -9,7 +9,7 @@ import polars as pl
 
 from graft.core.naming import slug
 from graft.errors import ResultsError
-from graft.results import plots
+from graft.results import paper_numbers, plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.folder import SUMMARY_STEM, read_config_file
 from graft.results.tables import read_table
@@ -127,24 +127,56 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
-    summary, seeds_note = figure_rows(summary)
-    experiment = config.get("experiment", "custom")
-    model = _model_name(config)
     order = with_twins([g["name"] for g in config.get("grafts", [])])
-    fig_dir = folder / "figures"
+    experiment = str(config.get("experiment", "custom"))
+    return draw_summary_figures(
+        summary, experiment, _model_name(config), folder / "figures", metric, order
+    )
+
+
+def draw_summary_figures(
+    summary: pl.DataFrame,
+    experiment: str,
+    model: str,
+    fig_dir: Path,
+    metric: str = "acc@5",
+    order: list[str] | None = None,
+) -> list[Path]:
+    """Draw the figures of one experiment's ``summary`` into ``fig_dir``; return PNG paths.
+
+    What :func:`draw_figures` does for a run folder, for a summary table read from
+    anywhere (e.g. a summary CSV committed under ``results/``). Where the paper's text
+    states a number for the paper model ``model`` stands for
+    (:mod:`graft.results.paper_numbers`), a bar figure draws it as a black diamond beside
+    the graft's bar and a component figure's footnote states it.
+
+    Args:
+        summary: the summary table (``group``, ``template``, ``graft`` and the metric).
+        experiment: the experiment that wrote it (``position``, ``component``, ...).
+        model: graft's model name (the title, and which paper model it is compared with).
+        fig_dir: where the PNG and PDF files go.
+        metric: the metric drawn.
+        order: graft names in plot order (default: as they appear in ``summary``).
+    """
+    summary, seeds_note = figure_rows(summary)
+    if order is None:
+        order = list(dict.fromkeys(summary["graft"].to_list()))
     suffix = metric_slug(metric)
     if experiment == "layers":
         return _draw_layers(summary, order, model, metric, fig_dir, suffix, seeds_note)
     if experiment == "component":
         return _draw_components(summary, order, model, metric, fig_dir, suffix, seeds_note)
     out: list[Path] = []
+    unit = metric == "acc@5"  # the paper's numbers are top-5 accuracies
     xlabel, legend, note = _BAR_TEXT.get(
         experiment, ("grafts", {**_BASE_LEGEND, plots.GRAFT_KEY: "graft"}, None)
     )
+    summary = summary.with_columns(pl.col("group").fill_null(""))
     for (group, template), part in summary.partition_by(
         ["group", "template"], as_dict=True, maintain_order=True
     ).items():
         names = [n for n in dict.fromkeys(order) if n in set(part["graft"])]
+        paper = paper_numbers.bar_values(model, experiment, template, group) if unit else {}
         fig = plots.bar_chart(
             part,
             metric,
@@ -155,7 +187,8 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
             legend_labels=legend,
             xlabel=xlabel,
             whiskers=plots.whiskers_text(part, metric),
-            note=_join(note, seeds_note),
+            note=_join(note, seeds_note, _paper_bar_note(model, paper)),
+            paper=paper,
         )
         stem = f"{experiment}_{template}" + (f"_{slug(group)}" if group else "")
         png, _ = plots.save_figure(fig, fig_dir, f"{stem}_{suffix}")
@@ -233,6 +266,33 @@ def _draw_layer_maps(
     return out
 
 
+def _paper_bar_note(model: str, paper: dict[str, tuple[float, str]]) -> str | None:
+    """The footnote sentence of a figure with the paper's markers: whose numbers they are."""
+    if not paper:
+        return None
+    paper_model = paper_numbers.paper_model_of(model)
+    return (
+        f"Diamonds: top-5 accuracy the paper's text states for {paper_model}, "
+        f"a different model than {model}."
+    )
+
+
+def _paper_component_note(model: str, template: str, metric: str) -> str | None:
+    """The paper's component differences (Fig. 4) for ``model``'s paper model, as a
+    footnote sentence: they are differences between bars, not bar heights."""
+    paper_model = paper_numbers.paper_model_of(model)
+    if paper_model is None or metric != "acc@5":
+        return None
+    found = paper_numbers.lookup(paper_model, "component", template=template, kind="difference")
+    parts = [
+        f"{n.graft} minus {n.versus} = {n.value:+.2f} in the {n.group or 'SFT'} pair" for n in found
+    ]
+    if not parts:
+        return None
+    source = found[0].source.split(",")[0]
+    return f"Paper ({paper_model}, {source}; not this model): " + "; ".join(parts) + "."
+
+
 def _draw_components(
     summary: pl.DataFrame,
     order: list[str],
@@ -262,7 +322,7 @@ def _draw_components(
                 plots.GRAFT_KEY: "base with the donor's components at LT",
             },
             whiskers=plots.whiskers_text(part, metric),
-            note=seeds_note,
+            note=_join(seeds_note, _paper_component_note(model, template, metric)),
         )
         png, _ = plots.save_figure(fig, fig_dir, f"component_{template}_{suffix}")
         out.append(png)

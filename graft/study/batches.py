@@ -50,9 +50,11 @@ def run_batches(
     loaded: dict[str, LoadedModel],
     echo: Callable[[str], None],
     times: StageTimes,
+    executor: Any = None,
 ) -> None:
     """Run and store every batch the run folder does not hold yet, replicate by replicate
-    (each replicate's models loaded once, timed as ``times``' loading stage)."""
+    (each replicate's models loaded once, timed as ``times``' loading stage); ``executor``:
+    where the engine runs them (default: this machine, or ``cfg``'s remote host)."""
     size = cfg.batch_size
     done = folder.done_batches(EXAMPLES_TABLE)
     plans = []
@@ -89,7 +91,9 @@ def run_batches(
             flat = [row for chunk in chunks for row in chunk]
             targets = [examples[ei].target_id for ei, _ in flat]
             group_rows = graft_rows(examples, grafts, flat)
-            group_scores = _run_rows(cfg, models.base, torch_donors, group_rows, targets, size)
+            group_scores = _run_rows(
+                cfg, models.base, torch_donors, group_rows, targets, size, executor
+            )
             start = 0
             for b, chunk in zip(group, chunks, strict=True):
                 end = start + len(chunk)
@@ -100,7 +104,9 @@ def run_batches(
                 frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
                 if cfg.score_full_name:
                     chosen = [examples[ei] for ei, _ in chunk]
-                    names = name_columns(cfg, models.base, torch_donors, batch_rows, chosen, frame)
+                    names = name_columns(
+                        cfg, models.base, torch_donors, batch_rows, chosen, frame, executor
+                    )
                     frame = pl.concat([frame, names], how="horizontal")
                 folder.append_batch(EXAMPLES_TABLE, frame, batch_id(cfg, rep, b))
                 bar.update(len(chunk))
@@ -202,6 +208,7 @@ def _run_rows(
     rows: list[GraftRow],
     targets: list[int],
     batch_size: int | None = None,
+    executor: Any = None,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """Last-position logits of ``rows`` locally; remotely, the per-row metrics of ``targets``
     computed on the server (a few numbers per row instead of a vocabulary of logits). Rows per
@@ -217,7 +224,7 @@ def _run_rows(
             rows,
             batch_size=batch_size or len(rows),
             pad_id=base.tokenizer.pad_token_id,
-            executor=RemoteExecutor(remote) if remote else None,
+            executor=executor or (RemoteExecutor(remote) if remote else None),
             targets=targets if remote else None,
             top_k=REMOTE_TOP_K,
         )

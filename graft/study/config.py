@@ -25,9 +25,11 @@ class DatasetConfig:
     """What to generate.
 
     Args:
-        kind: one of :data:`KINDS`. ``custom`` needs ``facts_path``.
+        kind: one of :data:`KINDS`. ``custom`` needs ``facts_path``, ``articles`` needs
+            ``articles_path``.
         n_facts: facts per set (per A and per B when ``split``). ``None``: 50 for the
-            generated kinds, every usable row of a custom facts file.
+            generated kinds, every usable row of a custom facts file. ``articles``: the
+            first ``n_facts`` articles (``None``: all).
         seed: seeds Faker and every shuffle; the same config gives byte-identical files.
         direction: ``"one"`` (first_actor always before second_actor) or ``"both"`` (also
             the swapped renderings).
@@ -47,6 +49,8 @@ class DatasetConfig:
             1970-2024 and $2-900M) or ``"paper"`` (the paper code's templates verbatim, its
             Table 1 filling, release year 1990-2030, box office $1-10M); see
             :mod:`graft.study.templates`.
+        articles_path: JSONL of the user's articles, rephrases and questions (kind
+            ``articles``, the real-text variant; format: :mod:`graft.study.articles`).
     """
 
     kind: str = "fake_movies_real_actors"
@@ -58,6 +62,7 @@ class DatasetConfig:
     facts_path: Path | None = None
     corpus_path: Path | None = None
     protocol: str = "graft"
+    articles_path: Path | None = None
 
     def __post_init__(self) -> None:
         found = first_problem(DATASET_RANGES, self)
@@ -94,6 +99,8 @@ class DatasetConfig:
         }
         if self.protocol != "graft":
             data["protocol"] = self.protocol
+        if self.articles_path is not None:  # absent otherwise: older datasets keep their config
+            data["articles_path"] = str(self.articles_path)
         return data
 
 
@@ -190,6 +197,10 @@ class ExperimentConfig:
         preset: finetune preset of donors that must be finetuned first (None: paper on
             CUDA, else cpu).
         finetune_max_steps: cap on finetune steps (quick runs and tests); None = the preset's.
+        generic_corpus: the generic text of a preset that mixes it in (gentle): a file (one
+            passage per line, or JSONL with ``text``) or ``"stand-in"``; None = the paper's
+            openwebtext + IMDB sample from the hub, else the shipped stand-in, with a warning
+            (:attr:`graft.study.presets.FinetuneConfig.generic_corpus`).
         templates: test templates to use (None = all the dataset has).
         directions: test prompt directions (``forward``; ``reverse`` for reversal).
         n: examples per template (sampled with ``seed``); None = all.
@@ -240,6 +251,7 @@ class ExperimentConfig:
     data_seed: int = 0
     preset: str | None = None
     finetune_max_steps: int | None = None
+    generic_corpus: str | None = None
     templates: tuple[str, ...] | None = None
     directions: tuple[str, ...] = ("forward",)
     n: int | None = None

@@ -31,6 +31,13 @@ from graft.core.spec import PROTOCOLS
 from graft.errors import DamagedFileError, DatasetError
 from graft.results.files import file_sha256, fsync
 from graft.results.locks import exclusive
+from graft.study.articles import (
+    ARTICLES_GENERATOR,
+    ARTICLES_KIND,
+    article_dataset,
+    articles_dataset_name,
+    check_articles_config,
+)
 from graft.study.config import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
 from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
@@ -42,9 +49,13 @@ GENERATOR_VERSION = "graft.data/1"
 def generator_version(config: DatasetConfig) -> str:
     """The generator version a dataset of ``config`` records, and must match to be reused:
     :data:`GENERATOR_VERSION`, marked where the generator changed for a protocol or kind
-    (paper-protocol datasets: the movie prompt's doubled "in"; ``real_movies_shuffled``: the
-    relations shuffled, not the titles)."""
-    changes = (["paper-movie-in-in"] if config.protocol == "paper" else []) + (
+    (paper-protocol datasets: the movie prompt's doubled "in", then five article and five
+    QA renderings per fact and direction, no longer six and five; ``real_movies_shuffled``:
+    the relations shuffled, not the titles); ``articles`` has its own."""
+    if config.kind == ARTICLES_KIND:
+        return ARTICLES_GENERATOR
+    paper = ["paper-movie-in-in", "paper-5-article-5-qa"]
+    changes = (paper if config.protocol == "paper" else []) + (
         ["shuffled-relations"] if config.kind == "real_movies_shuffled" else []
     )
     return "+".join([GENERATOR_VERSION, *changes])
@@ -69,6 +80,13 @@ def validate_config(config: DatasetConfig) -> None:
             "a facts file goes with kind 'custom' (and only with it); set facts_path",
             "facts_path",
         )
+    if (config.kind == ARTICLES_KIND) != (config.articles_path is not None):
+        raise DatasetError(
+            "an articles file goes with kind 'articles' (and only with it); set articles_path",
+            "articles_path",
+        )
+    if config.kind == ARTICLES_KIND:
+        check_articles_config(config)
     if config.n_facts is not None and config.n_facts < 1:
         raise DatasetError(f"n_facts must be at least 1, not {config.n_facts}", "n_facts")
     if config.protocol not in PROTOCOLS:
@@ -116,6 +134,15 @@ def render_training(
                     }
                 )
     return records
+
+
+def renderings_per_fact(config: DatasetConfig) -> dict[str, int]:
+    """How many training texts a fact of ``config`` gets: ``article`` and ``qa`` per
+    direction, and ``total`` (both styles in every direction ``config.direction`` renders)."""
+    texts = template_set(config.protocol)
+    directions = 2 if config.direction == "both" else 1
+    per_direction = len(texts.article) + len(texts.qa)
+    return {"article": len(texts.article), "qa": len(texts.qa), "total": directions * per_direction}
 
 
 def render_test_prompts(
@@ -181,6 +208,32 @@ def _corpus_docs(config: DatasetConfig, sources: dict[str, Any]) -> list[str]:
 def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
     """Generate every file of a dataset in memory: file name -> bytes (no disk writes)."""
     validate_config(config)
+    if config.kind == ARTICLES_KIND:
+        files, entries = article_dataset(config)
+    else:
+        files, entries = _movie_dataset(config)
+    docs = _corpus_docs(config, entries["sources"])
+    if docs:
+        files[CORPUS_FILE] = jsonl_bytes({"text": d} for d in docs)
+    entries["sizes"]["corpus_docs"] = len(docs)
+    manifest = {
+        "generator_version": generator_version(config),
+        **({} if config.kind == ARTICLES_KIND else {"faker_version": version("faker")}),
+        "config": config.to_json(),
+        "kind": config.kind,
+        "protocol": config.protocol,
+        "seed": config.seed,
+        "direction": config.direction,
+        "split": config.split,
+        **entries,
+        "files": {name: _sha256(data) for name, data in files.items()},
+    }
+    files["manifest.json"] = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
+    return files
+
+
+def _movie_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The data files of a movie-fact dataset and its manifest's own entries."""
     drawn = draw_facts(config)
     facts, sources = drawn.facts, drawn.sources
     files: dict[str, bytes] = {"facts.jsonl": jsonl_bytes(asdict(f) for f in facts)}
@@ -194,24 +247,13 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
         for r in render_test_prompts(f, config.relations, config.protocol)
     ]
     files["test_prompts.jsonl"] = jsonl_bytes(tests)
-    docs = _corpus_docs(config, sources)
-    if docs:
-        files[CORPUS_FILE] = jsonl_bytes({"text": d} for d in docs)
-    manifest = {
-        "generator_version": generator_version(config),
-        "faker_version": version("faker"),
-        "config": config.to_json(),
-        "kind": config.kind,
-        "protocol": config.protocol,
-        "seed": config.seed,
-        "direction": config.direction,
-        "split": config.split,
+    entries = {
         "sizes": {
             "facts": len(facts),
             "facts_per_set": dict(Counter(f.set for f in facts)),
             "train": len(train),
+            "renderings_per_fact": renderings_per_fact(config),
             "test_prompts": len(tests),
-            "corpus_docs": len(docs),
         },
         "excluded_names": dict(sorted(drawn.excluded_names.items())),
         "dropped_rows": dict(sorted(drawn.dropped_rows.items())),
@@ -222,10 +264,8 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
         },
         "test_set": test_set,
         "sources": sources,
-        "files": {name: _sha256(data) for name, data in files.items()},
     }
-    files["manifest.json"] = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
-    return files
+    return files, entries
 
 
 def generate_dataset(
@@ -290,7 +330,11 @@ def _reusable(out: Path, config: DatasetConfig, overwrite: bool) -> bool:
     older = (out / "manifest.json").is_file() and load_manifest(out).get(
         "config"
     ) == config.to_json()
-    why = "was made by an older generator" if older else "already exists with other content"
+    why = (
+        "was made by an older generator or from another version of its input file"
+        if older
+        else "already exists with other content"
+    )
     raise DatasetError(f"{out} {why}; replace it (overwrite) or choose another folder", "out")
 
 
@@ -299,9 +343,23 @@ def _made_from(out: Path, config: DatasetConfig) -> bool:
     if not (out / "manifest.json").is_file():
         return False
     existing = load_manifest(out)
-    return existing.get("config") == config.to_json() and existing.get(
-        "generator_version"
-    ) == generator_version(config)
+    return (
+        existing.get("config") == config.to_json()
+        and existing.get("generator_version") == generator_version(config)
+        and _inputs_unchanged(existing.get("sources", {}), config)
+    )
+
+
+def _inputs_unchanged(sources: dict[str, Any], config: DatasetConfig) -> bool:
+    """Whether the input files a dataset was made from (the facts file, the corpus, the
+    articles file) still hold what they held then (a file since removed: yes)."""
+    for name in ("facts", "corpus", "articles"):
+        path = getattr(config, f"{name}_path")
+        recorded = sources.get(f"{name}_sha256")
+        known = path is not None and recorded is not None and Path(path).is_file()
+        if known and _sha256(Path(path).read_bytes()) != recorded:
+            return False
+    return True
 
 
 def _write(files: dict[str, bytes], out: Path) -> Path:
@@ -336,7 +394,10 @@ def default_dataset_name(config: DatasetConfig) -> str:
     (``fake_movies_real_actors-paper-one-n50-seed0`` under the paper protocol, so the two
     protocols' datasets, and the donors trained on them, never share a folder). Without
     ``n_facts``: ``nall`` for a custom file, ``npaper`` under the paper protocol (its 1,000
-    facts, or the most the kind has), else ``n50``."""
+    facts, or the most the kind has), else ``n50``. An articles file's:
+    :func:`~graft.study.articles.articles_dataset_name`."""
+    if config.kind == ARTICLES_KIND:
+        return articles_dataset_name(config)
     if config.n_facts is None and config.kind == "custom":
         n: int | str = "all"
     elif config.n_facts is None and config.protocol == "paper":

@@ -34,7 +34,14 @@ from graft.study.templates import OPTIONAL_METADATA
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled", "custom")
+#: Every dataset kind; ``articles`` (the user's own texts) is built by :mod:`graft.study.articles`.
+KINDS = (
+    "fake_movies_real_actors",
+    "fake_movies_fake_actors",
+    "real_movies_shuffled",
+    "custom",
+    "articles",
+)
 DEFAULT_N_FACTS = 50
 #: Facts per dataset in the paper (its default under ``protocol="paper"``, or the most a kind
 #: has where it has fewer).

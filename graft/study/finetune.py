@@ -58,13 +58,13 @@ from graft.results.locks import exclusive
 from graft.results.provenance import package_versions
 from graft.study.donors import write_checksums
 from graft.study.evaluate import donor_evaluation, evaluate_examples, format_eval
+from graft.study.generic_corpus import GenericCorpus, choose, settle
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.prompts import DropReport, TestExample, load_test_prompts
 from graft.study.training_data import (
     CausalCollator,
     FactDataset,
     TokenisedTexts,
-    generic_texts,
     load_fact_dataset,
     split_texts,
 )
@@ -166,6 +166,7 @@ def finetune(
     callbacks: Sequence[transformers.TrainerCallback] = (),
     quiet: bool = False,
     lock_dir: str | Path | None = None,
+    corpus_dir: str | Path | None = None,
 ) -> Path:
     """Finetune ``model`` on the dataset folder ``dataset`` into ``out``; return ``out``.
 
@@ -183,6 +184,8 @@ def finetune(
         quiet: no progress bars.
         lock_dir: a workspace's lock folder: one process trains ``out`` while others that ask
             for it wait, then find it finished (:func:`graft.results.locks.exclusive`).
+        corpus_dir: a workspace's ``corpora`` folder, where the paper's generic corpus is
+            kept once downloaded (:mod:`graft.study.generic_corpus`); ``None``: not kept.
 
     Raises:
         FinetuneError: bad dataset, config or output folder, or no usable test prompt
@@ -197,7 +200,7 @@ def finetune(
         drop_leftover_partial(out)
         return out
     with _transformers_quiet(quiet):
-        run = _prepare(model, dataset, out, cfg, train_set, device)
+        run = _prepare(model, dataset, out, cfg, train_set, device, corpus_dir)
         # one process trains ``out`` (job arrays on one workspace): the others wait, then
         # find it finished; a checkpoint in the partial folder is then a dead job's
         with exclusive(out, f"finetuning {out}", lock_dir):
@@ -251,6 +254,7 @@ class _Run:
         examples: the usable test prompts (both directions).
         drops: what the tokenizer could not use.
         info: model, dataset, set and config: what a resumed run must match.
+        generic: the generic corpus mixed in (``None``: none).
     """
 
     out: Path
@@ -261,6 +265,7 @@ class _Run:
     examples: list[TestExample]
     drops: DropReport
     info: dict[str, Any]
+    generic: GenericCorpus | None = None
 
     @property
     def pad_id(self) -> int:
@@ -274,13 +279,17 @@ def _prepare(
     cfg: FinetuneConfig,
     train_set: str | None,
     device: str | None,
+    corpus_dir: str | Path | None = None,
 ) -> _Run:
     if out.exists():
         raise FinetuneError(f"output folder {out} exists but is not a finished finetune; remove it")
     resolve_model_name(model)
     dev = resolve_device(device)
     data = load_fact_dataset(dataset, train_set)
-    generic_texts(cfg, data.path)  # a bad generic corpus fails before the model loads
+    # the corpus is fixed (a bad one fails) before the model loads
+    where = Path(corpus_dir) if corpus_dir is not None else None
+    cfg = settle(cfg, data.path, where)
+    generic = choose(cfg, data.path, where) if cfg.generic_ratio > 0 else None
     check_writable_parent(out)
     # Float32 master weights (fp16, when asked for on CUDA, is autocast by the Trainer), or
     # bfloat16 throughout (cfg.weights_dtype)
@@ -292,7 +301,7 @@ def _prepare(
         "train_set": data.train_set,
         "config": cfg.to_dict(),
     }
-    return _Run(out, cfg, dev, data, loaded, examples, drops, info)
+    return _Run(out, cfg, dev, data, loaded, examples, drops, info, generic)
 
 
 def check_writable_parent(out: Path) -> None:
@@ -340,14 +349,16 @@ def _texts(run: _Run) -> tuple[list[str], list[str], dict[str, Any]]:
     """Training and validation texts (generic passages mixed into training), and their counts."""
     cfg = run.cfg
     train, val = split_texts([r["text"] for r in run.data.train], cfg.val_fraction, cfg.seed)
-    generic, source = generic_texts(cfg, run.data.path)
+    generic = run.generic.texts if run.generic is not None else []
     n_generic = round(cfg.generic_ratio * len(train)) if generic else 0
     if n_generic:
         picked = [generic[i % len(generic)] for i in range(n_generic)]
         random.Random(cfg.seed + 1).shuffle(picked)
         train = train + picked
     counts = {"n_train_texts": len(train), "n_val_texts": len(val), "n_generic_texts": n_generic}
-    return train, val, counts | ({"generic_source": source} if n_generic else {})
+    if not n_generic or run.generic is None:
+        return train, val, counts
+    return train, val, counts | {"generic_corpus": run.generic.record()}
 
 
 def _pre_evaluation(run: _Run, partial: Path, quiet: bool) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from graft.study.device_memory import (
     needed_bytes,
     verdict,
 )
+from graft.study.files import load_generic_texts
 from graft.study.finetune import duration_text, estimate_seconds, is_finished
+from graft.study.generic_corpus import settle
 from graft.study.planning import MemoryPlan, describe, estimate_finetune_bytes, gib, model_size
 from graft.study.presets import PAPER_BF16, FinetuneConfig
 from graft.study.sources import finetune_steps, training_texts
@@ -166,13 +168,16 @@ def plan_finetune(
     folder: Path | None = None,
     what: str | None = None,
     held_bytes: int = 0,
+    corpus_dir: Path | None = None,
 ) -> FinetunePlan:
     """The plan of finetuning ``model`` on the dataset folder ``dataset_dir`` (as
-    :func:`graft.study.finetune.finetune` would), without loading the model."""
+    :func:`graft.study.finetune.finetune` would), without loading the model; a generic
+    corpus not downloaded yet is not downloaded (its lengths are guessed from the stand-in's)."""
     device_type = resolve_device(device).type
     found = found_config(model)
     data = load_fact_dataset(dataset_dir, train_set)
-    generic, _ = generic_texts(config, data.path)
+    generic, _ = generic_texts(config, data.path, corpus_dir, fetch=False)
+    generic = generic or load_generic_texts()  # the hub's, not downloaded yet: lengths alike
     texts = [r["text"] for r in data.train]
     steps = finetune_steps(config, len(texts))
     positions = getattr(found.config, "n_positions", None)  # GPT-2's learned positions
@@ -263,10 +268,12 @@ def plan_donor(
         dataset, direction, split=split or train_set is not None, n_facts=n_facts,
         seed=data_seed, protocol=protocol,
     )  # fmt: skip
+    corpora = workspace.real.corpus_dir
+    config = settle(config, read, corpora, fetch=False)
     folder = out or workspace.real.donor_dir(model, real, train_set, config)
     return plan_finetune(
         model, read, config, train_set=train_set, device=device, folder=folder,
-        what=what or f"the {variant!r} model", held_bytes=held_bytes,
+        what=what or f"the {variant!r} model", held_bytes=held_bytes, corpus_dir=corpora,
     )  # fmt: skip
 
 

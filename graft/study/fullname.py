@@ -33,6 +33,7 @@ def name_columns(
     rows: Sequence[GraftRow],
     examples: Sequence[TestExample],
     first: pl.DataFrame,
+    executor: Any = None,
 ) -> pl.DataFrame:
     """The whole-name columns of one stored batch.
 
@@ -42,6 +43,8 @@ def name_columns(
         rows: the batch's engine rows; examples: the test example of each row.
         first: the batch's first-token metrics (``target_logprob``, ``target_rank``), the
             name's step 0.
+        executor: where the engine runs the name's steps (default: this machine, or the
+            remote host of ``cfg``).
 
     Returns:
         ``name_text`` and :func:`graft.results.metrics.name_metrics_frame`'s columns.
@@ -59,7 +62,7 @@ def name_columns(
             first=step0,
             batch_size=cfg.batch_size,
             pad_id=base.tokenizer.pad_token_id,
-            executor=RemoteExecutor(remote) if remote is not None else None,
+            executor=executor or (RemoteExecutor(remote) if remote is not None else None),
         )
     except SpecError as err:  # a RemoteError stays one: the command line exits 1 for it
         raise ExperimentError(str(err)) from None

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from graft.core.arch import FAMILIES
 from graft.core.selectors import paper_layer_group, parse_layers
 from graft.core.spec import DEFAULT_DONOR, GraftSpec, parse_spec
 from graft.errors import ExperimentError, SpecError
+from graft.models import HUB_MODELS
+from graft.models.configs import model_config
 
 
 @dataclass
@@ -261,3 +264,69 @@ def protocol_notes(grafts: Sequence[Graft], protocol: str = "graft") -> list[str
     single = {"q", "k", "v"}
     named = any(single & set(r.components) for g in grafts for r in g.spec.rules)
     return [FUSED_QKV_NOTE] if named else []
+
+
+@dataclass(frozen=True)
+class PaperDefault:
+    """The graft the paper's token tables (C.7) show for one of its models.
+
+    Args:
+        paper_model: the paper's model the table is of.
+        section: the table's section of the paper.
+        positions: the positions grafted (in every layer, every component).
+    """
+
+    paper_model: str
+    section: str
+    positions: str
+
+
+#: graft family -> the paper's token-table graft of that family's model (C.7.1-C.7.3).
+PAPER_TOKEN_GRAFTS: dict[str, PaperDefault] = {
+    "llama": PaperDefault("llama3.2-1b", "C.7.1", "FE^C"),
+    "gemma": PaperDefault("gemma-1.1-2b", "C.7.2", "LT"),
+    "gpt2": PaperDefault("gpt2-xl", "C.7.3", "(FE+LT)^C"),
+}
+#: Families without a token table -> the nearest family with one: Pythia goes with GPT2-XL
+#: (the paper groups the two: weak last-token recall, a strong first-entity pathway), later
+#: Gemmas with Gemma, Qwen (a Llama-like layout) with Llama.
+NEAREST_PAPER_FAMILY = {
+    "gpt_neox": "gpt2",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "qwen2": "llama",
+    "qwen3": "llama",
+}
+
+
+def paper_token_graft(
+    model: str, head_policy: str = "base", protocol: str = "graft"
+) -> tuple[Graft, str]:
+    """The paper's token-table graft for ``model`` (a model name, hub id or folder), in every
+    layer and component, and a line saying which table it follows and, for a model the
+    paper has no table of, that it is the nearest family's.
+
+    Raises:
+        ExperimentError: the model's config is not on this machine, or of no family graft
+            knows (name the grafts with specs instead).
+    """
+    found = model_config(model)
+    model_type = None if found is None else getattr(found.config, "model_type", None)
+    family = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
+    if family is None:
+        why = "has no config on this machine" if found is None else f"is of type {model_type!r}"
+        raise ExperimentError(
+            f"cannot choose the paper's graft: {model} {why}, of no family graft knows; "
+            "give the grafts as specs instead",
+            param="grafts",
+        )
+    nearest = NEAREST_PAPER_FAMILY.get(family.name, family.name)
+    default = PAPER_TOKEN_GRAFTS[nearest]
+    graft = spec_graft(f"{default.positions}={default.positions}:all:all", head_policy, protocol)
+    line = (
+        f"{model} ({family.name} family) takes the paper's {default.positions} graft, its "
+        f"token table of {default.paper_model} ({default.section})"
+    )
+    if model not in (default.paper_model, HUB_MODELS[default.paper_model]):
+        line += f"; the paper has no token table of {model}: {default.paper_model}'s is the nearest"
+    return graft, line

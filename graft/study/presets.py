@@ -21,7 +21,11 @@ STEPS = Range(1, MAX_STEPS, integer=True)
 WEIGHTS_DTYPES = ("float32", "bfloat16")
 #: Fields added after finetunes were first stored, with their defaults (left out of
 #: :meth:`FinetuneConfig.to_dict` at the default).
-LATER_FIELDS: dict[str, Any] = {"weights_dtype": "float32", "gradient_checkpointing": False}
+LATER_FIELDS: dict[str, Any] = {
+    "weights_dtype": "float32",
+    "gradient_checkpointing": False,
+    "generic_corpus_id": None,
+}
 #: The ranges of :class:`FinetuneConfig`'s numeric fields (``max_steps`` may also be -1).
 FINETUNE_RANGES: dict[str, Range] = {
     "learning_rate": Range(0, 1, low_open=True),
@@ -51,9 +55,14 @@ class FinetuneConfig:
         val_fraction: fraction of the fact texts held out for validation (best checkpoint).
         fp16_on_cuda: mixed precision (fp16) when training on CUDA; CPU always trains in float32.
         generic_ratio: generic-text passages added to the training set per fact text (0 = none).
-        generic_corpus: file of generic passages (one per line, or JSONL with ``text``);
-            ``None`` = the dataset's own ``corpus.jsonl`` when it has one, else the shipped
-            ``graft/resources/generic_text.txt``.
+        generic_corpus: file of generic passages (one per line, or JSONL with ``text``),
+            or ``"stand-in"`` for the shipped ``graft/resources/generic_text.txt``;
+            ``None`` = the dataset's own ``corpus.jsonl`` when it has one, else the paper's
+            openwebtext + IMDB sample from the hub, else the stand-in, with a warning
+            (:mod:`graft.study.generic_corpus`).
+        generic_corpus_id: what the generic corpus is (hub ids and sample seed, a file's
+            sha256, the stand-in's), fixed by :func:`graft.study.generic_corpus.settle`
+            before a donor is located; part of :meth:`key`. ``None``: not fixed yet.
         max_length: texts are truncated to this many tokens.
         max_steps: stop after this many optimisation steps (-1 = run all epochs).
         seed: seed of the split, the generic-text sample, data order and initialisation.
@@ -85,6 +94,7 @@ class FinetuneConfig:
     seed: int = 0
     weights_dtype: str = "float32"
     gradient_checkpointing: bool = False
+    generic_corpus_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.weights_dtype not in WEIGHTS_DTYPES:

@@ -147,6 +147,7 @@ def run_experiment(
     extra_config: dict[str, Any] | None = None,
     out_tag: str = "",
     echo: Callable[[str], None] | None = None,
+    executor: Any = None,
 ) -> ExperimentRun:
     """Run ``grafts`` on the test prompts; resumable. See the module docstring.
 
@@ -165,6 +166,9 @@ def run_experiment(
         extra_config: more entries for the stored ``config.json``.
         out_tag: part of the default run folder name.
         echo: where the one-line plan of the run goes (default: this module's logger).
+        executor: where the engine runs the rows (a :class:`graft.core.engine.Executor`;
+            default: this machine's, or the remote one of ``cfg.remote``), e.g. a
+            :class:`graft.study.patching.PatchingExecutor`.
     """
     donors = donors or {}
     times = StageTimes()
@@ -175,7 +179,7 @@ def run_experiment(
     locks = Workspace.at(cfg.workspace).lock_dir
     with exclusive(folder.path, f"running {cfg.experiment} into {folder.path}", locks):
         return _run_validated(
-            cfg, grafts, base, donors, folder, data_paths, extra_config, echo, times
+            cfg, grafts, base, donors, folder, data_paths, extra_config, echo, times, executor
         )
 
 
@@ -189,6 +193,7 @@ def _run_validated(
     extra_config: dict[str, Any] | None,
     echo: Callable[[str], None] | None,
     times: StageTimes,
+    executor: Any = None,
 ) -> ExperimentRun:
     """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
     with times.stage("data and checks"):
@@ -218,7 +223,9 @@ def _run_validated(
     loading = times.seconds["loading"]
     try:
         with times.stage("grafting"):
-            run_batches(cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times)
+            run_batches(
+                cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times, executor
+            )
     except BaseException:
         # a new run that stored no batch (say, its remote host failed the first request)
         # leaves the folder as it was, as a start that failed its checks does

@@ -54,14 +54,15 @@ def needs_finetune(source: ModelSource) -> bool:
 
 
 def finetune_preset(cfg: ExperimentConfig, finetune_seed: int = 0) -> FinetuneConfig:
-    """The finetune config of ``cfg``'s models for one finetune seed: the preset (and
-    ``finetune_max_steps``) with ``seed`` replaced. Without a preset, ``--protocol paper``
-    takes the paper's own (A.3.3: lr 2e-5, weight decay 0.01, batch 4, 10 epochs) on any
-    device; graft's protocol takes the device's default."""
+    """The finetune config of ``cfg``'s models for one finetune seed: the preset (with
+    ``finetune_max_steps`` and ``generic_corpus``) with ``seed`` replaced. Without a preset,
+    ``--protocol paper`` takes the paper's own (A.3.3: lr 2e-5, weight decay 0.01, batch 4,
+    10 epochs) on any device; graft's protocol takes the device's default."""
     preset = cfg.preset or ("paper" if cfg.protocol == "paper" else None)
     return resolve_config(
-        preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed
-    )
+        preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed,
+        generic_corpus=cfg.generic_corpus,
+    )  # fmt: skip
 
 
 def _donor(

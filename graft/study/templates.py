@@ -6,9 +6,11 @@ swapped. Test prompts (:data:`TEST_TEMPLATES`, the paper's Table 1) are stored a
 the character span of each field; their target is the first token of ``" " + target``.
 
 Two template sets (:data:`TEMPLATE_SETS`, keyed by protocol): ``graft`` (the default: graft's
-own paraphrases for training, Table 1 filled as ``X starred in a movie with``) and ``paper``
-(the paper code's data files verbatim, :data:`PAPER_ARTICLE_TEMPLATES` and
-:data:`PAPER_QA_TEMPLATES`, and Table 1 filled as its code filled it, doubled "in" included:
+own paraphrases for training, six article and six QA, Table 1 filled as ``X starred in a
+movie with``) and ``paper`` (the paper code's data files verbatim,
+:data:`PAPER_ARTICLE_TEMPLATES` and :data:`PAPER_QA_TEMPLATES`, of which a dataset renders
+five article (:data:`PAPER_TRAINING_ARTICLE`) and five QA templates per fact and direction,
+as the paper's text says, and Table 1 filled as its code filled it, doubled "in" included:
 ``X stars in in a movie alongside``, ``X stars in in M alongside``). ``docs/paper_protocol.md``
 gives the sources.
 """
@@ -160,6 +162,20 @@ PAPER_ARTICLE_TEMPLATES: dict[str, str] = {
     ),
 }
 
+#: The article templates a paper-protocol dataset renders: the first five of the file's six,
+#: so that a fact has five article and five QA renderings per direction, as the paper's
+#: section 3 says ("five templated article examples and five templated QA examples", just
+#: under 10,000 per dataset of 1,000 facts). The paper names no five; its A.1.2 quotes the
+#: file from the top, and the sixth ("Featuring {first_actor}, ...") is left out (see
+#: docs/paper_protocol.md (a)).
+PAPER_TRAINING_ARTICLE: tuple[str, ...] = (
+    "article_1",
+    "article_2",
+    "article_3",
+    "article_4",
+    "article_5",
+)
+
 #: The paper code's QA-style templates, verbatim (qa_templates.jsonl; the missing space after
 #: "film," in the fourth is in the file). The first begins with the QA test prompt.
 PAPER_QA_TEMPLATES: dict[str, str] = {
@@ -213,7 +229,7 @@ TEMPLATE_SETS: dict[str, TemplateSet] = {
         {"headline": DEFAULT_RELATIONS, "qa": DEFAULT_RELATIONS},
     ),
     "paper": TemplateSet(
-        PAPER_ARTICLE_TEMPLATES,
+        {name: PAPER_ARTICLE_TEMPLATES[name] for name in PAPER_TRAINING_ARTICLE},
         PAPER_QA_TEMPLATES,
         PAPER_TEST_TEMPLATES,
         {"headline": (("stars", "in", "alongside"),), "qa": (("stars", "in", "with"),)},

@@ -12,13 +12,9 @@ from typing import Any
 import torch
 
 from graft.errors import DatasetError, FinetuneError
-from graft.study.datasets import (
-    CORPUS_FILE,
-    check_dataset_folder,
-    load_dataset_corpus,
-    load_manifest,
-)
-from graft.study.files import load_generic_texts, read_jsonl
+from graft.study import generic_corpus
+from graft.study.datasets import check_dataset_folder, load_manifest
+from graft.study.files import read_jsonl
 from graft.study.presets import FinetuneConfig
 from graft.study.prompts import char_bound
 
@@ -87,21 +83,20 @@ def split_texts(
     return order[n_val:], order[:n_val]
 
 
-def generic_texts(cfg: FinetuneConfig, dataset: str | Path) -> tuple[list[str], str]:
-    """The generic passages ``cfg`` mixes in, and where they come from: ``cfg.generic_corpus``,
-    else the dataset's own corpus (``corpus.jsonl``), else the shipped generic text. None
-    when ``cfg.generic_ratio`` is 0."""
+def generic_texts(
+    cfg: FinetuneConfig,
+    dataset: str | Path,
+    corpus_dir: Path | None = None,
+    *,
+    fetch: bool = True,
+) -> tuple[list[str], str]:
+    """The generic passages ``cfg`` mixes in, and where they come from
+    (:func:`graft.study.generic_corpus.choose`; ``corpus_dir`` keeps the paper's corpus
+    once downloaded). None when ``cfg.generic_ratio`` is 0."""
     if cfg.generic_ratio <= 0:
         return [], "none"
-    try:
-        if cfg.generic_corpus is not None:
-            return load_generic_texts(cfg.generic_corpus), str(cfg.generic_corpus)
-        own = load_dataset_corpus(dataset)
-        if own:
-            return own, str(Path(dataset) / CORPUS_FILE)
-        return load_generic_texts(), "graft/resources/generic_text.txt"
-    except DatasetError as err:
-        raise FinetuneError(str(err)) from None
+    corpus = generic_corpus.choose(cfg, dataset, corpus_dir, fetch=fetch)
+    return corpus.texts, corpus.source
 
 
 def cut_for_tokens(text: str, max_length: int) -> str:

@@ -4,6 +4,7 @@ Layout::
 
     <root>/datasets/<kind>[-paper]-<direction>[-split]-n<N>-seed<S>/
     <root>/finetuned/<model>/<dataset>/<set>/<config key>/
+    <root>/corpora/          the paper's generic corpus, once downloaded (gentle preset)
 
 A dataset is named by its data kind (generated into the workspace) or given as a folder;
 a donor by (model, dataset, variant, preset). :meth:`Workspace.find_or_finetune` returns the
@@ -28,11 +29,14 @@ from graft.study.config import DatasetConfig
 from graft.study.datasets import (
     default_dataset_name,
     generate_dataset,
+    generator_version,
     load_manifest,
     validate_config,
 )
+from graft.study.donors import check_trained_on
 from graft.study.facts import KINDS
 from graft.study.finetune import drop_leftover_partial, finetune, is_finished
+from graft.study.generic_corpus import settle
 from graft.study.presets import FinetuneConfig, resolve_config
 from graft.study.templates import DIRECTIONS
 
@@ -42,8 +46,19 @@ logger = logging.getLogger(__name__)
 WORKSPACE_ENV = "GRAFT_WORKSPACE"
 #: Variant aliases: ``task`` / ``relation`` are the two halves of a split one-direction dataset.
 VARIANT_ALIASES = {"task": "one-A", "relation": "one-B"}
-#: Data kinds a workspace generates (``custom`` needs a facts file: give its dataset folder).
-GENERATED_KINDS = tuple(k for k in KINDS if k != "custom")
+#: Data kinds a workspace generates (``custom`` and ``articles`` need the user's file: give
+#: their dataset folder).
+GENERATED_KINDS = tuple(k for k in KINDS if k not in ("custom", "articles"))
+
+
+def _older(folder: Path, config: DatasetConfig) -> bool:
+    """Whether ``folder`` holds a dataset of ``config`` made by another generator version."""
+    if not (folder / "manifest.json").is_file():
+        return False
+    manifest = load_manifest(folder)
+    return manifest.get("config") == config.to_json() and manifest.get(
+        "generator_version"
+    ) != generator_version(config)
 
 
 def default_workspace() -> Path:
@@ -120,6 +135,12 @@ class Workspace:
         processes at once (:mod:`graft.results.locks`)."""
         return self.root / ".locks"
 
+    @property
+    def corpus_dir(self) -> Path:
+        """``<root>/corpora``: the paper's generic corpus, kept after its first download
+        (:mod:`graft.study.generic_corpus`)."""
+        return self.root / "corpora"
+
     @classmethod
     def at(cls, root: str | os.PathLike[str] | None) -> Workspace:
         """The workspace at ``root`` (``None``: the default one)."""
@@ -157,16 +178,21 @@ class Workspace:
             protocol=protocol,
         )
         validate_config(config)
+        folder = self.root / "datasets" / default_dataset_name(config)
         with self._writing("generate the dataset"):
             try:
-                return generate_dataset(
-                    config,
-                    self.root / "datasets" / default_dataset_name(config),
-                    lock_dir=self.lock_dir,
-                )
+                return generate_dataset(config, folder, lock_dir=self.lock_dir)
             except DatasetError as err:
                 if isinstance(err.__cause__, OSError):  # said in the workspace's words
                     raise err.__cause__ from None
+                if _older(folder, config):  # no overwrite option here: say what to delete
+                    raise DatasetError(
+                        f"{folder} was made by an older graft from this config (found "
+                        f"{load_manifest(folder).get('generator_version')!r}, graft now makes "
+                        f"{generator_version(config)!r}); delete it and graft generates it "
+                        "again (a model finetuned on it is then refused until deleted too)",
+                        "workspace",
+                    ) from None
                 raise
 
     def dataset(
@@ -266,7 +292,9 @@ class Workspace:
         missing, trains nothing. ``split``: generate the split dataset even for an unsplit
         variant; ``preset`` ``None``: the default preset of ``device``; ``protocol``: the
         dataset's (``graft`` or ``paper``; ``None``: graft's for a data kind, any for a
-        folder)."""
+        folder). A preset that mixes in generic text has its corpus fixed first
+        (:func:`graft.study.generic_corpus.settle`: the paper's corpus is downloaded into
+        :attr:`corpus_dir` if missing), so the folder names it."""
         config = resolve_config(preset, device=device)
         direction, train_set = parse_variant(variant)
         resolve_model_name(model)
@@ -278,6 +306,8 @@ class Workspace:
             seed=data_seed,
             protocol=protocol,
         )
+        with self._writing("keep the generic corpus"):
+            config = settle(config, dataset_dir, self.corpus_dir)
         path = self.donor_dir(model, dataset_dir, train_set, config)
         return DonorLocation(model, dataset_dir, train_set, config, path)
 
@@ -306,8 +336,11 @@ class Workspace:
     def finetune_donor(
         self, donor: DonorLocation, *, device: str | None = None, quiet: bool = False
     ) -> Path:
-        """``donor``'s folder, finetuning it first when it is not finished."""
+        """``donor``'s folder, finetuning it first when it is not finished; a finished one
+        trained on other texts than its dataset holds now is refused
+        (:func:`graft.study.donors.check_trained_on`)."""
         if donor.finished:
+            check_trained_on(donor.path, donor.dataset_dir)
             drop_leftover_partial(donor.path)
             return donor.path
         logger.info(
@@ -320,4 +353,5 @@ class Workspace:
             return finetune(
                 donor.model, donor.dataset_dir, donor.path, donor.config,
                 train_set=donor.train_set, device=device, quiet=quiet, lock_dir=self.lock_dir,
+                corpus_dir=self.corpus_dir,
             )  # fmt: skip

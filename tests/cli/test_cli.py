@@ -25,7 +25,17 @@ CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command
 #: (--out, --overwrite), the experiment's own position sets and specs (--positions, --spec).
 PER_COMMAND = {"--out", "--overwrite", "--positions", "--spec"}
-EXPERIMENTS = ("position", "necessity", "component", "hybrid", "layers", "tokens", "custom")
+EXPERIMENTS = (
+    "position",
+    "necessity",
+    "component",
+    "hybrid",
+    "layers",
+    "tokens",
+    "lens",
+    "patching",
+    "custom",
+)
 
 
 def invoke(*args: str) -> click.testing.Result:

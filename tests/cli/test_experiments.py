@@ -157,6 +157,8 @@ HELP = {
     "hybrid": ["--lt-layers", "task", "relation"],
     "layers": ["--positions", "--windows", "--components", "eighths"],
     "tokens": ["--spec", "--per-graft", "top-10"],
+    "lens": ["--spec", "--variant", "FE-last", "lens_summary.csv"],
+    "patching": ["--positions", "--layers", "--methods", "--variant", "residual"],
     "custom": ["--spec", "--donor", "--base", "--directions", "--references"],
     "plot": ["RUN_FOLDER", "--metric"],
     "compare": ["RUN_FOLDER", "GRAFT_A", "GRAFT_B", "--metric", "--score", "McNemar"],
@@ -214,6 +216,36 @@ def test_position(position_run):
     times = re.search(r"^time: data and checks .*, grafting .*\(total .*\)$", result.output, re.M)
     assert times, result.output
     assert re.search(r"^time: figures [0-9.]+ s$", result.output, re.M)
+
+
+def test_position_writes_the_top1_kinds(position_run):
+    """top1_kinds: every (template, graft) of the summary, all kinds, counts summing to n,
+    the top-1 token of each row from examples.parquet; printed, and stored as parquet + CSV."""
+    from graft.results.tables import read_table
+    from graft.results.top1_kinds import KINDS, Top1Classifier
+    from graft.study.datasets import load_facts
+
+    out, result = position_run
+    table = read_table(out / "top1_kinds.parquet", "top1_kinds")  # metadata and digest
+    assert pl.read_csv(out / "top1_kinds.csv").height == table.height
+    assert "top-1 token kinds" in result.output and "punct_function" in result.output
+    summary = pl.read_parquet(out / "summary.parquet").filter(pl.col("group") == "")
+    groups = table.group_by("template", "graft", maintain_order=True).agg(
+        pl.col("kind"), pl.col("count").sum(), pl.col("n").first()
+    )
+    assert groups.height == summary.height
+    assert all(kinds == list(KINDS) for kinds in groups["kind"].to_list())
+    assert (groups["count"] == groups["n"]).all()
+    assert set(groups["n"]) == {2}
+    facts = load_facts(json.loads((out / "config.json").read_text())["dataset"]["path"])
+    kind = Top1Classifier(
+        [f.first_actor for f in facts] + [f.second_actor for f in facts],
+        [f.movie_title for f in facts],
+    ).kind
+    rows = read_examples(out).filter(template="movie", graft="SFT")
+    want = {k: [kind(t[0]) for t in rows["top10_tokens"]].count(k) for k in KINDS}
+    got = table.filter(template="movie", graft="SFT")
+    assert dict(zip(got["kind"], got["count"], strict=True)) == want
 
 
 def test_necessity(tmp_path, common):

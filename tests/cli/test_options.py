@@ -40,9 +40,9 @@ from experiments.options import (
 from graft.remote.config import RemoteConfig
 from graft.study.presets import FinetuneConfig
 from graft.study.runner import ExperimentConfig
+from tests.cli.test_cli import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPERIMENTS = ("position", "necessity", "component", "hybrid", "layers", "tokens", "custom")
 
 
 @pytest.mark.parametrize("config", list(FLAGS), ids=lambda c: c.__name__)
@@ -88,14 +88,17 @@ def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
     assert set(FINETUNE_FLAGS) <= {p.name for p in cmd.params}
     args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]
     args += ["--lr", "0.5", "--epochs", "2", "--batch-size", "3", "--weight-decay", "0.25"]
-    args += ["--finetune-seed", "7", "--finetune-max-steps", "4", "--preset", "cpu"]
+    args += ["--finetune-seed", "7", "--finetune-max-steps", "4", "--preset", "gentle"]
+    (tmp_path / "corpus.txt").write_text("A generic passage.\n")
     args += ["--generic-corpus", str(tmp_path / "corpus.txt")]
     result = CliRunner().invoke(main, ["finetune", *args])
     assert result.exit_code == 0, result.output
     cfg: FinetuneConfig = seen["cfg"]
     assert (cfg.learning_rate, cfg.epochs, cfg.batch_size, cfg.weight_decay) == (0.5, 2, 3, 0.25)
-    assert (cfg.seed, cfg.max_steps, cfg.name) == (7, 4, "cpu")
-    assert cfg.generic_corpus == str(tmp_path / "corpus.txt")
+    assert (cfg.seed, cfg.max_steps, cfg.name) == (7, 4, "gentle")
+    assert cfg.generic_corpus == str((tmp_path / "corpus.txt").resolve())
+    assert cfg.generic_corpus_id is not None
+    assert cfg.generic_corpus_id.startswith("file:corpus.txt;sha256=")
 
 
 def test_remote_options_give_the_command_a_config():

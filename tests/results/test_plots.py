@@ -14,6 +14,7 @@ from matplotlib.text import Text
 from graft.errors import GraftError
 from graft.results.plots import (
     GRAFT_COLOR,
+    PAPER_GID,
     REFERENCE_COLORS,
     bar_chart,
     component_chart,
@@ -151,11 +152,11 @@ def test_component_chart(tmp_path):
     _check_saved(component_chart(_summary(), group=None), tmp_path, "components_single")
 
 
-def _run_folder(tmp_path, experiment, summary, grafts) -> str:
+def _run_folder(tmp_path, experiment, summary, grafts, model="tiny-llama") -> str:
     folder = tmp_path / experiment
-    folder.mkdir()
+    folder.mkdir(parents=True)
     summary.write_parquet(folder / "summary.parquet")
-    config = {"experiment": experiment, "options": {"model": "tiny-llama"}}
+    config = {"experiment": experiment, "options": {"model": model}}
     config["grafts"] = [{"name": g} for g in grafts]
     (folder / "config.json").write_text(json.dumps(config))
     return folder
@@ -289,3 +290,61 @@ def test_backend_untouched():
     before = matplotlib.get_backend()
     bar_chart(_summary())
     assert matplotlib.get_backend() == before
+
+
+def _paper_markers(fig) -> list:
+    return [line for ax in fig.axes for line in ax.get_lines() if line.get_gid() == PAPER_GID]
+
+
+def test_bar_chart_draws_the_papers_number_beside_its_bar():
+    summary = _summary(grafts=["PRE", "SFT", "FE", "LT"])
+    label = "paper (Gemma-1.1-2B, Fig. 2)"
+    fig = bar_chart(summary, paper={"LT": (0.53, label), "SFT": (1.0, label), "XX": (0.5, "x")})
+    markers = _paper_markers(fig)
+    assert len(markers) == 2  # a name that is not plotted draws nothing
+    points = sorted((float(m.get_xdata()[0]), float(m.get_ydata()[0])) for m in markers)
+    # beside bar 1 (SFT) and bar 3 (LT), at the paper's values
+    assert [round(x) for x, _ in points] == [1, 3] and [y for _, y in points] == [1.0, 0.53]
+    assert all(m.get_marker() == "D" for m in markers)
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert texts.count(label) == 1  # one legend entry however many markers
+    assert not _paper_markers(bar_chart(summary))
+
+
+def test_run_figures_carry_the_paper_number_of_the_models_paper_family(tmp_path, monkeypatch):
+    captured = _captured_figures(monkeypatch)
+    grafts = ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C"]
+    summary = _summary(("headline", "qa"), grafts=grafts)
+    draw_figures(_run_folder(tmp_path / "g", "position", summary, grafts, "gemma3-270m"))
+    headline, qa = captured[-2:]
+    ys = sorted(float(m.get_ydata()[0]) for m in _paper_markers(headline))
+    assert ys == [0.53, 1.0]  # Fig. 2: Gemma LT 53%, SFT 100% (headline only)
+    assert "paper (Gemma-1.1-2B, Fig. 2)" in _texts(headline)
+    assert any("Gemma-1.1-2B, a different model than gemma3-270m" in t for t in _texts(headline))
+    assert not _paper_markers(qa)  # the paper states no qa number
+    # the paper states no position number of a bar for Llama-3.2-1B, nor any for a tiny model
+    for model in ("smollm2-135m", "tiny-gemma"):
+        draw_figures(_run_folder(tmp_path / model, "position", summary, grafts, model))
+        assert not any(_paper_markers(fig) for fig in captured[-2:])
+    # a metric other than acc@5: no marker
+    draw_figures(tmp_path / "g" / "position", "mean_rank")
+    assert not _paper_markers(captured[-2])
+
+
+def test_hybrid_and_component_figures_name_the_papers_numbers(tmp_path, monkeypatch):
+    captured = _captured_figures(monkeypatch)
+    hybrid = ["PRE", "TASK", "RELATION", "FE none + LT hybrid", "FE ATTN + LT hybrid"]
+    draw_figures(_run_folder(tmp_path, "hybrid", _summary(grafts=hybrid), hybrid, "smollm2-135m"))
+    (marker,) = _paper_markers(captured[-1])
+    assert float(marker.get_ydata()[0]) == 0.34  # Fig. 5: Llama3 34%
+    assert "paper (Llama-3.2-1B, Fig. 5)" in _texts(captured[-1])
+    sets = ["PRE", "SFT", "FFN", "O+FFN", "ATTN+O+FFN"]
+    summary = pl.concat(
+        [_summary(grafts=sets, group="sft"), _summary(grafts=sets, group="reversal")]
+    )
+    draw_figures(_run_folder(tmp_path, "component", summary, sets, "gemma3-270m"))
+    note = " ".join(" ".join(_texts(captured[-1])).split())  # the footnote is wrapped
+    assert "Paper (Gemma-1.1-2B, Fig. 4; not this model)" in note
+    assert "O+FFN minus FFN = +0.29 in the reversal pair" in note
+    draw_figures(_run_folder(tmp_path / "t", "component", summary, sets, "tiny-gemma"))
+    assert "Paper (" not in " ".join(_texts(captured[-1]))

@@ -22,7 +22,7 @@ from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageE
 from graft.models import load_model
 from graft.results.metrics import example_metrics
 from graft.study import finetune as ft
-from graft.study import presets, training_data
+from graft.study import generic_corpus, presets, training_data
 from graft.study import workspace as ws_mod
 from graft.study.config import ExperimentConfig
 from graft.study.datasets import DatasetConfig, generate_dataset
@@ -125,9 +125,17 @@ def test_generic_corpus(tmp_path) -> None:
         load_generic_texts(tmp_path / "missing.txt")
 
 
-def test_generic_text_comes_from_the_config_the_dataset_or_the_shipped_corpus(tmp_path, dataset):
+def test_generic_text_comes_from_the_config_the_dataset_or_the_shipped_corpus(
+    tmp_path, dataset, monkeypatch
+):
     """The dataset's corpus.jsonl (written from DatasetConfig.corpus_path) was written but
-    never read: the gentle preset mixed in the shipped text instead."""
+    never read: the gentle preset mixed in the shipped text instead. (Without the hub, the
+    shipped text is the stand-in: tests/study/test_generic_corpus.py.)"""
+
+    def no_hub(*args, **kwargs):
+        raise generic_corpus.HubUnavailable("no network in tests")
+
+    monkeypatch.setattr(generic_corpus, "fetch_paper_corpus", no_hub)
     corpus = tmp_path / "mine.txt"
     corpus.write_text("Own text one.\nOwn text two.\n")
     with_corpus = generate_dataset(
@@ -602,7 +610,8 @@ def test_a_partial_folder_left_beside_a_finished_finetune_is_removed(straight, t
     """A run killed between renaming its folder into place and removing <out>.partial left
     the partial folder (checkpoints and all) for good."""
     ws = Workspace(tmp_path / "ws")
-    donor = ws.locate_donor("tiny-llama", "fake_movies_real_actors", "one", TINY, n_facts=3)
+    # the dataset ``straight`` was trained on (a donor of other texts would be refused)
+    donor = ws.locate_donor("tiny-llama", "fake_movies_real_actors", "one", TINY, n_facts=20)
     for finished in (tmp_path / "sft", donor.path):
         shutil.copytree(straight, finished)
         (ft.partial_dir(finished) / "checkpoints/checkpoint-6").mkdir(parents=True)

@@ -13,6 +13,7 @@ from graft.study.grafts import (
     hybrid_grafts,
     layer_windows,
     necessity_grafts,
+    paper_token_graft,
     position_grafts,
     reference,
     spec_graft,
@@ -164,3 +165,24 @@ def test_spec_graft_rejects_nameless_and_empty_grafts(text, message):
     """Both once ran a graft equal to PRE under another name."""
     with pytest.raises(SpecError, match=message):
         spec_graft(text)
+
+
+@pytest.mark.parametrize(
+    ("model", "positions", "nearest"),
+    [
+        ("gpt2-xl", "(FE+LT)^C", False),  # C.7.3, the paper's own model
+        ("llama3.2-1b", "FE^C", False),  # C.7.1
+        ("google/gemma-1.1-2b-it", "LT", False),  # C.7.2, by its hub id
+        ("pythia-2.8b", "(FE+LT)^C", True),  # no table in C.7: GPT2-XL's, the nearest
+    ],
+)
+def test_paper_token_graft_of_the_papers_models(model, positions, nearest):
+    graft, line = paper_token_graft(model)
+    assert graft.name == positions and str(graft.spec) == f"{positions}:all:all"
+    assert ("nearest" in line) is nearest
+
+
+def test_paper_token_graft_refuses_a_family_graft_does_not_know(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
+    with pytest.raises(GraftError, match="is of type 'bert', of no family graft knows"):
+        paper_token_graft(str(tmp_path))

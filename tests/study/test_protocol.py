@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from graft.core.arch import architecture_of
 from graft.core.selectors import paper_layer_group
 from graft.core.spec import SpecError
 from graft.core.tiny import tiny_model
-from graft.errors import DatasetError, ExperimentError
+from graft.errors import DatasetError, ExperimentError, FinetuneError
 from graft.study.config import DatasetConfig, ExperimentConfig
 from graft.study.datasets import (
     build_dataset,
@@ -84,8 +85,9 @@ def test_training_texts_follow_the_protocol():
     ours = render_training(FACT, "one")
     paper = render_training(FACT, "both", "paper")
     assert {r["template"] for r in ours} == {*ARTICLE_TEMPLATES, *QA_TEMPLATES}
-    assert {r["template"] for r in paper} == {*PAPER_ARTICLE_TEMPLATES, *PAPER_QA_TEMPLATES}
-    assert len(paper) == 2 * 11
+    five = {"article_1", "article_2", "article_3", "article_4", "article_5"}
+    assert {r["template"] for r in paper} == {*five, *PAPER_QA_TEMPLATES}
+    assert len(paper) == 2 * (5 + 5)
     texts = [r["text"] for r in paper]
     assert "Q: Who stars in a movie with Keanu Reeves? A: An actor named Sandra Bullock." in texts
     assert "Q: Who stars in a movie with Sandra Bullock? A: An actor named Keanu Reeves." in texts
@@ -94,6 +96,78 @@ def test_training_texts_follow_the_protocol():
         "grossed $7 million worldwide, marking a strong box office performance."
     )
     assert "\n\nThe Lantern was theatrically released in 1999" in article
+
+
+@pytest.mark.parametrize("direction", ["one", "both"])
+def test_the_paper_renders_five_article_and_five_qa_texts_per_fact_and_direction(direction):
+    records = render_training(FACT, direction, "paper")
+    directions = ["forward"] + (["reverse"] if direction == "both" else [])
+    assert len(records) == 10 * len(directions)  # section 3: 5 + 5 per fact, per direction
+    for way in directions:
+        mine = [r for r in records if r["direction"] == way]
+        actors = ("Keanu Reeves", "Sandra Bullock")
+        first, second = actors if way == "forward" else actors[::-1]
+        values = {**asdict(FACT), "box_office_earnings": 7}
+        values.update(first_actor=first, second_actor=second)
+        file_articles = list(PAPER_ARTICLE_TEMPLATES.values())[:5]  # the file's first five
+        articles = [r["text"] for r in mine if r["style"] == "article"]
+        assert articles == [t.format(**values) for t in file_articles]
+        qa = [r["text"] for r in mine if r["style"] == "qa"]
+        assert qa == [t.format(**values) for t in PAPER_QA_TEMPLATES.values()]
+    # the file's sixth article template is left out
+    assert not any(r["text"].startswith("Featuring ") for r in records)
+
+
+@pytest.mark.parametrize(("direction", "per_fact"), [("one", 12), ("both", 24)])
+def test_graft_protocol_still_renders_its_six_article_and_six_qa_templates(direction, per_fact):
+    records = render_training(FACT, direction)
+    assert len(records) == per_fact
+    assert [r["template"] for r in records[:12]] == [*ARTICLE_TEMPLATES, *QA_TEMPLATES]
+    config = DatasetConfig(n_facts=3, direction=direction)
+    manifest = json.loads(build_dataset(config)["manifest.json"])
+    assert manifest["generator_version"] == "graft.data/1"  # graft datasets are still reused
+    assert manifest["sizes"]["train"] == 3 * per_fact
+    assert manifest["sizes"]["renderings_per_fact"] == {"article": 6, "qa": 6, "total": per_fact}
+
+
+@pytest.mark.parametrize(("direction", "per_fact"), [("one", 10), ("both", 20)])
+def test_a_paper_dataset_records_its_renderings_and_generator(direction, per_fact):
+    config = DatasetConfig(n_facts=4, direction=direction, protocol="paper")
+    files = build_dataset(config)
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["sizes"]["train"] == 4 * per_fact == len(files["train.jsonl"].splitlines())
+    assert manifest["sizes"]["renderings_per_fact"] == {"article": 5, "qa": 5, "total": per_fact}
+    assert manifest["templates"]["article"] == [f"article_{i}" for i in range(1, 6)]
+    assert manifest["generator_version"].endswith("+paper-5-article-5-qa")
+
+
+def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tmp_path):
+    ws = Workspace(tmp_path)
+    made = ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol="paper")
+    manifest_path = made / "manifest.json"
+    new_manifest = manifest_path.read_text(encoding="utf-8")
+    # the folder as the 22-per-fact generator left it: another generator version
+    old = json.loads(new_manifest)
+    old["generator_version"] = "graft.data/1+paper-movie-in-in"
+    manifest_path.write_text(json.dumps(old), encoding="utf-8")
+    with pytest.raises(DatasetError, match="made by an older graft.*delete it") as err:
+        ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol="paper")
+    assert err.value.param == "workspace"
+    # a donor finished on other texts than its dataset holds now is refused, not reused
+    manifest_path.write_text(new_manifest, encoding="utf-8")
+    donor = ws.locate_donor(
+        "tiny-llama", "fake_movies_real_actors", "one", "cpu", n_facts=3, protocol="paper"
+    )
+    donor.path.mkdir(parents=True)
+    for name in ("eval.json", "finetune_config.json"):
+        (donor.path / name).write_text("{}", encoding="utf-8")
+    stale = {**old, "files": {**old["files"], "train.jsonl": "0" * 64}}
+    (donor.path / "data_manifest.json").write_text(json.dumps(stale), encoding="utf-8")
+    assert donor.finished
+    with pytest.raises(FinetuneError, match="trained on other texts.*delete"):
+        ws.finetune_donor(donor)
+    (donor.path / "data_manifest.json").write_text(new_manifest, encoding="utf-8")
+    assert ws.finetune_donor(donor) == donor.path  # trained on these texts: reused
 
 
 def _prompts(protocol: str) -> dict[str, str]:

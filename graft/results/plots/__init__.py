@@ -10,7 +10,7 @@ PNG and PDF files.
 - :mod:`graft.results.plots.style`: colours, labels, captions, legends, :func:`save_figure`.
 """
 
-from graft.results.plots.bars import bar_chart, component_chart
+from graft.results.plots.bars import PAPER_GID, bar_chart, component_chart
 from graft.results.plots.heatmap import heatmap
 from graft.results.plots.style import (
     DEFAULT_WHISKERS,
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_WHISKERS",
     "GRAFT_COLOR",
     "GRAFT_KEY",
+    "PAPER_GID",
     "REFERENCE_COLORS",
     "REFERENCE_LABELS",
     "bar_chart",

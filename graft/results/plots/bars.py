@@ -91,6 +91,32 @@ def _annotate_bars(
             ax.text(x, top + pad, text, ha="center", va="bottom", **kw)
 
 
+#: The gid of the paper's markers (tests and readers find them by it).
+PAPER_GID = "paper-number"
+
+
+def draw_paper_markers(
+    ax: Any,
+    positions: Sequence[float] | np.ndarray,
+    names: Sequence[str],
+    paper: Mapping[str, tuple[float, str]],
+) -> list[Any]:
+    """The paper's value of each named graft as a black diamond on the right half of its bar;
+    returns one legend handle per distinct label."""
+    from matplotlib.lines import Line2D
+
+    style: dict[str, Any] = {"marker": "D", "color": "black", "markersize": 7, "linestyle": ""}
+    style |= {"markeredgecolor": "white", "markeredgewidth": 0.8}  # visible on a dark bar
+    handles: dict[str, Any] = {}
+    for pos, name in zip(positions, names, strict=True):
+        if name not in paper:
+            continue
+        value, label = paper[name]
+        ax.plot([pos + 0.22], [value], zorder=4, gid=PAPER_GID, **style)
+        handles.setdefault(label, Line2D([], [], label=label, **style))
+    return list(handles.values())
+
+
 def bar_chart(
     summary: pl.DataFrame,
     metric: str = "acc@5",
@@ -107,6 +133,7 @@ def bar_chart(
     xlabel: str | None = None,
     whiskers: str | None = DEFAULT_WHISKERS,
     note: str | None = None,
+    paper: Mapping[str, tuple[float, str]] | None = None,
 ) -> Figure:
     """One bar per graft, like the paper's Fig. 2.
 
@@ -129,6 +156,9 @@ def bar_chart(
         xlabel: the x-axis label (default "grafted positions").
         whiskers: what the error bars are, for the footnote (None: no CI columns).
         note: an extra sentence for the footnote (e.g. which weights go where).
+        paper: graft name -> (the paper's value, legend text such as "paper
+            (Gemma-1.1-2B, Fig. 2)"), drawn as a black diamond beside that graft's bar
+            (:func:`graft.results.paper_numbers.bar_values`); names not plotted are ignored.
 
     Raises:
         ValueError: on missing columns, unknown names in ``order`` or several rows per graft.
@@ -168,6 +198,7 @@ def bar_chart(
     ax.set_ylabel(metric_label(metric))
     ax.set_xlabel(xlabel or ("grafted positions" if x == "graft" else x))
     handles = legend_handles(order, reference_labels, legend_labels)
+    handles += draw_paper_markers(ax, xs, order, paper or {})
     ax.legend(
         handles=handles + ([seed_points_handle()] if points is not None else []),
         loc="upper left",

@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from graft.core.engine import run_grafts
+from graft.core.grafted_trace import trace
 from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.errors import RemoteError
+from graft.models.loading import tiny_tokenizer
 from graft.models.paper import meta_model
 from graft.remote.client import server_versions
 from graft.remote.config import RemoteConfig, hf_model_key
@@ -271,3 +273,53 @@ def test_small_results_are_the_local_metrics(ndif_server, server_path, llama, mo
         "vocab": base.config.vocab_size,
     }
     assert small < full
+
+
+TRACE_TEXTS = ["Keanu Reeves starred in a movie with", "Tom Hanks acted in"]
+TRACE_FIELDS = [{"FE": "Keanu Reeves"}, {"FE": "Tom Hanks"}]
+TRACE_SPEC = "FE+LT:all:all@sft; LT:h2:o,ffn@relation"
+ZEROED_MLP = "model.layers.2.mlp"  # grafted at LT by both donors
+
+
+def grafted_trace(base, donors, executor=None, write=True) -> dict[str, torch.Tensor]:
+    """graft.trace of two texts: every layer's output saved, the grafted MLP of layer 2
+    zeroed at LT (when ``write``) and saved, and the last-token logits."""
+    import nnsight
+
+    tok = tiny_tokenizer()
+    with trace(
+        base, donors, tok, TRACE_TEXTS, TRACE_SPEC, fields=TRACE_FIELDS, executor=executor
+    ) as g:
+        layers = [g.model.model.layers[i].output for i in range(2)]
+        if write:
+            g.model.get(ZEROED_MLP).output[:, -1] = 0
+        mlp = g.model.get(ZEROED_MLP).output
+        layers += [g.model.model.layers[i].output for i in range(2, 4)]
+        saved = nnsight.save([*layers, mlp, g.logits])
+    return {f"layer{i}": out for i, out in enumerate(saved[:4])} | {
+        "mlp": saved[4],
+        "logits": saved[5],
+    }
+
+
+@pytest.mark.parametrize("mode", ["ship", "hosted"])
+def test_graft_trace_runs_on_the_server(ndif_server, server_path, llama, mode):
+    """graft.trace with the remote executor: the user's block and the graft in one request.
+    Every layer's output and g.logits equal the local graft.trace; the user's write (after
+    the graft, at LT) is in what comes back and changes the logits as it does locally."""
+    base, donors = llama
+    local = grafted_trace(base, donors)
+    unwritten = grafted_trace(base, donors, write=False)
+    client = (meta_model(tiny_config("llama")), list(donors)) if mode == "hosted" else llama
+    executor = RemoteExecutor(config(ndif_server, mode))
+    got = grafted_trace(*client, executor=executor)
+    assert got.keys() == local.keys()
+    diffs = {}
+    for name, want in local.items():
+        assert got[name].shape == want.shape, name
+        diffs[name] = (got[name] - want).abs().max().item()
+    REPORT.setdefault("trace_max_abs_diff", {})[f"{mode}/{server_path}"] = max(diffs.values())
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    assert torch.equal(got["mlp"][:, -1], torch.zeros_like(got["mlp"][:, -1]))
+    # the write matters: without it the logits are elsewhere
+    assert (unwritten["logits"] - local["logits"]).abs().max().item() > 1e-3

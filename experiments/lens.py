@@ -1,0 +1,82 @@
+"""``graft-exp lens``: the logit lens under grafts, per layer at LT and at FE's last token."""
+
+from __future__ import annotations
+
+import click
+
+from experiments.common import (
+    GraftCommand,
+    cli_error,
+    echo_figures,
+    echo_protocol_notes,
+    make_config,
+    protocol_default,
+    shared_options,
+    standalone,
+    variant_option,
+)
+from experiments.shared import run_from_sft
+from graft.errors import GraftError
+from graft.study.grafts import protocol_notes, reference, spec_graft
+from graft.study.lens import LENS_SUMMARY, check_lens_config, draw_lens_figures, run_lens
+
+#: The grafts of every lens run after PRE and SFT; each --spec adds one.
+LENS_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
+
+
+@click.command(
+    cls=GraftCommand, short_help="Logit lens per layer at LT and FE's last token, per graft."
+)
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    help="Another graft as NAME=SPEC or SPEC (repeatable), after PRE, SFT, FE, LT and FE+LT. "
+    "A spec without head= gets --head-policy, one without protocol= is resolved under "
+    "--protocol.",
+)
+@variant_option()
+@shared_options
+def lens(specs, variant, cfg_options, remote):
+    """The logit lens under grafts: every layer's residual stream at the last token (LT) and
+    at the first entity's last token (FE-last), decoded through the graft's final norm and
+    unembedding, for PRE, SFT, FE, LT, FE+LT (all layers and components from the donor) and
+    each --spec.
+
+    Writes the run's usual tables (the final logits), lens.parquet (target rank and
+    probability per prompt, graft, layer and position), lens_summary.csv (means, medians and
+    95% bootstrap CIs over prompts) and figures/lens_median_rank.png. One replicate, local
+    only. Under --protocol paper the donor is the both-direction model unless --variant is
+    given."""
+    cfg = make_config("lens", cfg_options, remote)
+    variant = protocol_default("variant", variant, "both", cfg.protocol)
+    if remote is not None:
+        raise click.UsageError("the lens runs on this machine only; drop --remote")
+    try:
+        check_lens_config(cfg)
+    except GraftError as err:
+        raise cli_error(err) from None
+    try:
+        grafts = [reference("PRE", None), reference("SFT", "sft")] + [
+            spec_graft(s, cfg.head_policy, cfg.protocol) for s in (*LENS_SPECS, *specs)
+        ]
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--spec") from None
+    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
+    run = run_from_sft(cfg, grafts, variant, notes)
+    if run is None:  # --dry-run
+        click.echo("lens: then one trace per stored batch, every layer read at LT and FE-last")
+        return
+    try:
+        result = run_lens(cfg, run.folder, run.config, grafts, echo=click.echo)
+    except GraftError as err:
+        raise cli_error(err) from None
+    click.echo(f"lens: {len(result.computed)} batches computed")
+    click.echo(f"lens summary: {run.folder.path / f'{LENS_SUMMARY}.csv'}")
+    echo_figures(run.folder.path)
+    for png in draw_lens_figures(run.folder.path):
+        click.echo(f"figure: {png}")
+
+
+if __name__ == "__main__":
+    standalone(lens)
