@@ -17,7 +17,7 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from experiments.shared import LAYERS_OPTION, protocol_run_options
+from experiments.shared import FE_OPTION, LAYERS_OPTION, protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.results.folder import RunFolder
 from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
@@ -53,14 +53,7 @@ PAPER_PAIRS = PAIRS | {"sft": (ModelSource("pretrained"), ModelSource("both"), (
     "--protocol paper, as the paper's code: 'q' the whole fused projection, 'k' and 'v' "
     "nothing).",
 )
-@click.option(
-    "--fe",
-    default=None,
-    metavar="COMPS",
-    help="Also graft the first entity in every layer with these components (e.g. 'all'), "
-    "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
-    "[default: FE not grafted, as the paper]",
-)
+@FE_OPTION
 @shared_options
 def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     """E3 (Fig. 4, C.5): ATTN+O+FFN, ATTN+O, O+FFN, ATTN+FFN, O, FFN, O+FFN_up, O+FFN_down

@@ -16,7 +16,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.shared import LAYERS_OPTION, POSITIONS_OPTION
+from experiments.shared import FE_OPTION, LAYERS_OPTION, POSITIONS_OPTION
 from graft.core.spec import SpecError, parse_spec
 from graft.results.compare import format_comparison
 from graft.results.folder import RunFolder
@@ -31,14 +31,7 @@ from graft.study.runner import ModelSource, default_out
 )
 @POSITIONS_OPTION
 @LAYERS_OPTION
-@click.option(
-    "--fe",
-    default=None,
-    metavar="COMPS",
-    help="Also graft the first entity in every layer with these components (e.g. 'all'), "
-    "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
-    "[default: FE not grafted, as the paper]",
-)
+@FE_OPTION
 @click.option(
     "--methods",
     default=",".join(METHODS),

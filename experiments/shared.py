@@ -44,6 +44,16 @@ LAYERS_OPTION = click.option(
     "paper's layer rule, which has halves and quarters only).",
 )
 
+#: ``--fe`` of the commands that graft component sets at LT: FE grafted too, in every layer.
+FE_OPTION = click.option(
+    "--fe",
+    default=None,
+    metavar="COMPS",
+    help="Also graft the first entity in every layer with these components (e.g. 'all'), "
+    "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
+    "[default: FE not grafted, as the paper]",
+)
+
 
 def run_from_sft(
     cfg: ExperimentConfig,
