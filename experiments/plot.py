@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from experiments.common import GraftCommand, standalone
 from graft.results.report import draw_figures
+from graft.study.lens import LENS_SUMMARY, draw_lens_figures
 
 #: ``--metric``: a column of a run's summary (``plot`` and ``compare`` share it).
 METRIC_OPTION = click.option(
@@ -23,9 +26,12 @@ METRIC_OPTION = click.option(
 def plot(run_folder, metric):
     """Redraw the figures of RUN_FOLDER without recomputing: PNG and PDF under
     RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
-    figures of several metrics live side by side."""
+    figures of several metrics live side by side. A lens run's lens figures (median rank and
+    mean probability per layer) are redrawn too."""
     try:
         paths = draw_figures(run_folder, metric)
+        if (Path(run_folder) / f"{LENS_SUMMARY}.parquet").is_file():
+            paths += draw_lens_figures(run_folder)
     except (FileNotFoundError, ValueError) as err:
         raise click.UsageError(str(err)) from None
     for png in paths:

@@ -187,7 +187,12 @@ def draw_summary_figures(
             legend_labels=legend,
             xlabel=xlabel,
             whiskers=plots.whiskers_text(part, metric),
-            note=_join(note, seeds_note, _paper_bar_note(model, paper)),
+            note=_join(
+                note,
+                seeds_note,
+                _paper_bar_note(model, paper),
+                _paper_approx_note(model, experiment, template, group, names) if unit else None,
+            ),
             paper=paper,
         )
         stem = f"{experiment}_{template}" + (f"_{slug(group)}" if group else "")
@@ -275,6 +280,26 @@ def _paper_bar_note(model: str, paper: dict[str, tuple[float, str]]) -> str | No
         f"Diamonds: top-5 accuracy the paper's text states for {paper_model}, "
         f"a different model than {model}."
     )
+
+
+def _paper_approx_note(
+    model: str, experiment: str, template: str, group: str, names: list[str]
+) -> str | None:
+    """The paper's "≈" statements between two bars of the figure (Fig. 2: FE+LT ≈ SFT,
+    (FE+LT)^C ≈ PRE; Fig. 5), as a footnote sentence: they state no number to draw."""
+    paper_model = paper_numbers.paper_model_of(model)
+    if paper_model is None:
+        return None
+    found = [
+        n
+        for n in paper_numbers.lookup(paper_model, experiment, template=template, kind="approx")
+        if n.group == (group or "") and n.graft in names and n.versus in names
+    ]
+    if not found:
+        return None
+    sources = ", ".join(dict.fromkeys(n.source.split(",")[0] for n in found))
+    parts = "; ".join(f"{n.graft} ≈ {n.versus}" for n in found)
+    return f"Paper ({paper_model}, {sources}; not this model): {parts}."
 
 
 def _paper_component_note(model: str, template: str, metric: str) -> str | None:

@@ -68,6 +68,16 @@ def test_lens_writes_its_table_summary_and_figures(lens_run):
     assert (joined["target_logprob"] - joined["target_logprob_run"]).abs().max() <= 2e-5
 
 
+def test_plot_redraws_the_lens_figures(lens_run):
+    out, _ = lens_run
+    for png in (out / "figures").glob("lens_*"):
+        png.unlink()
+    result = invoke("plot", str(out))
+    check_figures(out, ["lens"], metric="median_rank")
+    check_figures(out, ["lens"], metric="mean_prob")
+    assert f"figure: {out / 'figures' / 'lens_median_rank.png'}" in result.output
+
+
 def test_a_rerun_computes_nothing(lens_run, common, monkeypatch):
     out, _ = lens_run
     before = pl.read_parquet(out / "lens_summary.parquet")
