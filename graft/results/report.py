@@ -282,6 +282,17 @@ def _paper_bar_note(model: str, paper: dict[str, tuple[float, str]]) -> str | No
     )
 
 
+def _paper_statements(
+    paper_model: str, found: list[paper_numbers.PaperNumber], parts: list[str]
+) -> str | None:
+    """One footnote sentence for the paper's statements ``found`` (worded as ``parts``):
+    ``Paper (<model>, <figures>; not this model): <part>; <part>.``"""
+    if not found:
+        return None
+    sources = ", ".join(dict.fromkeys(n.source.split(",")[0] for n in found))
+    return f"Paper ({paper_model}, {sources}; not this model): " + "; ".join(parts) + "."
+
+
 def _paper_approx_note(
     model: str, experiment: str, template: str, group: str, names: list[str]
 ) -> str | None:
@@ -295,11 +306,7 @@ def _paper_approx_note(
         for n in paper_numbers.lookup(paper_model, experiment, template=template, kind="approx")
         if n.group == (group or "") and n.graft in names and n.versus in names
     ]
-    if not found:
-        return None
-    sources = ", ".join(dict.fromkeys(n.source.split(",")[0] for n in found))
-    parts = "; ".join(f"{n.graft} ≈ {n.versus}" for n in found)
-    return f"Paper ({paper_model}, {sources}; not this model): {parts}."
+    return _paper_statements(paper_model, found, [f"{n.graft} ≈ {n.versus}" for n in found])
 
 
 def _paper_component_note(model: str, template: str, metric: str) -> str | None:
@@ -312,10 +319,7 @@ def _paper_component_note(model: str, template: str, metric: str) -> str | None:
     parts = [
         f"{n.graft} minus {n.versus} = {n.value:+.2f} in the {n.group or 'SFT'} pair" for n in found
     ]
-    if not parts:
-        return None
-    source = found[0].source.split(",")[0]
-    return f"Paper ({paper_model}, {source}; not this model): " + "; ".join(parts) + "."
+    return _paper_statements(paper_model, found, parts)
 
 
 def _draw_components(
