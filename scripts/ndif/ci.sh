@@ -8,8 +8,8 @@
 #
 # Needs root (network namespaces), Python >= 3.12 (PYTHON312, else python3.12 on PATH, else
 # pyenv's newest 3.12) and the client venv (.venv from scripts/setup.sh, or CLIENT_PYTHON).
-# The registry's torch for Python 3.12 is its CUDA build (~4.7 GB, ~3 min to install); it runs
-# on the CPU.
+# The registry's torch for Python 3.12 is its CUDA build (5.4 GB installed, 6.9 GB at the
+# peak of the install, ~2 min); it runs on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV="${NDIF_VENV:-.venv-ndif}"
