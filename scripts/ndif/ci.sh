@@ -53,7 +53,7 @@ if ! has_pins; then
         fi
     done
     [ -x "$VENV/bin/python" ] || "$(find_python312)" -m venv "$VENV"
-    # --no-cache-dir: a cached copy of these wheels would take another ~3.5 GB
+    # --no-cache-dir: a cached copy of these wheels would take several GB more (not measured)
     "$VENV/bin/python" -m pip install -q --no-cache-dir --upgrade pip setuptools
     "$VENV/bin/python" -m pip install -q --no-cache-dir "${PINS[@]/#ndif==/ndif[api,ray]==}"
 fi
