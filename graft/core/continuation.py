@@ -81,7 +81,10 @@ def score_continuations(
         continuations: per row, the continuation's token ids (e.g. a target name's).
         first: the step-0 scores when already known, as (log-probabilities, ranks) of each
             continuation's first token after its row's prompt (e.g. a run's first-token
-            metrics); that step is then not run again.
+            metrics); that step is then not run again, and the others run in a batch with
+            one row less per continuation, so they equal a run without ``first`` within the
+            engine's float bound rather than bit for bit (a batch of another shape may round
+            differently in the last bit).
         **kwargs: passed to ``run_grafts`` (batch_size, executor, pad_id, ...).
 
     Returns:

@@ -57,7 +57,13 @@ from graft.results.files import (
     to_json,
     write_json_atomic,
 )
-from graft.results.provenance import git_commit, package_versions
+from graft.results.provenance import (
+    command_line,
+    git_commit,
+    git_dirty,
+    machine_info,
+    package_versions,
+)
 from graft.results.tables import (
     read_table,
     save_table,
@@ -77,7 +83,9 @@ CONTRASTS_STEM = "contrasts"
 NAME_CONTRASTS_STEM = "contrasts_name"
 # Fields that describe the environment of one invocation, not what was computed: ignored
 # by the resume check when the caller gives no explicit key.
-VOLATILE_FIELDS = frozenset({"created", "packages", "git_commit", "resumes", "run_key"})
+VOLATILE_FIELDS = frozenset(
+    {"created", "packages", "git_commit", "git_dirty", "machine", "command", "resumes", "run_key"}
+)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
 #: Where a damaged or foreign part is moved (inside ``parts/<name>/``; readers skip it).
 SET_ASIDE_DIR = ".set-aside"
@@ -277,15 +285,16 @@ class RunFolder:
     ) -> dict[str, Any]:
         """Record the resolved config, or check it against the stored one to resume.
 
-        ``packages`` (see :func:`package_versions`), ``git_commit`` and ``created`` are
-        added when ``config`` lacks them. A new record also writes the ``.graft-run`` marker.
+        ``packages`` (see :func:`package_versions`), ``git_commit``, ``git_dirty``,
+        ``machine`` (:func:`machine_info`), ``command`` (the command line) and ``created``
+        are added when ``config`` lacks them. A new record also writes the ``.graft-run`` marker.
 
         Args:
             config: the resolved config (spec texts, model ids and checkpoint hashes, dataset
                 manifest, seed, ...). Must be JSON-serialisable after :func:`to_json`.
             key: the fields that must match to resume (dotted paths reach into nested
                 dicts, e.g. ``"models.sft.revision"``). Default: every top-level field
-                except the volatile ones (``created``, ``packages``, ``git_commit``).
+                except the volatile ones (:data:`VOLATILE_FIELDS`).
             overwrite: discard the folder's previous results (:meth:`clear`) and start anew.
 
         Returns:
@@ -300,6 +309,9 @@ class RunFolder:
         new: dict[str, Any] = to_json(dict(config))
         new.setdefault("packages", package_versions())
         new.setdefault("git_commit", git_commit())
+        new.setdefault("git_dirty", git_dirty())
+        new.setdefault("machine", machine_info())
+        new.setdefault("command", command_line())
         new.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
         if overwrite:
             self.clear()

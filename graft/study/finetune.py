@@ -55,7 +55,7 @@ from graft.models import (
 )
 from graft.results.files import probe_writable, storage_errors, write_json_atomic
 from graft.results.locks import exclusive
-from graft.results.provenance import package_versions
+from graft.results.provenance import machine_info, package_versions
 from graft.study.donors import write_checksums
 from graft.study.evaluate import donor_evaluation, evaluate_examples, format_eval
 from graft.study.generic_corpus import GenericCorpus, choose, settle
@@ -604,29 +604,16 @@ def _save(
     ``finetune_config.json`` records what produced the weights: config, seed, device, the
     machine (CPU model, GPU name on CUDA, torch threads) and package versions; the same
     finetune on another machine need not give the same bits."""
-    import platform
-
     result = partial / "result"
     if result.exists():
         shutil.rmtree(result)
     trainer.save_model(str(result))
     run.loaded.tokenizer.save_pretrained(str(result))
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text(errors="replace").splitlines() if cpuinfo.is_file() else []
-    cpus = [ln.partition(":")[2].strip() for ln in lines if ln.startswith("model name")]
-    cuda = run.device.type == "cuda"
     config = {
         **info,
         "seed": run.cfg.seed,
         "device": run.device.type,
-        "machine": {
-            "cpu": cpus[0] if cpus else platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "gpu": torch.cuda.get_device_name(run.device) if cuda else None,
-            "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine_info(run.device),
         "versions": package_versions(FINETUNE_PACKAGES),
     }
     write_json_atomic(result / "finetune_config.json", config)

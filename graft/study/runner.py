@@ -46,6 +46,7 @@ from graft.results.compare import (
 )
 from graft.results.folder import RunFolder
 from graft.results.locks import exclusive
+from graft.results.provenance import machine_info
 from graft.study.batches import run_batches
 from graft.study.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.fullname import resume_key
@@ -210,6 +211,7 @@ def _run_validated(
     all_grafts = _graft_order(grafts, arms)
     config = run_config(cfg, all_grafts, paths, data_paths, extra_config)
     config["engine"] = engine_entry(cfg, first)
+    config["machine"] = machine_info(resolve_device(cfg.device))
     del first
     key = ["experiment", "grafts", "base", "donors", "dataset"]
     # everything is checked (write_config itself refuses a mismatching stored config before

@@ -262,7 +262,13 @@ def test_first_step_given_is_not_run_again(tiny_pairs):
     full = score_continuations(base, {"sft": donor}, [row], [NAME])
     step0 = ([float(full["step_logprobs"][0, 0])], [int(full["step_ranks"][0, 0])])
     again = score_continuations(base, {"sft": donor}, [row], [NAME], first=step0)
-    for key in ("logprob", "exact", "step_ranks", "tokens"):
+    # the given step is taken as it is; the others run in a batch of 3 rows instead of 4,
+    # whose kernels may round differently (seen with SSE4.2 kernels: 1 ulp at step 1), so
+    # the contract is the engine's float32 bound, not bit-identity
+    assert torch.equal(again["step_logprobs"][:, 0], full["step_logprobs"][:, 0])
+    assert (again["step_logprobs"] - full["step_logprobs"]).abs().max() <= TOL
+    assert (again["logprob"] - full["logprob"]).abs().max() <= TOL
+    for key in ("exact", "step_ranks", "tokens"):
         assert torch.equal(full[key], again[key]), key
     marked = score_continuations(base, {"sft": donor}, [row], [NAME], first=([-99.0], [3]))
     assert float(marked["step_logprobs"][0, 0]) == -99.0 and not bool(marked["exact"][0])

@@ -6,6 +6,7 @@ import json
 
 import polars as pl
 import pytest
+import torch
 
 from graft.errors import ConfigMismatchError, GraftError
 from graft.results.files import flat_table
@@ -87,6 +88,11 @@ def test_config_roundtrip_resume_and_mismatch(tmp_path):
     assert on_disk == stored
     assert set(on_disk["packages"]) >= {"torch", "transformers", "nnsight", "polars", "graft"}
     assert "git_commit" in on_disk and "created" in on_disk
+    # what computed it: the checkout's state, the machine and the command line
+    assert on_disk["git_dirty"] in (True, False, None)
+    machine = on_disk["machine"]
+    assert machine["torch_threads"] == torch.get_num_threads() and machine["cpu"]
+    assert on_disk["command"].split()[0] in ("pytest", "__main__.py", "python", "python3")
 
     # Same key fields: resume; the original record is kept and the resume noted.
     again = run.write_config(config | {"note": "x"}, key=["spec", "models.sft.revision", "seed"])
@@ -202,3 +208,14 @@ def test_environment_helpers(tmp_path):
     commit = git_commit()
     assert commit is None or len(commit) == 40
     assert git_commit(tmp_path) is None  # not a git checkout
+
+
+def test_provenance_names_the_command_and_the_checkout(tmp_path):
+    from graft.results.provenance import command_line, git_commit, git_dirty, machine_info
+
+    assert command_line(["/usr/bin/graft-exp", "position", "--n", "5", "a b"]) == (
+        "graft-exp position --n 5 'a b'"
+    )
+    assert git_commit(tmp_path) is None and git_dirty(tmp_path) is None  # not a checkout
+    info = machine_info("cpu")
+    assert info["gpu"] is None and info["cpu_count"] >= 1 and info["python"]

@@ -380,9 +380,13 @@ def test_evaluate_examples_counts_ranks_and_truncation() -> None:
     rank = int((logits > logits[examples[0].target_id]).sum())
     assert forward["per_template"]["short"]["mean_rank"] == rank
     assert forward["per_template"]["short"]["top5"] == float(rank < 5)
-    # the same numbers as the experiments' metrics (graft.results.metrics)
+    # the same numbers as the experiments' metrics (graft.results.metrics); the evaluation
+    # runs a padded batch of 2, this a prompt alone: other shapes, so equal within float32
+    # rounding, not bit for bit (seen: 7e-9 apart with SSE4.2 kernels)
     row = example_metrics(logits[None], [examples[0].target_id]).row(0, named=True)
-    assert forward["per_template"]["short"]["mean_prob"] == row["target_prob"]
+    assert forward["per_template"]["short"]["mean_prob"] == pytest.approx(
+        row["target_prob"], rel=1e-5, abs=1e-7
+    )
     assert row["target_rank"] == rank
 
 
