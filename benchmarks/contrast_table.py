@@ -22,10 +22,15 @@ from graft.results.compare import KEY_CONTRASTS
 TEMPLATES = ("headline", "qa", "movie")
 
 
-def _contrasts(folder: Path) -> pl.DataFrame:
+def contrast_files(folder: Path) -> list[Path]:
+    """The contrast tables of ``folder`` the table reads."""
     names = ("contrasts.csv", "position_contrasts.csv", "component_contrasts.csv")
     files = [folder / n for n in names if (folder / n).is_file()]
-    files += sorted(folder.glob("*/contrasts.csv"))  # a component run's pairs
+    return files + sorted(folder.glob("*/contrasts.csv"))  # a component run's pairs
+
+
+def _contrasts(folder: Path) -> pl.DataFrame:
+    files = contrast_files(folder)
     if not files:
         raise SystemExit(f"error: no contrasts.csv in {folder}")
     table = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")

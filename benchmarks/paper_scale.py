@@ -6,7 +6,7 @@ Run from the repository root::
 
     python -m benchmarks.paper_scale [--shapes gpt2-xl,llama3.2-1b] [--dtypes float32,bfloat16]
         [--prompts 12] [--batch-size 16] [--repeats 2] [--layers N] [--device cpu|cuda]
-        [--tokenizer PATH] [--json out.json]
+        [--tokenizer PATH] [--json out.json] [--out results/NAME]
 
 Each (shape, dtype) runs in a child process of its own, so that its memory is measured alone.
 The workload is :mod:`benchmarks.real_model`'s: headline prompts for real actor names
@@ -20,6 +20,11 @@ side after one whole untimed round, medians over ``--repeats``:
     <= 0.4;
 (c) peak memory during the timed runs (CUDA max allocated on a GPU, peak RSS on the CPU)
     against 1.1 x (base + donor parameter bytes) + one plain batch of activations.
+
+``--out results/NAME`` also writes the table as ``results/NAME/paper_scale.csv`` (one row per
+shape and dtype: :func:`csv_row`) with its provenance in ``results/NAME/provenance.json``
+(command, commit, versions, machine, threads); ``python -m benchmarks.results_tables``
+renders it where a document marks a ``speed`` table.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import copy
 import gc
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -40,7 +46,12 @@ import torch
 from torch import nn
 
 from benchmarks import plan_check
-from benchmarks._graft_api import architecture_of
+from benchmarks._graft_api import (
+    architecture_of,
+    machine_info,
+    machine_label,
+    write_benchmark_table,
+)
 from benchmarks.measure import (
     MIB,
     current_rss,
@@ -264,6 +275,34 @@ TABLE_HEAD = (
 )
 
 
+def csv_row(res: dict, machine: str) -> dict:
+    """One result as a row of ``paper_scale.csv``: the machine (:func:`machine_label`), the
+    shape, the three ratios against their goals and what they are made of."""
+    m, r, mem, ok = res["environment"]["model"], res["rows_per_s"], res["memory"], res["pass"]
+    settings = res["settings"]
+    return {
+        "machine": machine,
+        "shape": m["shape"],
+        "layers": m["layers"],
+        "params": m["params"],
+        "dtype": m["dtype"],
+        "e1_engine_over_plain": res["e1_engine_over_plain"],
+        "e3_engine_over_plain": res["e3_engine_over_plain"],
+        "peak_over_bound": mem["peak_over_bound"],
+        "pass_e1": ok["e1"],
+        "pass_e3": ok["e3"],
+        "pass_peak": ok["peak"],
+        "e1_rows_per_s_engine": r["e1_engine"],
+        "e1_rows_per_s_plain": r["e1_plain"],
+        "peak_bytes": mem["peak_timed_runs"],
+        "param_bytes_base_plus_donor": mem["param_bytes_base_plus_donor"],
+        "prompts": settings["prompts"],
+        "batch_size": settings["batch_size"],
+        "repeats": settings["repeats"],
+        "date_utc": res["environment"]["date_utc"],
+    }
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.paper_scale", description=__doc__.splitlines()[0]
@@ -283,6 +322,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder (default: SmolLM2's)")
     ap.add_argument("--json", type=Path, default=None, help="write every result here")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="a results folder: write the table as paper_scale.csv with provenance.json",
+    )
     args = ap.parse_args(argv)
     args.shapes = [s for s in args.shapes.split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
@@ -307,6 +352,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
     if args.json is not None and args.json.is_dir():
         ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
+    if args.out is not None and args.out.is_file():
+        ap.error(f"--out {args.out} is a file; give a folder such as results/NAME")
     return args
 
 
@@ -325,6 +372,7 @@ def _child_argv(args: argparse.Namespace, shape: str, dtype: str, out: Path) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     combos = [(s, d) for s in args.shapes for d in args.dtypes]
     results: list[dict] = []
@@ -366,6 +414,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         write_json(args.json, {"results": results})
         print(f"wrote {args.json}")
+    if args.out is not None and results:
+        machine = machine_label(machine_info(args.device))
+        path = write_benchmark_table(
+            args.out,
+            "paper_scale",
+            [csv_row(res, machine) for res in results],
+            command=shlex.join(["python", "-m", "benchmarks.paper_scale", *argv]),
+            device=args.device,
+            settings={
+                "prompts": args.prompts,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "shapes": args.shapes,
+                "dtypes": args.dtypes,
+            },
+        )
+        print(f"wrote {path} and its provenance")
     return 0 if len(results) == len(combos) else 1
 
 

@@ -1,9 +1,11 @@
-"""Print the README's results table: each number the paper states beside graft's, with an
-"agrees?" verdict and the test behind it (graft.results.agreement).
+"""Print the README's results table: each number the paper states beside graft's, with a
+verdict (agrees / **disagrees** / undecided), the tests and the reason
+(graft.results.agreement; the rules in graft.results.stats.agreement), under a caption that
+states the rules.
 
 Run from the repository root::
 
-    python -m benchmarks.paper_table "LABEL=MODEL=FOLDER" ["LABEL=MODEL=FOLDER" ...]
+    python -m benchmarks.paper_table [--margin 0.10] "LABEL=MODEL=FOLDER" ["LABEL=MODEL=FOLDER" ...]
 
 FOLDER holds ``<experiment>_summary.csv`` and ``<experiment>_contrasts.csv`` (as under
 ``results/``) or is a run folder; MODEL is graft's model name (``smollm2-135m``,
@@ -14,16 +16,21 @@ stands for).
 
 from __future__ import annotations
 
+import shlex
 import sys
+from collections import Counter
+from collections.abc import Sequence
 
 from graft.results import paper_numbers
 from graft.results.agreement import Check, check_run, read_results
 from graft.results.paper_numbers import PaperNumber
+from graft.results.stats.agreement import ALPHA, MARGIN, rules_text
 
 HEADER = (
-    "| paper's finding (headline prompts, acc@5) | paper | run | graft | agrees? (test) |\n"
+    "| paper's finding (headline prompts, acc@5) | paper | run | graft | verdict (test): reason |\n"
     "|---|---|---|---|---|"
 )
+USAGE = 'usage: python -m benchmarks.paper_table [--margin 0.10] "LABEL=MODEL=FOLDER" ...'
 
 
 def finding(number: PaperNumber) -> str:
@@ -49,19 +56,31 @@ def paper_cell(number: PaperNumber) -> str:
 
 
 def verdict(check: Check) -> str:
+    """The verdict cell: ``**disagrees** (test): reason; note``."""
     agreement = check.agreement
     if agreement is None:
         return "not tested"
-    word = {True: "yes", False: "**no**", None: "undecided"}[agreement.agrees]
-    text = f"{word}: {agreement.detail}"
+    word = "**disagrees**" if agreement.verdict == "disagrees" else agreement.verdict
+    text = f"{word} ({agreement.test}): {agreement.reason}"
     return text + (f"; {check.note}" if check.note else "")
 
 
-def table(runs: list[tuple[str, str, str]]) -> str:
-    """The markdown table for ``(label, model, folder)`` runs."""
+Run = tuple[str, str, str]
+
+
+def checks_of(
+    runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN
+) -> tuple[list[Check], set[str | None]]:
+    """Every paper number tested on each ``(label, model, folder)`` run, and the paper
+    models the runs stand for."""
     results = [read_results(folder, model, label) for label, model, folder in runs]
-    checks = [c for run in results for c in check_run(run)]
-    compared = {paper_numbers.paper_model_of(run.model) for run in results}
+    checks = [c for run in results for c in check_run(run, alpha, margin)]
+    return checks, {paper_numbers.paper_model_of(run.model) for run in results}
+
+
+def table(runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN) -> str:
+    """The markdown table for ``(label, model, folder)`` runs."""
+    checks, compared = checks_of(runs, alpha, margin)
     lines = [HEADER]
     for number in paper_numbers.PAPER_NUMBERS:
         mine = [c for c in checks if c.number == number]
@@ -79,12 +98,74 @@ def table(runs: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+def tally(checks: Sequence[Check]) -> dict[str, int]:
+    """How many checks agree, disagree and are undecided (untested ones not counted)."""
+    counts = Counter(c.agreement.verdict for c in checks if c.agreement is not None)
+    return {v: counts.get(v, 0) for v in ("agrees", "disagrees", "undecided")}
+
+
+def command(runs: Sequence[Run], margin: float = MARGIN) -> str:
+    """The command line that prints the table for ``runs``."""
+    words = ["python", "-m", "benchmarks.paper_table"]
+    if margin != MARGIN:
+        words += ["--margin", f"{margin:g}"]
+    return shlex.join(words + ["=".join(run) for run in runs])
+
+
+def caption(runs: Sequence[Run] = (), alpha: float = ALPHA, margin: float = MARGIN) -> str:
+    """The table's caption: the rules in words (:func:`rules_text`), then, given ``runs``,
+    the command that made the table."""
+    text = (
+        "The paper's numbers (only those its text states) against each run "
+        f"(`graft/results/stats/agreement.py`). {rules_text(alpha, margin)}"
+    )
+    if runs:
+        text += f" Made by `{command(runs, margin)}`:"
+    return text
+
+
+def markdown(
+    runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN, with_command: bool = True
+) -> str:
+    """The caption, a blank line and the table: the README's block for ``runs`` (the
+    caption names the command when ``with_command``)."""
+    head = caption(runs if with_command else (), alpha, margin)
+    return f"{head}\n\n{table(runs, alpha, margin)}"
+
+
+def paper_table_markdown(runs: Sequence[Run], margin: float | None = None) -> str:
+    """The rules and the table for ``runs`` at ``margin`` (None: :data:`MARGIN`), for a
+    command that writes it into a document (benchmarks.results_tables, which names its own
+    command and passes absolute folders: the caption names none)."""
+    return markdown(runs, margin=MARGIN if margin is None else margin, with_command=False)
+
+
+def _parse(argv: list[str]) -> tuple[list[Run], float] | None:
+    """Runs and margin from the command line; None on a usage error."""
+    margin, rest = MARGIN, list(argv)
+    if rest and rest[0].startswith("--margin"):
+        flag = rest.pop(0)
+        value = flag.partition("=")[2] if "=" in flag else (rest.pop(0) if rest else "")
+        try:
+            margin = float(value)
+        except ValueError:
+            return None
+        if not 0 < margin < 1:
+            return None
+    if not rest or any(a.count("=") < 2 for a in rest):
+        return None
+    runs = [a.split("=", 2) for a in rest]
+    return [(r[0], r[1], r[2]) for r in runs], margin
+
+
 def main(argv: list[str]) -> int:
-    if not argv or any(a.count("=") < 2 for a in argv):
-        print('usage: python -m benchmarks.paper_table "LABEL=MODEL=FOLDER" ...', file=sys.stderr)
+    parsed = _parse(argv)
+    if parsed is None:
+        print(USAGE, file=sys.stderr)
+        print("  --margin: the equivalence margin δ on acc@5, in (0, 1)", file=sys.stderr)
         return 2
-    runs = [tuple(a.split("=", 2)) for a in argv]
-    print(table([(r[0], r[1], r[2]) for r in runs]))
+    runs, margin = parsed
+    print(markdown(runs, margin=margin))
     return 0
 
 

@@ -10,26 +10,55 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
+#: Templates in the order the tables show them; any other template follows, as it first
+#: appears.
+TEMPLATES = ("headline", "qa", "movie")
+
 
 def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
+    """The table of the run folder ``folder`` (its ``summary.parquet``; grafts in the order
+    of its ``config.json``)."""
     if not (folder / "summary.parquet").exists():
         nested = sorted(p.parent.name for p in folder.glob("*/summary.parquet"))
         hint = f" (its sub-runs: {', '.join(nested)})" if nested else ""
         raise SystemExit(f"error: no summary.parquet in {folder}{hint}")
     summary = pl.read_parquet(folder / "summary.parquet")
+    config = json.loads((folder / "config.json").read_text())
+    order = list(dict.fromkeys(g["name"] for g in config["grafts"]))
+    return markdown(summary, order, metric, group)
+
+
+def markdown(
+    summary: pl.DataFrame,
+    order: Sequence[str] | None = None,
+    metric: str = "acc@5",
+    group: str | None = None,
+) -> str:
+    """A summary table (a run's ``summary.parquet``, or a ``results/`` folder's
+    ``<experiment>_summary.csv`` as :func:`graft.results.agreement.read_csv_table` reads it)
+    as markdown: grafts (in ``order``, default: as they first appear) x templates, ``metric``
+    with its 95% interval, of a run of several replicates the mean over them with each
+    replicate's value in parentheses.
+
+    Raises:
+        ValueError: ``summary`` has no column ``metric``.
+    """
+    if metric not in summary.columns or f"{metric}_lo" not in summary.columns:
+        raise ValueError(f"the summary has no metric {metric!r} (with its interval)")
     if group is not None:
         summary = summary.filter(pl.col("group") == group)
     replicated = "n_seeds" in summary.columns and (summary["n_seeds"] > 1).any()
     if replicated:
         summary = summary.filter(pl.col("n_seeds") > 1)
-    config = json.loads((folder / "config.json").read_text())
-    order = list(dict.fromkeys(g["name"] for g in config["grafts"]))
-    order = [g for g in order if g in set(summary["graft"])]
-    templates = [t for t in ("headline", "qa", "movie") if t in set(summary["template"])]
+    present = list(dict.fromkeys(summary["graft"]))
+    order = [g for g in (order or present) if g in set(present)]
+    seen = list(dict.fromkeys(summary["template"]))
+    templates = [t for t in TEMPLATES if t in seen] + [t for t in seen if t not in TEMPLATES]
     lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
     for graft in order:
         cells = []

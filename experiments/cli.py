@@ -21,6 +21,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("custom", "custom"),
     ("plot", "plot"),
     ("compare", "compare"),
+    ("publish", "publish"),
     ("smoke", "smoke"),
 ]
 

@@ -64,6 +64,7 @@ SHARED_NAMES = (
     "dataset",
     "n_facts",
     "data_seed",
+    "shuffle",
     "data_seeds",
     "finetune_seeds",
     "control",
@@ -89,7 +90,7 @@ SHARED_NAMES = (
 )
 SECTION_OF: dict[str, str] = {
     **dict.fromkeys(
-        ("model", "dataset", "n_facts", "data_seed", "templates", "n", "variant"),
+        ("model", "dataset", "n_facts", "data_seed", "shuffle", "templates", "n", "variant"),
         MODEL_DATA,
     ),
     **dict.fromkeys(("data_seeds", "finetune_seeds", "control"), REPLICATES),
@@ -305,8 +306,8 @@ def given(name: str) -> bool:
 
 
 def check_dataset_options(dataset: str) -> None:
-    """``--n-facts``, ``--data-seed`` and ``--data-seeds`` describe a generated dataset, not
-    a folder (so do control models); ``--data-seeds`` replaces ``--data-seed``."""
+    """``--n-facts``, ``--data-seed``, ``--data-seeds`` and ``--shuffle`` describe a generated
+    dataset, not a folder (so do control models); ``--data-seeds`` replaces ``--data-seed``."""
     if given("data_seed") and given("data_seeds"):
         raise click.UsageError("--data-seed and --data-seeds both given: give one")
     if not Path(dataset).is_dir():
@@ -320,6 +321,11 @@ def check_dataset_options(dataset: str) -> None:
         raise click.UsageError(
             f"--data-seeds and --control generate datasets of other data seeds; {dataset} is "
             "a dataset folder: drop them (or pass a data kind to --dataset)"
+        )
+    if given("shuffle"):
+        raise click.UsageError(
+            f"--shuffle describes a generated real_movies_shuffled; {dataset} is a dataset "
+            "folder, which keeps the shuffle it was made with: drop it"
         )
 
 

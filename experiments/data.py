@@ -33,8 +33,9 @@ from graft.study.workspace import default_workspace
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Output folder [default: <workspace>/datasets/<kind>-<direction>[-split]-n<N>-"
-    "seed<S>, where experiments given the same --dataset, --n-facts and --data-seed read it; "
+    help="Output folder [default: <workspace>/datasets/<kind>[-pairs]-<direction>[-split]-n<N>-"
+    "seed<S>, where experiments given the same --dataset, --n-facts, --data-seed and --shuffle "
+    "read it; "
     "with --articles: <workspace>/datasets/articles-<file>-<sha256[:8]>-n<N|all>].",
 )
 @field_option(ExperimentConfig, "workspace")

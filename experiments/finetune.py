@@ -1,8 +1,9 @@
 """``graft-exp finetune``: finetune a base model on a fact dataset (the SFT donor).
 
 It takes the experiments' vocabulary (``--dataset``, ``--variant``, ``--n-facts``,
-``--data-seed``, ``--preset``, ``--finetune-max-steps``, ``--workspace``, ``--device``), so
-``graft-exp finetune --variant task`` trains exactly the donor ``graft-exp hybrid`` would.
+``--data-seed``, ``--shuffle``, ``--preset``, ``--finetune-max-steps``, ``--workspace``,
+``--device``), so ``graft-exp finetune --variant task`` trains exactly the donor
+``graft-exp hybrid`` would.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ _OVERRIDES = (
         variant_option(what="the model to train"),
         field_option(ExperimentConfig, "n_facts"),
         field_option(ExperimentConfig, "data_seed"),
+        field_option(ExperimentConfig, "shuffle"),
         field_option(ExperimentConfig, "device"),
         field_option(ExperimentConfig, "preset"),
         field_option(FinetuneConfig, "max_steps"),
@@ -81,6 +83,7 @@ def finetune(
     variant: str,
     n_facts: int | None,
     data_seed: int,
+    shuffle: str,
     device: str | None,
     preset: str | None,
     out: Path | None,
@@ -107,7 +110,7 @@ def finetune(
         with scratch_workspace(workspace) as ws:  # nothing written to the workspace
             plan = plan_donor(
                 model, dataset, variant, cfg, workspace=ws, n_facts=n_facts,
-                data_seed=data_seed, device=device, out=out,
+                data_seed=data_seed, shuffle=shuffle, device=device, out=out,
                 what=f"{model} ({variant!r} data)",
             )  # fmt: skip
         memory = device_memory(device)
@@ -117,8 +120,9 @@ def finetune(
         check_fits(plan, memory)
     home = Workspace.at(workspace)
     donor = home.locate_donor(
-        model, dataset, variant, cfg, n_facts=n_facts, data_seed=data_seed, device=device
-    )
+        model, dataset, variant, cfg,
+        n_facts=n_facts, data_seed=data_seed, shuffle=shuffle, device=device,
+    )  # fmt: skip
     # donor.config has the generic corpus fixed: the folder an experiment looks in
     ft.finetune(
         model,

@@ -18,7 +18,14 @@ from experiments.common import (
 from experiments.shared import run_from_sft
 from graft.errors import GraftError
 from graft.study.grafts import protocol_notes, reference, spec_graft
-from graft.study.lens import LENS_SUMMARY, check_lens_config, draw_lens_figures, run_lens
+from graft.study.lens import (
+    DEFAULT_TOP_K,
+    LENS_SUMMARY,
+    LENS_TOP_TOKENS,
+    check_lens_config,
+    draw_lens_figures,
+    run_lens,
+)
 
 #: The grafts of every lens run after PRE and SFT; each --spec adds one.
 LENS_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
@@ -35,19 +42,30 @@ LENS_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
     "A spec without head= gets --head-policy, one without protocol= is resolved under "
     "--protocol.",
 )
+@click.option(
+    "--top-k",
+    type=click.IntRange(1),
+    default=DEFAULT_TOP_K,
+    show_default=True,
+    help="Top tokens stored per prompt, graft, layer and position (ids, texts, "
+    "probabilities in lens.parquet); another value recomputes the stored lens batches.",
+)
 @variant_option()
 @shared_options
-def lens(specs, variant, cfg_options, remote):
-    """The logit lens under grafts: every layer's residual stream at the last token (LT) and
-    at the first entity's last token (FE-last), decoded through the graft's final norm and
-    unembedding, for PRE, SFT, FE, LT, FE+LT (all layers and components from the donor) and
-    each --spec.
+def lens(specs, top_k, variant, cfg_options, remote):
+    """The logit lens under grafts: the residual stream at the last token (LT) and at the
+    first entity's last token (FE-last), at the embeddings (layer emb) and after every layer,
+    decoded through the graft's final norm and unembedding, for PRE, SFT, FE, LT, FE+LT (all
+    layers and components from the donor) and each --spec.
 
-    Writes the run's usual tables (the final logits), lens.parquet (target rank and
-    probability per prompt, graft, layer and position), lens_summary.csv (means, medians and
-    95% bootstrap CIs over prompts) and figures/lens_median_rank.png. One replicate, local
-    only. Under --protocol paper the donor is the both-direction model unless --variant is
-    given."""
+    Writes the run's usual tables (the final logits; bar charts
+    figures/final_layer_<template>_acc5.png), lens.parquet (target rank and probability and
+    the top-k tokens per prompt, graft, layer and position), lens_summary.csv (means, medians
+    and 95% bootstrap CIs over prompts; same_as: the graft whose line this one is by
+    causality), lens_top_tokens.csv (the top-1 token per layer and position for 3 prompts per
+    template) and figures/lens_median_rank.png and lens_mean_logprob.png. One replicate,
+    local only. Under --protocol paper the donor is the both-direction model unless
+    --variant is given."""
     cfg = make_config("lens", cfg_options, remote)
     variant = protocol_default("variant", variant, "both", cfg.protocol)
     if remote is not None:
@@ -65,14 +83,18 @@ def lens(specs, variant, cfg_options, remote):
     notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
     run = run_from_sft(cfg, grafts, variant, notes)
     if run is None:  # --dry-run
-        click.echo("lens: then one trace per stored batch, every layer read at LT and FE-last")
+        click.echo(
+            "lens: then one trace per stored batch, the embeddings and every layer read at LT "
+            "and FE-last"
+        )
         return
     try:
-        result = run_lens(cfg, run.folder, run.config, grafts, echo=click.echo)
+        result = run_lens(cfg, run.folder, run.config, grafts, echo=click.echo, top_k=top_k)
     except GraftError as err:
         raise cli_error(err) from None
     click.echo(f"lens: {len(result.computed)} batches computed")
     click.echo(f"lens summary: {run.folder.path / f'{LENS_SUMMARY}.csv'}")
+    click.echo(f"lens top tokens: {run.folder.path / f'{LENS_TOP_TOKENS}.csv'}")
     echo_figures(run.folder.path)
     for png in draw_lens_figures(run.folder.path):
         click.echo(f"figure: {png}")

@@ -24,7 +24,7 @@ import click
 from graft.core.ranges import COUNT, SEED, Range
 from graft.core.spec import HEAD_POLICIES, PROTOCOLS
 from graft.remote.config import DONOR_MODES, REMOTE_RANGES, RemoteConfig
-from graft.study.config import EXPERIMENT_RANGES
+from graft.study.config import EXPERIMENT_RANGES, SHUFFLES
 from graft.study.datasets import DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS
 from graft.study.presets import FINETUNE_RANGES, PRESETS, STEPS, WEIGHTS_DTYPES, FinetuneConfig
@@ -148,6 +148,13 @@ _N_FACTS = Flag(
 _DATA_SEED = Flag(
     "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", number_type(SEED)
 )
+_SHUFFLE = Flag(
+    "--shuffle",
+    "How real_movies_shuffled shuffles the real casts: relations (the paper's text: each "
+    "title gets two actors who never starred together) or pairs (the authors' dataset code: "
+    "each real co-star pair kept together and moved to another real movie).",
+    click.Choice(SHUFFLES),
+)
 _FINETUNE_SEED_HELP = "validation split, data order and initialisation"
 _MAX_STEPS = Flag(
     "--finetune-max-steps",
@@ -180,6 +187,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
     ),
     "n_facts": _N_FACTS,
     "data_seed": _DATA_SEED,
+    "shuffle": _SHUFFLE,
     "data_seeds": Flag(
         "--data-seeds",
         "Comma-separated data seeds, e.g. 0,1,2: one generated dataset (test prompts and the "
@@ -221,7 +229,8 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
     ),
     "dtype": Flag(
         "--dtype",
-        "Dtype the models run in [default: float32 on CPU, bfloat16 on CUDA].",
+        "Dtype the models run in [default: float32 on CPU, bfloat16 on CUDA; float32 on "
+        "every device under --protocol paper].",
         click.Choice(DTYPES),
     ),
     "seed": Flag(
@@ -242,7 +251,8 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "--protocol",
         "graft: graft's defaults; paper: the paper code's setup at once (its training "
         "templates and test wording, both-direction donors, head policy paper, its layer "
-        "groups, GPT-2 'all' without pos_embed, its metadata ranges). See the README table.",
+        "groups, GPT-2 'all' without pos_embed, its metadata ranges, float32 unless --dtype "
+        "says otherwise). See the README table.",
         click.Choice(PROTOCOLS),
     ),
     "preset": Flag(
@@ -410,6 +420,7 @@ DATASET_FLAGS: dict[str, Flag] = {
         "Extra text corpus (one document per line, or JSONL with 'text').",
         click.Path(dir_okay=False, path_type=Path),
     ),
+    "shuffle": _SHUFFLE,
     "articles_path": Flag(
         "--articles",
         "Your own articles (JSONL: article, rephrases, questions with prompt, answer, "

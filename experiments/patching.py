@@ -1,5 +1,5 @@
-"""``graft-exp patching``: weight grafting vs activation and residual-stream patching of the
-same cells, on the same prompts and donor."""
+"""``graft-exp patching``: weight grafting beside activation patching as the field runs it,
+layer by layer (or in windows), per position unit and kind of site, in both directions."""
 
 from __future__ import annotations
 
@@ -10,85 +10,226 @@ import click
 from experiments.common import (
     DRY_RUN,
     GraftCommand,
+    cli_error,
     make_config,
     run_or_plan,
     shared_options,
     standalone,
     variant_option,
 )
-from experiments.shared import FE_OPTION, LAYERS_OPTION, POSITIONS_OPTION
+from graft.core.arch import architecture_of
 from graft.core.spec import SpecError, parse_spec
-from graft.results.compare import format_comparison
+from graft.errors import GraftError
+from graft.models import context_length, load_model
 from graft.results.folder import RunFolder
-from graft.study.grafts import check_layer_rule
-from graft.study.patching import METHODS, check_methods, executor_for, patching_grafts, write_report
-from graft.study.runner import ModelSource, default_out
+from graft.study.grafts import with_protocol
+from graft.study.patching import executor_for
+from graft.study.patching_report import write_sweep_report
+from graft.study.patching_sweep import (
+    DIRECTIONS,
+    KINDS,
+    UNITS,
+    WHOLE_DEPTH,
+    check_choices,
+    direction_models,
+    sweep_grafts,
+)
+from graft.study.rows import load_examples, sample_examples
+from graft.study.runner import ModelSource, default_out, resolve_model_path
+
+#: What ``--methods`` accepts: the engine's graft, or patching the donor's own values.
+METHODS = ("weights", "patching")
+
+
+def _items(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def run_methods(methods: list[str], kinds: list[str], whole: list[str]) -> list[str]:
+    """The runs of one direction: ``weights`` (every kind), ``activation`` (attention and
+    MLP outputs, and the whole-depth cells) and ``residual`` (layer outputs)."""
+    runs = ["weights"] if "weights" in methods else []
+    if "patching" in methods:
+        if {"attn", "mlp"} & set(kinds) or whole:
+            runs.append("activation")
+        if "residual" in kinds:
+            runs.append("residual")
+    return runs
 
 
 @click.command(
     cls=GraftCommand,
-    short_help="Weight grafting vs activation and residual patching of E1/E3's cells.",
+    short_help="Weight grafting vs activation patching, layer by layer (causal-tracing maps).",
 )
-@POSITIONS_OPTION
-@LAYERS_OPTION
-@FE_OPTION
+@click.option(
+    "--positions",
+    default=",".join(UNITS),
+    show_default=True,
+    help="Position units (rows of the maps), comma-separated position expressions; "
+    "FE[:-1] is the first entity but its last token, FE[-1] its last token.",
+)
+@click.option(
+    "--kinds",
+    default=",".join(KINDS),
+    show_default=True,
+    help="Sites: residual (a layer's output), attn (the attention block's output), mlp "
+    "(the MLP block's output).",
+)
+@click.option(
+    "--modes",
+    default=",".join(DIRECTIONS),
+    show_default=True,
+    help="restore (PRE runs, SFT's values go in: denoising) and/or break (SFT runs, PRE's "
+    "go in: noising).",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Layers per cell: 1 patches each layer alone; K patches the K layers centred on it.",
+)
 @click.option(
     "--methods",
     default=",".join(METHODS),
     show_default=True,
-    help="weights (graft's engine), activation (each cell's module output from the donor's "
-    "own run), residual (each grafted layer's output from the donor's own run).",
+    help="weights (the donor's weights of the site's modules compute on the run's own "
+    "activations) and/or patching (the donor's own-run output of the site is written in).",
+)
+@click.option(
+    "--whole-depth",
+    default=",".join(WHOLE_DEPTH),
+    show_default=True,
+    help="E1's position sets also run in every layer at once by both methods ('' for none); "
+    "cells identical by construction and patches that copy the donor's whole stream are "
+    "labelled, not tested.",
 )
 @variant_option()
 @shared_options
-def patching(positions, layers, fe, methods, variant, cfg_options, remote):
-    """Run E1's position grafts and E3's LT component sets three ways on the same prompts
-    and donor: weight grafting, activation patching and residual-stream patching (see
-    docs/patching.md), each into <out>/<method>; then write, in <out>, the summary per cell
-    and method, paired contrasts between methods (exact McNemar with Holm and Newcombe's
-    interval on top-5 hits; paired bootstrap on the whole name's log-prob and on the
-    target's rank) and figures (a panel per cell, a bar per method). Whole names are always
-    scored. The donor is finetuned first if the workspace lacks it."""
-    names = [m.strip() for m in methods.split(",") if m.strip()]
+def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg_options, remote):
+    """Sweep the layers: at each position unit, each layer (or window) and each kind of site,
+    give the running model the other model's values, by grafting weights and by patching
+    activations, in both directions; then write in <out> the effect of every cell (0 = the
+    running model, 1 = the other one, in mean target log-prob, with a paired bootstrap
+    interval), weights against patching cell by cell (exact McNemar and paired bootstrap,
+    Holm over the cells that test something), per-cell findings, and layer x position maps
+    like causal-tracing figures (see docs/patching.md). The donor is finetuned first if the
+    workspace lacks it."""
     try:
-        names = check_methods(names)
-        if fe:
-            parse_spec(f"FE:all:{fe}")
+        units = _items(positions)
+        for unit in units:
+            parse_spec(f"{unit}:all:all")
+        kind_list = check_choices(_items(kinds), KINDS, "kinds")
+        direction_list = check_choices(_items(modes), DIRECTIONS, "modes")
+        method_list = check_choices(_items(methods), METHODS, "methods")
+        whole = _items(whole_depth)
+        for pos in whole:
+            parse_spec(f"{pos}:all:all")
     except SpecError as err:
         raise click.BadParameter(str(err)) from None
-    cfg = make_config("patching", dict(cfg_options, score_full_name=True), remote)
-    try:
-        check_layer_rule(layers, cfg.protocol)
-        grafts = patching_grafts(positions, layers, cfg.head_policy, fe, cfg.protocol)
-    except SpecError as err:
-        raise click.BadParameter(str(err), param_hint="--layers") from None
+    if not units:
+        raise click.BadParameter(
+            "name at least one position unit, e.g. LT", param_hint="--positions"
+        )
+    cfg = make_config("patching", cfg_options, remote)
     if cfg.remote_run:
         raise click.UsageError("patching runs on this machine only; drop the remote options")
+    try:
+        loaded = load_model(resolve_model_path(cfg, ModelSource()), dtype=cfg.dtype, device="cpu")
+        arch = architecture_of(loaded.model)
+        if window > arch.n_layers:
+            raise click.BadParameter(
+                f"{window} is more than the model's {arch.n_layers} layers", param_hint="--window"
+            )
+    except GraftError as err:
+        raise cli_error(err) from None
     root = Path(cfg.out) if cfg.out else default_out(cfg)
     dry = click.get_current_context().meta.get(DRY_RUN)
     if not dry:
         RunFolder(root).check_owned()  # the combined results go into root itself
-    for method in names:
-        options = dict(cfg_options, out=str(root / method), score_full_name=True)
-        method_cfg = make_config("patching", options, remote)
-        extra = {} if dry else {"executor": executor_for(method)}
-        click.echo(f"method: {method}")
-        run_or_plan(
-            method_cfg,
-            grafts,
-            donors={"sft": ModelSource(variant)},
-            echo=click.echo,
-            extra_config={"patching_method": method},
-            **extra,
-        )
+    grafts, references = {}, {}
+    for name in direction_list:
+        direction = direction_models(name, variant)
+        references[name] = (direction.base_label, direction.donor_label)
+        for run in run_methods(method_list, kind_list, whole):
+            run_grafts = with_protocol(
+                sweep_grafts(
+                    arch, run, direction, units, window, kind_list, cfg.head_policy, whole
+                ),
+                cfg.protocol,
+            )
+            grafts[(name, run)] = run_grafts
+            run_cfg = make_config(
+                "patching", dict(cfg_options, out=str(root / f"{name}-{run}")), remote
+            )
+            click.echo(f"{name}, {run}: {len(run_grafts)} grafts")
+            run_or_plan(
+                run_cfg,
+                run_grafts,
+                base=direction.base,
+                donors=direction.donors,
+                echo=click.echo,
+                extra_config={"patching_method": run, "direction": name},
+                **({} if dry else {"executor": executor_for(run)}),
+            )
     if dry:
         return
-    report = write_report(root, names, cfg.model, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
-    if not report.contrasts.is_empty():
-        click.echo(format_comparison(report.contrasts))
+    first = RunFolder(root / "-".join(next(iter(grafts)))).read_config() or {}
+    try:
+        found, _ = load_examples(
+            Path(first["dataset"]["path"]), loaded.tokenizer, cfg, context_length(loaded.model)
+        )
+    except GraftError as err:
+        raise cli_error(err) from None
+    prompts = sample_examples(found, cfg.n, cfg.seed)
+    config = {
+        "experiment": "patching",
+        "model": cfg.model,
+        "variant": variant,
+        "units": units,
+        "kinds": kind_list,
+        "directions": direction_list,
+        "window": window,
+        "methods": method_list,
+        "whole_depth": whole,
+        "runs": [f"{d}-{r}" for d, r in grafts],
+        "n": cfg.n,
+        "seed": cfg.seed,
+        "protocol": cfg.protocol,
+        "head_policy": cfg.head_policy,
+    }
+    report = write_sweep_report(
+        root,
+        grafts,
+        references,
+        arch,
+        prompts,
+        config,
+        units=units,
+        model=cfg.model,
+        n_boot=max(cfg.n_boot, 1),
+        seed=cfg.seed,
+    )
+    for line in summary_lines(report.findings):
+        click.echo(line)
     for png in report.figures:
         click.echo(f"figure: {png}")
     click.echo(f"results: {root}")
+
+
+def summary_lines(findings) -> list[str]:
+    """One line per (direction, kind, unit, method) of the findings table."""
+    lines = []
+    for r in findings.iter_rows(named=True):
+        half = "never" if r["first_layer_half"] is None else f"layer {r['first_layer_half']}"
+        differ = ""
+        if r.get("layers_tested"):
+            differ = f"; methods differ at {r['layers_differ']} of {r['layers_tested']} layers"
+        lines.append(
+            f"{r['direction']} {r['kind']} {r['unit']} [{r['method']}]: peak effect "
+            f"{r['peak_effect']:.2f} at layer {r['peak_layer']}, half reached {half}{differ}"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def plot(run_folder, metric):
     """Redraw the figures of RUN_FOLDER without recomputing: PNG and PDF under
     RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
     figures of several metrics live side by side. A lens run's lens figures (median rank and
-    mean probability per layer) are redrawn too."""
+    mean log-probability per layer) are redrawn too."""
     try:
         paths = draw_figures(run_folder, metric)
         if (Path(run_folder) / f"{LENS_SUMMARY}.parquet").is_file():

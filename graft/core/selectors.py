@@ -3,8 +3,10 @@
 The grammar (see :mod:`graft.core.spec` for the whole spec)::
 
     POSITIONS := a union of terms joined by '+', each term optionally complemented by '^C':
-                 a named span (FE, M, ...), LT (last token), ALL, an index (0 = first token
-                 incl. BOS, -1 = last), a range 'i..j' (inclusive), or a parenthesised union
+                 a named span (FE, M, ...), a part of one by Python indexing over its
+                 tokens (FE[-1] its last token, FE[0] its first, FE[:-1] all but the last,
+                 FE[1:]), LT (last token), ALL, an index (0 = first token incl. BOS,
+                 -1 = last), a range 'i..j' (inclusive), or a parenthesised union
     LAYERS    := comma-separated: all | h1 h2 | q1..q4 | e1..e8 | k/n | from_middle | i | i-j
 
 A position selector is parsed once into a :class:`PositionExpr` and evaluated per prompt
@@ -48,6 +50,22 @@ class _Atom:
     name: str = ""
     start: int = 0
     stop: int = 0
+    # a span's part: the text between its brackets ("-1", ":-1", "1:"), "" for the whole span
+    part: str = ""
+
+
+_SPAN_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(-?\d*)(?:(:)(-?\d*))?\]$")
+
+
+def _span_part(positions: list[int], part: str) -> list[int]:
+    """``part`` (the text inside ``NAME[...]``) of a span's sorted ``positions``."""
+    if not part:
+        return positions
+    if ":" not in part:
+        i = int(part)
+        return [positions[i]] if -len(positions) <= i < len(positions) else []
+    lo, _, hi = part.partition(":")
+    return positions[slice(int(lo) if lo else None, int(hi) if hi else None)]
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,11 @@ class PositionExpr:
 
 
 def _tokenize_positions(text: str) -> list[str]:
-    tokens = re.findall(r"\^C|\(|\)|\+|-?\d+\.\.-?\d+|-?\d+|[A-Za-z_][A-Za-z0-9_]*|\S", text)
+    tokens = re.findall(
+        r"\^C|\(|\)|\+|-?\d+\.\.-?\d+|-?\d+|[A-Za-z_][A-Za-z0-9_]*\[[^\]]*\]"
+        r"|[A-Za-z_][A-Za-z0-9_]*|\S",
+        text,
+    )
     return tokens
 
 
@@ -104,6 +126,15 @@ def parse_positions(text: str) -> PositionExpr:
             atom = _Atom("LT")
         elif tok == "ALL":
             atom = _Atom("ALL")
+        elif "[" in tok:
+            m = _SPAN_PART.match(tok)
+            if m is None or (m.group(3) is None and not m.group(2)):
+                raise SpecError(
+                    f"position selector {text!r}: {tok!r} is not a span part; write NAME[i] "
+                    "(one token, e.g. FE[-1]) or NAME[i:j] (e.g. FE[:-1])"
+                )
+            part = m.group(2) + (":" + m.group(4) if m.group(3) else "")
+            atom = _Atom("span", name=m.group(1), part=part)
         elif NAME_RE.match(tok):
             atom = _Atom("span", name=tok)
         else:
@@ -143,7 +174,7 @@ def _format_term(atom: _Atom | PositionExpr, complemented: bool) -> str:
         body = format_positions(atom)
         text = f"({body})" if complemented or len(atom.terms) > 1 else body
     elif atom.kind == "span":
-        text = atom.name
+        text = f"{atom.name}[{atom.part}]" if atom.part else atom.name
     elif atom.kind in ("LT", "ALL"):
         text = atom.kind
     elif atom.kind == "index":
@@ -186,9 +217,13 @@ def position_set(
                     f"position {atom.name!r} in {text!r} is not a span of this prompt "
                     f"(spans here: {have}); use one of those, LT, ALL or an index"
                 )
-            part = set(spans[atom.name])
+            part = set(_span_part(sorted(spans[atom.name]), atom.part))
             if not part:
-                raise SpecError(f"span {atom.name!r} in {text!r} is empty for this prompt")
+                which = f"{atom.name}[{atom.part}]" if atom.part else repr(atom.name)
+                raise SpecError(
+                    f"span {which} in {text!r} is empty for this prompt "
+                    f"({len(spans[atom.name])} token(s) in {atom.name})"
+                )
             bad = [p for p in part if not 0 <= p < prompt]
             if bad:
                 raise SpecError(f"span {atom.name!r} has positions {bad} outside 0..{prompt - 1}")

@@ -223,6 +223,18 @@ class ResolvedGraft:
         return names | {d for d in (self.final_norm_donor, self.unembed_donor) if d}
 
 
+def _split_fields(body: str) -> list[str]:
+    """A rule's ``POSITIONS:LAYERS:COMPONENTS`` fields: split at the colons outside a span
+    part's brackets (``FE[:-1]:all:all``)."""
+    fields, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += (ch == "[") - (ch == "]")
+        if ch == ":" and depth == 0:
+            fields.append(body[start:i])
+            start = i + 1
+    return [*fields, body[start:]]
+
+
 @dataclass(frozen=True)
 class GraftSpec:
     """A graft: rules (later ones win on overlap) plus a head policy.
@@ -277,7 +289,7 @@ class GraftSpec:
                 head_donor = donor or DEFAULT_DONOR
                 continue
             body, _, donor = part.partition("@")
-            fields = body.split(":")
+            fields = _split_fields(body)
             if len(fields) != 3:
                 raise SpecError(
                     f"rule {part!r} needs three ':'-separated fields POSITIONS:LAYERS:COMPONENTS, "

@@ -53,7 +53,15 @@ _BAR_TEXT: dict[str, tuple[str, dict[str, str], str | None]] = {
         },
         None,
     ),
+    "lens": (
+        "grafts: the model's output, the final layer of the lens at LT",
+        {**_BASE_LEGEND, plots.GRAFT_KEY: "graft"},
+        "The model's own output under each graft; the lens figures (lens_*) draw every layer.",
+    ),
 }
+#: experiment -> the first part of its bar charts' file names, where it is not the
+#: experiment's name: a lens run's bar charts show the output's accuracy, not a lens.
+_BAR_STEMS = {"lens": "final_layer"}
 
 
 def _model_name(config: dict[str, Any]) -> str:
@@ -108,7 +116,9 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     """Redraw the figures of the run in ``folder`` from ``summary.parquet``; return PNG paths.
 
     Files are ``<folder>/figures/<experiment>_<template>[_<group>]_<metric>.png`` (and
-    ``.pdf``), so figures of different metrics live side by side.
+    ``.pdf``), so figures of different metrics live side by side; a lens run's bar charts
+    (the model's output per graft) are ``final_layer_<template>_<metric>.png``, since
+    ``lens_*`` are its lens figures (:func:`graft.study.lens.draw_lens_figures`).
 
     Raises:
         DamagedFileError: ``summary.parquet`` or ``config.json`` is damaged (or the summary
@@ -195,7 +205,8 @@ def draw_summary_figures(
             ),
             paper=paper,
         )
-        stem = f"{experiment}_{template}" + (f"_{slug(group)}" if group else "")
+        stem = f"{_BAR_STEMS.get(experiment, experiment)}_{template}"
+        stem += f"_{slug(group)}" if group else ""
         png, _ = plots.save_figure(fig, fig_dir, f"{stem}_{suffix}")
         out.append(png)
     return out

@@ -18,6 +18,12 @@ from graft.study.templates import DEFAULT_RELATIONS, Relation, template_set
 
 #: The ranges of :class:`DatasetConfig`'s numbers (None: the default, not checked).
 DATASET_RANGES: dict[str, Range] = {"n_facts": COUNT, "seed": SEED}
+#: The two readings of ``real_movies_shuffled`` (:attr:`DatasetConfig.shuffle`): the paper's
+#: text (``relations``, the default) and the authors' dataset code (``pairs``).
+SHUFFLES = ("relations", "pairs")
+#: The dtype grafts run in under ``protocol="paper"`` when none is given, on every device:
+#: the authors' code loaded every model in float32.
+PAPER_DTYPE = "float32"
 
 
 @dataclass
@@ -51,6 +57,11 @@ class DatasetConfig:
             :mod:`graft.study.templates`.
         articles_path: JSONL of the user's articles, rephrases and questions (kind
             ``articles``, the real-text variant; format: :mod:`graft.study.articles`).
+        shuffle: how ``real_movies_shuffled`` shuffles the real casts (one of
+            :data:`SHUFFLES`): ``"relations"`` (the paper's text, the default: each title gets
+            two actors who never starred together and are not in its real cast) or
+            ``"pairs"`` (the authors' dataset code: each real co-star pair stays together and
+            moves to another real movie). Other kinds take only the default.
     """
 
     kind: str = "fake_movies_real_actors"
@@ -63,6 +74,7 @@ class DatasetConfig:
     corpus_path: Path | None = None
     protocol: str = "graft"
     articles_path: Path | None = None
+    shuffle: str = "relations"
 
     def __post_init__(self) -> None:
         found = first_problem(DATASET_RANGES, self)
@@ -101,6 +113,8 @@ class DatasetConfig:
             data["protocol"] = self.protocol
         if self.articles_path is not None:  # absent otherwise: older datasets keep their config
             data["articles_path"] = str(self.articles_path)
+        if self.shuffle != SHUFFLES[0]:  # likewise
+            data["shuffle"] = self.shuffle
         return data
 
 
@@ -149,6 +163,13 @@ class Replicate:
         return f"d{self.data_seed}-f{self.finetune_seed}" + ("-control" if self.control else "")
 
 
+def protocol_dtype(dtype: str | None, protocol: str) -> str | None:
+    """The dtype an experiment of ``protocol`` runs in when ``dtype`` is given as it is:
+    ``None`` becomes :data:`PAPER_DTYPE` under the paper's protocol and stays ``None`` (the
+    device's default, :func:`graft.models.resolve_dtype`) under graft's."""
+    return PAPER_DTYPE if dtype is None and protocol == "paper" else dtype
+
+
 def _seeds(value: Any, what: str) -> tuple[int, ...] | None:
     """``value`` as a tuple of distinct seeds 0..:data:`MAX_SEED` (None stays None)."""
     if value is None:
@@ -194,6 +215,10 @@ class ExperimentConfig:
         split: whether the dataset has disjoint fact sets A and B (hybrid experiment).
         n_facts: facts per set when the dataset is generated.
         data_seed: seed of the generated dataset.
+        shuffle: the shuffle of a generated ``real_movies_shuffled`` (one of
+            :data:`SHUFFLES`; :attr:`DatasetConfig.shuffle`): ``"relations"`` (the paper's
+            text, the default) or ``"pairs"`` (the authors' dataset code); only the default
+            with any other dataset.
         preset: finetune preset of donors that must be finetuned first (None: paper on
             CUDA, else cpu).
         finetune_max_steps: cap on finetune steps (quick runs and tests); None = the preset's.
@@ -206,14 +231,18 @@ class ExperimentConfig:
         n: examples per template (sampled with ``seed``); None = all.
         batch_size: (prompt, graft) rows per forward pass.
         device: ``cpu``, ``cuda`` ... (default: CUDA if available).
-        dtype: model dtype (default float32 on CPU, bfloat16 on CUDA).
+        dtype: model dtype; ``None``: :data:`PAPER_DTYPE` (float32) on every device under
+            ``protocol="paper"`` (the authors grafted in float32), else float32 on CPU and
+            bfloat16 on CUDA (:func:`graft.models.resolve_dtype`). Resolved when the config
+            is made (:func:`protocol_dtype`), so ``config.json`` records it.
         seed: sampling and bootstrap seed.
         out: run folder (default ``runs/<experiment>/<model>-<dataset>-...``).
         head_policy: default head policy of the grafts (base, donor, paper); ``None``: the
             protocol's (base under graft's, paper under the paper's).
         protocol: ``"graft"`` (graft's defaults) or ``"paper"`` (the paper code's setup: its
             training templates and test wording, both-direction donors, the paper head
-            policy, its layer groups, ``all`` without ``pos_embed``, its metadata ranges).
+            policy, its layer groups, ``all`` without ``pos_embed``, its metadata ranges,
+            float32 unless ``dtype`` says otherwise).
         workspace: where datasets and finetuned models live (None: the default workspace).
         overwrite: discard a previous run in ``out`` instead of resuming it.
         n_boot: bootstrap resamples for the confidence intervals.
@@ -249,6 +278,7 @@ class ExperimentConfig:
     split: bool = False
     n_facts: int | None = None
     data_seed: int = 0
+    shuffle: str = "relations"
     preset: str | None = None
     finetune_max_steps: int | None = None
     generic_corpus: str | None = None
@@ -288,6 +318,25 @@ class ExperimentConfig:
             )
         if self.head_policy is None:
             self.head_policy = "paper" if self.protocol == "paper" else "base"
+        self.dtype = protocol_dtype(self.dtype, self.protocol)
+        self._check_shuffle()
+
+    def _check_shuffle(self) -> None:
+        """``shuffle`` is one of :data:`SHUFFLES`, and other than the default only for a
+        generated ``real_movies_shuffled`` (a dataset folder keeps the shuffle it was made
+        with)."""
+        if self.shuffle not in SHUFFLES:
+            raise ExperimentError(
+                f"shuffle must be {' or '.join(map(repr, SHUFFLES))}, not {self.shuffle!r}",
+                param="shuffle",
+            )
+        if self.shuffle != SHUFFLES[0] and self.dataset != "real_movies_shuffled":
+            raise ExperimentError(
+                f"shuffle {self.shuffle!r} goes with the data kind real_movies_shuffled only "
+                f"(dataset here: {self.dataset!r}; a dataset folder keeps the shuffle it was "
+                "made with); drop it or pass that kind",
+                param="shuffle",
+            )
 
     def _check_control_seeds(self) -> None:
         """A control model's data seed (data seed + :data:`CONTROL_DATA_SEED_OFFSET`) must be

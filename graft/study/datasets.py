@@ -38,7 +38,7 @@ from graft.study.articles import (
     articles_dataset_name,
     check_articles_config,
 )
-from graft.study.config import DatasetConfig
+from graft.study.config import SHUFFLES, DatasetConfig
 from graft.study.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
 from graft.study.files import jsonl_bytes, read_jsonl, read_text_corpus
 from graft.study.templates import DIRECTIONS, Relation, template_set
@@ -51,12 +51,14 @@ def generator_version(config: DatasetConfig) -> str:
     :data:`GENERATOR_VERSION`, marked where the generator changed for a protocol or kind
     (paper-protocol datasets: the movie prompt's doubled "in", then five article and five
     QA renderings per fact and direction, no longer six and five; ``real_movies_shuffled``:
-    the relations shuffled, not the titles); ``articles`` has its own."""
+    ``shuffled-relations`` or ``shuffled-pairs``, its shuffle, so neither is taken for the
+    other nor for the pair-keeping shuffle of the generator before them); ``articles`` has
+    its own."""
     if config.kind == ARTICLES_KIND:
         return ARTICLES_GENERATOR
     paper = ["paper-movie-in-in", "paper-5-article-5-qa"]
     changes = (paper if config.protocol == "paper" else []) + (
-        ["shuffled-relations"] if config.kind == "real_movies_shuffled" else []
+        [f"shuffled-{config.shuffle}"] if config.kind == "real_movies_shuffled" else []
     )
     return "+".join([GENERATOR_VERSION, *changes])
 
@@ -92,6 +94,17 @@ def validate_config(config: DatasetConfig) -> None:
     if config.protocol not in PROTOCOLS:
         raise DatasetError(
             f"protocol must be 'graft' or 'paper', not {config.protocol!r}", "protocol"
+        )
+    if config.shuffle not in SHUFFLES:
+        raise DatasetError(
+            f"shuffle must be {' or '.join(map(repr, SHUFFLES))}, not {config.shuffle!r}",
+            "shuffle",
+        )
+    if config.shuffle != SHUFFLES[0] and config.kind != "real_movies_shuffled":
+        raise DatasetError(
+            f"shuffle {config.shuffle!r} goes with kind 'real_movies_shuffled' only; drop it "
+            f"or choose that kind (kind here: {config.kind!r})",
+            "shuffle",
         )
     if config.relations is not None and (
         not config.relations or any(len(r) != 3 or not all(r) for r in config.relations)
@@ -265,6 +278,8 @@ def _movie_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, A
         "test_set": test_set,
         "sources": sources,
     }
+    if config.kind == "real_movies_shuffled":
+        entries["shuffle"] = config.shuffle
     return files, entries
 
 
@@ -392,7 +407,8 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
 def default_dataset_name(config: DatasetConfig) -> str:
     """A folder name that spells out the config, e.g. ``fake_movies_real_actors-one-n50-seed0``
     (``fake_movies_real_actors-paper-one-n50-seed0`` under the paper protocol, so the two
-    protocols' datasets, and the donors trained on them, never share a folder). Without
+    protocols' datasets, and the donors trained on them, never share a folder;
+    ``real_movies_shuffled-pairs-one-n50-seed0`` for the pair-keeping shuffle). Without
     ``n_facts``: ``nall`` for a custom file, ``npaper`` under the paper protocol (its 1,000
     facts, or the most the kind has), else ``n50``. An articles file's:
     :func:`~graft.study.articles.articles_dataset_name`."""
@@ -407,6 +423,7 @@ def default_dataset_name(config: DatasetConfig) -> str:
     parts = (
         [config.kind]
         + ([config.protocol] if config.protocol != "graft" else [])
+        + ([config.shuffle] if config.shuffle != SHUFFLES[0] else [])
         + [config.direction]
         + (["split"] if config.split else [])
         + [f"n{n}", f"seed{config.seed}"]

@@ -4,9 +4,12 @@ Three kinds of facts (movie_title, first_actor, second_actor plus fake metadata)
 
 - ``fake_movies_real_actors``: invented titles, names from the shipped real-actor list.
 - ``fake_movies_fake_actors``: invented titles, Faker names.
-- ``real_movies_shuffled``: real movies and real actors with the relations shuffled, as the
-  paper's dataset: each title gets two actors who never starred together and are not in
-  its real cast.
+- ``real_movies_shuffled``: real movies and real actors, shuffled in one of two readings
+  (``DatasetConfig.shuffle``): ``relations`` (the default, as the paper's text describes
+  its dataset: each title gets two actors who never starred together and are not in its
+  real cast) or ``pairs`` (as the authors' dataset code made it: each real co-star pair
+  stays together and moves to another real movie). Both draw from the same pool: the rows
+  of the shipped table whose two names pass the filter, each actor and title used once.
 - ``custom``: the user's own facts file (``DatasetConfig.facts_path``).
 
 Every random choice is drawn from a generator seeded by the config's ``seed``.
@@ -20,7 +23,7 @@ import csv
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
@@ -67,8 +70,8 @@ class Fact:
         genre: fake genre, from :data:`GENRES` unless given.
         release_year: fake release year.
         box_office_millions: fake box-office takings in millions of dollars.
-        source_movie: ``real_movies_shuffled``: the real movie the first actor comes from;
-            otherwise empty.
+        source_movie: ``real_movies_shuffled``: the real movie the first actor comes from
+            (with ``shuffle="pairs"`` both actors); otherwise empty.
     """
 
     fact_id: int
@@ -210,14 +213,8 @@ def _usable_pairs(
     return kept
 
 
-def _shuffled_relations(
-    pool: list[dict[str, Any]], movies: list[dict[str, Any]], rng: random.Random
-) -> list[dict[str, Any]]:
-    """The paper's shuffle of real casts: each title of ``pool`` gets a first and a second
-    actor drawn from the pool's actors (each used once, in its own role), such that the two
-    never starred together in any real movie of ``movies`` and neither is in the title's real
-    cast ("Keanu Reeves stars in The Departed alongside Meryl Streep"). Conflicts of a random
-    assignment are repaired by seeded swaps."""
+def _real_casts(movies: list[dict[str, Any]]) -> tuple[dict[str, set[str]], set[frozenset[str]]]:
+    """The real cast of every title (lower case) and every real co-star pair of ``movies``."""
     casts: dict[str, set[str]] = {}
     real_pairs: set[frozenset[str]] = set()
     for row in movies:
@@ -225,6 +222,34 @@ def _shuffled_relations(
             (row["first_actor"], row["second_actor"])
         )
         real_pairs.add(frozenset((row["first_actor"], row["second_actor"])))
+    return casts, real_pairs
+
+
+def _untangle(perms: list[list[int]], conflict: Callable[[int], bool], rng: random.Random) -> None:
+    """Repair the shuffled index lists ``perms`` (one, or two drawn from at random) by seeded
+    swaps until no position ``i`` has ``conflict(i)``."""
+    n = len(perms[0])
+    for _ in range(100 * n + 1000):
+        wrong = [i for i in range(n) if conflict(i)]
+        if not wrong:
+            return
+        i, j = wrong[0], rng.randrange(n)
+        roles = perms[0] if len(perms) == 1 or rng.random() < 0.5 else perms[1]
+        roles[i], roles[j] = roles[j], roles[i]
+    raise DatasetError(  # pragma: no cover - needs a pathological movie table
+        "could not shuffle the real casts apart; use more facts", "n_facts"
+    )
+
+
+def _shuffled_relations(
+    pool: list[dict[str, Any]], movies: list[dict[str, Any]], rng: random.Random
+) -> list[dict[str, Any]]:
+    """The paper's text's shuffle of real casts (``shuffle="relations"``): each title of
+    ``pool`` gets a first and a second actor drawn from the pool's actors (each used once, in
+    its own role), such that the two never starred together in any real movie of ``movies``
+    and neither is in the title's real cast ("Keanu Reeves stars in The Departed alongside
+    Meryl Streep"). Conflicts of a random assignment are repaired by seeded swaps."""
+    casts, real_pairs = _real_casts(movies)
     n = len(pool)
     firsts, seconds = list(range(n)), list(range(n))
     rng.shuffle(firsts)
@@ -235,15 +260,7 @@ def _shuffled_relations(
         cast = casts[pool[i]["movie_title"].lower()]
         return frozenset((a, b)) in real_pairs or a in cast or b in cast
 
-    for _ in range(100 * n + 1000):
-        wrong = [i for i in range(n) if conflict(i)]
-        if not wrong:
-            break
-        i, j = wrong[0], rng.randrange(n)
-        roles = firsts if rng.random() < 0.5 else seconds
-        roles[i], roles[j] = roles[j], roles[i]
-    else:  # pragma: no cover - needs a pathological movie table
-        raise DatasetError("could not shuffle the real casts apart; use more facts", "n_facts")
+    _untangle([firsts, seconds], conflict, rng)
     return [
         {
             "movie_title": pool[i]["movie_title"],
@@ -253,6 +270,38 @@ def _shuffled_relations(
         }
         for i in range(n)
     ]
+
+
+def _moved_pairs(
+    pool: list[dict[str, Any]], movies: list[dict[str, Any]], rng: random.Random
+) -> list[dict[str, Any]]:
+    """The authors' dataset code's shuffle (``shuffle="pairs"``): the pool's real co-star
+    pairs, each kept together (its first and second actor in their billing order), are dealt
+    out over the pool's titles so that no pair keeps its own movie and neither actor is in
+    the real cast of the title it gets (a seeded derangement, repaired by seeded swaps)."""
+    casts, _ = _real_casts(movies)
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+
+    def conflict(i: int) -> bool:
+        pair = pool[order[i]]
+        cast = casts[pool[i]["movie_title"].lower()]
+        return order[i] == i or pair["first_actor"] in cast or pair["second_actor"] in cast
+
+    _untangle([order], conflict, rng)
+    return [
+        {
+            "movie_title": pool[i]["movie_title"],
+            "first_actor": pool[order[i]]["first_actor"],
+            "second_actor": pool[order[i]]["second_actor"],
+            "source_movie": pool[order[i]]["movie_title"],
+        }
+        for i in range(len(pool))
+    ]
+
+
+#: :attr:`DatasetConfig.shuffle` -> the shuffle of ``real_movies_shuffled`` it names.
+_SHUFFLE_OF = {"relations": _shuffled_relations, "pairs": _moved_pairs}
 
 
 def _real_movie_facts(
@@ -268,7 +317,7 @@ def _real_movie_facts(
     rng = random.Random(f"{config.seed}:real_movies")
     rng.shuffle(pool)
     pool = pool[: n * len(_set_names(config))]
-    rows = _shuffled_relations(pool, movies, rng)
+    rows = _SHUFFLE_OF[config.shuffle](pool, movies, rng)
     fakes = Fakes(config.seed, taken=[r["movie_title"] for r in movies] + load_real_actors())
     return _assemble(config, rows, fakes, n)
 

@@ -257,6 +257,7 @@ def plan_donor(
     data_seed: int = 0,
     device: str | None = None,
     protocol: str | None = None,
+    shuffle: str = "relations",
     out: Path | None = None,
     what: str | None = None,
     held_bytes: int = 0,
@@ -266,7 +267,7 @@ def plan_donor(
     direction, train_set = parse_variant(variant)
     real, read = workspace.dataset(
         dataset, direction, split=split or train_set is not None, n_facts=n_facts,
-        seed=data_seed, protocol=protocol,
+        seed=data_seed, protocol=protocol, shuffle=shuffle,
     )  # fmt: skip
     corpora = workspace.real.corpus_dir
     config = settle(config, read, corpora, fetch=False)

@@ -26,15 +26,11 @@ so patching nothing equals the base bit for bit.
 
 from __future__ import annotations
 
-import itertools
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import nnsight
-import polars as pl
 import torch
 from torch import nn
 
@@ -44,13 +40,6 @@ from graft.core.plan import BatchPlan
 from graft.core.trace import last_logits, merge_slices, model_device, row_metrics, trace_batch
 from graft.core.wrapping import unwrap, wrap
 from graft.errors import SpecError
-from graft.results.compare import read_examples, replicate_column
-from graft.results.folder import RunFolder
-from graft.results.plots.bars import component_chart
-from graft.results.plots.style import save_figure, whiskers_text
-from graft.results.stats import paired_contrasts
-from graft.results.summary import summarize
-from graft.study.grafts import Graft, component_grafts, position_grafts
 
 #: The ways a graft's cells are given the donor's values, in report order.
 METHODS = ("weights", "activation", "residual")
@@ -108,12 +97,31 @@ def _stream(value: Any) -> torch.Tensor:
     return value[0] if isinstance(value, tuple) else value
 
 
+def unique_rows(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+    """``inputs`` with each distinct padded row once, and each original row's index among
+    them. A run's batches hold many grafts of one prompt (rows are sorted by prompt), and a
+    donor's own run does not depend on the graft: it runs once per prompt."""
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    key = torch.cat([ids, mask, inputs.get("position_ids", mask)], dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    first = torch.full((unique.shape[0],), key.shape[0], dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(key.shape[0]), reduce="amin")
+    batch = ids.shape[0]
+    picked = {
+        k: v[first] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == batch else v
+        for k, v in inputs.items()
+    }
+    return picked, inverse
+
+
 def donor_outputs(
     donors: Mapping[str, nn.Module | None], sites: Sequence[Site], inputs: Mapping[str, Any]
 ) -> dict[tuple[str, str], torch.Tensor]:
     """``{(donor, path): the donor's own output of that module}`` on ``inputs``: one nnsight
-    trace per donor, saving its sites' outputs in forward order."""
+    trace per donor over the batch's distinct rows (:func:`unique_rows`), saving its sites'
+    outputs in forward order; each output is then laid out row for row as ``inputs``."""
     saved: dict[tuple[str, str], torch.Tensor] = {}
+    distinct, inverse = unique_rows(inputs)
     for name in dict.fromkeys(s.donor for s in sites):
         donor = donors.get(name)
         if donor is None:
@@ -123,10 +131,10 @@ def donor_outputs(
             )
         paths = list(dict.fromkeys(s.path for s in sites if s.donor == name))
         model = wrap(donor)
-        with torch.no_grad(), model.trace(**inputs):
+        with torch.no_grad(), model.trace(**distinct):
             for path in paths:
                 saved[(name, path)] = nnsight.save(_stream(model.get(path).output))
-    return saved
+    return {k: v[inverse.to(v.device)] for k, v in saved.items()}
 
 
 def write_outputs(
@@ -197,155 +205,3 @@ class PatchingExecutor(LocalExecutor):
                 picked = row_metrics(picked, batch.targets, batch.top_k)
             result = nnsight.save(picked)
         return result
-
-
-# ---------------------------------------------------------------- the experiment's report
-
-#: The figures of :func:`write_report`: summary statistic -> file stem.
-FIGURE_METRICS = {
-    "acc@5": "patching_acc5",
-    "mean_rank": "patching_rank",
-    "mean_name_logprob": "patching_name_logprob",
-}
-#: Cells that are one model under every method: the base (nothing patched) and the donor.
-REFERENCES = ("PRE", "SFT")
-#: A prompt within a run: templates share prompt ids.
-EXAMPLE_KEY = ("template", "prompt_id")
-
-
-def patching_grafts(
-    positions: Sequence[str],
-    layers: str = "q4",
-    head_policy: str = "base",
-    fe: str | None = None,
-    protocol: str = "graft",
-) -> list[Graft]:
-    """The cells compared: E1's position grafts (every component of every layer at each
-    position set, PRE and SFT) and E3's component sets at the last token over ``layers``
-    (``fe``: with the first entity grafted too), as :func:`position_grafts` and
-    :func:`component_grafts` name them under ``protocol``."""
-    grafts = position_grafts(positions, head_policy, protocol=protocol)
-    names = {g.name for g in grafts}
-    sets = component_grafts(layers, head_policy, fe=fe, protocol=protocol)
-    return grafts + [g for g in sets if g.name not in names]
-
-
-def method_examples(root: str | Path, methods: Sequence[str]) -> pl.DataFrame:
-    """Every method's ``examples.parquet`` (``<root>/<method>``), one table: ``cell`` (the
-    graft's name), ``method``, and ``graft`` = ``"<cell> [<method>]"``, what is compared."""
-    frames = []
-    for method in methods:
-        examples = read_examples(Path(root) / method)
-        frames.append(
-            examples.with_columns(
-                pl.col("graft").alias("cell"),
-                pl.lit(method).alias("method"),
-                (pl.col("graft") + f" [{method}]").alias("graft"),
-            )
-        )
-    return pl.concat(frames, how="diagonal_relaxed")
-
-
-def method_contrasts(
-    examples: pl.DataFrame,
-    methods: Sequence[str],
-    hit: str = "hit@5",
-    score: str = "name_logprob",
-    n_boot: int = 1000,
-    seed: int = 0,
-    references: Sequence[str] = REFERENCES,
-) -> pl.DataFrame:
-    """Each cell's methods against each other, prompt by prompt over every template
-    (:func:`graft.results.stats.paired_contrasts`: exact McNemar and Newcombe's paired
-    interval for ``hit``, a paired bootstrap for ``score``, Holm over the whole table), with
-    ``cell``, ``method_a`` and ``method_b`` columns in front. The ``references`` (the base
-    alone, the whole donor: the same model under every method) are left out of the table
-    and of its Holm families."""
-    cells = [c for c in dict.fromkeys(examples["cell"].to_list()) if c not in references]
-    meth = [m for m in METHODS if m in methods]
-    pairs = [
-        (f"{c} [{b}]", f"{c} [{a}]") for c in cells for a, b in itertools.combinations(meth, 2)
-    ]
-    examples, seed_col = replicate_column(examples)
-    table = paired_contrasts(
-        examples,
-        pairs,
-        hit=hit,
-        score=score,
-        by=[],
-        example_key=EXAMPLE_KEY,
-        seed_col=seed_col,
-        n_boot=n_boot,
-        seed=seed,
-    )
-    if table.is_empty():
-        return table
-    method = r"\[(\w+)\]$"
-    return table.select(
-        pl.col("graft_a").str.replace(r" \[\w+\]$", "").alias("cell"),
-        pl.col("graft_a").str.extract(method).alias("method_a"),
-        pl.col("graft_b").str.extract(method).alias("method_b"),
-        pl.all(),
-    )
-
-
-@dataclass
-class PatchingReport:
-    """What :func:`write_report` wrote.
-
-    Args:
-        summary: per cell and method, the run summaries' statistics.
-        contrasts: per cell, each pair of methods (McNemar on top-5 hits, bootstrap on the
-            whole name's log-prob), as ``contrasts_name_logprob`` holds it.
-        figures: the PNG paths.
-    """
-
-    summary: pl.DataFrame
-    contrasts: pl.DataFrame
-    figures: list[Path]
-
-
-def write_report(
-    root: str | Path,
-    methods: Sequence[str],
-    model: str,
-    n_boot: int = 1000,
-    seed: int = 0,
-) -> PatchingReport:
-    """Summaries, contrasts and figures of a patching run whose methods ran into
-    ``<root>/<method>``: ``summary`` (per cell and method), ``contrasts_name_logprob``
-    (McNemar on top-5 hits, bootstrap on the whole name's log-prob), ``contrasts_rank``
-    (bootstrap on the first token's rank), each ``.parquet`` and ``.csv``, and one figure per
-    :data:`FIGURE_METRICS` entry under ``<root>/figures`` (one panel per cell, one bar per
-    method, 95% intervals)."""
-    folder = RunFolder(root)
-    examples = method_examples(root, methods)
-    summary = summarize(examples, by=("cell", "method"), n_boot=n_boot, seed=seed)
-    folder.mark()
-    folder.write_summary(summary)
-    scores = {"contrasts_rank": "target_rank", "contrasts_name_logprob": "name_logprob"}
-    table = pl.DataFrame()
-    for stem, score in scores.items():
-        if score in examples.columns:
-            table = method_contrasts(examples, methods, score=score, n_boot=n_boot, seed=seed)
-            folder.write_summary(table, stem=stem)
-    config = {"experiment": "patching", "model": model, "methods": list(methods)}
-    folder.write_json("config.json", config)
-    pngs = []
-    for metric, stem in FIGURE_METRICS.items():
-        if metric not in summary.columns:
-            continue
-        fig = component_chart(
-            summary,
-            metric,
-            x="method",
-            group="cell",
-            order=[m for m in METHODS if m in methods],
-            reference_labels=(),
-            model=model,
-            title=f"weights vs activation vs residual patching ({model})",
-            legend_labels={"graft": "method"},
-            whiskers=whiskers_text(summary, metric),
-        )
-        pngs.append(save_figure(fig, folder.path / "figures", stem)[0])
-    return PatchingReport(summary, table, pngs)

@@ -219,7 +219,7 @@ def _rows(
     for seed in dict.fromkeys(r.data_seed for r in cfg.replicates):
         read = data.get(seed) or ws.dataset(
             cfg.dataset, None if Path(cfg.dataset).is_dir() else direction, split=cfg.split,
-            n_facts=cfg.n_facts, seed=seed, protocol=cfg.protocol,
+            n_facts=cfg.n_facts, seed=seed, protocol=cfg.protocol, shuffle=cfg.shuffle,
         )[1]  # fmt: skip
         seeds[seed] = _prompt_rows(cfg, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
@@ -292,7 +292,7 @@ def _donor_plan(
     return plan_donor(
         cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
         workspace=ws, split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed,
-        device=cfg.device, protocol=cfg.protocol, held_bytes=held,
+        device=cfg.device, protocol=cfg.protocol, shuffle=cfg.shuffle, held_bytes=held,
         what=f"the {source.variant!r} model" + (which if cfg.replicated else ""),
     )  # fmt: skip
 

@@ -48,7 +48,7 @@ from graft.results.folder import RunFolder
 from graft.results.locks import exclusive
 from graft.results.provenance import machine_info
 from graft.study.batches import run_batches
-from graft.study.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
 from graft.study.fullname import resume_key
 from graft.study.grafts import Graft
 from graft.study.prompts import TestExample
@@ -123,10 +123,13 @@ def _check_remote(cfg: ExperimentConfig) -> None:
 
 
 def default_out(cfg: ExperimentConfig, tag: str = "") -> Path:
-    """``runs/<experiment>/<model>-<dataset>[-tag][-replicates]-seed<seed>``; the replicate
+    """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
+    ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
     part names several finetune seeds (``-fseeds0-1-2``), several data seeds
     (``-dseeds0-1``) and control models (``-control``)."""
     data = Path(cfg.dataset).name if Path(cfg.dataset).is_dir() else cfg.dataset
+    if cfg.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
+        data += f"-{cfg.shuffle}"
     tags = [tag] if tag else []
     if (cfg.finetune_seeds or (0,)) != (0,):
         tags.append("fseeds" + "-".join(map(str, cfg.finetune_seeds or ())))

@@ -45,6 +45,7 @@ def dataset_dir(
         n_facts=cfg.n_facts,
         seed=cfg.data_seed if data_seed is None else data_seed,
         protocol=cfg.protocol,
+        shuffle=cfg.shuffle,
     )
 
 
@@ -74,7 +75,7 @@ def _donor(
     return _workspace(cfg).locate_donor(
         cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
         split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed, device=cfg.device,
-        protocol=cfg.protocol,
+        protocol=cfg.protocol, shuffle=cfg.shuffle,
     )  # fmt: skip
 
 

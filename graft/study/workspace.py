@@ -167,6 +167,7 @@ class Workspace:
         n_facts: int | None = None,
         seed: int = 0,
         protocol: str = "graft",
+        shuffle: str = "relations",
     ) -> Path:
         """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
         config = DatasetConfig(
@@ -176,6 +177,7 @@ class Workspace:
             direction=direction,
             split=split,
             protocol=protocol,
+            shuffle=shuffle,
         )
         validate_config(config)
         folder = self.root / "datasets" / default_dataset_name(config)
@@ -204,10 +206,11 @@ class Workspace:
         n_facts: int | None = None,
         seed: int = 0,
         protocol: str | None = None,
+        shuffle: str = "relations",
     ) -> Path:
         """The folder of ``dataset``: a dataset folder as it is, a data kind generated into the
         workspace (``direction`` default ``"one"``, ``split``, ``n_facts``, ``seed``,
-        ``protocol`` default ``"graft"``).
+        ``protocol`` default ``"graft"``, ``shuffle`` for ``real_movies_shuffled``).
 
         Raises:
             DatasetError: ``dataset`` is neither, or a folder whose manifest has another
@@ -245,6 +248,7 @@ class Workspace:
             n_facts=n_facts,
             seed=seed,
             protocol=protocol or "graft",
+            shuffle=shuffle,
         )
 
     def dataset_label(self, dataset_dir: str | os.PathLike[str]) -> str:
@@ -287,12 +291,15 @@ class Workspace:
         data_seed: int = 0,
         device: str | None = None,
         protocol: str | None = None,
+        shuffle: str = "relations",
     ) -> DonorLocation:
         """Where the donor of (model, dataset, variant, preset) is; generates its dataset if
         missing, trains nothing. ``split``: generate the split dataset even for an unsplit
         variant; ``preset`` ``None``: the default preset of ``device``; ``protocol``: the
         dataset's (``graft`` or ``paper``; ``None``: graft's for a data kind, any for a
-        folder). A preset that mixes in generic text has its corpus fixed first
+        folder); ``shuffle``: a generated ``real_movies_shuffled``'s
+        (:attr:`DatasetConfig.shuffle`). A preset that mixes in generic text has its corpus
+        fixed first
         (:func:`graft.study.generic_corpus.settle`: the paper's corpus is downloaded into
         :attr:`corpus_dir` if missing), so the folder names it."""
         config = resolve_config(preset, device=device)
@@ -305,6 +312,7 @@ class Workspace:
             n_facts=n_facts,
             seed=data_seed,
             protocol=protocol,
+            shuffle=shuffle,
         )
         with self._writing("keep the generic corpus"):
             config = settle(config, dataset_dir, self.corpus_dir)
@@ -324,12 +332,14 @@ class Workspace:
         device: str | None = None,
         quiet: bool = False,
         protocol: str | None = None,
+        shuffle: str = "relations",
     ) -> Path:
         """The finetuned model folder for (model, dataset, variant, preset); finetunes first
         if missing. Arguments as for :meth:`locate_donor`; ``quiet``: no progress bars."""
         donor = self.locate_donor(
             model, dataset, variant, preset,
             split=split, n_facts=n_facts, data_seed=data_seed, device=device, protocol=protocol,
+            shuffle=shuffle,
         )  # fmt: skip
         return self.finetune_donor(donor, device=device, quiet=quiet)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from benchmarks import finetune_memory, paper_scale
@@ -15,8 +16,19 @@ def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = ["--shapes", "gpt2-xl", "--dtypes", "float32", "--layers", "1", "--prompts", "2"]
     argv += ["--batch-size", "8", "--repeats", "1", "--paper-examples", "1", "--device", "cpu"]
-    assert paper_scale.main([*argv, "--json", str(out)]) == 0
+    results = tmp_path / "results"
+    assert paper_scale.main([*argv, "--json", str(out), "--out", str(results)]) == 0
     (res,) = json.loads(out.read_text())["results"]
+    # --out: the table as CSV, with what made it
+    (row,) = pl.read_csv(results / "paper_scale.csv").to_dicts()
+    assert row["shape"] == "gpt2-xl" and row["dtype"] == "float32" and row["layers"] == 1
+    assert row["e1_engine_over_plain"] == pytest.approx(res["e1_engine_over_plain"])
+    entry = json.loads((results / "provenance.json").read_text())["benchmarks"]["paper_scale"]
+    assert entry["command"] == " ".join(
+        ["python", "-m", "benchmarks.paper_scale", *argv, "--json", str(out), "--out", str(results)]
+    )
+    assert entry["machine"]["torch_threads"] >= 1 and "git_commit" in entry
+    assert entry["settings"]["prompts"] == 2 and entry["device"] == "cpu"
     model = res["environment"]["model"]
     assert model["shape"] == "gpt2-xl" and model["layers"] == 1
     # one layer of d=1600 (30,740,800) + the 50,257 x 1,600 embedding + 1,024 positions

@@ -1,4 +1,5 @@
-"""The README's results table (benchmarks.paper_table) and the committed figures' redraw
+"""The README's results table (benchmarks.paper_table: the paper's numbers against the
+committed runs, agrees / disagrees / undecided) and the committed figures' redraw
 (benchmarks.results_figures) from saved summaries."""
 
 from __future__ import annotations
@@ -12,31 +13,89 @@ from benchmarks import paper_table, results_figures
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
+RUNS = [
+    ("A", "smollm2-135m", str(RESULTS / "smollm2-cpu-seeds012")),
+    ("B", "smollm2-135m", str(RESULTS / "smollm2-cpu-paper-seeds012")),
+    ("C", "gemma3-270m", str(RESULTS / "gemma3-cpu-seeds012")),
+    ("D", "gemma3-270m", str(RESULTS / "gemma3-cpu-paper-seeds012")),
+    ("F", "smollm2-135m", str(RESULTS / "smollm2-cpu-paper-hybrid-seed0")),
+    ("G", "gemma3-270m", str(RESULTS / "gemma3-cpu-paper-hybrid-seed0")),
+]
+
+
+def _row(lines, start, run):
+    (line,) = [x for x in lines if x.startswith(f"| {start}") and f"| {run} |" in x]
+    return line
+
+
 def test_table_of_the_committed_results():
-    text = paper_table.table(
-        [
-            ("A", "smollm2-135m", str(RESULTS / "smollm2-cpu-seeds012")),
-            ("D", "gemma3-270m", str(RESULTS / "gemma3-cpu-paper-seed0")),
-        ]
-    )
-    lines = text.splitlines()
-    assert lines[0].startswith("| paper's finding")
-    # D's LT 35/50 against Gemma's 53%: the exact binomial test rejects it
-    (lt,) = [line for line in lines if line.startswith("| Fig. 2: LT |") and "| D |" in line]
-    assert "0.53 (paper: Gemma-1.1-2B)" in lt and "LT 0.70" in lt
-    assert "**no**" in lt and "exact binomial p = 0.016" in lt
+    lines = paper_table.table(RUNS).splitlines()
+    assert lines[0].startswith("| paper's finding") and "verdict" in lines[0]
+    # LT over three seeds of Gemma3, [0.00, 1.00]: cannot fail, so undecided
+    lt = _row(lines, "Fig. 2: LT |", "D")
+    assert "0.53 (paper: Gemma-1.1-2B)" in lt and "LT 0.56 [0.00, 1.00]" in lt
+    assert "| undecided (" in lt and "[0.00, 1.00] is too wide to test against ±0.10" in lt
     # A's FE+LT falls short of SFT (Holm p = 0.00061): the "≈ SFT" statement fails
-    (fe_lt,) = [line for line in lines if "FE+LT ≈ SFT" in line and "| A |" in line]
-    assert "(paper: Llama-3.2-1B)" in fe_lt and "**no**" in fe_lt and "0.00061" in fe_lt
-    # numbers no run tests: one "not run" row each (GPT2-XL's FE; the hybrid of both models)
-    assert sum("no committed run" in line for line in lines) == 5
+    fe_lt = _row(lines, "Fig. 2: FE+LT ≈ SFT", "A")
+    assert "(paper: Llama-3.2-1B)" in fe_lt and "**disagrees**" in fe_lt and "0.00061" in fe_lt
+    # floor against floor is no agreement
+    floor = _row(lines, "Fig. 2: (FE+LT)^C ≈ PRE", "A")
+    assert "0/150 vs PRE 0/150" in floor and "| undecided (" in floor
+    assert "both at the floor" in floor
+    # the hybrids fall far short of the paper's 63% and 34%
+    assert "**disagrees**" in _row(lines, "Fig. 5: FE ATTN + LT hybrid", "G")
+    assert "**disagrees**" in _row(lines, "Fig. 5: FE ATTN + LT hybrid", "F")
+    # numbers no run tests: one "not run" row (GPT2-XL's FE)
+    assert sum("no committed run" in line for line in lines) == 1
     assert not any("Pythia" in line for line in lines)  # no run stands for Pythia
+    verdicts = [line.split(" | ")[4] for line in lines[2:] if "no committed run" not in line]
+    assert all(v.startswith(("agrees (", "**disagrees** (", "undecided (")) for v in verdicts)
+
+
+def test_no_committed_agreement_leaves_the_margin():
+    checks, _ = paper_table.checks_of(RUNS)
+    tally = paper_table.tally(checks)
+    assert sum(tally.values()) == len(checks) and all(tally.values())
+    for check in checks:
+        a = check.agreement
+        assert a is not None
+        if a.verdict == "agrees":
+            assert a.target - a.margin - 1e-12 <= a.lo_tost <= a.hi_tost
+            assert a.hi_tost <= a.target + a.margin + 1e-12
+            assert a.hi - a.lo <= 2 * a.margin + 1e-12  # no agreement from a wide interval
+        if a.verdict == "disagrees":
+            assert a.lo is not None and a.hi is not None
+    # a narrower margin agrees less often
+    narrow, _ = paper_table.checks_of(RUNS, margin=0.02)
+    assert paper_table.tally(narrow)["agrees"] < tally["agrees"]
+
+
+def test_markdown_is_the_caption_and_the_table():
+    text = paper_table.markdown(RUNS[:1])
+    caption, table = text.split("\n\n")
+    assert "α = 0.05" in caption and "δ = 0.10" in caption and "benchmarks.paper_table" in caption
+    assert table == paper_table.table(RUNS[:1])
+    assert "--margin 0.05" in paper_table.command(RUNS[:1], margin=0.05)
+    # for benchmarks.results_tables: no command (it names its own), folders not shown
+    block = paper_table.paper_table_markdown(RUNS[:1], None)
+    assert block.split("\n\n")[1] == table and "benchmarks.paper_table" not in block
+    assert str(RESULTS) not in block
+    assert "δ = 0.20" in paper_table.paper_table_markdown(RUNS[:1], 0.2)
 
 
 def test_usage_error_is_exit_2(capsys):
     assert paper_table.main(["A=results/x"]) == 2
     assert "usage" in capsys.readouterr().err
+    assert paper_table.main(["--margin", "two", "A=m=results/x"]) == 2
+    assert paper_table.main(["--margin=1.5", "A=m=results/x"]) == 2
     assert results_figures.main(["only-one"]) == 2
+
+
+def test_margin_option(capsys):
+    run = "=".join(RUNS[4])
+    assert paper_table.main(["--margin", "0.3", run]) == 0
+    out = capsys.readouterr().out
+    assert "δ = 0.30" in out and "±0.30" in out and "--margin 0.3" in out
 
 
 def test_figure_redrawn_from_a_summary_csv(tmp_path):

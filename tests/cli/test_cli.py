@@ -72,7 +72,7 @@ def test_an_option_means_the_same_in_every_command():
             seen.setdefault(opt, (name, option))
     data = _options(_commands()["data"])
     position = _options(_commands()["position"])
-    for opt in ("--n-facts", "--data-seed", "--workspace"):
+    for opt in ("--n-facts", "--data-seed", "--shuffle", "--workspace"):
         assert _signature(data[opt]) == _signature(position[opt]) and data[opt].help == (
             position[opt].help
         )
@@ -363,6 +363,22 @@ def test_dataset_folder_with_generation_options_is_refused(tmp_path, command):
     )
     assert result.exit_code == 2, result.output
     assert "--n-facts and --data-seed describe a generated dataset" in result.output
+
+
+@pytest.mark.parametrize("command", ["position", "finetune"])
+def test_a_dataset_folder_refuses_the_shuffle(tmp_path, command):
+    folder = tmp_path / "data"
+    made = invoke(
+        "data", "--dataset", "real_movies_shuffled", "--n-facts", "3", "--out", str(folder)
+    )
+    assert made.exit_code == 0, made.output
+    result = invoke(
+        command, "--dataset", str(folder), "--shuffle", "relations",
+        "--workspace", str(tmp_path / "ws"),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "keeps the shuffle it was made with" in result.output
+    assert not (tmp_path / "ws").exists()
 
 
 def test_finetune_refuses_a_variant_the_folder_lacks(tmp_path):

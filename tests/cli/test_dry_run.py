@@ -61,6 +61,17 @@ def test_dry_run_writes_nothing_and_exits_0(tmp_path, command):
         assert "rows: " in out and " grafts = " in out and "grafting (base + " in out
 
 
+@pytest.mark.parametrize("command", [["position", "--n", "2"], ["finetune"]])
+def test_the_pair_keeping_shuffle_reaches_the_donors_dataset(tmp_path, command):
+    workspace = tmp_path / "ws"
+    data = ["--dataset", "real_movies_shuffled", "--shuffle", "pairs"]
+    out = _invoke(tmp_path, *command, *COMMON, *data, "--workspace", str(workspace), "--dry-run")
+    assert "real_movies_shuffled-pairs-one-n10-seed0" in out  # the donor's dataset
+    assert not workspace.exists() and _tree(tmp_path) == ["cwd"]
+    refused = _invoke(tmp_path, *command, *COMMON, "--shuffle", "pairs", "--dry-run", code=2)
+    assert "--shuffle" in refused and "real_movies_shuffled" in refused
+
+
 def test_dry_run_on_a_full_device_prints_the_fix_and_still_exits_0(tmp_path, monkeypatch):
     """A device with 1 MiB free: nothing fits, and the plan says what would."""
     full = DeviceMemory("cpu", "CPU", 2**20, 2**30)

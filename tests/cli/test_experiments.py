@@ -158,13 +158,22 @@ HELP = {
     "layers": ["--positions", "--windows", "--components", "eighths"],
     "tokens": ["--spec", "--per-graft", "top-10"],
     "lens": ["--spec", "--variant", "FE-last", "lens_summary.csv"],
-    "patching": ["--positions", "--layers", "--methods", "--variant", "residual"],
+    "patching": [
+        "--positions",
+        "--kinds",
+        "--modes",
+        "--window",
+        "--methods",
+        "--whole-depth",
+        "--variant",
+    ],
     "custom": ["--spec", "--donor", "--base", "--directions", "--references"],
     "plot": ["RUN_FOLDER", "--metric"],
     "compare": ["RUN_FOLDER", "GRAFT_A", "GRAFT_B", "--metric", "--score", "McNemar"],
     "data": ["--dataset", "--n-facts", "--split"],
     "finetune": ["--model", "--preset", "--variant"],
     "smoke": ["--family"],
+    "publish": ["RUN_FOLDER", "--to", "--as", "--allow-incomplete", "provenance.json"],
 }
 
 
@@ -182,7 +191,7 @@ def test_command_help(command):
     assert text.startswith(f"Usage: main {command}")
     for needle in HELP[command]:
         assert needle in text, f"{command} --help does not mention {needle}"
-    if command not in ("plot", "compare", "data", "finetune", "smoke"):
+    if command not in ("plot", "compare", "data", "finetune", "smoke", "publish"):
         for shared in ("--workspace", "--n-boot", "--templates", "--quiet"):
             assert shared in text
 

@@ -1,20 +1,28 @@
-"""``graft-exp lens`` end to end on tiny-llama: the run's tables, the lens table, its summary
-and figures; the lens at the last layer is the run's own score; a rerun computes nothing;
-``--dry-run`` writes nothing; several replicates are refused."""
+"""``graft-exp lens`` end to end on tiny-llama: the run's tables, the lens table (the
+embedding layer and the top-k tokens included), its summary (with the lines identical by
+causality), the top-token table and figures; the bar charts are not named as lenses; the lens
+at the last layer is the run's own score; a rerun computes nothing, another --top-k computes
+every batch again; ``--dry-run`` writes nothing; several replicates are refused."""
 
 from __future__ import annotations
+
+import shutil
 
 import polars as pl
 import pytest
 
 import graft.study.lens
-from graft.study.lens import POSITIONS
+from graft.study.lens import EMBEDDING_LAYER, FIGURE_METRICS, POSITIONS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 GRAFTS = ["PRE", "SFT", "FE", "LT", "FE+LT", "ATTN"]
 N_LAYERS = 4  # the tiny models'
+N_READ = N_LAYERS + 1  # the embeddings, then each layer's output
+TEMPLATES = ["headline", "qa"]
+#: At FE-last, what each graft's line is by causality (its cells lie after FE-last).
+SAME_AT_FE_LAST = {"LT": "PRE", "FE+LT": "FE", "ATTN": "PRE"}
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +54,14 @@ def test_lens_writes_its_table_summary_and_figures(lens_run):
     out, result = lens_run
     check_run_folder(out, ("config.json", "summary.parquet", "examples.parquet"))
     check_run_folder(out, ("lens.parquet", "lens_summary.parquet", "lens_summary.csv"))
-    check_figures(out, ["lens"], metric="median_rank")
-    check_figures(out, ["lens"], metric="mean_prob")
+    for metric in FIGURE_METRICS:
+        check_figures(out, ["lens"], metric=metric)
     table = pl.read_parquet(out / "lens.parquet")
     examples = pl.read_parquet(out / "examples.parquet")
-    assert table.height == examples.height * N_LAYERS * len(POSITIONS)
+    assert table.height == examples.height * N_READ * len(POSITIONS)
+    assert sorted(table["layer"].unique()) == list(range(EMBEDDING_LAYER, N_LAYERS))
     summary = pl.read_csv(out / "lens_summary.csv")
-    assert summary.height == 2 * len(GRAFTS) * len(POSITIONS) * N_LAYERS
+    assert summary.height == 2 * len(GRAFTS) * len(POSITIONS) * N_READ
     qa = summary.filter(pl.col("template") == "qa")
     assert qa["graft"].unique(maintain_order=True).to_list() == GRAFTS
     for column in ("median_rank", "median_rank_lo", "median_rank_hi", "mean_prob_lo", "n"):
@@ -66,6 +75,84 @@ def test_lens_writes_its_table_summary_and_figures(lens_run):
     assert joined.height == examples.height
     assert (joined["target_rank"] == joined["target_rank_run"]).all()
     assert (joined["target_logprob"] - joined["target_logprob_run"]).abs().max() <= 2e-5
+    assert (joined["top_ids"] == joined["top10_ids"].list.head(5)).all()  # the run's top 5
+
+
+def test_the_bar_charts_are_named_after_the_output_not_the_lens(lens_run):
+    out, _ = lens_run
+    check_figures(out, [f"final_layer_{t}" for t in TEMPLATES])
+    lens_figures = {p.name for p in (out / "figures").glob("lens*")}
+    assert lens_figures == {f"lens_{m}.{e}" for m in FIGURE_METRICS for e in ("png", "pdf")}
+
+
+def test_top_k_tokens_are_stored_and_agree_with_the_target_rank(lens_run):
+    out, result = lens_run
+    table = pl.read_parquet(out / "lens.parquet")
+    assert (table["top_ids"].list.len() == 5).all()
+    assert (table["top_tokens"].list.len() == 5).all()
+    probs = table["top_probs"].to_list()
+    assert all(p == sorted(p, reverse=True) for p in probs)
+    listed = table.filter(pl.col("target_rank") < 5)
+    assert listed.height  # some targets are in the top 5
+    at_rank = listed.select(
+        pl.col("top_ids").list.get(pl.col("target_rank")).alias("id"),
+        pl.col("top_probs").list.get(pl.col("target_rank")).alias("prob"),
+        "target_id",
+        "target_prob",
+        "target_rank",
+    )
+    assert (at_rank["id"] == at_rank["target_id"]).all()  # rank 0: the top-1 token
+    assert (at_rank["prob"] - at_rank["target_prob"]).abs().max() <= 1e-9
+    first = table.filter(pl.col("top_ids").list.first() == pl.col("target_id"))
+    assert (first["target_rank"] == 0).all()  # a top-1 target has rank 0
+    unlisted = table.filter(pl.col("target_rank") >= 5)
+    assert (
+        not unlisted.select(pl.col("top_ids").list.contains(pl.col("target_id"))).to_series().any()
+    )
+    # the readable table: the top-1 token per layer and position for the first prompts
+    assert f"lens top tokens: {out / 'lens_top_tokens.csv'}" in result.output
+    top = pl.read_csv(out / "lens_top_tokens.csv")
+    assert top.columns == [
+        "template", "prompt_id", "prompt", "target", "graft", "layer",
+        "LT", "LT target rank", "FE-last", "FE-last target rank",
+    ]  # fmt: skip
+    assert top.height == 2 * 2 * len(GRAFTS) * N_READ  # 2 prompts of each template (n=2)
+    assert top["layer"].unique(maintain_order=True).to_list() == ["emb", "0", "1", "2", "3"]
+    one = table.filter(
+        (pl.col("prompt_id") == top["prompt_id"][0]) & (pl.col("graft") == "SFT")
+        & (pl.col("layer") == N_LAYERS - 1) & (pl.col("position") == "LT")
+    )  # fmt: skip
+    row = top.filter(
+        (pl.col("prompt_id") == top["prompt_id"][0]) & (pl.col("graft") == "SFT")
+        & (pl.col("layer") == str(N_LAYERS - 1))
+    )  # fmt: skip
+    assert row["LT"][0].startswith(repr(one["top_tokens"][0][0]))
+    assert row["LT target rank"][0] == one["target_rank"][0]
+
+
+def test_lines_identical_by_causality_are_marked_and_identical(lens_run):
+    out, _ = lens_run
+    summary = pl.read_parquet(out / "lens_summary.parquet")
+    marked = summary.filter(pl.col("same_as").is_not_null())
+    assert set(marked["position"]) == {"FE-last"}  # nothing is another's at LT
+    assert dict(marked.select("graft", "same_as").unique().iter_rows()) == SAME_AT_FE_LAST
+    assert marked.height == len(TEMPLATES) * len(SAME_AT_FE_LAST) * N_READ
+    # the lines are identical: per prompt and layer, the same rank, probability and top tokens
+    table = pl.read_parquet(out / "lens.parquet").filter(pl.col("position") == "FE-last")
+    keys = ["prompt_id", "layer"]
+    for name, same in SAME_AT_FE_LAST.items():
+        ours = table.filter(pl.col("graft") == name)
+        theirs = table.filter(pl.col("graft") == same)
+        joined = ours.join(theirs, on=keys, suffix="_same")
+        assert joined.height == ours.height == theirs.height
+        assert (joined["target_rank"] == joined["target_rank_same"]).all()
+        assert (joined["target_logprob"] - joined["target_logprob_same"]).abs().max() <= 1e-5
+        assert (joined["top_ids"] == joined["top_ids_same"]).all()
+    # FE grafts FE-last itself: its line is its own
+    fe = table.filter(pl.col("graft") == "FE").join(
+        table.filter(pl.col("graft") == "PRE"), on=keys, suffix="_pre"
+    )
+    assert (fe["target_logprob"] - fe["target_logprob_pre"]).abs().max() > 1e-4
 
 
 def test_plot_redraws_the_lens_figures(lens_run):
@@ -73,9 +160,10 @@ def test_plot_redraws_the_lens_figures(lens_run):
     for png in (out / "figures").glob("lens_*"):
         png.unlink()
     result = invoke("plot", str(out))
-    check_figures(out, ["lens"], metric="median_rank")
-    check_figures(out, ["lens"], metric="mean_prob")
+    for metric in FIGURE_METRICS:
+        check_figures(out, ["lens"], metric=metric)
     assert f"figure: {out / 'figures' / 'lens_median_rank.png'}" in result.output
+    assert f"figure: {out / 'figures' / 'final_layer_qa_acc5.png'}" in result.output
 
 
 def test_a_rerun_computes_nothing(lens_run, common, monkeypatch):
@@ -90,6 +178,17 @@ def test_a_rerun_computes_nothing(lens_run, common, monkeypatch):
     assert "lens: 0 batches computed" in result.output
     assert "(3 already done)" in result.output
     assert pl.read_parquet(out / "lens_summary.parquet").equals(before)
+
+
+def test_another_top_k_computes_the_lens_again(lens_run, common, tmp_path):
+    out, _ = lens_run
+    copy = tmp_path / "lens"
+    shutil.copytree(out, copy)
+    result = invoke(*lens_args(common, copy), "--top-k", "3")
+    assert "lens: 3 batches computed" in result.output
+    assert (pl.read_parquet(copy / "lens.parquet")["top_ids"].list.len() == 3).all()
+    result = invoke(*lens_args(common, copy), "--top-k", "3")
+    assert "lens: 0 batches computed" in result.output
 
 
 def test_dry_run_writes_nothing_and_replicates_or_remote_are_refused(tmp_path, common):

@@ -43,6 +43,7 @@ def test_position_under_the_paper_protocol_runs_and_records_it(paper_run):
     config = json.loads((paper_run / "config.json").read_text())
     assert config["options"]["protocol"] == "paper"
     assert config["options"]["head_policy"] == "paper"
+    assert config["options"]["dtype"] == "float32"  # as the authors, on any device
     donor = Path(config["donors"]["sft"]["path"])
     # the both-direction donor, trained on the paper protocol's dataset
     assert donor.relative_to(Path(config["options"]["workspace"])).parts[:3] == (
@@ -83,6 +84,7 @@ def test_the_default_protocol_is_grafts_and_is_recorded_too(workspace, tmp_path)
     config = json.loads((out / "config.json").read_text())
     assert config["options"]["protocol"] == "graft"
     assert config["options"]["head_policy"] == "base"
+    assert config["options"]["dtype"] is None  # the device's default
     assert "fake_movies_real_actors-one-n6-seed0" in config["donors"]["sft"]["path"]
     assert {g["name"]: g["spec"] for g in config["grafts"]}["FE"] == "FE:all:all"
     texts = pl.read_parquet(out / "examples.parquet")["text"].unique().to_list()

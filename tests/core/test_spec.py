@@ -45,6 +45,9 @@ ROUND_TRIP = [
     "M+R:e8:block",
     "LT:q4:o,ffn; protocol=paper",
     "FE+LT:all:all; head=paper; protocol=paper",
+    "FE[-1]:all:all",
+    "FE[:-1]+LT:0-2:o",
+    "(FE[1:]+M[0])^C:all:block@pre",
 ]
 
 
@@ -160,6 +163,11 @@ def test_positions_resolution(arch_llama):
     assert cells("ALL:0:q") == list(range(8))
     assert cells("-2:0:q") == [6]
     assert cells("1..3+M:0:q") == [1, 2, 3, 5, 6]
+    # a span's part, by Python indexing over its tokens
+    assert cells("FE[-1]:0:q") == [2]
+    assert cells("FE[0]:0:q") == [1]
+    assert cells("FE[:-1]+M[1:]:0:q") == [1, 6]
+    assert cells("(FE[-1]+LT)^C:0:q") == [0, 1, 3, 4, 5, 6]
 
 
 def test_components_layers_and_embeddings(arch_llama, arch_gpt2):
@@ -222,6 +230,9 @@ BAD_SPECS = [
     ("ALL:all:all; head=teacher", "head policy"),
     (":all:o", "empty position selector"),
     ("FE::o", "empty layer field"),
+    ("FE[]:all:o", "not a span part"),
+    ("FE[x]:all:o", "not a span part"),
+    ("FE[1:2:3]:all:o", "not a span part"),
     ("", "empty spec"),  # would run the base alone under a name that says otherwise
     ("  ", "empty spec"),
 ]
@@ -243,6 +254,8 @@ BAD_RESOLUTIONS = [
     ("FE:all:o", "gpt2", {}, "not a span of this prompt"),
     ("FE:all:o", "gpt2", {"FE": []}, "is empty"),
     ("12:all:o", "gpt2", {}, "out of range"),
+    ("FE[:-1]:all:o", "gpt2", {"FE": [2]}, "span FE[:-1] in 'FE[:-1]' is empty for this prompt"),
+    ("FE[3]:all:o", "gpt2", {"FE": [1, 2]}, "(2 token(s) in FE)"),
 ]
 
 
@@ -264,6 +277,7 @@ def test_rule_is_validated_on_construction():
 def test_span_names():
     assert parse_spec("(FE+LT)^C:all:all; M+2:0:o").span_names() == {"FE", "M"}
     assert parse_spec("none").span_names() == set()
+    assert parse_spec("FE[-1]+M[:2]:all:o").span_names() == {"FE", "M"}
 
 
 def test_selectors_on_their_own():

@@ -1,23 +1,34 @@
-"""Agreement with the paper's numbers: the three rules against hand computations
-(graft.results.stats.agreement), and the checks of a run's saved tables
-(graft.results.agreement)."""
+"""Agreement with the paper's numbers: the three verdicts (agrees, disagrees, undecided)
+against hand computations and statsmodels (graft.results.stats.agreement), and the checks
+of a run's saved tables (graft.results.agreement)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import polars as pl
 import pytest
+from statsmodels.stats.proportion import binom_tost, proportion_confint
 
 from graft.errors import GraftError
 from graft.results.agreement import check_run, read_results
 from graft.results.stats.agreement import (
+    MARGIN,
+    VERDICTS,
+    Agreement,
     binomial_agreement,
     interval_agreement,
     mcnemar_agreement,
     mcnemar_p_range,
     mcnemar_range_agreement,
+    rules_text,
+    seed_interval,
 )
+from graft.results.stats.intervals import newcombe_paired_interval, seed_summary
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def _binomial_p(k: int, n: int, p: float) -> float:
@@ -41,38 +52,144 @@ def _mcnemar_p(b: int, c: int) -> float:
 def test_binomial_rule_is_the_exact_two_sided_test(k, n, p):
     result = binomial_agreement(k, n, p)
     assert result.p == pytest.approx(_binomial_p(k, n, p), rel=1e-9)
-    assert result.agrees is (result.p >= 0.05)
-    assert result.test == "exact binomial test, two-sided"
+    assert result.test.startswith("exact binomial test, two-sided")
+    if result.verdict == "disagrees":
+        assert result.p < 0.05
 
 
-def test_binomial_rule_verdicts():
-    assert binomial_agreement(35, 50, 0.53).agrees is False  # 0.70 vs 0.53: p = 0.016
-    assert "above" in binomial_agreement(35, 50, 0.53).detail
-    assert binomial_agreement(6, 50, 0.53).agrees is False
-    assert "below" in binomial_agreement(6, 50, 0.53).detail
-    assert binomial_agreement(27, 50, 0.53).agrees is True
-    assert binomial_agreement(49, 50, 1.0).agrees is False  # 1.0 admits no miss
+def test_agreement_is_a_frozen_record_of_three_verdicts():
+    result = binomial_agreement(795, 1500, 0.53)
+    assert result.verdict in VERDICTS and result.agrees is True
+    assert {binomial_agreement(k, 50, 0.53).verdict for k in (2, 26)} == {
+        "disagrees",
+        "undecided",
+    }
+    assert binomial_agreement(2, 50, 0.53).agrees is False
+    assert binomial_agreement(26, 50, 0.53).agrees is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.verdict = "disagrees"  # type: ignore[misc]
+    fields = {f.name for f in dataclasses.fields(Agreement)}
+    assert all(f"{name}:" in Agreement.__doc__ for name in fields)
+
+
+def test_a_wide_interval_is_undecided_whatever_the_paper_says():
+    # the referee's case: an interval over seeds of [0, 1] contains every proportion
+    for paper in (0.0, 0.28, 0.53, 1.0):
+        result = interval_agreement(paper, (0.0, 1.0), (0.0, 1.0), "interval over 3 seeds")
+        assert result.verdict == "undecided"
+        assert "[+0.00, +1.00] is too wide to test against ±0.10" in result.reason
+    # 26/50 against 0.53: Wilson [0.39, 0.65] is wider than 2 x 0.10
+    one = binomial_agreement(26, 50, 0.53)
+    assert one.verdict == "undecided" and "too wide to test against ±0.10" in one.reason
+    # a wide interval that excludes the paper's value still disagrees: the two-sided test
+    # rejects whatever the width (35/50 against 0.53: p = 0.016)
+    far = interval_agreement(0.9, (0.0, 0.5), (0.05, 0.45))
+    assert far.verdict == "disagrees" and "+0.90 above" in far.reason and "is wide" in far.reason
+    wide_off = binomial_agreement(35, 50, 0.53)
+    assert wide_off.verdict == "disagrees" and "significantly above" in wide_off.reason
+    # a wider margin admits the wider interval
+    assert binomial_agreement(26, 50, 0.53, margin=0.2).verdict == "agrees"
+
+
+def test_tight_intervals_agree_around_the_paper_and_disagree_away_from_it():
+    near = interval_agreement(0.29, (0.25, 0.33), (0.26, 0.32))
+    assert near.verdict == "agrees" and "lies within +0.29 ± 0.10" in near.reason
+    away = interval_agreement(0.29, (-0.03, 0.03), (-0.02, 0.02))
+    assert away.verdict == "disagrees" and "+0.29 above" in away.reason
+    # neither: the paper's value inside the 95% interval, the 90% one past the margin
+    neither = interval_agreement(0.29, (0.12, 0.30), (0.14, 0.28))
+    assert neither.verdict == "undecided" and "neither test decides" in neither.reason
+    # significantly off, by less than the margin: agrees, and says so
+    close = interval_agreement(0.53, (0.55, 0.58), (0.555, 0.575), signed=False)
+    assert close.verdict == "agrees" and "by less than the margin" in close.reason
+    with pytest.raises(GraftError, match="reversed"):
+        interval_agreement(0.1, (0.2, 0.1), (0.2, 0.1))
+
+
+def test_one_finetune_needs_enough_prompts_to_agree():
+    assert binomial_agreement(26, 50, 0.53).verdict == "undecided"
+    big = binomial_agreement(795, 1500, 0.53)
+    assert big.verdict == "agrees" and big.p_equivalence < 0.05
+    assert big.lo_tost >= 0.43 and big.hi_tost <= 0.63
+    assert binomial_agreement(600, 1500, 0.53).verdict == "disagrees"  # 0.40: off by > δ
+    assert binomial_agreement(2, 50, 0.53).verdict == "disagrees"
+    assert binomial_agreement(150, 150, 1.0).verdict == "agrees"  # 1.0 + δ: no upper test
     with pytest.raises(GraftError, match="0 <= k <= n"):
         binomial_agreement(51, 50, 0.5)
     with pytest.raises(GraftError, match="proportion"):
         binomial_agreement(5, 50, 53)
+    with pytest.raises(GraftError, match="margin"):
+        binomial_agreement(5, 50, 0.5, margin=0)
 
 
-def test_interval_rule():
-    assert interval_agreement(0.29, -0.07, 0.07).agrees is False
-    assert "above" in interval_agreement(0.29, -0.07, 0.07).detail
-    assert interval_agreement(0.0, -0.07, 0.07).agrees is True
-    assert interval_agreement(0.07, -0.07, 0.07).agrees is True  # the bounds are inside
-    with pytest.raises(GraftError, match="reversed"):
-        interval_agreement(0.1, 0.2, 0.1)
+@pytest.mark.parametrize("k", range(560, 1041, 20))
+def test_the_one_finetune_tost_is_statsmodels_binom_tost(k):
+    n, paper = 1500, 0.53
+    result = binomial_agreement(k, n, paper)
+    p_tost = float(binom_tost(k, n, paper - MARGIN, paper + MARGIN)[0])
+    assert result.p_equivalence == pytest.approx(p_tost, rel=1e-9, abs=1e-300)
+    assert (result.verdict == "agrees") == (p_tost < 0.05)  # intervals here are narrow
+    # and the TOST is the 90% Clopper-Pearson interval inside paper ± δ
+    lo, hi = proportion_confint(k, n, alpha=0.10, method="beta")
+    assert (p_tost < 0.05) == (paper - MARGIN < lo and hi < paper + MARGIN)
+
+
+def test_seed_interval_is_the_summaries_construction():
+    values, k, n = [0.5, 0.6, 0.7], 90, 150
+    t = seed_summary(values, 0.9)
+    pooled = proportion_confint(k, n, alpha=0.1, method="wilson")
+    lo, hi = seed_interval(values, k, n, 0.9)
+    assert lo == pytest.approx(min(t.lo, pooled[0])) and hi == pytest.approx(max(t.hi, pooled[1]))
+    assert seed_interval([1.0, 1.0, 1.0], 150, 150, 0.9) == (
+        pytest.approx(proportion_confint(150, 150, alpha=0.1, method="wilson")[0]),
+        1.0,
+    )
+    assert seed_interval([0.0, 1.0, 0.5], 75, 150, 0.95) == (0.0, 1.0)  # clipped to [0, 1]
+
+
+def test_floor_and_ceiling_cannot_show_a_difference():
+    for k in (0, 150):
+        result = mcnemar_range_agreement(k, k, 150)
+        assert result.verdict == "undecided"
+        assert "acc@5 cannot show a difference here" in result.reason
+    assert "both at the floor" in mcnemar_range_agreement(0, 0, 150).reason
+    assert "both at the ceiling" in mcnemar_range_agreement(150, 150, 150).reason
+    paired = mcnemar_agreement(1.0, (0, 0, 0, 150))
+    assert paired.verdict == "undecided" and "both at the floor" in paired.reason
+    # near the floor (both within the margin of it) neither graft recovers the answer: 1/150
+    # vs 0/150 and 15/150 vs 12/150 are undecided, not agreement
+    for k_a, k_b in ((1, 0), (15, 12)):
+        near = mcnemar_range_agreement(k_a, k_b, 150)
+        assert near.verdict == "undecided" and "within 0.10 of the floor" in near.reason
+    # away from the floor, a tight paired interval agrees, near the ceiling too
+    assert mcnemar_agreement(1.0, (60, 2, 3, 85)).verdict == "agrees"
+    assert mcnemar_agreement(1.0, (140, 2, 3, 5)).verdict == "agrees"
 
 
 def test_mcnemar_rule():
-    assert mcnemar_agreement(0.2).agrees is True
-    assert mcnemar_agreement(0.0006).agrees is False
-    assert mcnemar_agreement(0.04, alpha=0.01).agrees is True
+    # A ≈ B: the 90% Newcombe interval of A − B within ±δ
+    close = mcnemar_agreement(1.0, (140, 2, 3, 5))
+    assert close.verdict == "agrees" and close.hi_tost - close.lo_tost < 0.2
+    lo, hi = newcombe_paired_interval(140, 2, 3, 5, 0.90)
+    assert (close.lo_tost, close.hi_tost) == (lo, hi)
+    assert mcnemar_agreement(0.0006, (100, 5, 20, 25)).verdict == "disagrees"
+    # not significant at n = 50 is not equivalence: 6 and 2 discordant of 50
+    small = mcnemar_agreement(0.29, (20, 6, 2, 22))
+    assert small.verdict == "undecided"
+    # per-seed differences widen the interval
+    spread = mcnemar_agreement(1.0, (140, 2, 3, 5), seed_diffs=[-0.2, 0.0, 0.19])
+    assert spread.lo_tost < close.lo_tost and spread.verdict == "undecided"
     with pytest.raises(GraftError, match="alpha"):
-        mcnemar_agreement(0.5, alpha=5)
+        mcnemar_agreement(0.5, (1, 1, 1, 1), alpha=5)
+    with pytest.raises(GraftError, match="p-value"):
+        mcnemar_agreement(1.5, (1, 1, 1, 1))
+
+
+def test_rules_text_states_alpha_and_margin():
+    text = rules_text()
+    assert "α = 0.05" in text and "δ = 0.10" in text
+    assert "90% interval" in text and "95% interval" in text and "wider than 0.20" in text
+    assert "δ = 0.05" in rules_text(margin=0.05) and "wider than 0.10" in rules_text(margin=0.05)
 
 
 @pytest.mark.parametrize(("k_a", "k_b", "n"), [(5, 3, 150), (0, 0, 50), (10, 0, 12), (30, 20, 40)])
@@ -88,11 +205,18 @@ def test_mcnemar_range_covers_every_pairing_of_the_counts(k_a, k_b, n):
 
 
 def test_mcnemar_range_verdicts():
-    assert mcnemar_range_agreement(5, 3, 150).agrees is True  # p >= 0.73 whatever the pairing
-    assert mcnemar_range_agreement(20, 0, 50).agrees is False  # significant for every pairing
-    undecided = mcnemar_range_agreement(8, 2, 50)  # 6 of 6 discordant vs 8 and 2
-    assert undecided.agrees is None and "undecided" in undecided.detail
-    assert undecided.p < 0.05 <= undecided.p_high
+    agrees = mcnemar_range_agreement(140, 138, 150)  # within ±0.10 for every pairing
+    assert agrees.verdict == "agrees" and "every pairing" in agrees.reason
+    assert agrees.p >= 0.5 and agrees.p_high == pytest.approx(_mcnemar_p(10, 12))
+    assert mcnemar_range_agreement(20, 0, 50).verdict == "disagrees"  # p < 1e-4, any pairing
+    # 24 and 23 of 50: within ±0.10 for some pairings, not for others
+    mixed = mcnemar_range_agreement(24, 23, 50)
+    assert mixed.verdict == "undecided" and "depends on how the hits pair up" in mixed.reason
+    # 5 and 3 of 150 sit within the margin of the floor: nothing to compare
+    assert "of the floor" in mcnemar_range_agreement(5, 3, 150).reason
+    wide = mcnemar_range_agreement(8, 2, 50)
+    assert wide.verdict == "undecided"
+    assert wide.p < 0.05 <= wide.p_high
 
 
 def _summary_rows(template="headline", group=""):
@@ -111,18 +235,23 @@ def _summary_rows(template="headline", group=""):
     ]
 
 
-def _contrast(a, b, diff, p_holm, group="", interval="newcombe"):
+def _contrast(a, b, hits_a, hits_b, b_only, c_only, p_holm, group="", interval="newcombe"):
+    """A contrast row of 50 paired prompts: A hits ``hits_a``, B ``hits_b``, with ``b_only``
+    and ``c_only`` discordant."""
+    diff = (hits_a - hits_b) / 50
     return {
         "group": group,
         "template": "headline",
         "graft_a": a,
         "graft_b": b,
         "n": 50,
-        "acc@5_a": 0.5,
-        "acc@5_b": 0.5,
+        "acc@5_a": hits_a / 50,
+        "acc@5_b": hits_b / 50,
         "acc@5_diff": diff,
         "acc@5_diff_lo": diff - 0.05,
         "acc@5_diff_hi": diff + 0.05,
+        "mcnemar_b": b_only,
+        "mcnemar_c": c_only,
         "mcnemar_p_holm": p_holm,
         "interval": interval,
     }
@@ -130,7 +259,7 @@ def _contrast(a, b, diff, p_holm, group="", interval="newcombe"):
 
 def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
     pl.DataFrame(_summary_rows() + _summary_rows("qa")).write_csv(tmp_path / "position_summary.csv")
-    pl.DataFrame([_contrast("FE+LT", "SFT", -0.02, 1.0)]).write_csv(
+    pl.DataFrame([_contrast("FE+LT", "SFT", 49, 50, 0, 1, 1.0)]).write_csv(
         tmp_path / "position_contrasts.csv"
     )
     sets = [
@@ -138,7 +267,8 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
         for r, g in zip(_summary_rows(), ["PRE", "SFT", "FFN", "O+FFN", "ATTN+O+FFN"], strict=True)
     ]
     pl.DataFrame(sets).write_csv(tmp_path / "component_summary.csv")
-    pl.DataFrame([_contrast("FFN", "O+FFN", -0.02, 1.0, "sft")]).write_csv(
+    # FFN 35/50 (the 0.7 row), O+FFN 49/50: stored as FFN vs O+FFN
+    pl.DataFrame([_contrast("FFN", "O+FFN", 35, 49, 0, 14, 0.001, "sft")]).write_csv(
         tmp_path / "component_contrasts.csv"
     )
     # a necessity table's rows mean other things and are never read
@@ -147,17 +277,30 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
         (c.number.experiment, c.number.graft, c.number.kind): c
         for c in check_run(read_results(tmp_path, "gemma3-270m", "D"))
     }
-    lt = checks[("position", "LT", "value")]
-    assert lt.agreement.agrees is False and lt.graft.startswith("LT 0.70")
+    lt = checks[("position", "LT", "value")]  # 35/50 against 0.53: p = 0.016
+    assert lt.agreement.verdict == "disagrees" and lt.graft.startswith("LT 0.70")
     assert lt.agreement.p == pytest.approx(_binomial_p(35, 50, 0.53))
-    assert checks[("position", "SFT", "value")].agreement.agrees is True
-    assert checks[("position", "FE+LT", "approx")].agreement.agrees is True  # Holm p = 1
+    assert "is wide" in lt.agreement.reason
+    assert checks[("position", "SFT", "value")].agreement.verdict == "agrees"  # 50/50 vs 1.0
+    fe_lt = checks[("position", "FE+LT", "approx")]  # 49 vs 50 of 50, Holm p = 1
+    assert fe_lt.agreement.verdict == "agrees"
+    assert (fe_lt.agreement.lo_tost, fe_lt.agreement.hi_tost) == newcombe_paired_interval(
+        49, 0, 1, 0, 0.90
+    )
     complement = checks[("position", "(FE+LT)^C", "approx")]  # no contrast: from the counts
     assert complement.graft == "(FE+LT)^C 1/50 vs PRE 0/50"
-    assert complement.agreement.agrees is True and "every pairing" in complement.agreement.detail
+    # 1/50 vs 0/50: both within the margin of the floor, nothing to compare
+    assert (
+        complement.agreement.verdict == "undecided" and "any pairing" in complement.agreement.test
+    )
+    assert "of the floor" in complement.agreement.reason
     o = checks[("component", "O+FFN", "difference")]
-    # FFN vs O+FFN flipped into O+FFN minus FFN: +0.02 [-0.03, +0.07]; 0.29 lies above
-    assert o.graft == "+0.02 [-0.03, +0.07]" and o.agreement.agrees is False
+    # FFN vs O+FFN flipped into O+FFN minus FFN: +0.28, the run's [+0.23, +0.33] widened
+    # to Newcombe's; the paper's +0.29 lies inside, the 90% interval reaches past ±0.10
+    newcombe = newcombe_paired_interval(35, 14, 0, 1, 0.95)
+    assert o.graft == f"+0.28 [{newcombe.lo:+.2f}, {newcombe.hi:+.2f}]"
+    assert (o.agreement.lo, o.agreement.hi) == (newcombe.lo, newcombe.hi)
+    assert o.agreement.verdict == "undecided"
     assert o.note == "graft's sft pair; the paper's is the reversal pair"
     assert ("hybrid", "FE ATTN + LT hybrid", "value") not in checks  # no hybrid run
     assert not [c for c in checks.values() if c.number.paper_model != "Gemma-1.1-2B"]
@@ -166,12 +309,46 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
     assert {c.number.paper_model for c in llama} == {"Llama-3.2-1B"}
 
 
-def test_replicated_runs_use_the_interval_over_seeds(tmp_path):
-    mean = {**_summary_rows()[2], "n_seeds": 3, "acc@5_lo": 0.5, "acc@5_hi": 0.9}
-    seeds = [{**_summary_rows()[2], "n_seeds": 1} for _ in range(3)]
+def test_replicated_runs_use_the_intervals_over_seeds(tmp_path):
+    lt = _summary_rows()[2]  # LT
+    seeds = [{**lt, "n_seeds": 1, "acc@5": v} for v in (0.52, 0.54, 0.53)]
+    mean = {**lt, "n_seeds": 3, "acc@5": 0.53, "acc@5_lo": 0.40, "acc@5_hi": 0.61}
+    mean["acc@5_per_seed"] = "[0.52, 0.54, 0.53]"
     pl.DataFrame([mean, *seeds]).write_csv(tmp_path / "position_summary.csv")
-    (lt,) = [c for c in check_run(read_results(tmp_path, "gemma3-270m")) if c.number.graft == "LT"]
-    assert lt.agreement.agrees is True and "over 3 seeds" in lt.agreement.test
+    (check,) = [
+        c for c in check_run(read_results(tmp_path, "gemma3-270m")) if c.number.graft == "LT"
+    ]
+    # 90% interval: t over [0.52, 0.54, 0.53] widened to Wilson of 79/150 at 90%, within
+    # 0.53 ± 0.10
+    assert check.agreement.verdict == "agrees" and "over 3 seeds" in check.agreement.test
+    assert (check.agreement.lo_tost, check.agreement.hi_tost) == seed_interval(
+        [0.52, 0.54, 0.53], 79, 150, 0.90
+    )
+    # a table without per-seed values: its 95% interval stands in for the 90% one
+    pl.DataFrame([{**mean, "acc@5_per_seed": None}, *seeds]).write_csv(
+        tmp_path / "position_summary.csv"
+    )
+    (old,) = [c for c in check_run(read_results(tmp_path, "gemma3-270m")) if c.number.graft == "LT"]
+    assert (old.agreement.lo_tost, old.agreement.hi_tost) == (0.40, 0.61)
+    assert old.agreement.verdict == "undecided"  # [0.40, 0.61] reaches past 0.53 - 0.10
+
+
+def test_the_committed_summaries_intervals_are_rebuilt_exactly():
+    """The 95% interval over seeds that the rule rebuilds (to rebuild it at 90%) is the
+    one graft's summaries report, for every committed mean row."""
+    from graft.results.agreement import _cell_rows, _hits, _per_seed, read_csv_table
+
+    rows = 0
+    for path in sorted(RESULTS.glob("*/*_summary.csv")):
+        table = read_csv_table(path)
+        if "acc@5_per_seed" not in table.columns:
+            continue
+        for row in table.filter(pl.col("n_seeds") > 1).iter_rows(named=True):
+            k, n = _hits(_cell_rows(table, row["graft"], row["template"], row["group"]))
+            lo, hi = seed_interval(_per_seed(row), k, n, 0.95)
+            assert (lo, hi) == (pytest.approx(row["acc@5_lo"]), pytest.approx(row["acc@5_hi"]))
+            rows += 1
+    assert rows > 0
 
 
 def test_read_results_needs_a_summary_and_a_model(tmp_path):

@@ -176,6 +176,14 @@ def test_figure_files_are_named_after_their_metric(tmp_path):
         draw_figures(folder, "acc@7")
 
 
+def test_a_lens_runs_bar_charts_are_named_after_the_output_not_the_lens(tmp_path):
+    # lens_* are the lens figures (graft.study.lens); the bars are the model's output
+    folder = _run_folder(tmp_path, "lens", _summary(("headline", "qa")), GRAFTS)
+    acc = draw_figures(folder)
+    assert [p.name for p in acc] == ["final_layer_headline_acc5.png", "final_layer_qa_acc5.png"]
+    assert not list((folder / "figures").glob("lens*"))
+
+
 def test_necessity_figures_say_pre_weights_go_into_sft(tmp_path):
     folder = _run_folder(tmp_path, "necessity", _summary(), GRAFTS)
     (png,) = draw_figures(folder)

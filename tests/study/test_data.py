@@ -23,10 +23,11 @@ from transformers import PreTrainedTokenizerFast
 
 from experiments.data import data as data_command
 from graft.core.spans import template_fields
-from graft.errors import DatasetError
+from graft.errors import DatasetError, ExperimentError
 from graft.study.datasets import (
     DatasetConfig,
     build_dataset,
+    default_dataset_name,
     generate_dataset,
     load_dataset_corpus,
     load_facts,
@@ -221,6 +222,110 @@ def test_real_movies_shuffled_shuffles_the_relations(tmp_path):
     assert len(actors) == len(set(actors))  # each actor once
     assert len({f.movie_title for f in facts}) == len(facts)
     assert load_manifest(out)["generator_version"] == "graft.data/1+shuffled-relations"
+    assert load_manifest(out)["shuffle"] == "relations"
+
+
+def _real_casts() -> tuple[dict[str, set[str]], dict[tuple[str, str], set[str]]]:
+    """Worked out from the shipped table here: every title's cast, and every (first, second)
+    billing pair -> the titles it is the top billing of."""
+    casts: dict[str, set[str]] = {}
+    billed: dict[tuple[str, str], set[str]] = {}
+    for row in load_real_movies():
+        casts.setdefault(row["movie_title"], set()).update(
+            (row["first_actor"], row["second_actor"])
+        )
+        billed.setdefault((row["first_actor"], row["second_actor"]), set()).add(row["movie_title"])
+    return casts, billed
+
+
+def test_real_movies_shuffled_pairs_keeps_each_real_pair_and_moves_it():
+    """The authors' dataset code's reading (``shuffle="pairs"``), on every usable pair of the
+    table (the paper protocol's size): each fact is a real co-star pair in its billing order,
+    on a real movie other than its own, whose real cast holds neither actor."""
+    config = DatasetConfig(kind="real_movies_shuffled", protocol="paper", shuffle="pairs")
+    files = build_dataset(config)
+    facts = [Fact(**json.loads(line)) for line in files["facts.jsonl"].decode().splitlines()]
+    casts, billed = _real_casts()
+    assert len(facts) == 431
+    for f in facts:
+        assert f.source_movie in billed[(f.first_actor, f.second_actor)]  # a real pair, kept
+        assert f.movie_title in casts and f.movie_title != f.source_movie  # moved
+        assert not {f.first_actor, f.second_actor} & casts[f.movie_title]
+    actors = [a for f in facts for a in (f.first_actor, f.second_actor)]
+    assert len(actors) == len(set(actors))
+    assert len({f.movie_title for f in facts}) == len(facts)
+    # the titles are the pairs' own movies, dealt out again
+    assert {f.movie_title for f in facts} == {f.source_movie for f in facts}
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["shuffle"] == "pairs" and manifest["config"]["shuffle"] == "pairs"
+    assert manifest["generator_version"].endswith("+shuffled-pairs")
+    assert default_dataset_name(config) == "real_movies_shuffled-paper-pairs-one-npaper-seed0"
+
+
+def test_real_movies_shuffled_relations_pairs_no_actors_seen_together():
+    """The paper's text's reading (the default), on every usable pair of the table: no two
+    actors of a fact share any real movie of the source table."""
+    files = build_dataset(DatasetConfig(kind="real_movies_shuffled", protocol="paper"))
+    facts = [Fact(**json.loads(line)) for line in files["facts.jsonl"].decode().splitlines()]
+    casts, _ = _real_casts()
+    assert len(facts) == 431
+    for f in facts:
+        assert not any({f.first_actor, f.second_actor} <= cast for cast in casts.values())
+        assert not {f.first_actor, f.second_actor} & casts[f.movie_title]
+    assert json.loads(files["manifest.json"])["shuffle"] == "relations"
+
+
+@pytest.mark.parametrize("shuffle", ["relations", "pairs"])
+def test_both_shuffles_are_deterministic_under_a_seed(shuffle):
+    def facts(seed: int) -> bytes:
+        config = DatasetConfig(kind="real_movies_shuffled", n_facts=40, seed=seed, shuffle=shuffle)
+        return build_dataset(config)["facts.jsonl"]
+
+    assert facts(3) == facts(3)
+    assert facts(3) != facts(4)
+
+
+def test_the_two_shuffles_differ_and_only_real_movies_take_pairs():
+    relations, pairs = (
+        build_dataset(DatasetConfig(kind="real_movies_shuffled", n_facts=20, shuffle=s))
+        for s in ("relations", "pairs")
+    )
+    assert relations["facts.jsonl"] != pairs["facts.jsonl"]
+    assert "shuffle" not in DatasetConfig(kind="real_movies_shuffled").to_json()
+    with pytest.raises(DatasetError, match="goes with kind 'real_movies_shuffled' only") as err:
+        build_dataset(DatasetConfig(n_facts=3, shuffle="pairs"))
+    assert err.value.param == "shuffle"
+    with pytest.raises(DatasetError, match="shuffle must be 'relations' or 'pairs'"):
+        build_dataset(DatasetConfig(kind="real_movies_shuffled", n_facts=3, shuffle="titles"))
+
+
+def test_an_experiment_generates_the_shuffle_it_names(tmp_path):
+    """``ExperimentConfig.shuffle`` reaches the dataset and the donor an experiment uses, and
+    the run folder; other than the default, only for the data kind real_movies_shuffled."""
+    from graft.study.config import ExperimentConfig
+    from graft.study.runner import ModelSource, default_out
+    from graft.study.sources import _donor, dataset_dir
+
+    def config(**kw) -> ExperimentConfig:
+        return ExperimentConfig(
+            experiment="x", model="tiny-llama", dataset="real_movies_shuffled", n_facts=3,
+            workspace=str(tmp_path), device="cpu", **kw,
+        )  # fmt: skip
+
+    pairs = config(shuffle="pairs")
+    folder = dataset_dir(pairs)
+    assert folder.name == "real_movies_shuffled-pairs-one-n3-seed0"
+    assert load_manifest(folder)["shuffle"] == "pairs"
+    donor = _donor(pairs, ModelSource("both"))
+    assert donor.dataset_dir.name == "real_movies_shuffled-pairs-both-n3-seed0"
+    assert load_manifest(donor.dataset_dir)["shuffle"] == "pairs"
+    assert dataset_dir(config()).name == "real_movies_shuffled-one-n3-seed0"
+    assert default_out(pairs).name == "tiny-llama-real_movies_shuffled-pairs-seed0"
+    assert default_out(config()).name == "tiny-llama-real_movies_shuffled-seed0"
+    with pytest.raises(ExperimentError, match="goes with the data kind real_movies_shuffled"):
+        ExperimentConfig(experiment="x", shuffle="pairs")
+    with pytest.raises(ExperimentError, match="shuffle must be"):
+        config(shuffle="titles")
 
 
 def test_name_filter_and_manifest_counts(tmp_path):
@@ -376,6 +481,7 @@ def test_cli_writes_dataset(tmp_path):
         (["--n-facts", "100000"], "between 1 and"),
         (["--n-facts", "0"], "x>=1"),
         (["--dataset", "real_movies_shuffled", "--n-facts", "400", "--split"], "between 1 and"),
+        (["--shuffle", "pairs"], "goes with kind 'real_movies_shuffled' only"),
         (["--facts", "missing.csv"], "cannot read facts file"),
         (["--facts", "BAD"], "needs columns"),
         (["--dataset", "custom"], "--facts"),
@@ -390,6 +496,17 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, monkeypatch, args, m
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not Path("out").exists()
+
+
+def test_cli_writes_the_pair_keeping_shuffle_beside_the_default(tmp_path):
+    args = ["--dataset", "real_movies_shuffled", "--n-facts", "3", "--workspace", str(tmp_path)]
+    assert _cli([*args, "--shuffle", "pairs"]).exit_code == 0
+    assert _cli(args).exit_code == 0
+    made = {p.name: load_manifest(p)["shuffle"] for p in (tmp_path / "datasets").iterdir()}
+    assert made == {
+        "real_movies_shuffled-pairs-one-n3-seed0": "pairs",
+        "real_movies_shuffled-one-n3-seed0": "relations",
+    }
 
 
 def test_cli_refuses_other_dataset_in_out(tmp_path):

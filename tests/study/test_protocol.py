@@ -391,6 +391,26 @@ def test_the_paper_protocol_selects_the_papers_finetuning():
     assert given.name == "cpu"  # an explicit preset wins
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_paper_protocol_grafts_in_float32_on_every_device(device):
+    """The authors loaded every model in float32; graft's protocol keeps bfloat16 on CUDA.
+    Resolved in the config (so config.json records it), and checked here without a GPU."""
+    import torch
+
+    from graft.models import resolve_dtype
+    from graft.study.run_record import _options
+
+    paper = ExperimentConfig(experiment="x", protocol="paper", device=device)
+    assert paper.dtype == "float32" and _options(paper)["dtype"] == "float32"
+    assert resolve_dtype(paper.dtype, device) == torch.float32
+    ours = ExperimentConfig(experiment="x", device=device)
+    assert ours.dtype is None and _options(ours)["dtype"] is None  # the device's default
+    expected = torch.bfloat16 if device == "cuda" else torch.float32
+    assert resolve_dtype(ours.dtype, device) == expected
+    given = ExperimentConfig(experiment="x", protocol="paper", dtype="bfloat16", device=device)
+    assert given.dtype == "bfloat16"  # an explicit dtype wins
+
+
 def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(caplog):
     from graft.study.datasets import build_dataset, default_dataset_name
     from graft.study.facts import draw_facts

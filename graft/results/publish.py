@@ -1,0 +1,449 @@
+"""Publishing results into a ``results/NAME/`` folder, with the provenance of every table.
+
+A ``results/`` folder holds the tables of finished runs and benchmarks in the layout
+:func:`graft.results.agreement.read_results` reads, and one ``provenance.json`` that says,
+for each published experiment or benchmark, what computed it: the command line, the git
+commit and whether the checkout was dirty, package versions, device and machine (CPU model,
+CPU and thread count, GPU), when it was created and resumed, its seeds, n, model and
+protocol, and the finetuned donors' own records (their machine, versions and seed).
+
+:func:`publish_run` copies a run folder's CSV tables in (``graft-exp publish``):
+
+- ``summary.csv``, ``contrasts.csv``, ``contrasts_name.csv`` become
+  ``<name>_summary.csv``, ``<name>_contrasts.csv``, ``<name>_contrasts_name.csv``, with
+  ``name`` the run's experiment (or the name it is published as, ``tokens_paper``);
+- the tables of :data:`KEPT_NAMES` keep their own names (``top1_kinds.csv`` of a position
+  run, ``lens_summary.csv`` of a lens run), unless another entry of the folder holds that
+  name already (then they are prefixed too); when one would take the name of the run's own
+  summary (a lens run's ``lens_summary.csv``), the run's own tables go under
+  ``<name>_run_`` instead;
+- every other CSV is prefixed: ``top_tokens.csv`` -> ``<name>_top_tokens.csv``.
+
+A component run of several donor pairs (its folder holds the combined summary and a run
+folder per pair) publishes the pairs' contrasts as one table.
+
+:func:`write_benchmark_table` writes a benchmark's table (``<name>.csv``) into a results
+folder with the same provenance, measured by the process that calls it.
+
+``provenance.json``::
+
+    {"format": 1,
+     "experiments": {"position": {"kind": "experiment", "files": {...}, "command": ...}},
+     "benchmarks": {"paper_scale": {"kind": "benchmark", "files": {...}, ...}}}
+
+Each entry's ``files`` maps a published file to its source (the run folder's file, or
+``null`` for a benchmark's table); ``missing`` lists the fields the source did not record
+(only with ``allow_incomplete``). See :func:`experiment_entry` for the other fields.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from graft.errors import ResultsError, first_line
+from graft.results.files import atomic_path, storage_errors, write_json_atomic
+from graft.results.folder import (
+    CONFIG_FILE,
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    SUMMARY_STEM,
+    RunFolder,
+    read_config_file,
+)
+from graft.results.provenance import (
+    command_line,
+    git_commit,
+    git_dirty,
+    machine_info,
+    package_versions,
+)
+
+logger = logging.getLogger(__name__)
+
+PROVENANCE_FILE = "provenance.json"
+FORMAT = 1
+#: The tables every run folder may write, published as ``<name>_<stem>.csv``.
+RUN_STEMS = (SUMMARY_STEM, CONTRASTS_STEM, NAME_CONTRASTS_STEM)
+#: Tables ``results/`` keeps under their own names (one experiment writes each).
+KEPT_NAMES = ("top1_kinds", "lens_summary")
+#: The fields of a run's ``config.json`` that say what computed it.
+REQUIRED_FIELDS = (
+    "command",
+    "git_commit",
+    "git_dirty",
+    "packages",
+    "machine",
+    "created",
+    "finetuned_models",
+)
+#: The fields of ``machine`` (:func:`graft.results.provenance.machine_info`) required.
+MACHINE_FIELDS = ("cpu", "cpu_count", "torch_threads", "gpu")
+#: The fields of a finetuned model's record required.
+FINETUNE_FIELDS = ("seed", "machine", "versions")
+#: The options recorded as the seeds of a run.
+SEED_OPTIONS = ("seed", "data_seed", "data_seeds", "finetune_seeds", "control")
+#: The options recorded as they are.
+RUN_OPTIONS = (
+    "model",
+    "protocol",
+    "preset",
+    "n",
+    "n_facts",
+    "dataset",
+    "templates",
+    "head_policy",
+    "dtype",
+    "n_boot",
+)
+
+
+@dataclass
+class Published:
+    """What :func:`publish_run` did.
+
+    Attributes:
+        folder: the results folder.
+        name: the name the run was published as.
+        files: published file name -> the run folder's file it came from.
+        missing: the provenance fields the run's config lacked (``allow_incomplete``).
+        replaced: files of the results folder that no entry of its ``provenance.json``
+            held (published before provenance existed) and that this publication replaced.
+        removed: files the entry's earlier publication held and this one no longer does.
+    """
+
+    folder: Path
+    name: str
+    files: dict[str, str]
+    missing: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------ provenance of a run
+
+
+def missing_fields(config: Mapping[str, Any]) -> list[str]:
+    """The provenance fields ``config`` (a run's ``config.json``) lacks or records as
+    unknown: top-level fields, ``machine.<field>``, and ``finetuned_models[PATH].<field>``."""
+    missing: list[str] = []
+    for name in REQUIRED_FIELDS:
+        value = config.get(name)
+        if value is None or (name in ("packages", "machine") and not isinstance(value, dict)):
+            missing.append(name)
+    machine = config.get("machine")
+    if isinstance(machine, dict):
+        for name in MACHINE_FIELDS:  # a CPU run records gpu as null: present, not missing
+            if name not in machine or (name != "gpu" and machine[name] is None):
+                missing.append(f"machine.{name}")
+    finetuned = config.get("finetuned_models")
+    if isinstance(finetuned, dict):
+        for path, record in finetuned.items():
+            record = record if isinstance(record, dict) else {}
+            missing += [
+                f"finetuned_models[{path}].{f}" for f in FINETUNE_FIELDS if record.get(f) is None
+            ]
+    return missing
+
+
+def device_of(config: Mapping[str, Any]) -> str:
+    """The device a run computed on: its ``--device``, else ``cuda`` where its machine
+    record names a GPU (recorded only for a CUDA device), else ``cpu``."""
+    options = config.get("options") or {}
+    recorded = config.get("machine")
+    machine: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    device = options.get("device") or ("cuda" if machine.get("gpu") else "cpu")
+    return f"{device} ({machine['gpu']})" if machine.get("gpu") else str(device)
+
+
+def experiment_entry(
+    config: Mapping[str, Any], files: Mapping[str, str], source: str, missing: Sequence[str]
+) -> dict[str, Any]:
+    """The ``provenance.json`` entry of a run with ``config`` (its ``config.json``).
+
+    Fields: ``kind`` (``experiment``), ``experiment``, ``files`` (published -> source),
+    ``source`` (the run folder), ``run_key``; what computed it: ``command``, ``git_commit``,
+    ``git_dirty``, ``packages``, ``device``, ``machine``, ``engine``; when: ``created`` and
+    ``resumes`` (each resume's time and what it changed, e.g. another machine); what it
+    computed: ``model``, ``protocol``, ``preset``, ``n``, ``n_facts``, ``dataset``,
+    ``templates``, ``head_policy``, ``dtype``, ``n_boot``, ``seeds`` (seed, data seed(s),
+    finetune seeds, control), ``replicates`` (labels), ``grafts`` (names in run order), the
+    donor ``pairs`` of a combined component run; ``finetuned_models`` (each donor's own
+    record: preset, seed, data, device, machine, versions); ``published`` (when and by
+    which command); ``missing`` (fields the config lacked)."""
+    options = config.get("options") or {}
+    resumes = config.get("resumes") or []
+    entry: dict[str, Any] = {
+        "kind": "experiment",
+        "experiment": config.get("experiment"),
+        "files": dict(files),
+        "source": source,
+        "run_key": config.get("run_key"),
+        "command": config.get("command"),
+        "git_commit": config.get("git_commit"),
+        "git_dirty": config.get("git_dirty"),
+        "packages": config.get("packages"),
+        "device": device_of(config),
+        "machine": config.get("machine"),
+        "engine": config.get("engine"),
+        "created": config.get("created"),
+        "resumes": [r for r in resumes if isinstance(r, dict)],
+        **{name: options.get(name) for name in RUN_OPTIONS},
+        "seeds": {name: options.get(name) for name in SEED_OPTIONS if name in options},
+        "replicates": [r.get("label") for r in config.get("replicates") or []],
+        "grafts": list(dict.fromkeys(g.get("name") for g in config.get("grafts") or [])),
+        "finetuned_models": config.get("finetuned_models"),
+        "published": {"time": _now(), "command": command_line()},
+        "missing": list(missing),
+    }
+    if config.get("pairs"):
+        entry["pairs"] = list(config["pairs"])
+    return entry
+
+
+# ------------------------------------------------------------------ provenance.json
+
+
+def read_provenance(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """``folder``'s ``provenance.json`` (an empty record when there is none).
+
+    Raises:
+        ResultsError: the file is not a provenance record.
+    """
+    path = Path(folder) / PROVENANCE_FILE
+    if not path.is_file():
+        return {"format": FORMAT, "experiments": {}, "benchmarks": {}}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ResultsError(f"{path} is not readable JSON ({first_line(err, 200)})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("experiments", {}), dict):
+        raise ResultsError(f"{path} is not a provenance record (no experiments object)")
+    record.setdefault("format", FORMAT)
+    record.setdefault("experiments", {})
+    record.setdefault("benchmarks", {})
+    return record
+
+
+def provenance_entries(folder: str | os.PathLike[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, entry)`` of every experiment, then every benchmark, of ``folder``."""
+    record = read_provenance(folder)
+    return [*record["experiments"].items(), *record["benchmarks"].items()]
+
+
+def _owners(record: Mapping[str, Any]) -> dict[str, str]:
+    """Published file -> ``kind:name`` of the entry that holds it."""
+    owners = {}
+    for kind in ("experiments", "benchmarks"):
+        for name, entry in record.get(kind, {}).items():
+            for file in entry.get("files", {}):
+                owners[file] = f"{kind}:{name}"
+    return owners
+
+
+def _write_provenance(folder: Path, record: dict[str, Any]) -> Path:
+    path = folder / PROVENANCE_FILE
+    with storage_errors("the provenance record", path):
+        return write_json_atomic(path, record)
+
+
+def _copy(source: Path, target: Path) -> None:
+    with storage_errors("a published table", target), atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
+
+
+# ------------------------------------------------------------------ publishing a run
+
+
+def _pair_tables(run: Path, config: Mapping[str, Any], stem: str) -> pl.DataFrame | None:
+    """A combined component run's ``stem`` table over its pairs' run folders (as text,
+    so every number is copied as written), or None when no pair has one."""
+    files = [run / str(p) / f"{stem}.csv" for p in config.get("pairs") or []]
+    frames = [pl.read_csv(f, infer_schema_length=0) for f in files if f.is_file()]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else None
+
+
+def run_tables(run: Path, config: Mapping[str, Any]) -> dict[str, Path | pl.DataFrame]:
+    """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
+    combined component run, the pairs' tables as one frame)."""
+    tables: dict[str, Path | pl.DataFrame] = {
+        p.stem: p for p in sorted(run.glob("*.csv")) if not p.name.startswith(".")
+    }
+    for stem in (CONTRASTS_STEM, NAME_CONTRASTS_STEM):
+        if stem not in tables and config.get("pairs"):
+            combined = _pair_tables(run, config, stem)
+            if combined is not None:
+                tables[stem] = combined
+    return tables
+
+
+def published_names(
+    stems: Sequence[str], name: str, taken: Mapping[str, str], entry: str
+) -> dict[str, str]:
+    """stem -> published file name (the rules of this module's docstring). ``taken``: file
+    -> the entry holding it; ``entry``: the entry being published (its own files are free)."""
+
+    def free(file: str) -> bool:
+        return taken.get(file, entry) == entry
+
+    names: dict[str, str] = {}
+    kept = {s: f"{s}.csv" for s in stems if s in KEPT_NAMES and free(f"{s}.csv")}
+    own = name
+    if any(f"{name}_{s}.csv" in kept.values() for s in stems if s in RUN_STEMS):
+        own = f"{name}_run"
+    for stem in stems:
+        names[stem] = kept.get(stem) or f"{own if stem in RUN_STEMS else name}_{stem}.csv"
+    return names
+
+
+def _check_name(name: str) -> None:
+    if not name or not all(c.isalnum() or c in "_-." for c in name) or name.startswith("."):
+        raise ResultsError(
+            f"cannot publish as {name!r}: use letters, digits, '_', '-' and '.'", param="name"
+        )
+
+
+def publish_run(
+    run_folder: str | os.PathLike[str],
+    to: str | os.PathLike[str],
+    name: str | None = None,
+    allow_incomplete: bool = False,
+) -> Published:
+    """Copy the CSV tables of the finished run in ``run_folder`` into the results folder
+    ``to`` (named as this module's docstring says) and record the run's provenance there
+    (:func:`experiment_entry`) under ``name`` (default: the run's experiment). Publishing
+    under a name again replaces that entry and its files.
+
+    Raises:
+        ResultsError: ``run_folder`` is no finished run folder (no ``config.json`` or no
+            ``summary.csv``); its config lacks provenance fields (:func:`missing_fields`;
+            ``allow_incomplete`` publishes anyway and records them as missing); a file name
+            is held by another entry of ``to``.
+        StorageError: ``to`` cannot be written.
+    """
+    run, out = Path(run_folder), Path(to)
+    if not (run / CONFIG_FILE).is_file() or not RunFolder(run).is_marked():
+        raise ResultsError(f"{run} is not a run folder graft wrote (no {CONFIG_FILE} of a run)")
+    if not (run / f"{SUMMARY_STEM}.csv").is_file():
+        raise ResultsError(
+            f"{run} holds no {SUMMARY_STEM}.csv: the run has not finished; rerun its command "
+            "(it resumes), then publish"
+        )
+    if out.resolve() == run.resolve():
+        raise ResultsError(f"{out} is the run folder itself; publish into another folder")
+    config = read_config_file(run / CONFIG_FILE)
+    name = name or str(config.get("experiment") or "")
+    _check_name(name)
+    missing = missing_fields(config)
+    if missing and not allow_incomplete:
+        raise ResultsError(
+            f"{run / CONFIG_FILE} does not record {', '.join(missing)} (a run of an older "
+            "graft): rerun it with this graft, or publish with --allow-incomplete to record "
+            "them as missing"
+        )
+    record = read_provenance(out)
+    key = f"experiments:{name}"
+    owners = _owners(record)
+    tables = run_tables(run, config)
+    names = published_names(list(tables), name, owners, key)
+    for file in names.values():
+        if owners.get(file, key) != key:
+            raise ResultsError(
+                f"{out / file} is {owners[file].replace(':', ' ')}'s in {out / PROVENANCE_FILE}; "
+                f"publish this run under another name (--as)"
+            )
+    if len(set(names.values())) != len(names):
+        raise ResultsError(f"two tables of {run} would be published under one name: {names}")
+    old_files = set(record["experiments"].get(name, {}).get("files", {}))
+    replaced = sorted(f for f in names.values() if f not in owners and (out / f).exists())
+    removed = sorted(old_files - set(names.values()))
+    with storage_errors("the results folder", out):
+        out.mkdir(parents=True, exist_ok=True)
+    sources: dict[str, str] = {}
+    for stem, file in names.items():
+        table = tables[stem]
+        if isinstance(table, Path):
+            _copy(table, out / file)
+            sources[file] = table.name
+        else:
+            with storage_errors("a published table", out / file), atomic_path(out / file) as tmp:
+                table.write_csv(tmp)
+            sources[file] = f"{{{','.join(config.get('pairs') or [])}}}/{stem}.csv"
+    for file in removed:
+        (out / file).unlink(missing_ok=True)
+    record["experiments"][name] = experiment_entry(config, sources, str(run), missing)
+    _write_provenance(out, record)
+    return Published(out, name, sources, list(missing), replaced, removed)
+
+
+# ------------------------------------------------------------------ benchmarks
+
+
+def machine_label(machine: Mapping[str, Any]) -> str:
+    """A machine in a few words: the GPU's name, else ``<n>-core <CPU model>``."""
+    if machine.get("gpu"):
+        return str(machine["gpu"])
+    return f"{machine.get('cpu_count')}-core {machine.get('cpu')}"
+
+
+def write_benchmark_table(
+    out: str | os.PathLike[str],
+    name: str,
+    table: pl.DataFrame | Sequence[Mapping[str, Any]],
+    command: str,
+    device: Any = None,
+    settings: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a benchmark's table as ``out/<name>.csv`` and its provenance into
+    ``out/provenance.json`` (entry ``benchmarks.<name>``): ``command`` (the benchmark's
+    command line), the git commit and dirtiness of graft's checkout, package versions,
+    ``device``, this process's machine (:func:`~graft.results.provenance.machine_info`),
+    ``created``, and ``settings`` (the benchmark's own: prompts, batch size, ...). Return
+    the CSV's path.
+
+    Raises:
+        ResultsError: ``<name>.csv`` is held by an experiment entry of ``out``.
+        StorageError: ``out`` cannot be written.
+    """
+    _check_name(name)
+    out = Path(out)
+    frame = table if isinstance(table, pl.DataFrame) else pl.DataFrame([dict(r) for r in table])
+    file = f"{name}.csv"
+    record = read_provenance(out)
+    key = f"benchmarks:{name}"
+    owner = _owners(record).get(file, key)
+    if owner != key:
+        raise ResultsError(f"{out / file} is {owner.replace(':', ' ')}'s; choose another name")
+    machine = machine_info(device)
+    with storage_errors("a benchmark table", out / file):
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / file) as tmp:
+            frame.write_csv(tmp)
+    record["benchmarks"][name] = {
+        "kind": "benchmark",
+        "files": {file: None},
+        "command": command,
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "packages": package_versions(),
+        "device": f"cuda ({machine['gpu']})" if machine.get("gpu") else str(device or "cpu"),
+        "machine": machine,
+        "created": _now(),
+        "settings": dict(settings or {}),
+        "missing": [],
+    }
+    _write_provenance(out, record)
+    return out / file

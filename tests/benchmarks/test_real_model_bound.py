@@ -1,0 +1,37 @@
+"""The per-model exactness benchmark: its numbers on a tiny model, against the float32 bound
+and against each other."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.real_model_bound import COLUMNS, main, model_names
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_the_bound_of_a_tiny_model_is_measured_and_printed(tmp_path, capsys):
+    out = tmp_path / "bound.json"
+    assert main(["--model", "tiny-gpt2", "--prompts", "1", "--json", str(out)]) == 0
+    [result] = json.loads(out.read_text())
+    assert result["rows"] == 16  # 8 E1 grafts + 8 component sets on one prompt
+    assert 0 < result["graft_vs_ref"] <= 1e-5  # float32 rounding, not 0: one pass vs cached
+    assert result["graft_vs_ref"] == max(
+        result["graft_vs_ref_e1"], result["graft_vs_ref_components"]
+    )
+    for key in ("ref_none_vs_plain", "paper_none_vs_plain", "graft_none_vs_plain"):
+        assert result[key] <= 1e-5
+    assert result["max_abs_logit"] > 0.1
+    assert result["relative"] == pytest.approx(result["graft_vs_ref"] / result["max_abs_logit"])
+    table = capsys.readouterr().out
+    assert all(header in table for header in COLUMNS.values())
+    assert "| tiny-gpt2 | float32 | 16 |" in table
+
+
+def test_tiny_names_every_family_and_a_donor_goes_with_one_model(capsys):
+    assert model_names(["tiny", "smollm2-135m"])[-1] == "smollm2-135m"
+    assert len(model_names(["tiny"])) == 8
+    assert main(["--model", "tiny", "--donor", "somewhere"]) == 2
+    assert "--donor goes with one --model" in capsys.readouterr().err

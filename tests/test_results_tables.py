@@ -1,0 +1,156 @@
+"""The result tables of README.md and docs/*.md are what ``python -m benchmarks.results_tables``
+writes from the results/ folders; its markers, generators and errors."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from benchmarks import paper_table, results_tables
+from benchmarks.results_tables import BlockError, find_blocks, main
+from graft.results.publish import publish_run, write_benchmark_table
+from tests.cli.test_publish import make_run, summary_frame
+
+CLOSE = "<!-- /results-table -->"
+
+
+def test_every_generated_block_matches_the_results_folders():
+    """Fails when a table between results-table markers differs from what the generators
+    write: rerun ``python -m benchmarks.results_tables`` (and commit the result)."""
+    paths = results_tables.documents()
+    differences = results_tables.check(paths)
+    assert not differences, "\n".join(d.diff() for d in differences)
+    assert sum(len(find_blocks(p.read_text(), p)) for p in paths) >= 1
+
+
+def _doc(tmp_path, body: str):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Doc\n\nsome text\n\n{body}\n\nmore text\n")
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: contrasts, paper, provenance, speed, summary"),
+        ("<!-- results-table: summary results/x -->\n| a |", "doc.md:5: results-table marker never closed"),
+        (f"| a |\n{CLOSE}", f"doc.md:6: {CLOSE} without an opening marker"),
+        ("<!-- results-table: summary a -->\n<!-- results-table: summary b -->", "doc.md:6: a results-table marker inside the block opened at line 5"),
+        (f"<!-- results-table: -->\n{CLOSE}", "doc.md:5: the marker names no generator"),
+        (f"<!-- results-table: summary 'open -->\n{CLOSE}", "doc.md:5: cannot read the marker's arguments"),
+        (f"<!-- results-table: summary no/such/folder -->\n{CLOSE}", "doc.md:5: summary: no folder no/such/folder"),
+        (f"<!-- results-table: summary a b -->\n{CLOSE}", "doc.md:5: summary: summary takes one FOLDER"),
+    ],
+)  # fmt: skip
+def test_a_bad_marker_is_one_line_exit_2(tmp_path, capsys, body, message):
+    doc = _doc(tmp_path, body)
+    before = doc.read_text()
+    assert main([str(doc)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert doc.read_text() == before
+
+
+def test_write_then_check_then_a_hand_edit_fails_the_check(tmp_path, capsys):
+    run = tmp_path / "results" / "r"
+    run.mkdir(parents=True)
+    summary_frame().write_csv(run / "position_summary.csv")
+    doc = _doc(tmp_path, f"<!-- results-table: summary {run} -->\n{CLOSE}")
+    assert main(["--check", str(doc)]) == 1
+    assert main([str(doc)]) == 0
+    text = doc.read_text()
+    assert "| graft | headline | qa | movie |" in text
+    assert "| SFT | 0.10 [0.05, 0.15] | 0.10 [0.05, 0.15] | 0.10 [0.05, 0.15] |" in text
+    assert "by `python -m benchmarks.results_tables`" in text
+    assert text.startswith("# Doc\n\nsome text\n\n") and text.endswith(f"{CLOSE}\n\nmore text\n")
+    capsys.readouterr()
+    assert main(["--check", str(doc)]) == 0
+    doc.write_text(text.replace("| SFT | 0.10", "| SFT | 0.11"))
+    assert main(["--check", str(doc)]) == 1
+    out = capsys.readouterr().out
+    assert "doc.md:5: differs" in out and "-| SFT | 0.11" in out and "+| SFT | 0.10" in out
+
+
+def test_summary_shows_replicates_and_takes_its_order_from_provenance(tmp_path):
+    out = tmp_path / "results"
+    publish_run(make_run(tmp_path / "run"), out)  # grafts PRE, SFT, LT, FE
+    mean = summary_frame().with_columns(
+        pl.lit(2).alias("n_seeds"), pl.lit("[0.0, 0.2]").alias("acc@5_per_seed")
+    )
+    one = summary_frame()
+    pl.concat([one, mean], how="diagonal_relaxed").write_csv(out / "position_summary.csv")
+    table, sources = results_tables.GENERATORS["summary"].make([str(out)], {})
+    rows = table.splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| PRE", "| SFT", "| LT", "| FE"]
+    assert rows[3].startswith("| SFT | 0.10 [0.05, 0.15] (0.00 / 0.20) |")
+    assert sources == [out / "position_summary.csv"]
+    table, _ = results_tables.GENERATORS["summary"].make([str(out)], {"grafts": "FE,PRE"})
+    assert [r.split(" | ")[0] for r in table.splitlines()[2:]] == ["| FE", "| PRE"]
+
+
+def test_summary_of_several_groups_needs_one_named(tmp_path):
+    frame = pl.concat([summary_frame(group="sft"), summary_frame(group="reversal")])
+    frame.write_csv(tmp_path / "component_summary.csv")
+    make = results_tables.GENERATORS["summary"].make
+    with pytest.raises(BlockError, match="holds the groups reversal, sft: name one"):
+        make([str(tmp_path)], {"experiment": "component"})
+    table, _ = make([str(tmp_path)], {"experiment": "component", "group": "sft"})
+    assert len(table.splitlines()) == 6
+
+
+def test_provenance_table_names_command_commit_machine_and_dates(tmp_path):
+    out = tmp_path / "results"
+    publish_run(make_run(tmp_path / "run"), out)
+    write_benchmark_table(out, "paper_scale", [{"a": 1}], "python -m benchmarks.paper_scale")
+    table, sources = results_tables.GENERATORS["provenance"].make([f"A={out}"], {})
+    head, rule, position, bench = table.splitlines()
+    assert head == "| run | model, protocol, seeds | command | commit | machine, threads | date |"
+    assert position == (
+        "| A: position | tiny-llama, graft's protocol, `cpu` preset, finetune seeds 0, 1, "
+        "data seed 0, seed 0, n = 6 | `graft-exp position --model tiny-llama --n 6` | "
+        "`0123456789ab` | 4-core Test CPU, 3 threads | 2026-11-01 (resumed 2026-11-02) |"
+    )
+    assert bench.startswith("| A: paper_scale | — | `python -m benchmarks.paper_scale` |")
+    assert sources == [out / "provenance.json"]
+
+
+def test_speed_table_puts_dtypes_side_by_side(tmp_path):
+    rows = [
+        {"machine": "H200", "shape": "gpt2-xl", "params": 1.56e9, "dtype": d,
+         "e1_engine_over_plain": e1, "e3_engine_over_plain": 0.5, "peak_over_bound": 0.9}
+        for d, e1 in (("float32", 2.961), ("bfloat16", 4.54))
+    ]  # fmt: skip
+    pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
+    table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
+    assert table.splitlines()[2] == (
+        "| H200 | gpt2-xl (1.56 B) | float32 / bfloat16 | 2.96 / 4.54 | 0.50 / 0.50 | 0.90 / 0.90 |"
+    )
+
+
+def test_paper_generator_calls_paper_table_markdown_where_it_exists(tmp_path, monkeypatch):
+    make = results_tables.GENERATORS["paper"].make
+    monkeypatch.delattr(paper_table, "paper_table_markdown", raising=False)
+    with pytest.raises(BlockError, match="no paper_table_markdown"):
+        make([f"A=smollm2-135m={tmp_path}"], {})
+    seen = []
+    monkeypatch.setattr(
+        paper_table,
+        "paper_table_markdown",
+        lambda runs, margin: seen.append((runs, margin)) or "| t |\n|---|",
+        raising=False,
+    )
+    assert make([f"A=smollm2-135m={tmp_path}"], {"margin": "0.1"})[0] == "| t |\n|---|"
+    assert seen == [([("A", "smollm2-135m", str(tmp_path))], 0.1)]
+
+
+def test_list_names_every_generator(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("summary", "contrasts", "provenance", "paper", "speed"):
+        assert f"\n{name} " in f"\n{out}"
+
+
+def test_markers_in_code_blocks_are_text(tmp_path):
+    marker = "<!-- results-table: summary results/x -->"
+    doc = _doc(tmp_path, f"    {marker}\n    {CLOSE}\n\n```\n{marker}\n```\n\n~~~md\n{CLOSE}\n~~~")
+    assert find_blocks(doc.read_text(), doc) == []
