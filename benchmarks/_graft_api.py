@@ -9,7 +9,7 @@ from graft.core.prefix import cache_argument
 from graft.core.spec import GraftSpec, ResolvedGraft, parse_spec
 from graft.core.tiny import perturbed_copy, tiny_pair
 from graft.errors import GraftError
-from graft.results.agreement import read_csv_table
+from graft.results.paper.agreement import read_csv_table
 from graft.results.provenance import machine_info
 from graft.results.publish import (
     PROVENANCE_FILE,

@@ -14,7 +14,7 @@ to bfloat16 (what the Trainer's ``bf16``/``fp16`` flags do; fp16 adds a loss sca
 memory), ``float32`` trains in float32, ``bfloat16`` holds weights, gradients and optimizer
 state in bfloat16. Prints the peak (CUDA max allocated on a GPU; peak RSS less what the process
 held before the model on the CPU), the median step time after the first step, and the peak that
-:func:`graft.study.planning.estimate_finetune_bytes` predicts for the same run.
+:func:`graft.study.planning.memory.estimate_finetune_bytes` predicts for the same run.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ PRECISIONS = {"mixed": torch.float32, "float32": torch.float32, "bfloat16": torc
 def planned_peak(args: argparse.Namespace) -> dict | None:
     """The plan's prediction for this run, or None where graft has no planner."""
     try:
-        from graft.study.planning import estimate_finetune_bytes
+        from graft.study.planning.memory import estimate_finetune_bytes
     except ImportError:
         return None
     try:

@@ -233,7 +233,7 @@ def measure_one(
 def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict | None:
     """What graft's memory plan predicts for this run, or None where graft has no planner."""
     try:
-        from graft.study.planning import estimate_grafting_bytes
+        from graft.study.planning.memory import estimate_grafting_bytes
     except ImportError:
         return None
     try:

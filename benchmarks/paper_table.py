@@ -1,6 +1,6 @@
 """Print the README's results table: each number the paper states beside graft's, with a
 verdict (agrees / **disagrees** / undecided), the tests and the reason
-(graft.results.agreement; the rules in graft.results.stats.agreement), under a caption that
+(graft.results.paper.agreement; the rules in graft.results.stats.agreement), under a caption that
 states the rules.
 
 Run from the repository root::
@@ -21,9 +21,9 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from graft.results import paper_numbers
-from graft.results.agreement import Check, check_run, read_results
-from graft.results.paper_numbers import PaperNumber
+from graft.results.paper import numbers as paper_numbers
+from graft.results.paper.agreement import Check, check_run, read_results
+from graft.results.paper.numbers import PaperNumber
 from graft.results.stats.agreement import ALPHA, MARGIN, rules_text
 
 HEADER = (

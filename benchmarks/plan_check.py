@@ -1,4 +1,4 @@
-"""graft's memory plan (:mod:`graft.study.planning`) against measured peaks.
+"""graft's memory plan (:mod:`graft.study.planning.memory`) against measured peaks.
 
 Run from the repository root, one measurement per process (so its peak is its own)::
 
@@ -156,7 +156,7 @@ def train_steps(
 
 def train(args: argparse.Namespace) -> dict:
     """``--steps`` AdamW steps on random tokens; the peak and the saved activations."""
-    from graft.study.planning import estimate_finetune_bytes
+    from graft.study.planning.memory import estimate_finetune_bytes
 
     device = torch.device(args.device)
     config = model_config(args.model, args.layers)
@@ -193,7 +193,7 @@ def train(args: argparse.Namespace) -> dict:
 @torch.no_grad()
 def forward(args: argparse.Namespace) -> dict:
     """The base and ``--donors`` copies held, one plain forward of the base."""
-    from graft.study.planning import estimate_grafting_bytes
+    from graft.study.planning.memory import estimate_grafting_bytes
 
     device = torch.device(args.device)
     config = model_config(args.model, args.layers)
@@ -215,9 +215,9 @@ def forward(args: argparse.Namespace) -> dict:
 
 def finetune(args: argparse.Namespace) -> dict:
     """graft's finetune of ``--model`` for ``--max-steps`` steps in a temporary workspace."""
-    from graft.study.finetune_plan import plan_finetune
-    from graft.study.presets import resolve_config
-    from graft.study.workspace import Workspace
+    from graft.study.planning.finetune_plan import plan_finetune
+    from graft.study.specs.presets import resolve_config
+    from graft.study.training.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Workspace(Path(args.workspace or tmp))
@@ -236,9 +236,9 @@ def finetune(args: argparse.Namespace) -> dict:
 
 def position(args: argparse.Namespace) -> dict:
     """``graft-exp position`` on ``--workspace`` (its donor finetuned already)."""
-    from graft.study.grafts import position_grafts
-    from graft.study.run_plan import plan_experiment
-    from graft.study.runner import ExperimentConfig, ModelSource, run_experiment
+    from graft.study.planning.run_plan import plan_experiment
+    from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
+    from graft.study.specs.grafts import position_grafts
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = ExperimentConfig(
@@ -259,8 +259,8 @@ def position(args: argparse.Namespace) -> dict:
 
 def needed(plan: dict, device: str) -> int:
     """What the plan needs of ``device`` (the CPU's heap allowance added)."""
-    from graft.study.device_memory import needed_bytes
-    from graft.study.planning import MemoryPlan
+    from graft.study.planning.device_memory import needed_bytes
+    from graft.study.planning.memory import MemoryPlan
 
     return needed_bytes(MemoryPlan(**plan), device)
 

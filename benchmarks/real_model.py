@@ -60,7 +60,7 @@ from benchmarks.workload import (
     plain_forward,
 )
 from graft.errors import GraftError
-from graft.study.grafts import COMPONENT_SETS
+from graft.study.specs.grafts import COMPONENT_SETS
 
 #: E1: every component in every layer at each position set, plus the two references.
 E1_GRAFTS = {

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import polars as pl
 
-from graft.results.agreement import read_csv_table
-from graft.results.files import atomic_path
+from graft.results.paper.agreement import read_csv_table
 from graft.results.report import draw_summary_figures
+from graft.storage.files import atomic_path
 
 
 def draw(summary_csv: Path, model: str, template: str, out: Path) -> Path:

@@ -40,7 +40,7 @@ def markdown(
     group: str | None = None,
 ) -> str:
     """A summary table (a run's ``summary.parquet``, or a ``results/`` folder's
-    ``<experiment>_summary.csv`` as :func:`graft.results.agreement.read_csv_table` reads it)
+    ``<experiment>_summary.csv`` as :func:`graft.results.paper.agreement.read_csv_table` reads it)
     as markdown: grafts (in ``order``, default: as they first appear) x templates, ``metric``
     with its 95% interval, of a run of several replicates the mean over them with each
     replicate's value in parentheses.

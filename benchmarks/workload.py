@@ -39,8 +39,8 @@ class Prompt:
 def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
     """The first ``n`` headline prompts over the shipped real-actor names that tokenize fully."""
     from graft.core.spans import render, tokenize_with_spans
-    from graft.study.names import load_real_actors, name_exclusion_reason
-    from graft.study.templates import TEST_TEMPLATES
+    from graft.study.data.names import load_real_actors, name_exclusion_reason
+    from graft.study.specs.templates import TEST_TEMPLATES
 
     prompts: list[Prompt] = []
     for actor in load_real_actors():

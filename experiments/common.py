@@ -1,4 +1,4 @@
-"""The command-line vocabulary of ``graft-exp``, and the glue from options to graft.study.runner.
+"""The command-line vocabulary of ``graft-exp``, and the glue from options to graft.study.running.runner.
 
 Every option that more than one command takes is built from one table,
 :mod:`experiments.options` (flag, type, range, help per config dataclass field; the default
@@ -30,11 +30,16 @@ from experiments.options import (
     field_option,
 )
 from graft.errors import GraftError, RemoteError
-from graft.study.grafts import Graft
-from graft.study.run_plan import plan_experiment
-from graft.study.runner import ExperimentConfig, ExperimentRun, print_summary, run_experiment
-from graft.study.templates import DIRECTIONS
-from graft.study.workspace import VARIANT_ALIASES
+from graft.study.planning.run_plan import plan_experiment
+from graft.study.running.runner import (
+    ExperimentConfig,
+    ExperimentRun,
+    print_summary,
+    run_experiment,
+)
+from graft.study.specs.grafts import Graft
+from graft.study.specs.templates import DIRECTIONS
+from graft.study.training.workspace import VARIANT_ALIASES
 
 #: Donor variants: the direction of the training data, and the fact set of a split dataset.
 VARIANTS = (
@@ -399,7 +404,7 @@ def make_config(experiment: str, cfg_options: dict, remote, **extra) -> Experime
 
 def echo_protocol_notes(notes: list[str]) -> dict[str, list[str]]:
     """Print each line of ``notes`` (what of the paper's protocol a run does not reproduce,
-    :func:`graft.study.grafts.protocol_notes`) and return them as ``config.json`` entries
+    :func:`graft.study.specs.grafts.protocol_notes`) and return them as ``config.json`` entries
     (none when there are none)."""
     for note in notes:
         click.echo(f"note: {note}")
@@ -425,7 +430,7 @@ def echo_plan(lines: list[str]) -> None:
 
 def run_or_plan(cfg: ExperimentConfig, grafts: list[Graft], **options) -> ExperimentRun | None:
     """:func:`run_and_report` of ``run_experiment(cfg, grafts, **options)``; under
-    ``--dry-run`` its plan instead (:func:`graft.study.run_plan.plan_experiment`: nothing
+    ``--dry-run`` its plan instead (:func:`graft.study.planning.run_plan.plan_experiment`: nothing
     loaded or written), and None."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.meta.get(DRY_RUN):

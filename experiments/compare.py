@@ -8,7 +8,7 @@ from experiments.common import GraftCommand, standalone
 from experiments.options import field_option
 from experiments.plot import METRIC_OPTION
 from graft.results.compare import compare_run, format_comparison
-from graft.study.config import ExperimentConfig
+from graft.study.specs.config import ExperimentConfig
 
 
 @click.command(

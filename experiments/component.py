@@ -20,8 +20,8 @@ from experiments.common import (
 from experiments.shared import FE_OPTION, LAYERS_OPTION, protocol_run_options
 from graft.core.spec import SpecError, parse_spec
 from graft.results.folder import RunFolder
-from graft.study.grafts import check_layer_rule, component_grafts, protocol_notes
-from graft.study.runner import ModelSource, default_out, print_summary
+from graft.study.running.runner import ModelSource, default_out, print_summary
+from graft.study.specs.grafts import check_layer_rule, component_grafts, protocol_notes
 
 PAIRS = {
     # name: (base source, donor source, test prompt directions)

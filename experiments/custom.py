@@ -17,11 +17,11 @@ from experiments.common import (
 )
 from graft.errors import GraftError
 from graft.models import ModelNotFoundError, resolve_model_name
-from graft.study.grafts import protocol_notes, reference, spec_graft
-from graft.study.runner import ModelSource
-from graft.study.workspace import parse_variant
+from graft.study.running.runner import ModelSource
+from graft.study.specs.grafts import protocol_notes, reference, spec_graft
+from graft.study.training.workspace import parse_variant
 
-#: What NAME=VARIANT accepts (see ``graft.study.workspace.parse_variant``).
+#: What NAME=VARIANT accepts (see ``graft.study.training.workspace.parse_variant``).
 VARIANTS = ("pretrained", *COMMON_VARIANTS)
 
 

@@ -1,5 +1,5 @@
 """``graft-exp data``: generate one of the paper's movie-fact datasets, or a dataset of your
-own facts (``--facts``) or articles (``--articles``) (thin over graft.study.datasets)."""
+own facts (``--facts``) or articles (``--articles``) (thin over graft.study.data.datasets)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from experiments.common import (
 )
 from experiments.options import DATASET_FLAGS, field_default
 from graft.errors import DatasetError
-from graft.study.datasets import (
+from graft.study.data.datasets import (
     DatasetConfig,
     default_dataset_name,
     generate_dataset,
     load_manifest,
 )
-from graft.study.runner import ExperimentConfig
-from graft.study.workspace import default_workspace
+from graft.study.running.runner import ExperimentConfig
+from graft.study.training.workspace import default_workspace
 
 
 @click.command("data", cls=LoggingCommand)

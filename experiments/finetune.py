@@ -24,13 +24,13 @@ from experiments.common import (
     with_options,
 )
 from experiments.options import FINETUNE_FLAGS, cli_only_option
-from graft.study import finetune as ft
-from graft.study.device_memory import device_memory
-from graft.study.finetune_plan import finetune_lines, plan_donor, scratch_workspace
-from graft.study.presets import FinetuneConfig, resolve_config
-from graft.study.run_plan import check_fits
-from graft.study.runner import ExperimentConfig
-from graft.study.workspace import Workspace
+from graft.study.planning.device_memory import device_memory
+from graft.study.planning.finetune_plan import finetune_lines, plan_donor, scratch_workspace
+from graft.study.planning.run_plan import check_fits
+from graft.study.running.runner import ExperimentConfig
+from graft.study.specs.presets import FinetuneConfig, resolve_config
+from graft.study.training import finetune as ft
+from graft.study.training.workspace import Workspace
 
 _FINETUNING = "Finetuning"
 #: FinetuneConfig's fields with a flag, in help order (--finetune-max-steps after --preset).

@@ -12,8 +12,8 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from graft.study.grafts import hybrid_grafts
-from graft.study.runner import ModelSource
+from graft.study.running.runner import ModelSource
+from graft.study.specs.grafts import hybrid_grafts
 
 
 @click.command(

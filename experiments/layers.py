@@ -18,14 +18,14 @@ from experiments.shared import run_from_sft
 from graft.core.spec import GraftSpec, SpecError
 from graft.models import load_model
 from graft.results.report import LAYER_SEP
-from graft.study.grafts import (
+from graft.study.running.runner import Graft, ModelSource, resolve_model_path
+from graft.study.specs.grafts import (
     head_suffix,
     layer_windows,
     protocol_notes,
     reference,
     with_protocol,
 )
-from graft.study.runner import Graft, ModelSource, resolve_model_path
 
 #: Windows the paper's layer rule has no groups for (its code's eighths were broken).
 NOT_PAPER_WINDOWS = ("eighths",)

@@ -17,8 +17,7 @@ from experiments.common import (
 )
 from experiments.shared import run_from_sft
 from graft.errors import GraftError
-from graft.study.grafts import protocol_notes, reference, spec_graft
-from graft.study.lens import (
+from graft.study.analyses.lens import (
     DEFAULT_TOP_K,
     LENS_SUMMARY,
     LENS_TOP_TOKENS,
@@ -26,6 +25,7 @@ from graft.study.lens import (
     draw_lens_figures,
     run_lens,
 )
+from graft.study.specs.grafts import protocol_notes, reference, spec_graft
 
 #: The grafts of every lens run after PRE and SFT; each --spec adds one.
 LENS_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")

@@ -15,8 +15,8 @@ from experiments.common import (
     variant_option,
 )
 from experiments.shared import POSITIONS_OPTION, protocol_run_options
-from graft.study.grafts import necessity_grafts
-from graft.study.runner import ModelSource
+from graft.study.running.runner import ModelSource
+from graft.study.specs.grafts import necessity_grafts
 
 
 @click.command(

@@ -1,7 +1,7 @@
 """The command line's face of the config dataclasses: one table, keyed by field name.
 
-Each entry of :data:`FLAGS` says how one field of :class:`~graft.study.runner.ExperimentConfig`,
-:class:`~graft.study.presets.FinetuneConfig` or :class:`~graft.remote.config.RemoteConfig` is
+Each entry of :data:`FLAGS` says how one field of :class:`~graft.study.running.runner.ExperimentConfig`,
+:class:`~graft.study.specs.presets.FinetuneConfig` or :class:`~graft.remote.config.RemoteConfig` is
 given on the command line: its flag, click type (range, choice), help and, where the command
 line says "not given" differently from the field, its default; otherwise the default is the
 field's own. The click parameter is named after the field, so a command hands its values to
@@ -24,13 +24,19 @@ import click
 from graft.core.ranges import COUNT, SEED, Range
 from graft.core.spec import HEAD_POLICIES, PROTOCOLS
 from graft.remote.config import DONOR_MODES, REMOTE_RANGES, RemoteConfig
-from graft.study.config import EXPERIMENT_RANGES, SHUFFLES
-from graft.study.datasets import DatasetConfig
-from graft.study.facts import DEFAULT_N_FACTS, KINDS
-from graft.study.presets import FINETUNE_RANGES, PRESETS, STEPS, WEIGHTS_DTYPES, FinetuneConfig
-from graft.study.runner import ExperimentConfig
-from graft.study.templates import DIRECTIONS
-from graft.study.workspace import GENERATED_KINDS
+from graft.study.data.datasets import DatasetConfig
+from graft.study.data.facts import DEFAULT_N_FACTS, KINDS
+from graft.study.running.runner import ExperimentConfig
+from graft.study.specs.config import EXPERIMENT_RANGES, SHUFFLES
+from graft.study.specs.presets import (
+    FINETUNE_RANGES,
+    PRESETS,
+    STEPS,
+    WEIGHTS_DTYPES,
+    FinetuneConfig,
+)
+from graft.study.specs.templates import DIRECTIONS
+from graft.study.training.workspace import GENERATED_KINDS
 
 
 class _FieldDefault:
@@ -456,7 +462,7 @@ NOT_ON_CLI: dict[type, dict[str, str]] = {
         "val_fraction": "preset only",
         "fp16_on_cuda": "preset only",
         "generic_ratio": "preset only",
-        "generic_corpus_id": "fixed from --generic-corpus (graft.study.generic_corpus.settle)",
+        "generic_corpus_id": "fixed from --generic-corpus (graft.study.data.generic_corpus.settle)",
         "max_length": "preset only",
     },
     RemoteConfig: {

@@ -22,10 +22,9 @@ from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
 from graft.models import context_length, load_model
 from graft.results.folder import RunFolder
-from graft.study.grafts import with_protocol
-from graft.study.patching import executor_for
-from graft.study.patching_report import write_sweep_report
-from graft.study.patching_sweep import (
+from graft.study.analyses.patching import executor_for
+from graft.study.analyses.patching_report import write_sweep_report
+from graft.study.analyses.patching_sweep import (
     DIRECTIONS,
     KINDS,
     UNITS,
@@ -34,8 +33,9 @@ from graft.study.patching_sweep import (
     direction_models,
     sweep_grafts,
 )
-from graft.study.rows import load_examples, sample_examples
-from graft.study.runner import ModelSource, default_out, resolve_model_path
+from graft.study.data.rows import load_examples, sample_examples
+from graft.study.running.runner import ModelSource, default_out, resolve_model_path
+from graft.study.specs.grafts import with_protocol
 
 #: What ``--methods`` accepts: the engine's graft, or patching the donor's own values.
 METHODS = ("weights", "patching")

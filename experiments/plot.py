@@ -8,7 +8,7 @@ import click
 
 from experiments.common import GraftCommand, standalone
 from graft.results.report import draw_figures
-from graft.study.lens import LENS_SUMMARY, draw_lens_figures
+from graft.study.analyses.lens import LENS_SUMMARY, draw_lens_figures
 
 #: ``--metric``: a column of a run's summary (``plot`` and ``compare`` share it).
 METRIC_OPTION = click.option(

@@ -16,8 +16,8 @@ from experiments.common import (
 )
 from experiments.shared import POSITIONS_OPTION, run_from_sft
 from graft.results.top1_kinds import top1_kinds_wide
-from graft.study.grafts import position_grafts
-from graft.study.top1 import TOP1_KINDS, group_columns, write_top1_kinds
+from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
+from graft.study.specs.grafts import position_grafts
 
 
 @click.command(

@@ -9,9 +9,9 @@ import click
 
 from experiments.common import run_or_plan
 from graft.core.spec import SpecError, parse_spec
-from graft.study.grafts import POSITIONS
-from graft.study.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource
-from graft.study.workspace import parse_variant
+from graft.study.running.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource
+from graft.study.specs.grafts import POSITIONS
+from graft.study.training.workspace import parse_variant
 
 
 def _positions(ctx, param, value):

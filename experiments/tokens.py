@@ -19,8 +19,8 @@ from experiments.common import (
 from experiments.shared import run_from_sft
 from graft.errors import GraftError
 from graft.results.metrics import top_tokens_table
-from graft.results.tables import write_csv
-from graft.study.grafts import paper_token_graft, protocol_notes, reference, spec_graft
+from graft.storage.tables import write_csv
+from graft.study.specs.grafts import paper_token_graft, protocol_notes, reference, spec_graft
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 #: The table this command adds to the run folder (``.parquet`` and ``.csv``).

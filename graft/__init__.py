@@ -41,10 +41,10 @@ _EXPORTS = {
     "LoadedModel": "graft.models",
     "tiny_tokenizer": "graft.models",
     "example_metrics": "graft.results.metrics",
-    "ExperimentConfig": "graft.study.runner",
-    "ModelSource": "graft.study.runner",
-    "Graft": "graft.study.grafts",
-    "run_experiment": "graft.study.runner",
+    "ExperimentConfig": "graft.study.running.runner",
+    "ModelSource": "graft.study.running.runner",
+    "Graft": "graft.study.specs.grafts",
+    "run_experiment": "graft.study.running.runner",
 }
 
 __all__ = [
@@ -81,8 +81,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.errors import GraftError
     from graft.models import LoadedModel, load_model, tiny_tokenizer
     from graft.results.metrics import example_metrics
-    from graft.study.grafts import Graft
-    from graft.study.runner import ExperimentConfig, ModelSource, run_experiment
+    from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
+    from graft.study.specs.grafts import Graft
 
 
 def __getattr__(name: str) -> Any:

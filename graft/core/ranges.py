@@ -1,7 +1,7 @@
 """The allowed range of a numeric setting, checked in one place.
 
-Each config dataclass (:class:`~graft.study.presets.FinetuneConfig`,
-:class:`~graft.study.config.ExperimentConfig`, :class:`~graft.study.config.DatasetConfig`,
+Each config dataclass (:class:`~graft.study.specs.presets.FinetuneConfig`,
+:class:`~graft.study.specs.config.ExperimentConfig`, :class:`~graft.study.specs.config.DatasetConfig`,
 :class:`~graft.remote.config.RemoteConfig`) names a :class:`Range` per numeric field and
 refuses a value outside it with a one-line error naming the field; the command line builds
 its option types from the same ranges (``experiments/options.py``), so the library and the

@@ -1,6 +1,6 @@
 """A model's config (and, where it is on this machine, its tokenizer) without its weights.
 
-What a plan needs before anything heavy is loaded (:mod:`graft.study.run_plan`): the
+What a plan needs before anything heavy is loaded (:mod:`graft.study.planning.run_plan`): the
 config of a ``tiny-*`` model is built, an embedded model's is read from its converted copy
 (or from its GGUF file's header), a folder's (``--model DIR``, ``$GRAFT_MODELS``) and a hub
 model's in the hub cache are read from disk, and the four paper models fall back to their

@@ -23,7 +23,7 @@ from graft.results.folder import (
     recorded_run_key,
 )
 from graft.results.stats import paired_contrasts
-from graft.results.tables import read_table
+from graft.storage.tables import read_table
 
 __all__ = [
     "CONTRASTS_STEM",

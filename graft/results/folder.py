@@ -10,7 +10,7 @@ Layout of a run folder::
     <out>/contrasts.parquet, .csv  paired contrasts of key graft pairs (when the run has any)
 
 Every file is written to a temp file in the same folder and moved into place with
-``os.replace`` (:func:`graft.results.files.atomic_path`), so an interrupted run loses at most
+``os.replace`` (:func:`graft.storage.files.atomic_path`), so an interrupted run loses at most
 the batch in flight and never leaves a half-written table under a real name. Stray temp files
 (``.*.tmp``) are ignored by readers and removed by :meth:`RunFolder.write_config` (the start
 of every run), :meth:`RunFolder.finalize` and :meth:`RunFolder.clear`. A full disk (or a read-only or forbidden place) is one
@@ -49,14 +49,6 @@ from urllib.parse import quote, unquote
 import polars as pl
 
 from graft.errors import ConfigMismatchError, DamagedFileError, RunFolderError, first_line
-from graft.results.files import (
-    atomic_path,
-    probe_writable,
-    remove_empty,
-    storage_errors,
-    to_json,
-    write_json_atomic,
-)
 from graft.results.provenance import (
     command_line,
     git_commit,
@@ -64,7 +56,15 @@ from graft.results.provenance import (
     machine_info,
     package_versions,
 )
-from graft.results.tables import (
+from graft.storage.files import (
+    atomic_path,
+    probe_writable,
+    remove_empty,
+    storage_errors,
+    to_json,
+    write_json_atomic,
+)
+from graft.storage.tables import (
     read_table,
     save_table,
     table_problem,
@@ -340,7 +340,7 @@ class RunFolder:
 
     def remove_strays(self) -> list[Path]:
         """Remove the temp files an interrupted write left anywhere in the folder (an
-        :func:`~graft.results.files.atomic_path` temp or a writability probe); return them.
+        :func:`~graft.storage.files.atomic_path` temp or a writability probe); return them.
         Only the process that holds the folder may call this (it would take another
         writer's temp file)."""
         if not self.path.is_dir():

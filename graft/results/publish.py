@@ -1,7 +1,7 @@
 """Publishing results into a ``results/NAME/`` folder, with the provenance of every table.
 
 A ``results/`` folder holds the tables of finished runs and benchmarks in the layout
-:func:`graft.results.agreement.read_results` reads, and one ``provenance.json`` that says,
+:func:`graft.results.paper.agreement.read_results` reads, and one ``provenance.json`` that says,
 for each published experiment or benchmark, what computed it: the command line, the git
 commit and whether the checkout was dirty, package versions, device and machine (CPU model,
 CPU and thread count, GPU), when it was created and resumed, its seeds, n, model and
@@ -51,7 +51,6 @@ from typing import Any
 import polars as pl
 
 from graft.errors import ResultsError, first_line
-from graft.results.files import atomic_path, storage_errors, write_json_atomic
 from graft.results.folder import (
     CONFIG_FILE,
     CONTRASTS_STEM,
@@ -67,6 +66,7 @@ from graft.results.provenance import (
     machine_info,
     package_versions,
 )
+from graft.storage.files import atomic_path, storage_errors, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

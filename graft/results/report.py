@@ -9,10 +9,11 @@ import polars as pl
 
 from graft.core.naming import slug
 from graft.errors import ResultsError
-from graft.results import paper_numbers, plots
+from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.folder import SUMMARY_STEM, read_config_file
-from graft.results.tables import read_table
+from graft.results.paper import numbers as paper_numbers
+from graft.storage.tables import read_table
 
 LAYER_SEP = " | "
 #: Donor pairs of the component experiment -> panel titles.
@@ -118,7 +119,7 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
     Files are ``<folder>/figures/<experiment>_<template>[_<group>]_<metric>.png`` (and
     ``.pdf``), so figures of different metrics live side by side; a lens run's bar charts
     (the model's output per graft) are ``final_layer_<template>_<metric>.png``, since
-    ``lens_*`` are its lens figures (:func:`graft.study.lens.draw_lens_figures`).
+    ``lens_*`` are its lens figures (:func:`graft.study.analyses.lens.draw_lens_figures`).
 
     Raises:
         DamagedFileError: ``summary.parquet`` or ``config.json`` is damaged (or the summary
@@ -157,7 +158,7 @@ def draw_summary_figures(
     What :func:`draw_figures` does for a run folder, for a summary table read from
     anywhere (e.g. a summary CSV committed under ``results/``). Where the paper's text
     states a number for the paper model ``model`` stands for
-    (:mod:`graft.results.paper_numbers`), a bar figure draws it as a black diamond beside
+    (:mod:`graft.results.paper.numbers`), a bar figure draws it as a black diamond beside
     the graft's bar and a component figure's footnote states it.
 
     Args:

@@ -86,7 +86,7 @@ def _drop_columns(
     def as_counts(report: Any) -> dict[str, int]:
         counts = getattr(
             report, "dropped", report
-        )  # graft.study.prompts.DropReport or a plain dict
+        )  # graft.study.data.prompts.DropReport or a plain dict
         return {str(k): int(v) for k, v in (counts or {}).items()}
 
     def fmt(counts: dict[str, int]) -> str:
@@ -196,7 +196,7 @@ def summarize(
         ci: coverage of every interval (0.95: Wilson at z = 1.96, and the 2.5th and
             97.5th bootstrap percentiles).
         drops: optional drop report: a reason -> count mapping (or a
-            ``graft.study.prompts.DropReport``) applying to every group, or, with ``drops_by``, a
+            ``graft.study.data.prompts.DropReport``) applying to every group, or, with ``drops_by``, a
             mapping from values of that group column to such reports.
         drops_by: group column that keys ``drops`` (e.g. ``"template"``).
 

@@ -6,5 +6,5 @@ facts of each data kind) < ``datasets`` (a dataset folder: build, write, read) <
 Donors: ``presets`` (finetune configs) < ``training_data`` < ``evaluate`` (``eval.json``
 through :mod:`graft.results.metrics`) < ``finetune`` (training) < ``workspace`` (datasets
 and donors on disk, found or made). Experiments: ``config`` < ``grafts`` < ``rows``,
-``sources`` < ``runner`` (:func:`~graft.study.runner.run_experiment`).
+``sources`` < ``runner`` (:func:`~graft.study.running.runner.run_experiment`).
 """

@@ -16,10 +16,10 @@ import experiments.finetune
 import experiments.smoke
 from experiments.cli import main
 from experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
-from graft.study.datasets import load_manifest
-from graft.study.finetune import is_finished
-from graft.study.presets import resolve_config
-from graft.study.workspace import Workspace
+from graft.study.data.datasets import load_manifest
+from graft.study.specs.presets import resolve_config
+from graft.study.training.finetune import is_finished
+from graft.study.training.workspace import Workspace
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command

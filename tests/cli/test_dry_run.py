@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import graft.study.run_plan
-import graft.study.runner
+import graft.study.planning.run_plan
+import graft.study.running.runner
 from experiments.cli import main
-from graft.study.device_memory import DeviceMemory
+from graft.study.planning.device_memory import DeviceMemory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -75,7 +75,7 @@ def test_the_pair_keeping_shuffle_reaches_the_donors_dataset(tmp_path, command):
 def test_dry_run_on_a_full_device_prints_the_fix_and_still_exits_0(tmp_path, monkeypatch):
     """A device with 1 MiB free: nothing fits, and the plan says what would."""
     full = DeviceMemory("cpu", "CPU", 2**20, 2**30)
-    monkeypatch.setattr(graft.study.run_plan, "device_memory", lambda device: full)
+    monkeypatch.setattr(graft.study.planning.run_plan, "device_memory", lambda device: full)
     out = _invoke(tmp_path, "position", *COMMON, "--workspace", str(tmp_path / "ws"), "--dry-run")
     assert ": does not fit" in out and "no setting here makes it fit" in out
     assert _tree(tmp_path) == ["cwd"]
@@ -83,12 +83,12 @@ def test_dry_run_on_a_full_device_prints_the_fix_and_still_exits_0(tmp_path, mon
 
 def test_a_run_that_does_not_fit_is_refused_before_anything_loads(tmp_path, monkeypatch):
     full = DeviceMemory("cpu", "CPU", 2**20, 2**30)
-    monkeypatch.setattr(graft.study.run_plan, "device_memory", lambda device: full)
+    monkeypatch.setattr(graft.study.planning.run_plan, "device_memory", lambda device: full)
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(graft.study.runner, "load_model", no_loading)
+    monkeypatch.setattr(graft.study.running.runner, "load_model", no_loading)
     ws = str(tmp_path / "ws")
     out = _invoke(tmp_path, "position", *COMMON, "--workspace", ws, code=2)
     assert "this run needs about" in out and "--skip-memory-check" in out

@@ -18,12 +18,12 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-import graft.study.batches
+import graft.study.running.batches
 from experiments.cli import COMMANDS, main
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.models import load_model
-from graft.study.prompts import load_test_prompts
+from graft.study.data.prompts import load_test_prompts
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -230,9 +230,9 @@ def test_position(position_run):
 def test_position_writes_the_top1_kinds(position_run):
     """top1_kinds: every (template, graft) of the summary, all kinds, counts summing to n,
     the top-1 token of each row from examples.parquet; printed, and stored as parquet + CSV."""
-    from graft.results.tables import read_table
     from graft.results.top1_kinds import KINDS, Top1Classifier
-    from graft.study.datasets import load_facts
+    from graft.storage.tables import read_table
+    from graft.study.data.datasets import load_facts
 
     out, result = position_run
     table = read_table(out / "top1_kinds.parquet", "top1_kinds")  # metadata and digest
@@ -426,15 +426,15 @@ def test_plot_rejects_unfinished_folder(tmp_path):
 
 @pytest.fixture
 def engine_calls(monkeypatch) -> list[int]:
-    """The rows of each engine call the runner makes (``graft.study.batches._run_rows``)."""
+    """The rows of each engine call the runner makes (``graft.study.running.batches._run_rows``)."""
     calls: list[int] = []
-    original = graft.study.batches._run_rows
+    original = graft.study.running.batches._run_rows
 
     def counting(cfg, base, donors, rows, *args):
         calls.append(len(rows))
         return original(cfg, base, donors, rows, *args)
 
-    monkeypatch.setattr(graft.study.batches, "_run_rows", counting)
+    monkeypatch.setattr(graft.study.running.batches, "_run_rows", counting)
     return calls
 
 
@@ -493,7 +493,7 @@ def test_resume_is_bit_identical_on_every_engine_path(
     batches ran in other company there and came out different)."""
     import graft.core.routing as routing
 
-    monkeypatch.setattr(graft.study.batches, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
+    monkeypatch.setattr(graft.study.running.batches, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
     if path == "fallback":
         monkeypatch.setattr(routing, "accepts_cache", lambda model: False)
         monkeypatch.setattr(routing, "_warned", set())

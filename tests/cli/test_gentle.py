@@ -1,7 +1,7 @@
 """E5, gentle finetuning, as one path: ``graft-exp finetune --preset gentle`` writes the donor
 that ``graft-exp position --preset gentle`` then finds (and does not finetune again), with
 its generic corpus named in the donor's record and the run's ``config.json``. The hub is
-never reached: :func:`graft.study.generic_corpus.fetch_paper_corpus` is patched.
+never reached: :func:`graft.study.data.generic_corpus.fetch_paper_corpus` is patched.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from graft.study import generic_corpus as gc
-from graft.study import workspace as ws_mod
+from graft.study.data import generic_corpus as gc
+from graft.study.training import workspace as ws_mod
 from tests.cli.test_experiments import invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

@@ -46,7 +46,7 @@ DRIVER = """
 import atexit, json, os, signal, sys
 import polars, torch
 import transformers.modeling_utils as modeling_utils
-import graft.study.batches as batches
+import graft.study.running.batches as batches
 
 point, _, nth = os.environ.get("GRAFT_KILL", ":0").partition(":")
 nth = int(nth)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: ``graft-exp ARGS`` with the finetune and the engine calls counted into $GRAFT_TEST_COUNTS.
 DRIVER = """
 import os, sys
-import graft.study.finetune as finetune, graft.study.batches as batches
+import graft.study.training.finetune as finetune, graft.study.running.batches as batches
 
 def counted(module, name, tag):
     original = getattr(module, name)

@@ -11,8 +11,8 @@ import shutil
 import polars as pl
 import pytest
 
-import graft.study.lens
-from graft.study.lens import EMBEDDING_LAYER, FIGURE_METRICS, POSITIONS
+import graft.study.analyses.lens
+from graft.study.analyses.lens import EMBEDDING_LAYER, FIGURE_METRICS, POSITIONS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -173,7 +173,7 @@ def test_a_rerun_computes_nothing(lens_run, common, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the rerun computed a lens batch")
 
-    monkeypatch.setattr(graft.study.lens, "logit_lens", fail)
+    monkeypatch.setattr(graft.study.analyses.lens, "logit_lens", fail)
     result = invoke(*lens_args(common, out))
     assert "lens: 0 batches computed" in result.output
     assert "(3 already done)" in result.output

@@ -38,8 +38,8 @@ from experiments.options import (
     field_default,
 )
 from graft.remote.config import RemoteConfig
-from graft.study.presets import FinetuneConfig
-from graft.study.runner import ExperimentConfig
+from graft.study.running.runner import ExperimentConfig
+from graft.study.specs.presets import FinetuneConfig
 from tests.cli.test_cli import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,9 @@ def test_remote_options_give_the_command_a_config():
 
 
 def test_the_library_does_not_depend_on_click():
-    code = "import sys, graft.remote.config, graft.study.runner; print('click' in sys.modules)"
+    code = (
+        "import sys, graft.remote.config, graft.study.running.runner; print('click' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -188,7 +190,7 @@ def test_every_command_file_is_registered():
 def _library_config(config: type, **values):
     """``config`` built from its defaults plus ``values`` (FinetuneConfig: the cpu preset)."""
     if config is FinetuneConfig:
-        from graft.study.presets import CPU
+        from graft.study.specs.presets import CPU
 
         return dataclasses.replace(CPU, **values)
     if config is ExperimentConfig:
@@ -235,7 +237,7 @@ def test_the_library_refuses_what_the_command_line_refuses(config, field, value,
 def test_control_data_seeds_stay_seeds():
     from graft.core.ranges import MAX_SEED
     from graft.errors import ExperimentError
-    from graft.study.config import CONTROL_DATA_SEED_OFFSET
+    from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET
 
     highest = MAX_SEED - CONTROL_DATA_SEED_OFFSET
     assert ExperimentConfig(experiment="t", data_seed=highest, control=True).control

@@ -23,7 +23,7 @@ from graft.core.spec import GraftSpec
 from graft.core.tiny import tiny_model
 from graft.models.loading import tiny_tokenizer
 from graft.results.report import LAYER_SEP
-from graft.study.grafts import FUSED_QKV_NOTE
+from graft.study.specs.grafts import FUSED_QKV_NOTE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

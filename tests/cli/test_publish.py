@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from experiments.publish import publish
 from graft.errors import ResultsError
-from graft.results.agreement import read_results
+from graft.results.paper.agreement import read_results
 from graft.results.publish import (
     PROVENANCE_FILE,
     missing_fields,

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner, Result
 
-import graft.study.workspace as workspace_module
+import graft.study.training.workspace as workspace_module
 from experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

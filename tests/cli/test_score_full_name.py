@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from experiments.cli import main
 from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
-from graft.study.datasets import DatasetConfig, generate_dataset
+from graft.study.data.datasets import DatasetConfig, generate_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

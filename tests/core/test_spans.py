@@ -18,8 +18,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from graft.core.spans import render, template_fields, tokenize_with_spans
 from graft.errors import SpanError
 from graft.models import embedded_gguf
-from graft.study.datasets import DatasetConfig, generate_dataset, load_train_records
-from graft.study.prompts import load_test_prompts
+from graft.study.data.datasets import DatasetConfig, generate_dataset, load_train_records
+from graft.study.data.prompts import load_test_prompts
 
 RELATIONS = (("starred", "in", "with"), ("appeared", "in", "alongside"))
 

@@ -447,8 +447,8 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
     from types import SimpleNamespace
 
     from graft.results.metrics import example_metrics, row_metrics_frame
-    from graft.study import batches
-    from graft.study.config import ExperimentConfig
+    from graft.study.running import batches
+    from graft.study.specs.config import ExperimentConfig
 
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)

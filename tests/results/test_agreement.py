@@ -1,6 +1,6 @@
 """Agreement with the paper's numbers: the three verdicts (agrees, disagrees, undecided)
 against hand computations and statsmodels (graft.results.stats.agreement), and the checks
-of a run's saved tables (graft.results.agreement)."""
+of a run's saved tables (graft.results.paper.agreement)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from statsmodels.stats.proportion import binom_tost, proportion_confint
 
 from graft.errors import GraftError
-from graft.results.agreement import check_run, read_results
+from graft.results.paper.agreement import check_run, read_results
 from graft.results.stats.agreement import (
     MARGIN,
     VERDICTS,
@@ -336,7 +336,7 @@ def test_replicated_runs_use_the_intervals_over_seeds(tmp_path):
 def test_the_committed_summaries_intervals_are_rebuilt_exactly():
     """The 95% interval over seeds that the rule rebuilds (to rebuild it at 90%) is the
     one graft's summaries report, for every committed mean row."""
-    from graft.results.agreement import _cell_rows, _hits, _per_seed, read_csv_table
+    from graft.results.paper.agreement import _cell_rows, _hits, _per_seed, read_csv_table
 
     rows = 0
     for path in sorted(RESULTS.glob("*/*_summary.csv")):

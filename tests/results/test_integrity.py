@@ -24,7 +24,7 @@ from graft.results.folder import SET_ASIDE_DIR, RunFolder
 from graft.results.plots import save_figure
 from graft.results.plots.style import new_figure
 from graft.results.report import draw_figures
-from graft.results.tables import frame_digest
+from graft.storage.tables import frame_digest
 
 KEY = ["seed"]
 
@@ -54,7 +54,7 @@ def test_parts_record_run_table_batch_rows_and_a_digest_stable_across_processes(
     assert meta["graft.run_key"] == run.run_key and len(run.run_key) == 32
     assert meta["graft.rows"] == "2" and meta["graft.sha256"] == frame_digest(batch(3))
     code = (
-        "import polars as pl; from graft.results.tables import frame_digest; "
+        "import polars as pl; from graft.storage.tables import frame_digest; "
         f"print(frame_digest(pl.read_parquet({str(part(run, 3))!r})))"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

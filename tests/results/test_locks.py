@@ -11,7 +11,7 @@ import time
 import pytest
 from filelock import FileLock, Timeout
 
-from graft.results.locks import exclusive, lock_path
+from graft.storage.locks import exclusive, lock_path
 
 
 def test_lock_files_live_in_their_folder_named_by_where_the_path_is(tmp_path):
@@ -36,7 +36,7 @@ def test_a_second_holder_waits_with_a_message_then_goes_on(tmp_path, caplog):
             outcome["waited"] = waited
             outcome["at"] = time.monotonic()
 
-    with caplog.at_level(logging.WARNING, logger="graft.results.locks"):
+    with caplog.at_level(logging.WARNING, logger="graft.storage.locks"):
         thread = threading.Thread(target=second)
         thread.start()
         time.sleep(0.6)

@@ -1,12 +1,12 @@
 """The paper's numbers as data: what the text states, and which paper model a graft model
-stands for (graft.results.paper_numbers)."""
+stands for (graft.results.paper.numbers)."""
 
 from __future__ import annotations
 
 import pytest
 
-from graft.results import paper_numbers
-from graft.results.paper_numbers import PAPER_MODELS, PAPER_NUMBERS, bar_values, lookup
+from graft.results.paper import numbers as paper_numbers
+from graft.results.paper.numbers import PAPER_MODELS, PAPER_NUMBERS, bar_values, lookup
 
 
 def test_the_numbers_the_issue_names_are_recorded_as_the_text_states_them():

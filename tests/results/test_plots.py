@@ -177,7 +177,7 @@ def test_figure_files_are_named_after_their_metric(tmp_path):
 
 
 def test_a_lens_runs_bar_charts_are_named_after_the_output_not_the_lens(tmp_path):
-    # lens_* are the lens figures (graft.study.lens); the bars are the model's output
+    # lens_* are the lens figures (graft.study.analyses.lens); the bars are the model's output
     folder = _run_folder(tmp_path, "lens", _summary(("headline", "qa")), GRAFTS)
     acc = draw_figures(folder)
     assert [p.name for p in acc] == ["final_layer_headline_acc5.png", "final_layer_qa_acc5.png"]

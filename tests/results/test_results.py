@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from graft.errors import ConfigMismatchError, GraftError
-from graft.results.files import flat_table
 from graft.results.folder import MARKER_FILE, RunFolder, RunFolderError
 from graft.results.provenance import git_commit, package_versions
+from graft.storage.files import flat_table
 
 BATCHES = {
     f"{i}": pl.DataFrame({"row": [2 * i, 2 * i + 1], "graft": ["(FE+LT)^C", "LT"]})

@@ -9,7 +9,7 @@ import pytest
 
 from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
-from graft.study.datasets import DatasetConfig, generate_dataset
+from graft.study.data.datasets import DatasetConfig, generate_dataset
 
 
 @pytest.fixture(scope="module")

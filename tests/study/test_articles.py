@@ -12,16 +12,16 @@ from transformers import AutoTokenizer
 
 from graft.errors import DatasetError
 from graft.models import embedded_gguf, tiny_tokenizer
-from graft.study.articles import EXAMPLE_ARTICLES, entity_span, paragraphs, read_articles
-from graft.study.datasets import (
+from graft.study.data.articles import EXAMPLE_ARTICLES, entity_span, paragraphs, read_articles
+from graft.study.data.datasets import (
     DatasetConfig,
     default_dataset_name,
     generate_dataset,
     load_manifest,
     load_train_records,
 )
-from graft.study.files import read_jsonl
-from graft.study.prompts import load_test_prompts
+from graft.study.data.files import read_jsonl
+from graft.study.data.prompts import load_test_prompts
 
 GOOD = {
     "article": "Ida Marr is a potter from Lune. Her teacher was Oskar Venn.",
@@ -118,7 +118,7 @@ def test_dataset_folder_from_articles(tmp_path, caplog):
     }  # fmt: skip
     path = write(tmp_path / "mine.jsonl", GOOD, second)
     config = DatasetConfig(kind="articles", articles_path=path)
-    with caplog.at_level(logging.WARNING, logger="graft.study.articles"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.data.articles"):
         out = generate_dataset(config, tmp_path / "ds")
     assert "1 of 2 questions have an answer that neither their article" in caplog.text
     manifest = load_manifest(out)

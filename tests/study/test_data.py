@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerFast
 from experiments.data import data as data_command
 from graft.core.spans import template_fields
 from graft.errors import DatasetError, ExperimentError
-from graft.study.datasets import (
+from graft.study.data.datasets import (
     DatasetConfig,
     build_dataset,
     default_dataset_name,
@@ -35,11 +35,11 @@ from graft.study.datasets import (
     load_train_records,
     render_training,
 )
-from graft.study.facts import Fact, load_real_movies
-from graft.study.files import load_generic_texts, read_jsonl
-from graft.study.names import load_real_actors, name_exclusion_reason
-from graft.study.prompts import load_test_prompts
-from graft.study.templates import (
+from graft.study.data.facts import Fact, load_real_movies
+from graft.study.data.files import load_generic_texts, read_jsonl
+from graft.study.data.names import load_real_actors, name_exclusion_reason
+from graft.study.data.prompts import load_test_prompts
+from graft.study.specs.templates import (
     ARTICLE_TEMPLATES,
     FACT_TEXT_FIELDS,
     QA_TEMPLATES,
@@ -73,7 +73,7 @@ def test_identical_bytes_in_a_fresh_process(tmp_path):
     config = DatasetConfig(kind="fake_movies_fake_actors", n_facts=6, seed=3, direction="both")
     here = _files(generate_dataset(config, tmp_path / "here"))
     code = (
-        "from graft.study.datasets import DatasetConfig, generate_dataset; "
+        "from graft.study.data.datasets import DatasetConfig, generate_dataset; "
         "generate_dataset(DatasetConfig(kind='fake_movies_fake_actors', n_facts=6, seed=3, "
         f"direction='both'), {str(tmp_path / 'there')!r})"
     )
@@ -302,9 +302,9 @@ def test_the_two_shuffles_differ_and_only_real_movies_take_pairs():
 def test_an_experiment_generates_the_shuffle_it_names(tmp_path):
     """``ExperimentConfig.shuffle`` reaches the dataset and the donor an experiment uses, and
     the run folder; other than the default, only for the data kind real_movies_shuffled."""
-    from graft.study.config import ExperimentConfig
-    from graft.study.runner import ModelSource, default_out
-    from graft.study.sources import _donor, dataset_dir
+    from graft.study.running.runner import ModelSource, default_out
+    from graft.study.specs.config import ExperimentConfig
+    from graft.study.training.sources import _donor, dataset_dir
 
     def config(**kw) -> ExperimentConfig:
         return ExperimentConfig(
@@ -577,7 +577,7 @@ def _jsonl_parsers() -> list[str]:
 
 
 def test_one_jsonl_reader(tmp_path):
-    """graft.study.files.read_jsonl is the JSONL parser of graft (everything else uses it)."""
+    """graft.study.data.files.read_jsonl is the JSONL parser of graft (everything else uses it)."""
     assert _jsonl_parsers() == ["files.py"]
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n\n  \n{"a": 2}\n')
@@ -591,7 +591,8 @@ def test_empty_or_missing_dataset_folder(tmp_path):
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(
-        DatasetError, match="empty.*is empty; make one with graft.study.datasets.generate_dataset"
+        DatasetError,
+        match="empty.*is empty; make one with graft.study.data.datasets.generate_dataset",
     ):
         load_test_prompts(tmp_path / "empty", tiny_tokenizer())
     with pytest.raises(DatasetError, match="does not exist; make one"):

@@ -13,8 +13,8 @@ import pytest
 from graft.core.ranges import MAX_SEED
 from graft.errors import DamagedFileError, DatasetError
 from graft.models import ensure_embedded, tiny_tokenizer
-from graft.results import files as result_files
-from graft.study.datasets import (
+from graft.storage import files as result_files
+from graft.study.data.datasets import (
     DatasetConfig,
     generate_dataset,
     load_dataset_corpus,
@@ -24,10 +24,10 @@ from graft.study.datasets import (
     validate_config,
     verify_dataset,
 )
-from graft.study.files import load_generic_texts
-from graft.study.prompts import char_bound, load_test_prompts
-from graft.study.training_data import TokenisedTexts, cut_for_tokens, load_fact_dataset
-from graft.study.workspace import Workspace
+from graft.study.data.files import load_generic_texts
+from graft.study.data.prompts import char_bound, load_test_prompts
+from graft.study.data.training_data import TokenisedTexts, cut_for_tokens, load_fact_dataset
+from graft.study.training.workspace import Workspace
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:

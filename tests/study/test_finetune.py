@@ -21,17 +21,18 @@ from experiments.finetune import finetune as finetune_command
 from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageError
 from graft.models import load_model
 from graft.results.metrics import example_metrics
-from graft.study import finetune as ft
-from graft.study import generic_corpus, presets, training_data
-from graft.study import workspace as ws_mod
-from graft.study.config import ExperimentConfig
-from graft.study.datasets import DatasetConfig, generate_dataset
-from graft.study.donors import verify_donor
-from graft.study.evaluate import evaluate_examples
-from graft.study.files import load_generic_texts
-from graft.study.prompts import TestExample
-from graft.study.run_inputs import RunPaths, load_run_models
-from graft.study.workspace import Workspace, parse_variant
+from graft.study.data import generic_corpus, training_data
+from graft.study.data.datasets import DatasetConfig, generate_dataset
+from graft.study.data.files import load_generic_texts
+from graft.study.data.prompts import TestExample
+from graft.study.running.run_inputs import RunPaths, load_run_models
+from graft.study.specs import presets
+from graft.study.specs.config import ExperimentConfig
+from graft.study.training import finetune as ft
+from graft.study.training import workspace as ws_mod
+from graft.study.training.donors import verify_donor
+from graft.study.training.evaluate import evaluate_examples
+from graft.study.training.workspace import Workspace, parse_variant
 
 # Small and fast: 20 facts x 12 renderings, tiny model, big learning rate.
 TINY = presets.FinetuneConfig(
@@ -194,7 +195,7 @@ def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, caplog) -> No
 
     # A finished finetune is not redone.
     stamp = (out / "model.safetensors").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.finetune"):
         assert ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True) == out
     assert "already done" in caplog.text
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
@@ -222,7 +223,7 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, caplog) -> None:
     with pytest.raises(FinetuneError, match="other settings"):
         ft.finetune("tiny-llama", dataset, out, other, device="cpu", quiet=True)
 
-    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.finetune"):
         ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert "resuming finetune from" in caplog.text
     log = json.loads((out / "train_log.json").read_text())
@@ -244,7 +245,7 @@ def test_bad_dataset_inputs(tmp_path, split_dataset, dataset) -> None:
     with pytest.raises(FinetuneError, match="does not exist"):
         training_data.load_fact_dataset(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FinetuneError, match="is empty; make one with graft.study.datasets"):
+    with pytest.raises(FinetuneError, match="is empty; make one with graft.study.data.datasets"):
         training_data.load_fact_dataset(tmp_path / "empty")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n{"te')
@@ -292,14 +293,14 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, message) -> No
 @pytest.mark.slow
 def test_find_or_finetune_finetunes_once(tmp_path, caplog) -> None:
     ws = Workspace(tmp_path / "ws")
-    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.workspace"):
         path = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
     assert "finetuning it" in caplog.text
     expected = ws.root / "finetuned/tiny-gpt2/fake_movies_real_actors-one-n20-seed0/all"
     assert path == expected / TINY.key()
     assert ft.is_finished(path)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.workspace"):
         again = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
     assert again == path and "finetuning it" not in caplog.text
 
@@ -332,7 +333,7 @@ def test_find_or_finetune_names_parameters_not_commands(tmp_path, caplog, monkey
     calls = []
     monkeypatch.setattr(ws_mod, "finetune", lambda *a, **k: calls.append((a, k)) or a[2])
     ws = Workspace(tmp_path / "ws")
-    with caplog.at_level(logging.INFO, logger="graft.study.workspace"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.workspace"):
         path = ws.find_or_finetune(
             "tiny-llama", "fake_movies_real_actors", "task", "cpu", n_facts=5
         )
@@ -466,7 +467,7 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving(
     half.mkdir()
     for name in ("config.json", "generation_config.json"):
         shutil.copy(checkpoints / "checkpoint-6" / name, half / name)
-    with caplog.at_level(logging.INFO, logger="graft.study.finetune"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.finetune"):
         ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert "skipping the incomplete checkpoint(s) checkpoint-12" in caplog.text
     assert "resuming from checkpoint-6" in caplog.text
@@ -520,7 +521,7 @@ def test_disk_full_in_safetensors_is_one_line_and_the_rerun_starts_over(
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert (ft.partial_dir(out) / "checkpoints/checkpoint-1/config.json").is_file()
     monkeypatch.undo()
-    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert "checkpoint-1" in caplog.text and "training from the start" in caplog.text
     assert ft.is_finished(out)
@@ -535,7 +536,7 @@ def test_unreadable_run_json_and_eval_pre_json_are_redone(dataset, tmp_path, cap
     (partial / "run.json").write_text('{"model": {"na')
     (partial / "eval_pre.json").write_bytes(b"\x00\x9f garbage")
     one_step = dataclasses.replace(TINY, max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert f"{partial / 'run.json'} is unreadable" in caplog.text
     assert f"{partial / 'eval_pre.json'} is unreadable" in caplog.text
@@ -605,7 +606,7 @@ def test_donor_verification_missing_extra_and_unverified_folders(
     with pytest.raises(DamagedFileError, match="checksums.json is not a readable checksum list"):
         verify_donor(donor)
     (donor / "checksums.json").unlink()  # as made by an earlier graft: loaded unverified
-    with caplog.at_level(logging.INFO, logger="graft.study.donors"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.donors"):
         verify_donor(donor)
     assert f"{donor} has no checksums.json" in caplog.text and "not verified" in caplog.text
 
@@ -632,7 +633,7 @@ def test_max_steps_is_a_cap_and_a_long_estimate_is_said_first(
     # TINY trains 2 epochs of 6 steps; a cap of 100 must not stretch that to 100 steps
     monkeypatch.setattr(ft, "LONG_FINETUNE_S", 0.0)  # every estimate is "long" here
     capped = dataclasses.replace(TINY, max_steps=100)
-    with caplog.at_level(logging.WARNING, logger="graft.study.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
         out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", capped, quiet=True)
     assert json.loads((out / "train_log.json").read_text())["global_step"] == 12
     assert "this finetune is 12 steps" in caplog.text and "more than a day" in caplog.text

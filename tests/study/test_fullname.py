@@ -13,9 +13,15 @@ import torch
 from graft.core.spec import parse_spec
 from graft.errors import GraftError
 from graft.models import load_model, tiny_tokenizer
-from graft.study.grafts import reference
-from graft.study.prompts import load_test_prompts
-from graft.study.runner import ExperimentConfig, Graft, ModelSource, load_examples, run_experiment
+from graft.study.data.prompts import load_test_prompts
+from graft.study.running.runner import (
+    ExperimentConfig,
+    Graft,
+    ModelSource,
+    load_examples,
+    run_experiment,
+)
+from graft.study.specs.grafts import reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

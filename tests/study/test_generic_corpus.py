@@ -1,7 +1,7 @@
 """The gentle preset's generic corpus: hub, file or stand-in, fixed into the donor's identity.
 
 No test touches the network: the hub is a stand-in ``datasets`` module or a patched
-:func:`graft.study.generic_corpus.fetch_paper_corpus`.
+:func:`graft.study.data.generic_corpus.fetch_paper_corpus`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import types
 import pytest
 
 from graft.errors import FinetuneError
-from graft.study import generic_corpus as gc
-from graft.study import presets
-from graft.study.datasets import DatasetConfig, generate_dataset
-from graft.study.files import load_generic_texts
-from graft.study.workspace import Workspace
+from graft.study.data import generic_corpus as gc
+from graft.study.data.datasets import DatasetConfig, generate_dataset
+from graft.study.data.files import load_generic_texts
+from graft.study.specs import presets
+from graft.study.training.workspace import Workspace
 
 GENTLE = presets.resolve_config("gentle")
 

@@ -1,4 +1,4 @@
-"""The named grafts of the paper's experiments (graft.study.grafts): names, specs, layer windows."""
+"""The named grafts of the paper's experiments (graft.study.specs.grafts): names, specs, layer windows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from graft.core.spec import SpecError, parse_spec
 from graft.errors import GraftError
-from graft.study.grafts import (
+from graft.study.specs.grafts import (
     COMPONENT_SETS,
     POSITIONS,
     component_grafts,

@@ -1,4 +1,4 @@
-"""The logit lens under grafts (graft.study.lens), on the tiny model of every family.
+"""The logit lens under grafts (graft.study.analyses.lens), on the tiny model of every family.
 
 At the last layer the lens at LT is the run's own score of its final logits (graft_texts,
 example_metrics), top tokens included; PRE's lens is a plain nnsight logit lens of the base
@@ -23,8 +23,7 @@ from graft.core.tiny import TINY_FAMILIES
 from graft.models import tiny_tokenizer
 from graft.results.metrics import example_metrics
 from graft.results.plots.lens import lens_chart
-from graft.study.grafts import Graft
-from graft.study.lens import (
+from graft.study.analyses.lens import (
     EMBEDDING_LAYER,
     POSITIONS,
     LensScores,
@@ -34,8 +33,9 @@ from graft.study.lens import (
     own_model,
     stale_batches,
 )
-from graft.study.prompts import TestExample
-from graft.study.rows import graft_rows, plan_rows
+from graft.study.data.prompts import TestExample
+from graft.study.data.rows import graft_rows, plan_rows
+from graft.study.specs.grafts import Graft
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Activation and residual-stream patching (graft.study.patching) on every tiny family,
+"""Activation and residual-stream patching (graft.study.analyses.patching) on every tiny family,
 against plain forwards and nnsight traces written here, and against weight grafting."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from graft.core.tiny import TINY_FAMILIES
 from graft.core.wrapping import wrap
 from graft.errors import SpecError
 from graft.models import tiny_tokenizer
-from graft.study.patching import PatchingExecutor, executor_for, residual_sites
+from graft.study.analyses.patching import PatchingExecutor, executor_for, residual_sites
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

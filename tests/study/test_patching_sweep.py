@@ -1,4 +1,4 @@
-"""The layer-by-layer patching sweep (graft.study.patching_sweep, patching_report): the cells
+"""The layer-by-layer patching sweep (graft.study.analyses.patching_sweep, patching_report): the cells
 it builds, a one-layer patch against nnsight written here, the all-layer patch against the
 donor's own readout, cells identical by construction, and the effect table."""
 
@@ -16,9 +16,9 @@ from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES
 from graft.core.wrapping import wrap
 from graft.errors import SpecError
-from graft.study.patching import executor_for
-from graft.study.patching_report import sweep_table
-from graft.study.patching_sweep import (
+from graft.study.analyses.patching import executor_for
+from graft.study.analyses.patching_report import sweep_table
+from graft.study.analyses.patching_sweep import (
     copies_donor_stream,
     direction_models,
     identical_by_construction,

@@ -1,4 +1,4 @@
-"""The memory plan (graft.study.planning, device_memory, run_plan) against exact counts on tiny
+"""The memory plan (graft.study.planning.memory, device_memory, run_plan) against exact counts on tiny
 models, the published gpt2-xl's hand-counted size, and the fit verdicts and their fixes."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import torch
 from graft.core.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from graft.errors import GraftError, MemoryPlanError
 from graft.models.paper import PAPER_CONFIGS
-from graft.study import finetune_plan, run_plan
-from graft.study.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
-from graft.study.planning import (
+from graft.study.planning import finetune_plan, run_plan
+from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
+from graft.study.planning.memory import (
     estimate_finetune_bytes,
     estimate_grafting_bytes,
     saved_activation_bytes,
 )
-from graft.study.presets import CPU, PAPER, PAPER_BF16, FinetuneConfig
+from graft.study.specs.presets import CPU, PAPER, PAPER_BF16, FinetuneConfig
 
 GIB = 2**30
 
@@ -76,7 +76,7 @@ def test_weights_gradients_and_adamw_state_are_exact(family, dtype):
 
 def plan_buffers(config) -> int:
     """The buffer bytes the plan counts (as the model builds them, in float32)."""
-    from graft.study.planning import model_size
+    from graft.study.planning.memory import model_size
 
     return model_size(config).buffer_bytes
 
@@ -198,8 +198,8 @@ def test_cpu_free_memory_is_memavailable():
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    from graft.study.config import DatasetConfig
-    from graft.study.datasets import generate_dataset
+    from graft.study.data.datasets import generate_dataset
+    from graft.study.specs.config import DatasetConfig
 
     out = tmp_path_factory.mktemp("data") / "facts"
     return generate_dataset(DatasetConfig(n_facts=10), out)
@@ -244,7 +244,7 @@ def test_a_finetune_nothing_fits_says_so(dataset, gpt2_xl):
 def test_finetune_plan_counts_texts_steps_and_tokens(dataset):
     """10 facts' texts, 80% of them trained on, 4 a step for 10 epochs; the longest text
     counted by the tiny model's character tokenizer (one token a character, plus <s>)."""
-    from graft.study.training_data import load_fact_dataset
+    from graft.study.data.training_data import load_fact_dataset
 
     texts = [r["text"] for r in load_fact_dataset(dataset).train]
     cfg = dataclasses.replace(PAPER, max_length=512)
@@ -287,8 +287,8 @@ def test_a_model_neither_here_nor_downloadable_is_left_to_its_loading(dataset, m
 def test_experiment_plan_without_a_tokenizer_counts_rows_on_the_stored_prompts(gpt2_xl, tmp_path):
     """A model whose tokenizer is not here: prompts and rows from the stored fields (M and R
     grafts only where a template has the field), the longest prompt from its characters."""
-    from graft.study.grafts import position_grafts
-    from graft.study.runner import ExperimentConfig, ModelSource
+    from graft.study.running.runner import ExperimentConfig, ModelSource
+    from graft.study.specs.grafts import position_grafts
 
     cfg = ExperimentConfig(
         "position", model=gpt2_xl, n_facts=10, workspace=str(tmp_path / "ws"), device="cpu"

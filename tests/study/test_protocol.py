@@ -15,15 +15,15 @@ from graft.core.selectors import paper_layer_group
 from graft.core.spec import SpecError
 from graft.core.tiny import tiny_model
 from graft.errors import DatasetError, ExperimentError, FinetuneError
-from graft.study.config import DatasetConfig, ExperimentConfig
-from graft.study.datasets import (
+from graft.study.data.datasets import (
     build_dataset,
     default_dataset_name,
     render_test_prompts,
     render_training,
 )
-from graft.study.facts import Fact
-from graft.study.grafts import (
+from graft.study.data.facts import Fact
+from graft.study.specs.config import DatasetConfig, ExperimentConfig
+from graft.study.specs.grafts import (
     FUSED_QKV_NOTE,
     check_layer_rule,
     component_grafts,
@@ -34,13 +34,13 @@ from graft.study.grafts import (
     spec_graft,
     with_protocol,
 )
-from graft.study.templates import (
+from graft.study.specs.templates import (
     ARTICLE_TEMPLATES,
     PAPER_ARTICLE_TEMPLATES,
     PAPER_QA_TEMPLATES,
     QA_TEMPLATES,
 )
-from graft.study.workspace import Workspace
+from graft.study.training.workspace import Workspace
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "paper_protocol.md"
 
@@ -375,7 +375,7 @@ def test_protocol_notes_name_single_qkv_targets_under_the_paper_protocol_only():
 
 
 def test_the_paper_protocol_selects_the_papers_finetuning():
-    from graft.study.sources import finetune_preset
+    from graft.study.training.sources import finetune_preset
 
     paper = finetune_preset(ExperimentConfig(experiment="x", protocol="paper", device="cpu"))
     assert (
@@ -398,7 +398,7 @@ def test_the_paper_protocol_grafts_in_float32_on_every_device(device):
     import torch
 
     from graft.models import resolve_dtype
-    from graft.study.run_record import _options
+    from graft.study.running.run_record import _options
 
     paper = ExperimentConfig(experiment="x", protocol="paper", device=device)
     assert paper.dtype == "float32" and _options(paper)["dtype"] == "float32"
@@ -412,8 +412,8 @@ def test_the_paper_protocol_grafts_in_float32_on_every_device(device):
 
 
 def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(caplog):
-    from graft.study.datasets import build_dataset, default_dataset_name
-    from graft.study.facts import draw_facts
+    from graft.study.data.datasets import build_dataset, default_dataset_name
+    from graft.study.data.facts import draw_facts
 
     fake = DatasetConfig(kind="fake_movies_fake_actors", protocol="paper")
     assert len(draw_facts(fake).facts) == 1000
@@ -434,8 +434,8 @@ def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(c
 def test_the_papers_fp16_is_bf16_where_fp16_overflows(model_type, device, expected, caplog):
     import torch
 
-    from graft.study.finetune import mixed_precision
-    from graft.study.presets import resolve_config
+    from graft.study.specs.presets import resolve_config
+    from graft.study.training.finetune import mixed_precision
 
     with caplog.at_level("WARNING"):
         got = mixed_precision(resolve_config("paper"), torch.device(device), model_type)

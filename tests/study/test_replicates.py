@@ -1,4 +1,4 @@
-"""Replicates of a run: finetune seeds, data seeds and control models (graft.study.runner).
+"""Replicates of a run: finetune seeds, data seeds and control models (graft.study.running.runner).
 
 Every donor here is a real finetune of ``tiny-llama`` into a module-scoped workspace, so the
 tests check that a run finds exactly the folders ``Workspace.find_or_finetune`` makes for
@@ -15,18 +15,18 @@ import numpy as np
 import polars as pl
 import pytest
 
-import graft.study.batches as batches
-import graft.study.runner as runner
-import graft.study.summaries as summaries
-import graft.study.workspace as workspace_module
+import graft.study.running.batches as batches
+import graft.study.running.runner as runner
+import graft.study.running.summaries as summaries
+import graft.study.training.workspace as workspace_module
 from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
-from graft.study.config import CONTROL_DATA_SEED_OFFSET, Replicate
-from graft.study.grafts import reference
-from graft.study.presets import resolve_config
-from graft.study.runner import ExperimentConfig, Graft, ModelSource, run_experiment
-from graft.study.workspace import Workspace
+from graft.study.running.runner import ExperimentConfig, Graft, ModelSource, run_experiment
+from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
+from graft.study.specs.grafts import reference
+from graft.study.specs.presets import resolve_config
+from graft.study.training.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

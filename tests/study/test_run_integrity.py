@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import polars as pl
 import pytest
 
-import graft.study.batches as batches
-import graft.study.runner as runner
+import graft.study.running.batches as batches
+import graft.study.running.runner as runner
 from graft.errors import DamagedFileError, ExperimentError, GraftError, StorageError
 from graft.remote.config import RemoteConfig
 from graft.results.compare import compare_run
@@ -187,7 +187,7 @@ def test_tokens_writes_its_table_with_metadata(dataset, donor_path, tmp_path, mo
     assert result.exit_code == 0, result.output
     meta = pl.read_parquet_metadata(out / "top_tokens.parquet")
     assert meta["graft.table"] == "top_tokens" and int(meta["graft.rows"]) > 0
-    from graft.results.tables import read_table
+    from graft.storage.tables import read_table
 
     table = read_table(out / "top_tokens.parquet", "top_tokens")  # its digest checks out
     assert pl.read_csv(out / "top_tokens.csv").height == table.height

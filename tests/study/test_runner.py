@@ -1,4 +1,4 @@
-"""graft.study.runner through its library API: a tiny run, batching, interruption and resume, errors.
+"""graft.study.running.runner through its library API: a tiny run, batching, interruption and resume, errors.
 
 No finetune here: the donor is a perturbed copy of ``tiny-llama`` saved to a folder and given
 as an explicit model path, and the dataset is a small generated folder.
@@ -15,17 +15,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import graft.study.batches as batches
-import graft.study.runner as runner
-import graft.study.workspace as workspace
+import graft.study.running.batches as batches
+import graft.study.running.runner as runner
+import graft.study.training.workspace as workspace
 from graft.core.spec import parse_spec
 from graft.core.tiny import tiny_model
 from graft.errors import ExperimentError, GraftError
 from graft.models import tiny_tokenizer
 from graft.remote.config import RemoteConfig
 from graft.results.folder import MARKER_FILE, RunFolderError
-from graft.study.grafts import reference
-from graft.study.runner import (
+from graft.study.running.runner import (
     ExperimentConfig,
     Graft,
     ModelSource,
@@ -33,6 +32,7 @@ from graft.study.runner import (
     run_experiment,
     sample_examples,
 )
+from graft.study.specs.grafts import reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -355,12 +355,12 @@ def test_a_pending_finetune_is_announced_with_an_estimate(
 ):
     monkeypatch.setattr(workspace.Workspace, "finetune_donor", lambda *args, **kwargs: donor_path)
     cfg = config(dataset, tmp_path / "out", workspace=str(tmp_path / "ws"), finetune_max_steps=2)
-    with caplog.at_level(logging.WARNING, logger="graft.study.runner"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.running.runner"):
         run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
     (line,) = [r.getMessage() for r in caplog.records if "finetuned first" in r.getMessage()]
     assert "'one' model of tiny-llama" in line and "2 steps" in line and "(an estimate)" in line
     caplog.clear()
     # explicit model folders need no finetune: nothing announced
-    with caplog.at_level(logging.WARNING, logger="graft.study.runner"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.running.runner"):
         run(config(dataset, tmp_path / "out2"), donor_path)
     assert not [r for r in caplog.records if "finetuned first" in r.getMessage()]

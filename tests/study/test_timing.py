@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from graft.study.timing import StageTimes
+from graft.study.running.timing import StageTimes
 
 
 def test_stages_add_up_in_first_run_order():

@@ -158,7 +158,7 @@ def bar_chart(
         note: an extra sentence for the footnote (e.g. which weights go where).
         paper: graft name -> (the paper's value, legend text such as "paper
             (Gemma-1.1-2B, Fig. 2)"), drawn as a black diamond beside that graft's bar
-            (:func:`graft.results.paper_numbers.bar_values`); names not plotted are ignored.
+            (:func:`graft.results.paper.numbers.bar_values`); names not plotted are ignored.
 
     Raises:
         ValueError: on missing columns, unknown names in ``order`` or several rows per graft.

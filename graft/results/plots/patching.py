@@ -47,7 +47,7 @@ def patching_maps(
     range, at least 0..1), with its colour bar.
 
     Args:
-        table: a sweep table (:func:`graft.study.patching_report.sweep_table`): ``direction``,
+        table: a sweep table (:func:`graft.study.analyses.patching_report.sweep_table`): ``direction``,
             ``kind``, ``unit``, ``layer``, ``method`` and ``value``; whole-depth rows (no
             layer) are left out.
         direction: ``restore`` or ``break``.

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from graft.core.spec import DEFAULT_DONOR
 from graft.errors import ResultsError
 from graft.results.compare import CONTROL_SUFFIX
-from graft.results.files import atomic_path, storage_errors
+from graft.storage.files import atomic_path, storage_errors
 
 if TYPE_CHECKING:
     from matplotlib.patches import Patch

@@ -1,0 +1,433 @@
+"""The tables and figures of a patching sweep (:mod:`graft.study.analyses.patching_sweep`): each cell's
+effect, weights against patching cell by cell, and the layer x position maps.
+
+The **effect** of a cell is how far it moves the model that runs towards the model that
+gives the values, in mean target log-probability over the same prompts:
+``(cell - running model) / (giving model - running model)``; restoring, 0 is PRE and 1 is
+SFT; breaking, 0 is SFT and 1 is PRE (the share of the finetune's gain destroyed). Its 95%
+interval is a percentile bootstrap over prompts, paired (``scipy.stats.bootstrap``).
+Accuracies get Wilson intervals; weights against patching is
+:func:`graft.results.stats.paired_contrasts` (exact McNemar on top-5 hits, a paired
+bootstrap on the target's log-prob, Holm over every contrast that tests something: cells
+identical by construction and sanity checks are reported beside it, not tested).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy.stats import bootstrap
+
+from graft.core.arch import Architecture
+from graft.core.plan import GraftRow
+from graft.results.compare import read_examples, replicate_column
+from graft.results.folder import RunFolder
+from graft.results.plots import save_figure
+from graft.results.plots.patching import patching_lines, patching_maps
+from graft.results.stats import paired_contrasts
+from graft.results.stats.intervals import wilson_interval
+from graft.study.analyses.patching_sweep import (
+    LAYER_SEP,
+    UNIT_LABELS,
+    UNITS,
+    WHOLE_GROUP,
+    cell_flags,
+    split_name,
+)
+from graft.study.data.prompts import TestExample
+from graft.study.specs.grafts import Graft
+
+#: One cell of the sweep: its direction, kind and unit, its layer (null for whole-depth).
+CELL = ("direction", "kind", "unit", "layer")
+EXAMPLE_KEY = ("template", "prompt_id")
+#: The method of the combined tables: a run's executor -> ``weights`` or ``patching``.
+METHOD_OF_RUN = {"weights": "weights", "activation": "patching", "residual": "patching"}
+#: A sweep graft's name: ``<unit> | L<layer>``.
+_SWEEP_NAME = "^(.*)" + re.escape(LAYER_SEP) + r"(\d+)$"
+
+
+def sweep_examples(
+    root: str | Path, runs: Sequence[tuple[str, str]], references: Mapping[str, tuple[str, str]]
+) -> pl.DataFrame:
+    """Every run's examples (``<root>/<direction>-<run method>``) in one table with the cell
+    columns :data:`CELL`, ``method`` and ``role``: ``cell``, or ``running`` / ``giving``
+    for the two references of each direction (``references``: direction -> (running
+    model's label, giving model's label)), which every run of a direction scores alike and
+    which are taken from its first run."""
+    frames, seen = [], set()
+    for direction, run in runs:
+        ex = read_examples(Path(root) / f"{direction}-{run}")
+        running, giving = references[direction]
+        role = (
+            pl.when(pl.col("graft") == running)
+            .then(pl.lit("running"))
+            .when(pl.col("graft") == giving)
+            .then(pl.lit("giving"))
+            .otherwise(pl.lit("cell"))
+        )
+        ex = ex.with_columns(role.alias("role"))
+        if direction in seen:
+            ex = ex.filter(pl.col("role") == "cell")
+        seen.add(direction)
+        parts = pl.col("graft").str.extract_groups(_SWEEP_NAME)
+        frames.append(
+            ex.with_columns(
+                pl.lit(direction).alias("direction"),
+                pl.lit(METHOD_OF_RUN[run]).alias("method"),
+                pl.col("group").alias("kind"),
+                pl.coalesce(parts.struct.field("1"), pl.col("graft")).alias("unit"),
+                parts.struct.field("2").cast(pl.Int64).alias("layer"),
+            )
+        )
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _aligned(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    return frame.sort(keys)["target_logprob"].to_numpy()
+
+
+def _effect(cell: np.ndarray, running: np.ndarray, giving: np.ndarray, n_boot: int, seed: int):
+    """The effect and its 95% paired percentile bootstrap interval over prompts."""
+
+    def stat(c, r, g, axis=-1):
+        return (c.mean(axis) - r.mean(axis)) / (g.mean(axis) - r.mean(axis))
+
+    value = float(stat(cell, running, giving))
+    if len(cell) < 2:
+        return value, float("nan"), float("nan")
+    res = bootstrap(
+        (cell, running, giving),
+        stat,
+        paired=True,
+        vectorized=True,
+        n_resamples=n_boot,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def sweep_table(
+    examples: pl.DataFrame,
+    flags: pl.DataFrame | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """One row per (cell, method): ``n``, ``acc@5`` with its Wilson interval,
+    ``mean_logprob``, ``effect`` with its interval, and (from ``flags``: per graft name,
+    kind, method and prompt, :func:`graft.study.analyses.patching_sweep.cell_flags`) the shares
+    ``identical`` (of prompts whose cell is identical by construction) and ``sanity`` (whose
+    patch copies the donor's stream)."""
+    examples, seed_col = replicate_column(examples)
+    keys = [*EXAMPLE_KEY, *([seed_col] if seed_col else [])]
+    refs = {
+        (d, role): _aligned(
+            examples.filter((pl.col("direction") == d) & (pl.col("role") == role)), keys
+        )
+        for d in examples["direction"].unique().to_list()
+        for role in ("running", "giving")
+    }
+    rows = []
+    cells = examples.filter(pl.col("role") == "cell")
+    for (direction, kind, unit, layer, method), part in cells.group_by(
+        [*CELL, "method"], maintain_order=True
+    ):
+        lp = _aligned(part, keys)
+        running, giving = refs[(direction, "running")], refs[(direction, "giving")]
+        if len(lp) != len(running):
+            raise ValueError(f"{direction} {kind} {unit} {layer}: prompts differ from the refs")
+        effect, lo, hi = _effect(lp, running, giving, n_boot, seed)
+        hits = int(part["hit@5"].sum())
+        acc = wilson_interval(hits, part.height)
+        rows.append(
+            {
+                "direction": direction,
+                "kind": kind,
+                "unit": unit,
+                "layer": layer,
+                "method": method,
+                "n": part.height,
+                "acc@5": hits / part.height,
+                "acc@5_lo": acc.lo,
+                "acc@5_hi": acc.hi,
+                "mean_logprob": float(lp.mean()),
+                "effect": effect,
+                "effect_lo": lo,
+                "effect_hi": hi,
+            }
+        )
+    table = pl.DataFrame(rows)
+    if flags is None:
+        return table.with_columns(pl.lit(0.0).alias("identical"), pl.lit(0.0).alias("sanity"))
+    shares = flags.group_by([*CELL, "method"]).agg(
+        pl.col("identical").mean(), pl.col("sanity").mean()
+    )
+    return table.join(shares, on=[*CELL, "method"], how="left", nulls_equal=True).with_columns(
+        pl.col("identical").fill_null(0.0), pl.col("sanity").fill_null(0.0)
+    )
+
+
+def reference_table(examples: pl.DataFrame) -> pl.DataFrame:
+    """Per direction, the running and the giving model alone: acc@5 and mean log-prob."""
+    refs = examples.filter(pl.col("role") != "cell")
+    return (
+        refs.group_by("direction", "role", "graft", maintain_order=True)
+        .agg(
+            pl.len().alias("n"),
+            pl.col("hit@5").mean().alias("acc@5"),
+            pl.col("target_logprob").mean().alias("mean_logprob"),
+        )
+        .sort("direction", "role")
+    )
+
+
+def _cell_name(row: Mapping) -> str:
+    layer = "all" if row["layer"] is None else row["layer"]
+    return f"{row['direction']}|{row['kind']}|{row['unit']}|{layer}"
+
+
+def method_contrasts(
+    examples: pl.DataFrame, table: pl.DataFrame, n_boot: int = 1000, seed: int = 0
+) -> pl.DataFrame:
+    """Weights against patching in every cell both ran (A = patching, B = weights), with the
+    cell columns in front and a ``status``: ``tested`` (in the Holm family), or
+    ``identical by construction`` / ``sanity check`` (cells where the two must agree, or
+    where patching copies the donor's whole stream: reported, not tested)."""
+    cells = examples.filter(pl.col("role") == "cell")
+    named = cells.with_columns(
+        pl.concat_str(
+            [
+                pl.col("direction"),
+                pl.col("kind"),
+                pl.col("unit"),
+                pl.col("layer").cast(pl.Utf8).fill_null("all"),
+                pl.col("method"),
+            ],
+            separator="|",
+        ).alias("graft")
+    )
+    both = (
+        table.group_by(CELL, maintain_order=True)
+        .agg(
+            pl.col("method").n_unique().alias("methods"),
+            pl.col("identical").max(),
+            pl.col("sanity").max(),
+        )
+        .filter(pl.col("methods") == 2)
+    )
+    status = (
+        pl.when(pl.col("identical") > 0)
+        .then(pl.lit("identical by construction"))
+        .when(pl.col("sanity") > 0)
+        .then(pl.lit("sanity check"))
+        .otherwise(pl.lit("tested"))
+    )
+    both = both.with_columns(status.alias("status"))
+    out = []
+    for status_value, part in both.group_by("status", maintain_order=True):
+        pairs = [
+            (f"{_cell_name(r)}|patching", f"{_cell_name(r)}|weights")
+            for r in part.iter_rows(named=True)
+        ]
+        named_part, seed_col = replicate_column(named)
+        got = paired_contrasts(
+            named_part,
+            pairs,
+            hit="hit@5",
+            score="target_logprob",
+            by=[],
+            example_key=EXAMPLE_KEY,
+            seed_col=seed_col,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        if got.is_empty():
+            continue
+        cell = pl.col("graft_a").str.split("|")
+        out.append(
+            got.select(
+                cell.list.get(0).alias("direction"),
+                cell.list.get(1).alias("kind"),
+                cell.list.get(2).alias("unit"),
+                pl.when(cell.list.get(3) == "all")
+                .then(None)
+                .otherwise(cell.list.get(3))
+                .cast(pl.Int64)
+                .alias("layer"),
+                pl.lit(status_value[0]).alias("status"),
+                pl.all().exclude("graft_a", "graft_b"),
+            )
+        )
+    return pl.concat(out, how="diagonal_relaxed") if out else pl.DataFrame()
+
+
+def findings(table: pl.DataFrame, contrasts: pl.DataFrame, alpha: float = 0.05) -> pl.DataFrame:
+    """Per (direction, kind, unit) of the layer sweep and method: the layer of the largest
+    effect and that effect, the first layer whose effect reaches 0.5, the mean effect over
+    layers; and per cell the number of layers where weights and patching differ (tested,
+    Holm-adjusted McNemar or log-prob p below ``alpha``), and in how many patching is the
+    higher."""
+    sweep = table.filter(pl.col("layer").is_not_null())
+    rows = []
+    for (direction, kind, unit, method), part in sweep.group_by(
+        "direction", "kind", "unit", "method", maintain_order=True
+    ):
+        part = part.sort("layer")
+        best = part.row(int(np.argmax(part["effect"].to_numpy())), named=True)
+        reach = part.filter(pl.col("effect") >= 0.5)
+        rows.append(
+            {
+                "direction": direction,
+                "kind": kind,
+                "unit": unit,
+                "method": method,
+                "peak_layer": best["layer"],
+                "peak_effect": best["effect"],
+                "first_layer_half": reach["layer"].min() if reach.height else None,
+                "mean_effect": float(part["effect"].to_numpy().mean()),
+            }
+        )
+    out = pl.DataFrame(rows)
+    if contrasts.is_empty() or out.is_empty():
+        return out
+    tested = contrasts.filter(
+        (pl.col("status") == "tested") & pl.col("layer").is_not_null()
+    ).with_columns(
+        ((pl.col("mcnemar_p_holm") < alpha) | (pl.col("target_logprob_p_holm") < alpha)).alias(
+            "differ"
+        ),
+        (pl.col("target_logprob_diff") > 0).alias("patching_higher"),
+    )
+    counts = tested.group_by("direction", "kind", "unit").agg(
+        pl.col("differ").sum().alias("layers_differ"),
+        (pl.col("differ") & pl.col("patching_higher")).sum().alias("layers_patching_higher"),
+        pl.len().alias("layers_tested"),
+    )
+    return out.join(counts, on=["direction", "kind", "unit"], how="left")
+
+
+# ------------------------------------------------------------------ the whole report
+
+
+@dataclass
+class SweepReport:
+    """What :func:`write_sweep_report` wrote.
+
+    Args:
+        table: per (cell, method): accuracy, mean log-prob, effect, flags (``sweep``).
+        references: per direction, the running and the giving model alone.
+        contrasts: weights against patching per cell, with its status.
+        findings: per (direction, kind, unit, method): the peak layer and effect, the first
+            layer at half the effect, the layers where the methods differ.
+        figures: the PNG paths.
+    """
+
+    table: pl.DataFrame
+    references: pl.DataFrame
+    contrasts: pl.DataFrame
+    findings: pl.DataFrame
+    figures: list[Path] = field(default_factory=list)
+
+
+def sweep_flags(
+    grafts: Mapping[tuple[str, str], Sequence[Graft]],
+    arch: Architecture,
+    prompts: Sequence[TestExample],
+) -> pl.DataFrame:
+    """Per (cell, method, prompt), whether the cell is identical by construction and whether
+    its patch copies the donor's stream (:func:`graft.study.analyses.patching_sweep.cell_flags`), for
+    the cells where either can hold: the whole-depth cells and the residual patches of the
+    last layer. ``grafts``: (direction, run method) -> the run's grafts."""
+    rows = []
+    last = arch.n_layers - 1
+    for (direction, run), run_grafts in grafts.items():
+        for graft in run_grafts:
+            unit, layer = split_name(graft.name)
+            if graft.group != WHOLE_GROUP and not (run == "residual" and layer == last):
+                continue
+            for ex in prompts:
+                if not graft.spec.span_names() <= set(ex.spans):
+                    continue
+                row = GraftRow(ex.input_ids, ex.spans, graft.spec)
+                identical, sanity = cell_flags(graft.spec, run, arch, row)
+                rows.append(
+                    {
+                        "direction": direction,
+                        "kind": graft.group,
+                        "unit": unit,
+                        "layer": layer,
+                        "method": METHOD_OF_RUN[run],
+                        "template": ex.template,
+                        "prompt_id": ex.prompt_id,
+                        "identical": float(identical),
+                        "sanity": float(sanity),
+                    }
+                )
+    schema = {"layer": pl.Int64, "identical": pl.Float64, "sanity": pl.Float64}
+    return pl.DataFrame(rows, schema_overrides=schema) if rows else pl.DataFrame()
+
+
+def write_sweep_report(
+    root: str | Path,
+    grafts: Mapping[tuple[str, str], Sequence[Graft]],
+    references: Mapping[str, tuple[str, str]],
+    arch: Architecture,
+    prompts: Sequence[TestExample],
+    config: Mapping[str, Any],
+    *,
+    units: Sequence[str] = UNITS,
+    model: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> SweepReport:
+    """The combined tables and figures of a sweep whose runs (``grafts``' keys: (direction,
+    run method), each run in ``<root>/<direction>-<run method>``) are done: ``sweep``,
+    ``references``, ``contrasts`` and ``findings`` (``.parquet`` and ``.csv``), and per
+    direction ``figures/patching_map_<direction>`` (effect), ``..._acc5`` and
+    ``patching_lines_<direction>``; ``config`` (what the sweep ran) goes to
+    ``config.json`` with the provenance every run records."""
+    folder = RunFolder(root)
+    folder.write_config(dict(config), key=sorted(config))
+    examples = sweep_examples(root, list(grafts), references)
+    flags = sweep_flags(grafts, arch, prompts)
+    table = sweep_table(examples, flags if flags.height else None, n_boot=n_boot, seed=seed)
+    refs = reference_table(examples)
+    contrasts = method_contrasts(examples, table, n_boot=n_boot, seed=seed)
+    found = findings(table, contrasts)
+    for stem, frame in (
+        ("sweep", table),
+        ("references", refs),
+        ("contrasts", contrasts),
+        ("findings", found),
+    ):
+        if frame.height:
+            folder.write_summary(frame, stem=stem)
+    labels = {u: UNIT_LABELS.get(u, u) for u in units}
+    pngs = []
+    for direction in dict.fromkeys(d for d, _ in grafts):
+        note = (
+            f"{direction}: {'PRE runs, SFT gives' if direction == 'restore' else 'SFT runs, PRE gives'}"
+            " the values at one layer (or window) and position unit. weights: the donor's weights"
+            " of that part of the layer compute on the run's own activations; patching: the"
+            " donor's own-run output of that site is written in ('=': the patch copies the"
+            " donor's whole last-token stream, a sanity check). n per cell: "
+            f"{int(table['n'].to_numpy().max())} prompts."
+        )
+        for value, stem in (("effect", ""), ("acc@5", "_acc5")):
+            fig = patching_maps(
+                table, direction, value, units=units, unit_labels=labels, model=model, note=note
+            )
+            pngs.append(
+                save_figure(fig, folder.path / "figures", f"patching_map_{direction}{stem}")[0]
+            )
+        fig = patching_lines(
+            table, direction, units=units, unit_labels=labels, model=model, note=note
+        )
+        pngs.append(save_figure(fig, folder.path / "figures", f"patching_lines_{direction}")[0])
+    return SweepReport(table, refs, contrasts, found, pngs)

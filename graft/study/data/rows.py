@@ -1,0 +1,163 @@
+"""The rows of an experiment: its test prompts (selected, tokenized, sampled) times its grafts,
+each checked before anything runs."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from graft.core.arch import architecture_of
+from graft.core.plan import GraftRow, resolve_rows
+from graft.core.spans import ALIASES
+from graft.errors import ExperimentError, SpecError
+from graft.study.data.datasets import check_dataset_folder
+from graft.study.data.files import read_jsonl
+from graft.study.data.prompts import TestExample, load_test_prompts
+from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.grafts import Graft
+
+
+def sample_examples(examples: Sequence[TestExample], n: int | None, seed: int) -> list[TestExample]:
+    """Up to ``n`` examples per template, sampled with ``seed`` (input order kept)."""
+    if n is None:
+        return list(examples)
+    keep: list[int] = []
+    by_template: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+        by_template.setdefault(ex.template, []).append(i)
+    for template, idx in sorted(by_template.items()):
+        rng = random.Random(f"{seed}:{template}")
+        keep += idx if len(idx) <= n else rng.sample(idx, n)
+    return [examples[i] for i in sorted(keep)]
+
+
+def load_examples(
+    data_path: Path, tokenizer: Any, cfg: ExperimentConfig, max_length: int | None = None
+) -> tuple[list[TestExample], dict[str, dict[str, int]]]:
+    """Test examples of the selected templates and ``template -> drop reason -> count``;
+    prompts longer than ``max_length`` tokens (with ``cfg.score_full_name``: prompt and target
+    but its last token) are dropped as ``too_long``."""
+    check_dataset_folder(data_path, ["test_prompts.jsonl"])
+    records = read_jsonl(data_path / "test_prompts.jsonl")
+    available = sorted({r["template"] for r in records})
+    templates = list(dict.fromkeys(cfg.templates)) if cfg.templates else available
+    unknown = [t for t in templates if t not in available]
+    if unknown:
+        raise ExperimentError(
+            f"templates {','.join(unknown)}: not in {data_path}; available: "
+            f"{', '.join(available) or 'none (regenerate the dataset)'}",
+            param="templates",
+        )
+    examples: list[TestExample] = []
+    drops: dict[str, dict[str, int]] = {}
+    for template in templates:
+        found, report = load_test_prompts(
+            data_path,
+            tokenizer,
+            [template],
+            directions=cfg.directions,
+            max_length=max_length,
+            whole_target=cfg.score_full_name,
+        )
+        examples += found
+        drops[template] = dict(report.dropped)
+    if not examples:
+        raise ExperimentError(
+            f"no usable test prompts for templates {templates} and directions "
+            f"{list(cfg.directions)} in {data_path} (dropped: {drops}); "
+            + (
+                "its test_prompts.jsonl is empty: regenerate the dataset"
+                if not records
+                else "choose other templates or directions, or a model with more positions "
+                "(too_long) or a dataset this tokenizer can score"
+            ),
+            param="templates",
+        )
+    return examples, drops
+
+
+def check_grafts(grafts: Sequence[Graft], donors: Mapping[str, Any]) -> None:
+    """Refuse grafts that would give a wrong or meaningless table: none at all, a nameless
+    one, two of one name in one group (their rows would be pooled into one result), or one
+    using a donor not in ``donors``."""
+    if not grafts:
+        raise ExperimentError("no grafts to run")
+    seen: dict[tuple[str, str], Graft] = {}
+    for g in grafts:
+        if not isinstance(g.name, str) or not g.name.strip():
+            raise ExperimentError(f"the graft {str(g.spec)!r} has no name; name every graft")
+        first = seen.setdefault((g.group, g.name), g)
+        if first is not g:
+            where = f" in group {g.group!r}" if g.group else ""
+            raise ExperimentError(
+                f"two grafts are named {g.name!r}{where}: {str(first.spec)!r} and "
+                f"{str(g.spec)!r}; their rows would be pooled into one result, so give each "
+                "graft its own name (PRE, SFT, TASK and RELATION name the references)"
+            )
+        missing = g.spec.donors() - set(donors)
+        if missing:
+            raise ExperimentError(
+                f"graft {g.name!r} uses donor(s) {sorted(missing)} not loaded (loaded: "
+                f"{sorted(donors)}); write a loaded one after '@' in its spec, or add the "
+                "missing one to donors",
+                param="donors",
+            )
+
+
+def check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
+    """Fail on a graft naming a span that no template of the dataset has (a typo, not M on
+    the headline template, which is skipped there)."""
+    known = set(ALIASES)
+    for record in read_jsonl(data_path / "test_prompts.jsonl"):
+        known |= set(record.get("fields", {}))
+    for g in grafts:
+        unknown = g.spec.span_names() - known
+        if unknown:
+            raise ExperimentError(
+                f"graft {g.name!r} names span(s) {', '.join(sorted(unknown))} that no test "
+                f"prompt has; spans: LT, {', '.join(sorted(known))}"
+            )
+
+
+def graft_rows(
+    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+) -> list[GraftRow]:
+    """The engine rows of (example index, graft index) pairs."""
+    return [
+        GraftRow(examples[ei].input_ids, examples[ei].spans, grafts[gi].spec) for ei, gi in rows
+    ]
+
+
+def check_rows(
+    model: nn.Module,
+    examples: Sequence[TestExample],
+    grafts: Sequence[Graft],
+    rows: Sequence[tuple[int, int]],
+    donors: Collection[str],
+) -> None:
+    """Resolve every row's spec on the model (layers in range, spans not empty)."""
+    try:
+        resolve_rows(architecture_of(model), graft_rows(examples, grafts, rows), donors)
+    except SpecError as err:
+        raise ExperimentError(str(err)) from None
+
+
+def plan_rows(
+    examples: Sequence[TestExample], grafts: Sequence[Graft]
+) -> tuple[list[tuple[int, int]], dict[str, int]]:
+    """Rows (example index, graft index): every example x every graft whose named spans the
+    example has, shortest prompts first; and per graft the number of examples skipped."""
+    rows: list[tuple[int, int]] = []
+    skipped: dict[str, int] = {}
+    for ei, ex in enumerate(examples):
+        for gi, g in enumerate(grafts):
+            if g.spec.span_names() <= set(ex.spans):
+                rows.append((ei, gi))
+            else:
+                skipped[g.name] = skipped.get(g.name, 0) + 1
+    rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
+    return rows, skipped

@@ -1,0 +1,339 @@
+"""The plan of a finetune before the model loads: its texts, steps and rough duration, its
+memory (:mod:`graft.study.planning.memory`) and the GPU sizes it fits, and the setting that makes
+it fit a device (:func:`finetune_fix`). Datasets the workspace lacks are generated into a
+scratch folder (:class:`PlanWorkspace`), never into the workspace. An experiment's whole
+plan is :mod:`graft.study.planning.run_plan`'s."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from graft.errors import GraftError
+from graft.models import resolve_device
+from graft.models.configs import FoundConfig, local_tokenizer, model_config
+from graft.study.data.files import load_generic_texts
+from graft.study.data.generic_corpus import settle
+from graft.study.data.training_data import TokenisedTexts, generic_texts, load_fact_dataset
+from graft.study.planning.device_memory import (
+    FIT_SHARE,
+    DeviceMemory,
+    needed_bytes,
+    verdict,
+)
+from graft.study.planning.memory import (
+    MemoryPlan,
+    describe,
+    estimate_finetune_bytes,
+    gib,
+    model_size,
+)
+from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
+from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
+from graft.study.training.sources import finetune_steps, training_texts
+from graft.study.training.workspace import Workspace, parse_variant
+
+#: Free memory of common GPU sizes once their CUDA context is up (GiB), for "needs ...".
+GPU_SIZES = {"24 GB": 23.0, "40 GB": 39.0, "80 GB": 78.5}
+#: Characters per token when no tokenizer is at hand (English BPE has 3-5; fewer is safer).
+CHARS_PER_TOKEN = 3.0
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The longest text of a set, in tokens.
+
+    Args:
+        tokens: its length.
+        counted: counted with the model's tokenizer (else estimated from characters).
+    """
+
+    tokens: int
+    counted: bool
+
+    def words(self) -> str:
+        return f"{self.tokens} tokens" + ("" if self.counted else " (estimated from characters)")
+
+
+def longest(texts: Sequence[str], tokenizer: Any, limit: int) -> Lengths:
+    if not texts:
+        return Lengths(1, tokenizer is not None)
+    if tokenizer is None:
+        longest = max(math.ceil(len(t) / CHARS_PER_TOKEN) + 1 for t in texts)
+        return Lengths(min(longest, limit), False)
+    items = TokenisedTexts(texts, tokenizer, limit).items
+    return Lengths(max(1, *(len(ids) for ids in items)), True)
+
+
+@dataclass(frozen=True)
+class FinetunePlan:
+    """One finetune a command makes.
+
+    Args:
+        model: the model finetuned.
+        what: what is finetuned, in words (``the 'one' donor (finetune seed 0)``).
+        config: its hyper-parameters.
+        precision: ``float32``, ``mixed`` (float32 weights, 16-bit autocast) or ``bfloat16``.
+        n_texts: training texts (the split's training part, generic passages included).
+        steps: optimisation steps.
+        length: the longest training text.
+        seconds: a rough duration (:func:`graft.study.training.finetune.estimate_seconds`).
+        device_type: ``cpu`` or ``cuda``.
+        memory: its memory plan.
+        held_bytes: other models held while it trains (an experiment's pretrained model).
+        folder: where it is written.
+        gpu_needed: what it would need of a GPU (in the precision it takes there), for the
+            GPU sizes it fits.
+        finished: it is already in the workspace (nothing to train).
+        model_here: the model is on this machine (not only its published config).
+    """
+
+    model: str
+    what: str
+    config: FinetuneConfig
+    precision: str
+    n_texts: int
+    steps: int
+    length: Lengths
+    seconds: float
+    device_type: str
+    memory: MemoryPlan
+    held_bytes: int
+    folder: Path
+    gpu_needed: int
+    finished: bool = False
+    model_here: bool = True
+
+    @property
+    def needed(self) -> int:
+        """What it needs of the device: its peak (on the CPU with the heap's share) and what
+        is held meanwhile."""
+        return needed_bytes(self.memory, self.device_type) + self.held_bytes
+
+    def lines(self) -> list[str]:
+        if self.finished:
+            return [f"{self.what}: already finetuned in {self.folder}"]
+        cfg = self.config
+        extras = " + gradient checkpointing" if cfg.gradient_checkpointing else ""
+        held = f" + {gib(self.held_bytes)} held (the pretrained model)" if self.held_bytes else ""
+        return [
+            f"{self.what}: finetuned first into {self.folder}",
+            f"  {cfg.name} preset ({_precision_words(self.precision)}{extras}, AdamW): "
+            f"{self.steps} steps of {cfg.batch_size} texts of at most {self.length.words()} "
+            f"({self.n_texts} training texts), roughly {duration_text(self.seconds)} on "
+            f"{self.device_type} (an estimate)",
+            f"  memory: {describe(self.memory)}{held}",
+            f"  on a GPU ({_precision_words(finetune_precision(cfg, 'cuda'))}: "
+            f"{gib(self.gpu_needed)}): {gpu_sizes(self.gpu_needed)}",
+        ]
+
+
+def _precision_words(precision: str) -> str:
+    return {
+        "mixed": "mixed precision: float32 weights and AdamW state, 16-bit autocast",
+        "bfloat16": "weights, gradients and AdamW state in bfloat16",
+    }.get(precision, precision)
+
+
+def gpu_sizes(needed: int) -> str:
+    """Which common GPU sizes ``needed`` bytes fit: ``24 GB: no, 40 GB: tight, 80 GB: yes``."""
+    memory = {k: DeviceMemory("cuda", k, round(v * 2**30), None) for k, v in GPU_SIZES.items()}
+    words = {"fits": "yes", "tight": "tight", "does not fit": "no"}
+    return ", ".join(f"{k} {words[verdict(needed, m)]}" for k, m in memory.items())
+
+
+def finetune_precision(cfg: FinetuneConfig, device_type: str) -> str:
+    """The precision a finetune with ``cfg`` trains in on ``device_type``."""
+    if cfg.weights_dtype == "bfloat16":
+        return "bfloat16"
+    return "mixed" if cfg.fp16_on_cuda and device_type == "cuda" else "float32"
+
+
+def found_config(model: str) -> FoundConfig:
+    found = model_config(model)
+    if found is None:
+        raise GraftError(
+            f"cannot plan {model}: its config is neither on this machine nor one of graft's "
+            "published ones; download the model once (or pass its folder)"
+        )
+    return found
+
+
+def plan_finetune(
+    model: str,
+    dataset_dir: Path,
+    config: FinetuneConfig,
+    *,
+    train_set: str | None = None,
+    device: str | None = None,
+    folder: Path | None = None,
+    what: str | None = None,
+    held_bytes: int = 0,
+    corpus_dir: Path | None = None,
+) -> FinetunePlan:
+    """The plan of finetuning ``model`` on the dataset folder ``dataset_dir`` (as
+    :func:`graft.study.training.finetune.finetune` would), without loading the model; a generic
+    corpus not downloaded yet is not downloaded (its lengths are guessed from the stand-in's)."""
+    device_type = resolve_device(device).type
+    found = found_config(model)
+    data = load_fact_dataset(dataset_dir, train_set)
+    generic, _ = generic_texts(config, data.path, corpus_dir, fetch=False)
+    generic = generic or load_generic_texts()  # the hub's, not downloaded yet: lengths alike
+    texts = [r["text"] for r in data.train]
+    steps = finetune_steps(config, len(texts))
+    positions = getattr(found.config, "n_positions", None)  # GPT-2's learned positions
+    limit = min(config.max_length, positions) if positions else config.max_length
+    length = longest(texts + generic, local_tokenizer(model), limit)
+    precision = finetune_precision(config, device_type)
+
+    def memory_in(dtype: str) -> MemoryPlan:
+        return estimate_finetune_bytes(
+            found.config, dtype=dtype, batch_size=config.batch_size, seq_len=length.tokens,
+            gradient_checkpointing=config.gradient_checkpointing,
+        )  # fmt: skip
+
+    memory = memory_in(precision)
+    on_gpu = memory_in(finetune_precision(config, "cuda"))
+    n_params = model_size(found.config).n_params
+    return FinetunePlan(
+        model=model,
+        what=what or f"{model} on {Path(dataset_dir).name}",
+        config=config,
+        precision=precision,
+        n_texts=training_texts(config, len(texts)),
+        steps=steps,
+        length=length,
+        seconds=estimate_seconds(n_params, config.batch_size, steps, device_type),
+        device_type=device_type,
+        memory=memory,
+        held_bytes=held_bytes,
+        folder=Path(folder) if folder is not None else Path(dataset_dir),
+        gpu_needed=needed_bytes(on_gpu, "cuda") + held_bytes,
+        finished=folder is not None and is_finished(folder),
+        model_here=found.local,
+    )
+
+
+# --------------------------------------------------------------- datasets, not written
+
+
+class PlanWorkspace:
+    """A workspace as a plan sees it: datasets it holds are read where they are, others are
+    generated into a scratch folder (:func:`scratch_workspace`), never into the workspace.
+
+    Args:
+        real: the workspace.
+        scratch: where missing datasets are generated for reading.
+    """
+
+    def __init__(self, real: Workspace, scratch: Path) -> None:
+        self.real = real
+        self.scratch = Workspace(scratch)
+
+    def dataset(self, dataset: str, direction: str | None, **kwargs: Any) -> tuple[Path, Path]:
+        """(where the dataset is or will be in the workspace, a folder to read it from)."""
+        if Path(dataset).is_dir():
+            path = self.real.dataset(dataset, direction, **kwargs)
+            return path, path
+        read = self.scratch.dataset(dataset, direction, **kwargs)  # checks as the run does
+        real = self.real.root / "datasets" / read.name
+        return real, real if (real / "manifest.json").is_file() else read
+
+
+@contextlib.contextmanager
+def scratch_workspace(workspace: str | None) -> Iterator[PlanWorkspace]:
+    with tempfile.TemporaryDirectory(prefix="graft-plan-") as tmp:
+        yield PlanWorkspace(Workspace.at(workspace), Path(tmp))
+
+
+def plan_donor(
+    model: str,
+    dataset: str,
+    variant: str,
+    config: FinetuneConfig,
+    *,
+    workspace: PlanWorkspace,
+    split: bool = False,
+    n_facts: int | None = None,
+    data_seed: int = 0,
+    device: str | None = None,
+    protocol: str | None = None,
+    shuffle: str = "relations",
+    out: Path | None = None,
+    what: str | None = None,
+    held_bytes: int = 0,
+) -> FinetunePlan:
+    """The plan of the donor :meth:`Workspace.locate_donor` names (its dataset generated
+    into the scratch folder if the workspace lacks it)."""
+    direction, train_set = parse_variant(variant)
+    real, read = workspace.dataset(
+        dataset, direction, split=split or train_set is not None, n_facts=n_facts,
+        seed=data_seed, protocol=protocol, shuffle=shuffle,
+    )  # fmt: skip
+    corpora = workspace.real.corpus_dir
+    config = settle(config, read, corpora, fetch=False)
+    folder = out or workspace.real.donor_dir(model, real, train_set, config)
+    return plan_finetune(
+        model, read, config, train_set=train_set, device=device, folder=folder,
+        what=what or f"the {variant!r} model", held_bytes=held_bytes, corpus_dir=corpora,
+    )  # fmt: skip
+
+
+def verdict_lines(needed: int, memory: DeviceMemory, fixes: list[str]) -> list[str]:
+    result = verdict(needed, memory)
+    head = f"needs about {gib(needed)}: {result}"
+    if result == "tight":
+        head += f" (above {FIT_SHARE:.0%} of the free memory)"
+    lines = [head]
+    return lines + (fixes if result in ("tight", "does not fit") else [])
+
+
+def fixes_of(plan: FinetunePlan, memory: DeviceMemory) -> list[str]:
+    """The fix lines of a lone finetune (the finetune command's own settings)."""
+    if plan.finished or verdict(plan.needed, memory) == "fits":
+        return []
+    return [finetune_fix(plan, memory, presets_only=False)]
+
+
+def finetune_lines(plan: FinetunePlan, memory: DeviceMemory) -> list[str]:
+    """What ``graft-exp finetune --dry-run`` prints."""
+    lines = ["plan of finetune (nothing loaded, nothing written):", *plan.lines()]
+    lines.append(f"device: {memory.describe()}")
+    if plan.finished:
+        return lines
+    return lines + verdict_lines(plan.needed, memory, fixes_of(plan, memory))
+
+
+def finetune_fix(plan: FinetunePlan, memory: DeviceMemory, *, presets_only: bool) -> str:
+    """The first setting that makes finetune ``plan`` fit ``memory``: gradient
+    checkpointing, then bfloat16 weights with it (as a preset, ``preset='paper-bf16'``, when
+    ``presets_only``: an experiment's donors take presets); or that none does."""
+    cfg = plan.config
+    options: list[tuple[str, FinetuneConfig]] = []
+    if not cfg.gradient_checkpointing and not presets_only:
+        options.append(("gradient_checkpointing", replace(cfg, gradient_checkpointing=True)))
+    lean = replace(cfg, weights_dtype="bfloat16", gradient_checkpointing=True, fp16_on_cuda=False)
+    if cfg.weights_dtype != "bfloat16":
+        if not presets_only:
+            options.append(("weights_dtype='bfloat16' with gradient_checkpointing", lean))
+        elif cfg.name == "paper":
+            options.append((f"preset={PAPER_BF16.name!r}", lean))
+    found = found_config(plan.model)
+    for words, option in options:
+        memory_plan = estimate_finetune_bytes(
+            found.config, dtype=finetune_precision(option, plan.device_type),
+            batch_size=option.batch_size, seq_len=plan.length.tokens,
+            gradient_checkpointing=option.gradient_checkpointing,
+        )  # fmt: skip
+        needed = needed_bytes(memory_plan, plan.device_type) + plan.held_bytes
+        if verdict(needed, memory) == "fits":
+            return f"to fit the finetune: {words} ({gib(needed)})"
+    return (
+        f"the finetune needs about {gib(plan.needed)} and no setting here makes it fit: "
+        f"use a device with more free memory (GPUs: {gpu_sizes(plan.needed)})"
+    )

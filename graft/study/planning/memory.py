@@ -1,0 +1,419 @@
+"""How much memory a finetune or a grafting run needs, from a transformers config alone.
+
+Nothing here loads weights: parameters are counted on a weightless copy of the model on the
+meta device (:func:`graft.models.paper.meta_model`), and the activations a finetune keeps
+for its backward pass are found by running one forward pass on meta tensors and adding up
+the tensors autograd saves (``torch.autograd.graph.saved_tensors_hooks``), so every family
+transformers builds is sized the same way, dropout masks and attention included.
+
+A finetune step holds, at its peak (``P`` parameters, ``w`` bytes per weight: 4 in
+float32 and in mixed precision, whose master weights are float32; 2 in bfloat16)::
+
+    weights (P w) + AdamW state (2 P w) + max(gradients (P w) [+ 2 head w if tied],
+        autocast copies + saved activations + loss head + the head's gradient)
+
+the first term of the ``max`` being the end of the backward pass and the optimizer step
+(a head tied to the embedding gets two gradients, summed out of place: three copies at
+once), the second the start of the backward pass, when every activation is still held and
+the loss head's two float32 [tokens, vocabulary] gradients exist. Mixed precision casts every matrix-product weight to
+16 bits once per forward (2 bytes a parameter), and its activations are partly 16-bit; its
+saved activations are taken as the mean of the float32 and the bfloat16 trace
+(:data:`MIXED_ACTIVATION_SHARE`). Gradient checkpointing keeps each layer's input and
+recomputes one layer at a time in the backward pass.
+
+A grafting run holds the base and each donor whole, one forward pass's working set
+(no gradients: the largest of a layer's attention and feed-forward intermediates on top of
+the residual stream), the key/value cache of the prompts a step shares
+(:func:`graft.core.prefix.step_rows` rows), and each row's last-position logits.
+
+These are the tensors' bytes, what CUDA's allocator counts (within 5% of the finetunes and
+8% of the forward passes measured on an H200 at the paper's sizes); what a device needs
+besides, and whether a plan fits, is :mod:`graft.study.planning.device_memory`'s business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from graft.core.prefix import step_rows
+from graft.errors import GraftError
+from graft.models.paper import meta_model
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+#: Training precisions: the weights' dtype while training, ``mixed`` being float32 master
+#: weights with 16-bit autocast (the Trainer's ``fp16``/``bf16``).
+PRECISIONS = ("float32", "mixed", "bfloat16", "float16")
+OPTIMIZERS = ("adamw",)
+_BYTES = {"float32": 4, "mixed": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+#: Host memory of a loaded fast tokenizer per vocabulary entry (Gemma 3's 262,144 entries:
+#: 260 MiB; SmolLM2's 49,152: 13-70 MiB).
+TOKENIZER_BYTES_PER_TOKEN = 1024
+#: Where mixed precision's saved activations lie between the float32 trace (0) and the
+#: bfloat16 one (1): matrix products keep 16-bit inputs, norms and the residual stream
+#: stay float32.
+MIXED_ACTIVATION_SHARE = 0.5
+
+
+def precision_name(dtype: str | torch.dtype) -> str:
+    """``dtype`` (a torch dtype, ``"bf16"``, ``"mixed"``, ...) as one of :data:`PRECISIONS`
+    or ``"float64"``."""
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    else:
+        name = str(dtype).lower().removeprefix("torch.")
+        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}.get(
+            name, name
+        )
+    if name not in _BYTES:
+        raise GraftError(f"unknown dtype {dtype!r}; choose one of {', '.join(_BYTES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What of a model's shape its memory depends on.
+
+    Args:
+        n_params: parameters, each counted once (a tied head is the embedding).
+        matmul_params: parameters of the matrix-product modules (``Linear``, GPT-2's
+            ``Conv1D``, the head): what autocast copies to 16 bits.
+        head_params: parameters of the output head's weight.
+        tied: whether the head is the input embedding (its gradient is summed from two).
+        buffer_bytes: bytes of the model's buffers (rotary tables, masks) as built.
+        n_layers: decoder layers.
+        hidden: width of the residual stream.
+        intermediate: width of the feed-forward layer.
+        gated: whether the feed-forward layer is gated (gate and up projections).
+        heads: attention heads.
+        kv_width: width of the keys (and of the values) of one position, all heads.
+        vocab: vocabulary size.
+    """
+
+    n_params: int
+    matmul_params: int
+    head_params: int
+    tied: bool
+    buffer_bytes: int
+    n_layers: int
+    hidden: int
+    intermediate: int
+    gated: bool
+    heads: int
+    kv_width: int
+    vocab: int
+
+
+def _config_key(config: PretrainedConfig) -> str:
+    return config.to_json_string(use_diff=False)
+
+
+#: Sizes and traces already computed, by config and arguments (a dry run asks several times).
+_CACHE: dict[tuple, Any] = {}
+
+
+def _cached(key: tuple, compute: Callable[[], Any]) -> Any:
+    if key not in _CACHE:
+        _CACHE[key] = compute()
+    return _CACHE[key]
+
+
+def model_size(config: PretrainedConfig) -> ModelSize:
+    """The :class:`ModelSize` of ``config``, counted on a weightless meta model."""
+    return _cached(("size", _config_key(config)), lambda: _model_size(config))
+
+
+def _model_size(config: PretrainedConfig) -> ModelSize:
+    model: Any = meta_model(copy.deepcopy(config))  # building sets fields of the config
+    unique = {id(p): p for p in model.parameters()}
+    matmul: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+            matmul.update((id(p), p) for p in module.parameters(recurse=False))
+    head: Any = model.get_output_embeddings()
+    inputs: Any = model.get_input_embeddings()
+    head_params = 0
+    tied = head is not None and head.weight is inputs.weight
+    if head is not None:
+        head_params = head.weight.numel()
+        matmul.setdefault(id(head.weight), head.weight)
+    text = config.get_text_config()
+    hidden = int(text.hidden_size)
+    heads = int(text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    intermediate = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None)
+    return ModelSize(
+        n_params=sum(p.numel() for p in unique.values()),
+        matmul_params=sum(p.numel() for p in matmul.values()),
+        head_params=head_params,
+        tied=tied,
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+        n_layers=int(text.num_hidden_layers),
+        hidden=hidden,
+        intermediate=int(intermediate or 4 * hidden),
+        gated=any("gate" in name for name, _ in model.named_modules()),
+        heads=heads,
+        kv_width=kv_heads * head_dim,
+        vocab=int(text.vocab_size),
+    )
+
+
+def saved_activation_bytes(
+    config: PretrainedConfig,
+    *,
+    dtype: str | torch.dtype,
+    batch_size: int,
+    seq_len: int,
+    gradient_checkpointing: bool = False,
+) -> int:
+    """Bytes of the tensors autograd keeps from one training forward pass (loss included) of
+    ``batch_size`` x ``seq_len`` tokens, weights excluded: traced on meta tensors."""
+    name = precision_name(dtype)
+    key = ("saved", _config_key(config), name, batch_size, seq_len, gradient_checkpointing)
+    return _cached(
+        key, lambda: _saved_bytes(config, name, batch_size, seq_len, gradient_checkpointing)
+    )
+
+
+def _saved_bytes(
+    config: PretrainedConfig, dtype: str, batch: int, seq: int, checkpointing: bool
+) -> int:
+    import transformers
+
+    with _quiet_transformers(), torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(config), dtype=getattr(torch, dtype)
+        )
+        model.train()
+        if checkpointing:
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
+        weights = {p.untyped_storage()._cdata for p in model.parameters()}
+        saved: dict[int, int] = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            storage = tensor.untyped_storage()
+            if storage._cdata not in weights:
+                saved[storage._cdata] = storage.nbytes()
+            return tensor
+
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+        # a finished 4-D mask, as a padded batch has: the mask code reads no values then,
+        # which meta tensors do not have
+        mask = torch.ones(batch, 1, seq, seq, dtype=torch.bool)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False)
+    return sum(saved.values())
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' warnings about the meta model (loss type, cache) are no news here."""
+    import transformers
+
+    hf_logging = transformers.utils.logging
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The memory a finetune or a grafting run needs at its peak, and its parts (bytes).
+
+    Args:
+        kind: ``"finetune"`` or ``"grafting"``.
+        dtype: the precision (:data:`PRECISIONS`; a grafting run's model dtype).
+        batch_size: texts per optimisation step, or rows per forward pass.
+        seq_len: tokens per text or row (the longest).
+        n_params: parameters of one model.
+        weights_bytes: the weights held (a grafting run: base and donors).
+        gradients_bytes: the gradients (0 for grafting).
+        optimizer_bytes: the optimizer state (AdamW: two moments a parameter).
+        cast_bytes: mixed precision's 16-bit copies of the matrix-product weights.
+        activations_bytes: a finetune's saved activations, or a grafting forward pass's
+            working set and shared key/value cache.
+        logits_bytes: the loss head's float32 [tokens, vocabulary] gradients, or a
+            grafting batch's last-position logits and log-probabilities.
+        peak_bytes: the peak, as the module docstring combines the parts.
+        host_bytes: host memory the run holds besides tensors: a grafting run's tokenizers
+            (base and donors, :data:`TOKENIZER_BYTES_PER_TOKEN` a vocabulary entry); not in
+            the peak, which is the device's (on the CPU,
+            :func:`graft.study.planning.device_memory.needed_bytes` adds it).
+    """
+
+    kind: str
+    dtype: str
+    batch_size: int
+    seq_len: int
+    n_params: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    cast_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+    peak_bytes: int
+    host_bytes: int = 0
+
+    def parts(self) -> dict[str, int]:
+        """The non-zero parts, by name (weights, gradients, optimizer, ...)."""
+        names = ("weights", "gradients", "optimizer", "cast", "activations", "logits")
+        return {n: getattr(self, f"{n}_bytes") for n in names if getattr(self, f"{n}_bytes")}
+
+    def scaled(self, extra_bytes: int) -> MemoryPlan:
+        """The same plan with ``extra_bytes`` more held throughout (added to the peak)."""
+        return dataclasses.replace(self, peak_bytes=self.peak_bytes + extra_bytes)
+
+
+def _check_sizes(batch_size: int, seq_len: int) -> None:
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if not isinstance(value, int) or value < 1:
+            raise GraftError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def estimate_finetune_bytes(
+    config: PretrainedConfig,
+    *,
+    dtype: str | torch.dtype,
+    batch_size: int,
+    seq_len: int,
+    optimizer: str = "adamw",
+    gradient_checkpointing: bool = False,
+) -> MemoryPlan:
+    """The peak memory of finetuning ``config``'s model with AdamW (module docstring).
+
+    Args:
+        config: the model's transformers config (nothing is loaded).
+        dtype: ``"float32"``, ``"mixed"`` (float32 weights, 16-bit autocast),
+            ``"bfloat16"`` or ``"float16"`` (weights, gradients and AdamW state in 16 bits).
+        batch_size: texts per optimisation step.
+        seq_len: tokens of the longest text (batches are padded to their longest).
+        optimizer: ``"adamw"`` (torch's, state in the weights' dtype).
+        gradient_checkpointing: keep only each layer's input, recompute the rest.
+
+    Raises:
+        GraftError: an unknown dtype or optimizer, or a size below 1.
+    """
+    precision = precision_name(dtype)
+    if precision not in PRECISIONS:
+        raise GraftError(f"cannot finetune in {precision}; choose one of {', '.join(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise GraftError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    _check_sizes(batch_size, seq_len)
+    size = model_size(config)
+    w = _BYTES[precision]
+    weights = size.n_params * w + size.buffer_bytes
+    gradients = size.n_params * w
+    state = 2 * size.n_params * w
+    cast = 2 * size.matmul_params if precision == "mixed" else 0
+    activations = _finetune_activations(
+        config, size, precision, batch_size, seq_len, gradient_checkpointing
+    )
+    logits = 2 * 4 * batch_size * seq_len * size.vocab
+    backward_start = cast + activations + logits + size.head_params * w
+    # a tied head's gradient arrives twice and is summed out of place at the end
+    backward_end = gradients + (2 * size.head_params * w if size.tied else 0)
+    peak = weights + state + max(backward_end, backward_start)
+    return MemoryPlan(
+        "finetune", precision, batch_size, seq_len, size.n_params,
+        weights, gradients, state, cast, activations, logits, peak,
+    )  # fmt: skip
+
+
+def _finetune_activations(
+    config: PretrainedConfig,
+    size: ModelSize,
+    precision: str,
+    batch: int,
+    seq: int,
+    checkpointing: bool,
+) -> int:
+    def traced(dtype: str, ckpt: bool) -> int:
+        return saved_activation_bytes(
+            config, dtype=dtype, batch_size=batch, seq_len=seq, gradient_checkpointing=ckpt
+        )
+
+    def one(dtype: str) -> int:
+        full = traced(dtype, False)
+        if not checkpointing:
+            return full
+        kept = traced(dtype, True)
+        return kept + max(0, full - kept) // max(1, size.n_layers)  # one layer recomputed
+
+    if precision != "mixed":
+        return one(precision)
+    wide, narrow = one("float32"), one("bfloat16")
+    return round(wide + MIXED_ACTIVATION_SHARE * (narrow - wide))
+
+
+def estimate_grafting_bytes(
+    config: PretrainedConfig,
+    *,
+    dtype: str | torch.dtype,
+    batch_size: int,
+    seq_len: int,
+    n_donors: int = 1,
+) -> MemoryPlan:
+    """The peak memory of grafting with ``config``'s model: the base and ``n_donors`` donors
+    whole in ``dtype``, one forward pass of ``batch_size`` rows of ``seq_len`` tokens, the
+    key/value cache of a step's shared prompts, and the rows' last-position logits.
+
+    Raises:
+        GraftError: an unknown dtype, a size below 1 or a negative donor count.
+    """
+    precision = precision_name(dtype)
+    if precision == "mixed":
+        raise GraftError(
+            "grafting runs in one dtype, not mixed; choose float32, bfloat16 or float16"
+        )
+    _check_sizes(batch_size, seq_len)
+    if not isinstance(n_donors, int) or n_donors < 0:
+        raise GraftError(f"n_donors must be 0 or more, got {n_donors!r}")
+    size = model_size(config)
+    b = _BYTES[precision]
+    weights = (1 + n_donors) * (size.n_params * b + size.buffer_bytes)
+    tokens = batch_size * seq_len
+    stream = 3 * tokens * size.hidden
+    attention = (
+        tokens * (size.hidden + 2 * size.kv_width) + 2 * batch_size * size.heads * seq_len**2
+    )
+    feed_forward = (3 if size.gated else 2) * tokens * size.intermediate
+    cache = step_rows(batch_size) * seq_len * size.n_layers * 2 * size.kv_width
+    working = (stream + max(attention, feed_forward) + cache) * b
+    logits = batch_size * size.vocab * (b + 2 * 4)  # logits, then float32 log-probabilities
+    tokenizers = (1 + n_donors) * size.vocab * TOKENIZER_BYTES_PER_TOKEN
+    return MemoryPlan(
+        "grafting", precision, batch_size, seq_len, size.n_params,
+        weights, 0, 0, 0, working, logits, weights + working + logits, tokenizers,
+    )  # fmt: skip
+
+
+def gib(n_bytes: float) -> str:
+    """``n_bytes`` as GiB (MiB below one GiB), e.g. ``"25.1 GiB"``."""
+    if abs(n_bytes) < 2**30:
+        return f"{n_bytes / 2**20:,.0f} MiB"
+    return f"{n_bytes / 2**30:,.1f} GiB"
+
+
+def describe(plan: MemoryPlan) -> str:
+    """One line: each part and the peak, e.g. ``weights 5.8 GiB + ... -> peak 25.3 GiB``."""
+    words = {"optimizer": "AdamW state", "cast": "16-bit weight copies"}
+    parts = " + ".join(f"{words.get(n, n)} {gib(v)}" for n, v in plan.parts().items())
+    return f"{parts} -> peak {gib(plan.peak_bytes)}"

@@ -1,0 +1,340 @@
+"""The plan of a command before anything heavy is loaded: models and dtypes, the finetunes
+it needs (texts, steps, a rough duration, their memory), its rows and batches, the grafting
+memory, the device's free memory, whether it fits, and the setting that makes it fit.
+
+``graft-exp <command> --dry-run`` prints it (:meth:`ExperimentPlan.lines`; a lone
+finetune's, :func:`graft.study.planning.finetune_plan.finetune_lines`);
+:func:`graft.study.running.runner.run_experiment` checks it before loading anything
+(:func:`check_fits`) unless ``skip_memory_check``. Nothing here writes to the workspace: a
+dataset not generated yet is generated into a temporary folder, read and removed; the
+donors' folders are only looked at.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graft.core.spans import ALIASES
+from graft.errors import MemoryPlanError
+from graft.models import resolve_dtype
+from graft.models.configs import FoundConfig, local_tokenizer
+from graft.models.loading import hub_reachable
+from graft.study.data.files import read_jsonl
+from graft.study.data.rows import load_examples, plan_rows, sample_examples
+from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
+from graft.study.planning.finetune_plan import (
+    FinetunePlan,
+    Lengths,
+    PlanWorkspace,
+    finetune_fix,
+    fixes_of,
+    found_config,
+    longest,
+    plan_donor,
+    scratch_workspace,
+    verdict_lines,
+)
+from graft.study.planning.memory import (
+    MemoryPlan,
+    describe,
+    estimate_grafting_bytes,
+    gib,
+    model_size,
+)
+from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.grafts import Graft
+from graft.study.training.sources import finetune_preset, needs_finetune
+
+
+@dataclass
+class ExperimentPlan:
+    """What an experiment run will do and need.
+
+    Args:
+        experiment: its name.
+        model: the base model and where its config came from.
+        device: the device's memory.
+        dtype: the dtype the models run in.
+        prompts: test prompts of the first replicate.
+        grafts: grafts per replicate.
+        rows: (prompt, graft) rows of all replicates.
+        batches: stored batches of all replicates.
+        batch_size: rows per forward pass.
+        replicates: replicates (seed pairs, control models).
+        length: the longest prompt.
+        finetunes: the finetunes it needs first (finished ones included).
+        grafting: the grafting run's memory (None when the grafts run on a server).
+        n_donors: donor models held while grafting.
+        counted: rows counted on the tokenized prompts (else on the stored fields).
+        model_here: the model is on this machine (not only its published config).
+        fixes: what makes it fit when it does not, in parameter words.
+    """
+
+    experiment: str
+    model: str
+    device: DeviceMemory
+    dtype: str
+    prompts: int
+    grafts: int
+    rows: int
+    batches: int
+    batch_size: int
+    replicates: int
+    length: Lengths
+    finetunes: list[FinetunePlan]
+    grafting: MemoryPlan | None
+    n_donors: int
+    counted: bool
+    model_here: bool = True
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def pending(self) -> list[FinetunePlan]:
+        return [f for f in self.finetunes if not f.finished]
+
+    @property
+    def needed(self) -> int:
+        """The most it needs at once: a finetune (with the model held meanwhile) or grafting."""
+        parts = [f.needed for f in self.pending]
+        if self.grafting is not None:
+            parts.append(needed_bytes(self.grafting, self.device.device.split(":")[0]))
+        return max(parts, default=0)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.needed, self.device)
+
+    def lines(self) -> list[str]:
+        about = "" if self.counted else "about "
+        out = [
+            f"plan of {self.experiment} (nothing loaded, nothing written):",
+            f"model: {self.model}, {self.dtype} on {self.device.device}",
+            f"rows: {about}{self.prompts} prompts x {self.grafts} grafts"
+            + (f" x {self.replicates} replicates" if self.replicates > 1 else "")
+            + f" = {about}{self.rows} rows in {self.batches} batches of {self.batch_size}; "
+            f"longest prompt {self.length.words()}",
+        ]
+        for plan in self.finetunes:
+            out += plan.lines()
+        if self.grafting is None:
+            out.append("grafting: on the NDIF server (its memory is the server's)")
+        else:
+            out.append(
+                f"grafting (base + {self.n_donors} donor{'s' * (self.n_donors != 1)}): "
+                f"{describe(self.grafting)}"
+            )
+        out.append(f"device: {self.device.describe()}")
+        return out + verdict_lines(self.needed, self.device, self.fixes)
+
+
+def check_fits(plan: ExperimentPlan | FinetunePlan, memory: DeviceMemory | None = None) -> None:
+    """Raise :class:`~graft.errors.MemoryPlanError` when ``plan`` does not fit the device
+    (an unreadable free memory, or a tight fit, passes; so does a model that is neither on
+    this machine nor downloadable now: loading it says so, the more useful error).
+
+    Raises:
+        MemoryPlanError: one line with the need, the free memory, the fix and the override.
+    """
+    memory = memory or (plan.device if isinstance(plan, ExperimentPlan) else None)
+    if isinstance(plan, FinetunePlan) and plan.finished:
+        return  # nothing to train
+    if memory is None or not (plan.model_here or hub_reachable()):
+        return
+    needed = plan.needed
+    if verdict(needed, memory) != "does not fit":
+        return
+    fixes = plan.fixes if isinstance(plan, ExperimentPlan) else fixes_of(plan, memory)
+    raise MemoryPlanError(
+        f"this run needs about {gib(needed)} but {memory.describe()}; {'; '.join(fixes)}; "
+        "or skip_memory_check to try anyway"
+    )
+
+
+def plan_experiment(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    *,
+    base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
+    donors: Mapping[str, ModelSource] | None = None,
+    data_direction: str = "one",
+    data: Mapping[int, Path] | None = None,
+    **_: Any,
+) -> ExperimentPlan:
+    """The plan of :func:`graft.study.running.runner.run_experiment` with the same arguments (the
+    rest of its keyword arguments are accepted and ignored), without loading a model;
+    ``data``: the test prompts' dataset folder of each data seed, where the run has them."""
+    donors = dict(donors or {})
+    device = device_memory(cfg.device)
+    dtype = str(resolve_dtype(cfg.dtype, cfg.device)).removeprefix("torch.")
+    found = found_config(cfg.model)
+    tokenizer = local_tokenizer(cfg.model)
+    with scratch_workspace(cfg.workspace) as ws:
+        counts = _rows(cfg, grafts, data_direction, data or {}, ws, tokenizer, found)
+        weights = model_size(found.config).n_params * _bytes(dtype)
+        finetunes = _finetunes(cfg, base, donors, ws, weights)
+    n_donors = len({*donors.values()} - {base})
+    grafting = None
+    if cfg.remote_run is None:
+        grafting = estimate_grafting_bytes(
+            found.config, dtype=dtype, batch_size=min(cfg.batch_size, counts["rows"] or 1),
+            seq_len=counts["length"].tokens, n_donors=n_donors,
+        )  # fmt: skip
+    plan = ExperimentPlan(
+        experiment=cfg.experiment,
+        model=f"{cfg.model} ({found.origin})",
+        device=device,
+        dtype=dtype,
+        prompts=counts["prompts"],
+        grafts=len(grafts),
+        rows=counts["all_rows"],
+        batches=counts["batches"],
+        batch_size=cfg.batch_size,
+        replicates=len(cfg.replicates),
+        length=counts["length"],
+        finetunes=finetunes,
+        grafting=grafting,
+        n_donors=n_donors,
+        counted=tokenizer is not None,
+        model_here=found.local,
+    )
+    plan.fixes = _experiment_fixes(plan, cfg, found)
+    return plan
+
+
+def _bytes(dtype: str) -> int:
+    return {"float32": 4, "float64": 8}.get(dtype, 2)
+
+
+def _rows(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    direction: str,
+    data: Mapping[int, Path],
+    ws: PlanWorkspace,
+    tokenizer: Any,
+    found: FoundConfig,
+) -> dict[str, Any]:
+    """Prompts, rows and batches of every replicate, and the longest prompt: on the
+    tokenized prompts as the run makes them when the tokenizer is here, else on the stored
+    prompts' fields."""
+    seeds: dict[int, tuple[int, int, Lengths]] = {}
+    for seed in dict.fromkeys(r.data_seed for r in cfg.replicates):
+        read = data.get(seed) or ws.dataset(
+            cfg.dataset, None if Path(cfg.dataset).is_dir() else direction, split=cfg.split,
+            n_facts=cfg.n_facts, seed=seed, protocol=cfg.protocol, shuffle=cfg.shuffle,
+        )[1]  # fmt: skip
+        seeds[seed] = _prompt_rows(cfg, grafts, read, tokenizer, found)
+    # a control replicate runs only the grafts that read a finetuned model: counted as all
+    per_replicate = [seeds[r.data_seed][1] for r in cfg.replicates]
+    prompts, rows, length = seeds[cfg.replicates[0].data_seed]
+    return {
+        "prompts": prompts,
+        "rows": rows,
+        "length": length,
+        "all_rows": sum(per_replicate),
+        "batches": sum(math.ceil(n / cfg.batch_size) for n in per_replicate),
+    }
+
+
+def _prompt_rows(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    dataset: Path,
+    tokenizer: Any,
+    found: FoundConfig,
+) -> tuple[int, int, Lengths]:
+    if tokenizer is not None:
+        limit = getattr(found.config, "n_positions", None) or getattr(
+            found.config, "max_position_embeddings", None
+        )
+        examples, _ = load_examples(dataset, tokenizer, cfg, limit)
+        examples = sample_examples(examples, cfg.n, cfg.seed)
+        rows, _ = plan_rows(examples, grafts)
+        most = max((len(e.input_ids) for e in examples), default=1)
+        return len(examples), len(rows), Lengths(most, True)
+    records = [
+        r
+        for r in read_jsonl(dataset / "test_prompts.jsonl")
+        if (not cfg.templates or r["template"] in cfg.templates)
+        and r["direction"] in cfg.directions
+    ]
+    per_template: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        per_template.setdefault(r["template"], []).append(r)
+    kept = [r for rs in per_template.values() for r in rs[: cfg.n or len(rs)]]
+    n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
+    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6)
+
+
+def _span_names(record: Mapping[str, Any]) -> set[str]:
+    fields = set(record.get("fields", {}))
+    return fields | {alias for alias, parts in ALIASES.items() if set(parts) <= fields}
+
+
+def _finetunes(
+    cfg: ExperimentConfig,
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    ws: PlanWorkspace,
+    held: int,
+) -> list[FinetunePlan]:
+    """The finetunes of every replicate's finetune variants (as the run locates them)."""
+    out = []
+    for rep in cfg.replicates:
+        for source in dict.fromkeys([base, *donors.values()]):
+            if needs_finetune(source):
+                out.append(_donor_plan(cfg, source, rep, ws, held))
+    return out
+
+
+def _donor_plan(
+    cfg: ExperimentConfig, source: ModelSource, rep: Replicate, ws: PlanWorkspace, held: int
+) -> FinetunePlan:
+    which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
+    return plan_donor(
+        cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
+        workspace=ws, split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed,
+        device=cfg.device, protocol=cfg.protocol, shuffle=cfg.shuffle, held_bytes=held,
+        what=f"the {source.variant!r} model" + (which if cfg.replicated else ""),
+    )  # fmt: skip
+
+
+def _experiment_fixes(plan: ExperimentPlan, cfg: ExperimentConfig, found: FoundConfig) -> list[str]:
+    """For each part of ``plan`` that does not fit the device (a finetune, grafting): the
+    setting that makes it fit, in parameter words, or that none does."""
+    fixes = []
+    too_big = [f for f in plan.pending if verdict(f.needed, plan.device) != "fits"]
+    if too_big:
+        fixes.append(finetune_fix(too_big[0], plan.device, presets_only=True))
+    if plan.grafting is not None and verdict(plan.grafting.peak_bytes, plan.device) != "fits":
+        fixes.append(_grafting_fix(plan, found))
+    return fixes
+
+
+def _grafting_fix(plan: ExperimentPlan, found: FoundConfig) -> str:
+    """The first of bfloat16, then smaller batches, that makes grafting fit; or that none
+    does."""
+    assert plan.grafting is not None
+    options = []
+    if plan.dtype in ("float32", "float64"):
+        options.append(("bfloat16", plan.batch_size))
+    size = plan.batch_size // 2
+    while size >= 1:
+        options.append((plan.dtype, size))
+        size //= 2
+    for dtype, batch in options:
+        memory = estimate_grafting_bytes(
+            found.config, dtype=dtype, batch_size=batch, seq_len=plan.length.tokens,
+            n_donors=plan.n_donors,
+        )  # fmt: skip
+        if verdict(memory.peak_bytes, plan.device) == "fits":
+            change = f"dtype={dtype!r}" if dtype != plan.dtype else f"batch_size={batch}"
+            return f"to fit grafting: {change} ({gib(memory.peak_bytes)})"
+    return (
+        f"grafting needs about {gib(plan.grafting.peak_bytes)} and no setting here makes it "
+        "fit: use a device with more free memory, or run the grafts remotely"
+    )

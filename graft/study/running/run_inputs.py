@@ -1,0 +1,112 @@
+"""The loaded pieces of an experiment run: its prompts per data seed, and its models per
+replicate, each loaded once (a replicate keeps what it shares with the one before) and
+checked against the run's options."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from graft.core.arch import check_compatible
+from graft.core.spec import SpecError
+from graft.errors import ExperimentError
+from graft.models import LoadedModel, load_model
+from graft.study.data.prompts import TestExample
+from graft.study.specs.config import ExperimentConfig
+from graft.study.training.donors import verify_donor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunPrompts:
+    """The rows of a run.
+
+    Args:
+        examples: the sampled test examples.
+        drops: template -> drop reason -> count.
+        rows: (example index, graft index), shortest prompts first.
+        skipped: graft name -> examples lacking one of its spans.
+    """
+
+    examples: list[TestExample]
+    drops: dict[str, dict[str, int]]
+    rows: list[tuple[int, int]]
+    skipped: dict[str, int]
+
+
+@dataclass
+class RunModels:
+    """The loaded models of one replicate.
+
+    Args:
+        base: the base model.
+        donors: donor name -> model.
+        base_path: where the base came from.
+        donor_paths: donor name -> where it came from.
+    """
+
+    base: LoadedModel
+    donors: dict[str, LoadedModel]
+    base_path: str
+    donor_paths: dict[str, str]
+
+
+@dataclass
+class RunPaths:
+    """Where the models of one replicate are.
+
+    Args:
+        base: the base model's name or folder.
+        donors: donor name -> name or folder.
+    """
+
+    base: str
+    donors: dict[str, str]
+
+    def all(self) -> list[str]:
+        return [self.base, *self.donors.values()]
+
+
+def _check_models(
+    cfg: ExperimentConfig, base: LoadedModel, donors: Mapping[str, LoadedModel]
+) -> None:
+    """Donors must match the base's architecture; a remote run needs the base's model key."""
+    try:
+        for name, donor in donors.items():
+            check_compatible(base.model, donor.model, name)
+    except SpecError as err:
+        raise ExperimentError(str(err)) from None
+    if cfg.remote is not None and cfg.remote.mode == "remote":
+        cfg.remote.resolved_model_key(base.model)
+
+
+def load_run_models(
+    cfg: ExperimentConfig, paths: RunPaths, loaded: dict[str, LoadedModel]
+) -> RunModels:
+    """The models of one replicate, each loaded once: ``loaded`` (path -> model) keeps what
+    the replicate shares with the previous one and drops the rest. Model folders are checked
+    against their ``checksums.json`` first (:func:`graft.study.training.donors.verify_donor`; hashes
+    are cached, so a folder shared by replicates is read once).
+
+    Raises:
+        graft.errors.DamagedFileError: a model folder does not match its checksums.
+    """
+    for path in [p for p in loaded if p not in paths.all()]:
+        del loaded[path]
+    for path in paths.all():
+        if Path(path).is_dir():
+            verify_donor(path)
+    for path in paths.all():
+        if path not in loaded:
+            loaded[path] = load_model(path, dtype=cfg.dtype, device=cfg.device)
+    models = RunModels(
+        loaded[paths.base],
+        {n: loaded[p] for n, p in paths.donors.items()},
+        paths.base,
+        dict(paths.donors),
+    )
+    _check_models(cfg, models.base, models.donors)
+    return models

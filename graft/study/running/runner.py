@@ -1,0 +1,409 @@
+"""Run a set of grafts over a dataset's test prompts: the pipeline every experiment shares.
+
+An experiment is a base model, named donor models, a list of named grafts and the prompts
+(templates, direction, how many). :func:`run_experiment` validates the inputs, finds or
+finetunes the models (:class:`graft.study.training.workspace.Workspace`), tokenizes and samples the
+prompts, runs every (prompt, graft) row through the engine batch by batch, and writes
+per-example metrics, a summary with confidence intervals, the paired key contrasts
+(:func:`graft.results.compare.key_contrasts`) and the drop counts into a resumable run
+folder (:class:`graft.results.folder.RunFolder`): batches already stored are skipped, so an
+interrupted run continues where it stopped.
+
+A run may have several replicates (:attr:`ExperimentConfig.replicates`: finetune seeds x data
+seeds, and control models): each has its own finetuned models (found or made per seed) and
+its data seed's prompts, runs every graft (a control replicate: the grafts that read a
+finetuned model, renamed ``<graft> [control]``), and stores its batches as
+``<replicate label>-<batch>``; the summary adds the mean over replicates.
+
+Everything that can fail on bad input is checked before anything is written or finetuned:
+the grafts (unique names, donors given), the device, the run folder (writable, graft's own),
+the remote host, the test prompts of the chosen templates, every (prompt, graft) row's spec
+against the model, and that no two rows share a (group, graft, template, prompt_id) key.
+``config.json`` is written only when the first batch is about to run, and removed again when
+a new run stores no batch (its first batch failed), so a failed start leaves the run folder
+as it was. Stored batches are checked on resume (:meth:`RunFolder.done_batches`): a damaged
+or foreign one is set aside and computed again. Progress goes to the ``logging``
+logger of this module (and a tqdm bar); a finetune the run needs first is announced as a
+warning with an estimate of its duration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from graft.errors import ExperimentError
+from graft.models import LoadedModel, context_length, load_model, resolve_device
+from graft.results.compare import (
+    CONTROL_SUFFIX,
+    control_name,
+)
+from graft.results.folder import RunFolder
+from graft.results.provenance import machine_info
+from graft.storage.locks import exclusive
+from graft.study.data.prompts import TestExample
+from graft.study.data.rows import (
+    check_grafts,
+    check_rows,
+    check_span_names,
+    load_examples,
+    plan_rows,
+    sample_examples,
+)
+from graft.study.planning.run_plan import check_fits, plan_experiment
+from graft.study.running.batches import run_batches
+from graft.study.running.fullname import resume_key
+from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
+from graft.study.running.run_record import KEY_OPTIONS, REPLICATE_OPTIONS, engine_entry, run_config
+from graft.study.running.summaries import print_summary, write_summaries
+from graft.study.running.timing import StageTimes
+from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.grafts import Graft
+from graft.study.training.sources import (
+    dataset_dir,
+    needs_finetune,
+    pending_finetune,
+    resolve_model_path,
+)
+from graft.study.training.workspace import Workspace, model_slug
+
+logger = logging.getLogger(__name__)
+
+#: What an experiment script needs, importable from here (defined in the modules named).
+__all__ = [
+    "ExperimentConfig",
+    "ExperimentRun",
+    "Graft",
+    "ModelSource",
+    "check_grafts",
+    "default_out",
+    "load_examples",
+    "print_summary",
+    "resolve_model_path",
+    "run_experiment",
+    "sample_examples",
+]
+
+
+@dataclass
+class ExperimentRun:
+    """What an experiment run produced.
+
+    Args:
+        folder: the run folder.
+        examples: per-(example, graft) metrics.
+        summary: per-(group, template, graft) summary with CIs.
+        drops: drop report per template.
+        config: the resolved config stored in ``config.json``.
+        times: wall seconds per stage of this invocation.
+    """
+
+    folder: RunFolder
+    examples: pl.DataFrame
+    summary: pl.DataFrame
+    drops: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    times: StageTimes = field(default_factory=StageTimes)
+
+
+def _check_remote(cfg: ExperimentConfig) -> None:
+    if cfg.remote is not None:
+        from graft.remote.client import check_reachable
+
+        check_reachable(cfg.remote)
+
+
+# ------------------------------------------------------------------------------- run
+
+
+def default_out(cfg: ExperimentConfig, tag: str = "") -> Path:
+    """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
+    ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
+    part names several finetune seeds (``-fseeds0-1-2``), several data seeds
+    (``-dseeds0-1``) and control models (``-control``)."""
+    data = Path(cfg.dataset).name if Path(cfg.dataset).is_dir() else cfg.dataset
+    if cfg.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
+        data += f"-{cfg.shuffle}"
+    tags = [tag] if tag else []
+    if (cfg.finetune_seeds or (0,)) != (0,):
+        tags.append("fseeds" + "-".join(map(str, cfg.finetune_seeds or ())))
+    if len(cfg.data_seeds or ()) > 1:
+        tags.append("dseeds" + "-".join(map(str, cfg.data_seeds or ())))
+    if cfg.control:
+        tags.append("control")
+    name = f"{model_slug(cfg.model)}-{data}{''.join('-' + t for t in tags)}-seed{cfg.seed}"
+    return Path("runs") / cfg.experiment / name
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    *,
+    base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
+    donors: dict[str, ModelSource] | None = None,
+    data_direction: str = "one",
+    extra_config: dict[str, Any] | None = None,
+    out_tag: str = "",
+    echo: Callable[[str], None] | None = None,
+    executor: Any = None,
+) -> ExperimentRun:
+    """Run ``grafts`` on the test prompts; resumable. See the module docstring.
+
+    With several replicates (``cfg.finetune_seeds``, ``cfg.data_seeds``, ``cfg.control``;
+    :attr:`ExperimentConfig.replicates`) every graft runs once per replicate, on that
+    replicate's models and its data seed's prompts (control replicates run the grafts that
+    read a finetuned model, renamed ``<graft> [control]``); every row records its
+    ``data_seed`` and ``finetune_seed``, and the summary adds the mean over replicates.
+
+    Args:
+        cfg: the shared options.
+        grafts: the named grafts (unique names within a group).
+        base: where the base model comes from (default: the pretrained ``cfg.model``).
+        donors: donor name (as the specs name it, e.g. ``sft``) -> where it comes from.
+        data_direction: direction of the generated dataset (``one`` or ``both``).
+        extra_config: more entries for the stored ``config.json``.
+        out_tag: part of the default run folder name.
+        echo: where the one-line plan of the run goes (default: this module's logger).
+        executor: where the engine runs the rows (a :class:`graft.core.engine.Executor`;
+            default: this machine's, or the remote one of ``cfg.remote``), e.g. a
+            :class:`graft.study.analyses.patching.PatchingExecutor`.
+    """
+    donors = donors or {}
+    times = StageTimes()
+    with times.stage("data and checks"):
+        folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
+    # one process runs a folder at a time: a second command on the same --out waits, then
+    # resumes (finding the batches done)
+    locks = Workspace.at(cfg.workspace).lock_dir
+    with exclusive(folder.path, f"running {cfg.experiment} into {folder.path}", locks):
+        return _run_validated(
+            cfg, grafts, base, donors, folder, data_paths, extra_config, echo, times, executor
+        )
+
+
+def _run_validated(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: dict[str, ModelSource],
+    folder: RunFolder,
+    data_paths: dict[int, Path],
+    extra_config: dict[str, Any] | None,
+    echo: Callable[[str], None] | None,
+    times: StageTimes,
+    executor: Any = None,
+) -> ExperimentRun:
+    """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
+    with times.stage("data and checks"):
+        if not cfg.skip_memory_check:  # refused before anything loads (run_plan)
+            check_fits(plan_experiment(cfg, grafts, base=base, donors=donors, data=data_paths))
+        probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
+        arms = _arms(cfg, grafts, base, donors)
+    with times.stage("finetuning"):
+        paths = _model_paths(cfg, base, donors, probe)
+    loaded = {probe_path: probe}
+    with times.stage("loading"):  # checked before anything is written
+        first = load_run_models(cfg, paths[cfg.replicates[0]], loaded)
+    del probe  # the pretrained stand-in is freed unless it is a model of the run
+    all_grafts = _graft_order(grafts, arms)
+    config = run_config(cfg, all_grafts, paths, data_paths, extra_config)
+    config["engine"] = engine_entry(cfg, first)
+    config["machine"] = machine_info(resolve_device(cfg.device))
+    del first
+    key = ["experiment", "grafts", "base", "donors", "dataset"]
+    # everything is checked (write_config itself refuses a mismatching stored config before
+    # writing): the first batch is about to run
+    key += [f"options.{k}" for k in KEY_OPTIONS + REPLICATE_OPTIONS]
+    key += ["replicates"] if cfg.replicated else []
+    old = None if cfg.overwrite else folder.read_config()
+    key += resume_key(cfg, old)
+    existed = folder.path.exists()
+    stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
+    loading = times.seconds["loading"]
+    try:
+        with times.stage("grafting"):
+            run_batches(
+                cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times, executor
+            )
+    except BaseException:
+        # a new run that stored no batch (say, its remote host failed the first request)
+        # leaves the folder as it was, as a start that failed its checks does
+        if old is None:
+            folder.undo_start(existed)
+        raise
+    # later replicates' models load inside: count that as loading, not grafting
+    times.seconds["grafting"] -= times.seconds["loading"] - loading
+    loaded.clear()
+    with times.stage("summaries"):
+        table, summary = write_summaries(cfg, folder, all_grafts, prompts)
+    return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored, times)
+
+
+def _validate(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    data_direction: str,
+    out_tag: str,
+) -> tuple[RunFolder, dict[int, Path]]:
+    """The checks that need no model: grafts, replicates, device, run folder, remote host,
+    datasets (data seed -> dataset folder)."""
+    check_grafts(grafts, donors)
+    _check_replicates(cfg, grafts, base, donors)
+    resolve_device(cfg.device)
+    folder = RunFolder(Path(cfg.out) if cfg.out else default_out(cfg, out_tag))
+    folder.check_writable()
+    folder.check_owned()
+    _check_remote(cfg)
+    seeds = dict.fromkeys(r.data_seed for r in cfg.replicates)
+    return folder, {d: dataset_dir(cfg, data_direction, d) for d in seeds}
+
+
+def _check_replicates(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+) -> None:
+    """Finetune seeds and control models need a model the run finetunes; data seeds and
+    control models need a generated dataset (a data kind, not a folder); control twins need
+    their names free."""
+    finetuned = any(needs_finetune(s) for s in [base, *donors.values()])
+    if not finetuned and (len(cfg.finetune_seeds or ()) > 1 or cfg.control):
+        raise ExperimentError(
+            "finetune_seeds and control replace the run's finetuned models, but every model "
+            "of this run is pretrained or an explicit folder; give a finetune variant "
+            "(ModelSource('one'), ...) or drop them"
+        )
+    taken = [g.name for g in grafts if g.name.endswith(CONTROL_SUFFIX)] if cfg.control else []
+    if taken:
+        raise ExperimentError(
+            f"graft {taken[0]!r} ends in {CONTROL_SUFFIX.strip()!r}, the mark of the control "
+            "twins control adds; rename it"
+        )
+    several_data = len(cfg.data_seeds or ()) > 1
+    if Path(cfg.dataset).is_dir() and (several_data or cfg.control):
+        raise ExperimentError(
+            f"data_seeds and control generate datasets of other data seeds, but the dataset "
+            f"{cfg.dataset} is a folder; give a data kind as the dataset"
+        )
+
+
+def _plan(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    data_paths: Mapping[int, Path],
+) -> tuple[str, LoadedModel, dict[int, RunPrompts]]:
+    """The prompts and rows of the run per data seed, checked on a stand-in model before any
+    finetune.
+
+    The pretrained model (or the explicit base) stands in for finetunes not made yet: same
+    tokenizer and architecture, so prompts and specs are checked before any finetune.
+    """
+    probe_path = resolve_model_path(cfg, base if not needs_finetune(base) else ModelSource())
+    probe = load_model(probe_path, dtype=cfg.dtype, device=cfg.device)
+    prompts = {}
+    for data_seed, data_path in data_paths.items():
+        examples, drops = load_examples(
+            data_path, probe.tokenizer, cfg, context_length(probe.model)
+        )
+        examples = sample_examples(examples, cfg.n, cfg.seed)
+        check_span_names(grafts, data_path)
+        rows, skipped = plan_rows(examples, grafts)
+        check_row_keys(examples, grafts, rows)
+        check_rows(probe.model, examples, grafts, rows, donors)
+        prompts[data_seed] = RunPrompts(examples, drops, rows, skipped)
+    return probe_path, probe, prompts
+
+
+def check_row_keys(
+    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+) -> None:
+    """Raise unless every planned row has a key of its own: (group, graft, template,
+    prompt_id), what the summary and the paired contrasts match prompts on (two rows of one
+    key were found only after every row ran)."""
+    counts = Counter(
+        (grafts[gi].group, grafts[gi].name, examples[ei].template, examples[ei].prompt_id)
+        for ei, gi in rows
+    )
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return
+    ids = list(dict.fromkeys(f"{t}/{p}" for _, _, t, p in repeated))
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    n_rows = sum(counts[key] for key in repeated)
+    raise ExperimentError(
+        f"{n_rows} planned rows repeat a (group, graft, template, prompt_id) key: the test "
+        f"prompts repeat the ids {shown} (template/prompt_id); give every test prompt an id "
+        "of its own (fix or regenerate the dataset)"
+    )
+
+
+def control_twins(
+    grafts: Sequence[Graft], base: ModelSource, donors: Mapping[str, ModelSource]
+) -> list[Graft]:
+    """The grafts that read a finetuned model (the base, or a donor the spec names), renamed
+    ``<name> [control]``: what a control replicate runs (the others would repeat the real
+    replicate's rows, e.g. PRE)."""
+    if needs_finetune(base):
+        uses = list(grafts)
+    else:
+        finetuned = {n for n, s in donors.items() if needs_finetune(s)}
+        uses = [g for g in grafts if g.spec.donors() & finetuned]
+    return [replace(g, name=control_name(g.name)) for g in uses]
+
+
+def _arms(
+    cfg: ExperimentConfig,
+    grafts: Sequence[Graft],
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+) -> dict[Replicate, list[Graft]]:
+    """Replicate -> the grafts it runs (the control twins for a control replicate)."""
+    twins = control_twins(grafts, base, donors) if cfg.control else []
+    return {r: twins if r.control else list(grafts) for r in cfg.replicates}
+
+
+def _graft_order(grafts: Sequence[Graft], arms: Mapping[Replicate, list[Graft]]) -> list[Graft]:
+    """Every graft the run has, each control twin right after its graft."""
+    twins = {(g.group, g.name): g for r, gs in arms.items() if r.control for g in gs}
+    order = []
+    for g in grafts:
+        order.append(g)
+        twin = twins.get((g.group, control_name(g.name)))
+        if twin is not None:
+            order.append(twin)
+    return order
+
+
+def _model_paths(
+    cfg: ExperimentConfig,
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    probe: LoadedModel,
+) -> dict[Replicate, RunPaths]:
+    """Announce every finetune the run needs, make them, and say where each replicate's
+    models are."""
+    n_params = sum(p.numel() for p in probe.model.parameters())
+    sources = [base, *donors.values()]
+    announced = (
+        pending_finetune(cfg, source, n_params, rep) for rep in cfg.replicates for source in sources
+    )
+    for line in dict.fromkeys(line for line in announced if line):
+        logger.warning("%s", line)
+    return {
+        rep: RunPaths(
+            resolve_model_path(cfg, base, rep),
+            {name: resolve_model_path(cfg, src, rep) for name, src in donors.items()},
+        )
+        for rep in cfg.replicates
+    }

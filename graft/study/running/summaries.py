@@ -1,0 +1,149 @@
+"""A run's tables once its batches are stored: ``examples.parquet``, the summary with
+confidence intervals (and the mean over replicates), the key paired contrasts, the drop
+report; and the summary as a compact text table for the terminal."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from graft.results.compare import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    key_contrasts,
+)
+from graft.results.folder import RunFolder
+from graft.results.over_seeds import REPLICATE_COLUMNS, format_per_seed, summarize_over_seeds
+from graft.results.summary import summarize
+from graft.study.running.batches import EXAMPLES_TABLE
+from graft.study.running.run_inputs import RunPrompts
+from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.grafts import Graft
+
+logger = logging.getLogger(__name__)
+
+
+def write_summaries(
+    cfg: ExperimentConfig, folder: RunFolder, grafts: Sequence[Graft], prompts: dict
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Write ``examples.parquet``, the summary, the key contrasts (on whole names too when
+    scored) and the drop report; return the examples and the summary."""
+    table = _finalize_examples(cfg, folder)
+    summary = summarize_run(table, grafts, {d: p.drops for d, p in prompts.items()}, cfg)
+    folder.write_summary(summary)
+    measures = [("hit@5", "target_logprob", CONTRASTS_STEM)]
+    if "name_exact" in table.columns:
+        measures.append(("name_exact", "name_logprob", NAME_CONTRASTS_STEM))
+    for hit, score, stem in measures:
+        contrasts = key_contrasts(table, hit, score, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
+        if not contrasts.is_empty():
+            folder.write_summary(contrasts, stem=stem)
+    folder.write_json("drops.json", _drops_report(cfg, prompts))
+    return table, summary
+
+
+def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame:
+    """Combine the stored batches into ``examples.parquet`` and return the table. Batches
+    stored before rows recorded their replicate (a run of one, resumed) get its seeds."""
+    table = folder.read(EXAMPLES_TABLE)  # checks every part: nothing derived if one is bad
+    if not table.is_empty() and not cfg.replicated:
+        seeds = {"data_seed": cfg.data_seed, "finetune_seed": 0}
+        table = table.with_columns(
+            pl.col(c).fill_null(v) if c in table.columns else pl.lit(v, dtype=pl.Int64).alias(c)
+            for c, v in seeds.items()
+        )
+    folder.finalize(EXAMPLES_TABLE, table)
+    return table
+
+
+def _drops_report(cfg: ExperimentConfig, prompts: Mapping[int, RunPrompts]) -> dict[str, Any]:
+    """``drops.json``: the first data seed's drops, and every data seed's when there are
+    several."""
+    first = prompts[cfg.data_seed]
+    report: dict[str, Any] = {"per_template": first.drops, "skipped_grafts": first.skipped}
+    if len(prompts) > 1:
+        report["per_data_seed"] = {
+            str(d): {"per_template": p.drops, "skipped_grafts": p.skipped}
+            for d, p in prompts.items()
+        }
+    return report
+
+
+def summarize_run(
+    table: pl.DataFrame,
+    grafts: Sequence[Graft],
+    drops: Mapping[int, Mapping[str, Mapping[str, int]]],
+    cfg: ExperimentConfig,
+) -> pl.DataFrame:
+    """Summary per (group, template, graft) in the experiment's graft order, with CIs: one
+    row per replicate (``data_seed``, ``finetune_seed``), then, where a graft ran in several
+    replicates, a row of the mean over them with a between-replicate interval
+    (:func:`graft.results.metrics.summarize_over_seeds`; its seed columns are null).
+
+    Args:
+        table: the run's examples.
+        grafts: every graft of the run, in plot order.
+        drops: data seed -> template -> drop reason -> count.
+        cfg: the run's options (bootstrap resamples and seed).
+    """
+    if table.is_empty():
+        return table
+    by = ["group", "template", "graft", *REPLICATE_COLUMNS]
+    parts = table.partition_by("data_seed", as_dict=True, maintain_order=True)
+    per_seed = pl.concat(
+        [
+            summarize(
+                part,
+                by=by,
+                n_boot=cfg.n_boot,
+                seed=cfg.seed,
+                drops={t: drops.get(d, {}).get(t, {}) for t in part["template"].unique()},
+                drops_by="template",
+            )
+            for (d,), part in parts.items()
+        ],
+        how="diagonal_relaxed",
+    )
+    summary = summarize_over_seeds(per_seed, ["group", "template", "graft"], REPLICATE_COLUMNS)
+    order = {g.name: i for i, g in enumerate(grafts)}
+    return summary.sort(
+        by=[
+            pl.col("group"),
+            pl.col("template"),
+            pl.col("graft").replace_strict(order, default=len(order)),
+            pl.col("finetune_seed").is_not_null(),  # the mean over replicates first
+            *REPLICATE_COLUMNS,
+        ],
+        maintain_order=True,
+    )
+
+
+def format_summary(summary: pl.DataFrame, metric: str = "acc@5") -> str:
+    """A compact table: one line per graft and template, the metric and its CI; for a run of
+    several replicates, their mean with the between-replicate interval and each replicate's
+    value (``<metric>_per_seed``, in the order of ``per_seed_of``)."""
+    if summary.is_empty():
+        return "(no results)"
+    cols = ["group", "graft", "template", metric, f"{metric}_lo", f"{metric}_hi", "n"]
+    head = ""
+    if f"{metric}_per_seed" in summary.columns:
+        means = summary.filter(pl.col("n_seeds") > 1)
+        summary = means.with_columns(format_per_seed(means[f"{metric}_per_seed"]))
+        cols[-1:] = [f"{metric}_per_seed", "n"]
+        head = (
+            f"{metric}: mean over replicates ({means['per_seed_of'][0]}), "
+            f"{means[f'{metric}_ci_method'][0]}; then each replicate's value; n prompts "
+            "per replicate\n"
+        )
+    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True, fmt_str_lengths=40):
+        return head + str(summary.select([c for c in cols if c in summary.columns]))
+
+
+def print_summary(
+    summary: pl.DataFrame, metric: str = "acc@5", echo: Callable[[str], None] | None = None
+) -> None:
+    """Send :func:`format_summary` to ``echo`` (default: this module's logger)."""
+    (echo or logger.info)(format_summary(summary, metric))

@@ -1,0 +1,162 @@
+"""The models and dataset of an experiment: found in the workspace, or made first.
+
+A :class:`~graft.study.specs.config.ModelSource` is the pretrained model, an explicit folder, or a
+finetune variant that :class:`~graft.study.training.workspace.Workspace` finds or finetunes. Before a
+run starts, :func:`pending_finetune` announces each finetune it needs with a rough duration.
+
+A finetune variant is located per :class:`~graft.study.specs.config.Replicate`: the run's preset
+with ``seed`` set to the replicate's finetune seed (``dataclasses.replace(preset, seed=s)``:
+folder ``<preset>`` for the preset's own seed, ``<preset>-<hash>`` otherwise, as
+:meth:`~graft.study.specs.presets.FinetuneConfig.key` names it), trained on the generated dataset
+of the replicate's training data seed (its data seed, plus the control offset for a control
+model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from graft.models import resolve_device
+from graft.study.data.training_data import load_fact_dataset, split_texts
+from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.presets import FinetuneConfig, resolve_config
+from graft.study.training.finetune import duration_text, estimate_seconds, training_steps
+from graft.study.training.workspace import DonorLocation, Workspace
+
+
+def _workspace(cfg: ExperimentConfig) -> Workspace:
+    return Workspace.at(cfg.workspace)
+
+
+def dataset_dir(
+    cfg: ExperimentConfig, direction: str = "one", data_seed: int | None = None
+) -> Path:
+    """The dataset folder of ``cfg`` (generated into the workspace when ``dataset`` is a kind,
+    with ``data_seed``, default ``cfg.data_seed``; a folder is taken as it is)."""
+    given = Path(cfg.dataset).is_dir()
+    return _workspace(cfg).dataset(
+        cfg.dataset,
+        None if given else direction,
+        split=cfg.split,
+        n_facts=cfg.n_facts,
+        seed=cfg.data_seed if data_seed is None else data_seed,
+        protocol=cfg.protocol,
+        shuffle=cfg.shuffle,
+    )
+
+
+def needs_finetune(source: ModelSource) -> bool:
+    """Whether ``source`` is a finetune variant (found in, or finetuned into, the workspace)."""
+    return not source.path and source.variant != "pretrained"
+
+
+def finetune_preset(cfg: ExperimentConfig, finetune_seed: int = 0) -> FinetuneConfig:
+    """The finetune config of ``cfg``'s models for one finetune seed: the preset (with
+    ``finetune_max_steps`` and ``generic_corpus``) with ``seed`` replaced. Without a preset,
+    ``--protocol paper`` takes the paper's own (A.3.3: lr 2e-5, weight decay 0.01, batch 4,
+    10 epochs) on any device; graft's protocol takes the device's default."""
+    preset = cfg.preset or ("paper" if cfg.protocol == "paper" else None)
+    return resolve_config(
+        preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed,
+        generic_corpus=cfg.generic_corpus,
+    )  # fmt: skip
+
+
+def _donor(
+    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
+) -> DonorLocation:
+    """Where the finetune variant ``source`` of ``replicate`` (default: the run's first) is;
+    its dataset is generated if missing."""
+    rep = replicate or cfg.replicates[0]
+    return _workspace(cfg).locate_donor(
+        cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
+        split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed, device=cfg.device,
+        protocol=cfg.protocol, shuffle=cfg.shuffle,
+    )  # fmt: skip
+
+
+def resolve_model_path(
+    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
+) -> str:
+    """Model name or folder for ``source`` in ``replicate`` (default: the run's first),
+    finetuning it first when it is missing."""
+    if source.path:
+        return source.path
+    if source.variant == "pretrained":
+        return cfg.model
+    donor = _donor(cfg, source, replicate)
+    return str(_workspace(cfg).finetune_donor(donor, device=cfg.device, quiet=not cfg.progress))
+
+
+def training_texts(preset: FinetuneConfig, n_fact_texts: int) -> int:
+    """Texts a finetune with ``preset`` trains on, of ``n_fact_texts`` fact texts: the
+    split's training part and the generic passages mixed in."""
+    # only the split's sizes matter here: placeholder texts
+    train, _ = split_texts([""] * n_fact_texts, preset.val_fraction, preset.seed)
+    return len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
+
+
+def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
+    """Optimisation steps of a finetune with ``preset`` on ``n_fact_texts`` texts."""
+    return training_steps(
+        preset, math.ceil(training_texts(preset, n_fact_texts) / preset.batch_size)
+    )
+
+
+def pending_finetune(
+    cfg: ExperimentConfig, source: ModelSource, n_params: int, replicate: Replicate | None = None
+) -> str | None:
+    """A line announcing the finetune ``source`` of ``replicate`` (default: the run's first)
+    needs first (steps and a rough duration), or None when it needs none (pretrained, an
+    explicit path, or already finetuned)."""
+    if not needs_finetune(source):
+        return None
+    donor = _donor(cfg, source, replicate)
+    if donor.finished:
+        return None
+    n_texts = len(load_fact_dataset(donor.dataset_dir, donor.train_set).train)
+    steps = finetune_steps(donor.config, n_texts)
+    device = resolve_device(cfg.device).type
+    rep = replicate or cfg.replicates[0]
+    which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
+    which = which if cfg.replicated else ""
+    seconds = estimate_seconds(n_params, donor.config.batch_size, steps, device)
+    gpu_work = device == "cpu" and seconds > 3 * 3600
+    return (
+        f"the {source.variant!r} model{which} of {cfg.model} is not in the workspace yet; it "
+        f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
+        f"{duration_text(seconds)} of training on {device} (an estimate)"
+        + ("; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"
+           if gpu_work else "")
+    )  # fmt: skip
+
+
+def finetune_record(path: str) -> dict[str, Any] | None:
+    """The ``finetune_config.json`` a finetuned model folder holds (preset, seed, data,
+    device, machine, package versions), or None for any other model."""
+    file = Path(path) / "finetune_config.json"
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def model_fingerprint(path: str) -> str | None:
+    """A short hash of a local model folder's config and weight-file sizes (cheap, stable)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256()
+    for file in sorted(folder.glob("*")):
+        if file.is_file() and file.suffix in (".json", ".safetensors"):
+            h.update(file.name.encode())
+            h.update(str(file.stat().st_size).encode())
+            if file.suffix == ".json":
+                h.update(file.read_bytes())
+    return h.hexdigest()[:16]

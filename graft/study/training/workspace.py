@@ -1,0 +1,367 @@
+"""A workspace: the folder where datasets and finetuned donors live, found or made on demand.
+
+Layout::
+
+    <root>/datasets/<kind>[-paper]-<direction>[-split]-n<N>-seed<S>/
+    <root>/finetuned/<model>/<dataset>/<set>/<config key>/
+    <root>/corpora/          the paper's generic corpus, once downloaded (gentle preset)
+
+A dataset is named by its data kind (generated into the workspace) or given as a folder;
+a donor by (model, dataset, variant, preset). :meth:`Workspace.find_or_finetune` returns the
+donor's folder, finetuning it first when it is missing, so an experiment need not know where
+anything lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graft.core.naming import slug
+from graft.errors import DatasetError, FinetuneError
+from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
+from graft.study.data.datasets import (
+    default_dataset_name,
+    generate_dataset,
+    generator_version,
+    load_manifest,
+    validate_config,
+)
+from graft.study.data.facts import KINDS
+from graft.study.data.generic_corpus import settle
+from graft.study.specs.config import DatasetConfig
+from graft.study.specs.presets import FinetuneConfig, resolve_config
+from graft.study.specs.templates import DIRECTIONS
+from graft.study.training.donors import check_trained_on
+from graft.study.training.finetune import drop_leftover_partial, finetune, is_finished
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable naming the default workspace folder.
+WORKSPACE_ENV = "GRAFT_WORKSPACE"
+#: Variant aliases: ``task`` / ``relation`` are the two halves of a split one-direction dataset.
+VARIANT_ALIASES = {"task": "one-A", "relation": "one-B"}
+#: Data kinds a workspace generates (``custom`` and ``articles`` need the user's file: give
+#: their dataset folder).
+GENERATED_KINDS = tuple(k for k in KINDS if k not in ("custom", "articles"))
+
+
+def _older(folder: Path, config: DatasetConfig) -> bool:
+    """Whether ``folder`` holds a dataset of ``config`` made by another generator version."""
+    if not (folder / "manifest.json").is_file():
+        return False
+    manifest = load_manifest(folder)
+    return manifest.get("config") == config.to_json() and manifest.get(
+        "generator_version"
+    ) != generator_version(config)
+
+
+def default_workspace() -> Path:
+    """``$GRAFT_WORKSPACE``, else ``./workspace``."""
+    return Path(os.environ.get(WORKSPACE_ENV) or "workspace")
+
+
+def parse_variant(variant: str) -> tuple[str, str | None]:
+    """``"one"``, ``"both"``, ``"<direction>-A"``/``"-B"``, ``"task"``, ``"relation"`` ->
+    (direction, train set or ``None`` for an unsplit dataset)."""
+    direction, _, train_set = VARIANT_ALIASES.get(variant, variant).partition("-")
+    if direction not in DIRECTIONS or train_set not in ("", "A", "B"):
+        raise FinetuneError(
+            f"unknown data variant {variant!r}; use one, both, one-A, one-B, both-A, both-B, "
+            "task (= one-A) or relation (= one-B)"
+        )
+    return direction, train_set or None
+
+
+def model_slug(model: str) -> str:
+    """Folder name of a model: its registry name, its hub id with ``/`` as ``--`` (also when
+    its weights come from ``$GRAFT_MODELS``, so donors keep their folders wherever the weights
+    are), or a local folder's name plus a hash of its resolved path."""
+    source, location = resolve_model_name(model)
+    if model in HUB_MODELS:
+        return slug(model)
+    if source == "local" and looks_like_hub_id(model) and not Path(model).expanduser().exists():
+        return slug(model.replace("/", "--"))
+    if source == "local":
+        path = Path(location).resolve()
+        return f"{slug(path.name)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    if source == "hub" and model not in HUB_MODELS:
+        return slug(location.replace("/", "--"))
+    return slug(model if source != "tiny" else "tiny-" + location)
+
+
+@dataclass(frozen=True)
+class DonorLocation:
+    """Where a donor is (or will be, once finetuned).
+
+    Args:
+        model: the pretrained model it is finetuned from.
+        dataset_dir: the dataset folder it is trained on.
+        train_set: ``"A"``/``"B"`` of a split dataset, ``None`` for an unsplit one.
+        config: the finetune config.
+        path: its folder in the workspace.
+    """
+
+    model: str
+    dataset_dir: Path
+    train_set: str | None
+    config: FinetuneConfig
+    path: Path
+
+    @property
+    def finished(self) -> bool:
+        """Whether the donor is already finetuned."""
+        return is_finished(self.path)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Datasets and finetuned donors on disk, under one folder (see the module docstring).
+
+    Args:
+        root: the folder; default ``$GRAFT_WORKSPACE``, else ``./workspace``.
+    """
+
+    root: Path = field(default_factory=default_workspace)
+
+    @property
+    def lock_dir(self) -> Path:
+        """``<root>/.locks``: the lock files of datasets, donors and runs built by several
+        processes at once (:mod:`graft.storage.locks`)."""
+        return self.root / ".locks"
+
+    @property
+    def corpus_dir(self) -> Path:
+        """``<root>/corpora``: the paper's generic corpus, kept after its first download
+        (:mod:`graft.study.data.generic_corpus`)."""
+        return self.root / "corpora"
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str] | None) -> Workspace:
+        """The workspace at ``root`` (``None``: the default one)."""
+        return cls() if root is None else cls(Path(root))
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Turns a disk failure inside into a one-line error naming the workspace."""
+        try:
+            yield
+        except OSError as err:
+            where = f" ({err.filename})" if err.filename else ""
+            raise FinetuneError(
+                f"cannot {what} in the workspace {self.root}: {err.strerror or err}{where}; "
+                "choose a writable workspace"
+            ) from None
+
+    def generated_dataset(
+        self,
+        kind: str,
+        direction: str = "one",
+        split: bool = False,
+        *,
+        n_facts: int | None = None,
+        seed: int = 0,
+        protocol: str = "graft",
+        shuffle: str = "relations",
+    ) -> Path:
+        """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
+        config = DatasetConfig(
+            kind=kind,
+            n_facts=n_facts,
+            seed=seed,
+            direction=direction,
+            split=split,
+            protocol=protocol,
+            shuffle=shuffle,
+        )
+        validate_config(config)
+        folder = self.root / "datasets" / default_dataset_name(config)
+        with self._writing("generate the dataset"):
+            try:
+                return generate_dataset(config, folder, lock_dir=self.lock_dir)
+            except DatasetError as err:
+                if isinstance(err.__cause__, OSError):  # said in the workspace's words
+                    raise err.__cause__ from None
+                if _older(folder, config):  # no overwrite option here: say what to delete
+                    raise DatasetError(
+                        f"{folder} was made by an older graft from this config (found "
+                        f"{load_manifest(folder).get('generator_version')!r}, graft now makes "
+                        f"{generator_version(config)!r}); delete it and graft generates it "
+                        "again (a model finetuned on it is then refused until deleted too)",
+                        "workspace",
+                    ) from None
+                raise
+
+    def dataset(
+        self,
+        dataset: str | os.PathLike[str],
+        direction: str | None = None,
+        *,
+        split: bool = False,
+        n_facts: int | None = None,
+        seed: int = 0,
+        protocol: str | None = None,
+        shuffle: str = "relations",
+    ) -> Path:
+        """The folder of ``dataset``: a dataset folder as it is, a data kind generated into the
+        workspace (``direction`` default ``"one"``, ``split``, ``n_facts``, ``seed``,
+        ``protocol`` default ``"graft"``, ``shuffle`` for ``real_movies_shuffled``).
+
+        Raises:
+            DatasetError: ``dataset`` is neither, or a folder whose manifest has another
+                direction than ``direction`` or another protocol than ``protocol``.
+        """
+        folder = Path(dataset)
+        if folder.is_dir():
+            has_manifest = (folder / "manifest.json").is_file()
+            manifest = load_manifest(folder) if has_manifest else {}
+            stored = manifest.get("direction")
+            if direction is not None and stored not in (None, direction):
+                raise DatasetError(
+                    f"dataset {folder} has direction {stored!r}, the variant asks for {direction!r}",
+                    "dataset",
+                )
+            # a manifest without a protocol predates the paper protocol: graft's
+            made_with = manifest.get("protocol", "graft") if has_manifest else None
+            if protocol is not None and made_with not in (None, protocol):
+                raise DatasetError(
+                    f"dataset {folder} was made with the {made_with!r} protocol, the run asks "
+                    f"for {protocol!r}; pass a data kind or a dataset made with that protocol",
+                    "dataset",
+                )
+            return folder
+        if str(dataset) not in GENERATED_KINDS:
+            raise DatasetError(
+                f"dataset {str(dataset)!r} is neither a dataset folder nor a data kind "
+                f"({', '.join(GENERATED_KINDS)})",
+                "dataset",
+            )
+        return self.generated_dataset(
+            str(dataset),
+            direction or "one",
+            split,
+            n_facts=n_facts,
+            seed=seed,
+            protocol=protocol or "graft",
+            shuffle=shuffle,
+        )
+
+    def dataset_label(self, dataset_dir: str | os.PathLike[str]) -> str:
+        """Folder name of a dataset among the donors: its own name for datasets generated in
+        the workspace, else its name plus a hash of its manifest (so two folders of one name
+        never collide)."""
+        path = Path(dataset_dir).resolve()
+        if path.parent == (self.root / "datasets").resolve():
+            return path.name
+        key = path / ("manifest.json" if (path / "manifest.json").is_file() else "train.jsonl")
+        return f"{slug(path.name)}-{hashlib.sha256(key.read_bytes()).hexdigest()[:8]}"
+
+    def donor_dir(
+        self,
+        model: str,
+        dataset_dir: str | os.PathLike[str],
+        train_set: str | None,
+        config: FinetuneConfig,
+    ) -> Path:
+        """``<root>/finetuned/<model>/<dataset>/<set>/<config key>``."""
+        label = self.dataset_label(dataset_dir)
+        return (
+            self.root
+            / "finetuned"
+            / model_slug(model)
+            / label
+            / (train_set or "all")
+            / config.key()
+        )
+
+    def locate_donor(
+        self,
+        model: str,
+        dataset: str | os.PathLike[str],
+        variant: str = "one",
+        preset: str | FinetuneConfig | None = None,
+        *,
+        split: bool = False,
+        n_facts: int | None = None,
+        data_seed: int = 0,
+        device: str | None = None,
+        protocol: str | None = None,
+        shuffle: str = "relations",
+    ) -> DonorLocation:
+        """Where the donor of (model, dataset, variant, preset) is; generates its dataset if
+        missing, trains nothing. ``split``: generate the split dataset even for an unsplit
+        variant; ``preset`` ``None``: the default preset of ``device``; ``protocol``: the
+        dataset's (``graft`` or ``paper``; ``None``: graft's for a data kind, any for a
+        folder); ``shuffle``: a generated ``real_movies_shuffled``'s
+        (:attr:`DatasetConfig.shuffle`). A preset that mixes in generic text has its corpus
+        fixed first
+        (:func:`graft.study.data.generic_corpus.settle`: the paper's corpus is downloaded into
+        :attr:`corpus_dir` if missing), so the folder names it."""
+        config = resolve_config(preset, device=device)
+        direction, train_set = parse_variant(variant)
+        resolve_model_name(model)
+        dataset_dir = self.dataset(
+            dataset,
+            direction,
+            split=split or train_set is not None,
+            n_facts=n_facts,
+            seed=data_seed,
+            protocol=protocol,
+            shuffle=shuffle,
+        )
+        with self._writing("keep the generic corpus"):
+            config = settle(config, dataset_dir, self.corpus_dir)
+        path = self.donor_dir(model, dataset_dir, train_set, config)
+        return DonorLocation(model, dataset_dir, train_set, config, path)
+
+    def find_or_finetune(
+        self,
+        model: str,
+        dataset: str | os.PathLike[str] = "fake_movies_real_actors",
+        variant: str = "one",
+        preset: str | FinetuneConfig | None = None,
+        *,
+        split: bool = False,
+        n_facts: int | None = None,
+        data_seed: int = 0,
+        device: str | None = None,
+        quiet: bool = False,
+        protocol: str | None = None,
+        shuffle: str = "relations",
+    ) -> Path:
+        """The finetuned model folder for (model, dataset, variant, preset); finetunes first
+        if missing. Arguments as for :meth:`locate_donor`; ``quiet``: no progress bars."""
+        donor = self.locate_donor(
+            model, dataset, variant, preset,
+            split=split, n_facts=n_facts, data_seed=data_seed, device=device, protocol=protocol,
+            shuffle=shuffle,
+        )  # fmt: skip
+        return self.finetune_donor(donor, device=device, quiet=quiet)
+
+    def finetune_donor(
+        self, donor: DonorLocation, *, device: str | None = None, quiet: bool = False
+    ) -> Path:
+        """``donor``'s folder, finetuning it first when it is not finished; a finished one
+        trained on other texts than its dataset holds now is refused
+        (:func:`graft.study.training.donors.check_trained_on`)."""
+        if donor.finished:
+            check_trained_on(donor.path, donor.dataset_dir)
+            drop_leftover_partial(donor.path)
+            return donor.path
+        logger.info(
+            "no finetuned %s for this data in %s; finetuning it (%s)",
+            donor.model,
+            self.root,
+            donor.config.key(),
+        )
+        with self._writing("finetune the model"):
+            return finetune(
+                donor.model, donor.dataset_dir, donor.path, donor.config,
+                train_set=donor.train_set, device=device, quiet=quiet, lock_dir=self.lock_dir,
+                corpus_dir=self.corpus_dir,
+            )  # fmt: skip
