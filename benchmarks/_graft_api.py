@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from graft.core.arch import Architecture, architecture_of
-from graft.core.engine import run_grafts
-from graft.core.plan import GraftRow, default_pad_id
-from graft.core.prefix import cache_argument
-from graft.core.spec import GraftSpec, ResolvedGraft, parse_spec
-from graft.core.tiny import perturbed_copy, tiny_pair
+from graft.core import (
+    Architecture,
+    GraftRow,
+    GraftSpec,
+    ResolvedGraft,
+    architecture_of,
+    cache_argument,
+    default_pad_id,
+    parse_spec,
+    perturbed_copy,
+    run_grafts,
+    tiny_pair,
+)
 from graft.errors import GraftError
-from graft.results.paper.agreement import read_csv_table
-from graft.results.provenance import machine_info
-from graft.results.publish import (
+from graft.results import (
     PROVENANCE_FILE,
+    machine_info,
     machine_label,
     provenance_entries,
+    read_csv_table,
     write_benchmark_table,
 )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from graft.results.compare import KEY_CONTRASTS
+from graft.results import KEY_CONTRASTS
 
 TEMPLATES = ("headline", "qa", "movie")
 

@@ -39,7 +39,7 @@ from benchmarks.measure import (
 )
 from benchmarks.paper_scale import random_model, shape_config
 from benchmarks.plan_check import train_steps
-from graft.models.paper import PAPER_CONFIGS
+from graft.models import PAPER_CONFIGS
 
 PRECISIONS = {"mixed": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -47,7 +47,7 @@ PRECISIONS = {"mixed": torch.float32, "float32": torch.float32, "bfloat16": torc
 def planned_peak(args: argparse.Namespace) -> dict | None:
     """The plan's prediction for this run, or None where graft has no planner."""
     try:
-        from graft.study.planning.memory import estimate_finetune_bytes
+        from graft.study import estimate_finetune_bytes
     except ImportError:
         return None
     try:

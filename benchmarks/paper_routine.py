@@ -23,8 +23,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from graft.core.arch import Architecture, architecture_of  # the engine is not imported
-from graft.core.spec import GraftSpec, ResolvedGraft
+from graft.core import Architecture, GraftSpec, ResolvedGraft, architecture_of
 
 _SLICE_INDEX = {"q": 0, "k": 1, "v": 2}
 

@@ -9,10 +9,10 @@ Run from the repository root::
         [--tokenizer PATH] [--json out.json] [--out results/NAME]
 
 Each (shape, dtype) runs in a child process of its own, so that its memory is measured alone.
-The workload is :mod:`benchmarks.real_model`'s: headline prompts for real actor names
-(tokenized by ``--tokenizer``, by default the embedded SmolLM2's; its ids are valid in all four
-vocabularies), the donor is the base plus seeded noise on every parameter. Measured side by
-side after one whole untimed round, medians over ``--repeats``:
+The workload is :mod:`benchmarks.real_model`'s (:mod:`benchmarks.workload`): headline prompts
+for real actor names (tokenized by ``--tokenizer``, by default the embedded SmolLM2's; its ids
+are valid in all four vocabularies), the donor is the base plus seeded noise on every
+parameter. Measured side by side after one whole untimed round, medians over ``--repeats``:
 
 (a) E1 position mix (8 grafts per prompt): engine time over a plain batched forward of the base
     over the same rows, goal <= 1.1;
@@ -62,11 +62,10 @@ from benchmarks.measure import (
     reset_peak_rss,
     write_json,
 )
-from benchmarks.real_model import headline_workload, measure_paper, measure_times
-from benchmarks.workload import graft_rows
-from graft.core.executor import LocalExecutor
-from graft.core.routing import engine_path
-from graft.models.paper import PAPER_CONFIGS
+from benchmarks.real_model_measures import measure_paper, measure_times
+from benchmarks.workload import graft_rows, headline_workload
+from graft.core import LocalExecutor, engine_path
+from graft.models import PAPER_CONFIGS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 GOALS = {"e1": 1.1, "e3": 0.4, "peak": 1.0}
@@ -104,7 +103,7 @@ def load_tokenizer(path: str | None):
     from transformers import AutoTokenizer
 
     if path is None:
-        from graft.models.embedded import ensure_embedded
+        from graft.models import ensure_embedded
 
         path = str(ensure_embedded("smollm2-135m"))
     return AutoTokenizer.from_pretrained(path)
@@ -233,7 +232,7 @@ def measure_one(
 def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict | None:
     """What graft's memory plan predicts for this run, or None where graft has no planner."""
     try:
-        from graft.study.planning.memory import estimate_grafting_bytes
+        from graft.study import estimate_grafting_bytes
     except ImportError:
         return None
     try:

@@ -21,10 +21,17 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from graft.results.paper import numbers as paper_numbers
-from graft.results.paper.agreement import Check, check_run, read_results
-from graft.results.paper.numbers import PaperNumber
-from graft.results.stats.agreement import ALPHA, MARGIN, rules_text
+from graft.results import (
+    ALPHA,
+    MARGIN,
+    PAPER_NUMBERS,
+    Check,
+    PaperNumber,
+    check_run,
+    paper_model_of,
+    read_results,
+    rules_text,
+)
 
 HEADER = (
     "| paper's finding (headline prompts, acc@5) | paper | run | graft | verdict (test): reason |\n"
@@ -75,14 +82,14 @@ def checks_of(
     models the runs stand for."""
     results = [read_results(folder, model, label) for label, model, folder in runs]
     checks = [c for run in results for c in check_run(run, alpha, margin)]
-    return checks, {paper_numbers.paper_model_of(run.model) for run in results}
+    return checks, {paper_model_of(run.model) for run in results}
 
 
 def table(runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN) -> str:
     """The markdown table for ``(label, model, folder)`` runs."""
     checks, compared = checks_of(runs, alpha, margin)
     lines = [HEADER]
-    for number in paper_numbers.PAPER_NUMBERS:
+    for number in PAPER_NUMBERS:
         mine = [c for c in checks if c.number == number]
         if not mine:
             if number.kind != "approx" or number.paper_model in compared:

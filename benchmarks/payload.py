@@ -5,7 +5,7 @@ Run from the repository root: python -m benchmarks.payload
 
 from __future__ import annotations
 
-from graft.remote.payload import payload_table
+from graft.remote import payload_table
 
 
 def main() -> None:

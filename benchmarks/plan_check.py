@@ -49,12 +49,12 @@ PRECISIONS = ("float32", "mixed", "bfloat16")
 def model_config(name: str, layers: int | None):
     """The config of ``name`` (a paper model's published one, else as graft finds it), with
     ``layers`` decoder layers if given."""
-    from graft.models.paper import PAPER_CONFIGS
+    from graft.models import PAPER_CONFIGS
 
     if name in PAPER_CONFIGS:
         config = PAPER_CONFIGS[name]()
     else:
-        from graft.models.configs import model_config as find
+        from graft.models import model_config as find
 
         found = find(name)
         if found is None:
@@ -156,7 +156,7 @@ def train_steps(
 
 def train(args: argparse.Namespace) -> dict:
     """``--steps`` AdamW steps on random tokens; the peak and the saved activations."""
-    from graft.study.planning.memory import estimate_finetune_bytes
+    from graft.study import estimate_finetune_bytes
 
     device = torch.device(args.device)
     config = model_config(args.model, args.layers)
@@ -193,7 +193,7 @@ def train(args: argparse.Namespace) -> dict:
 @torch.no_grad()
 def forward(args: argparse.Namespace) -> dict:
     """The base and ``--donors`` copies held, one plain forward of the base."""
-    from graft.study.planning.memory import estimate_grafting_bytes
+    from graft.study import estimate_grafting_bytes
 
     device = torch.device(args.device)
     config = model_config(args.model, args.layers)
@@ -215,9 +215,7 @@ def forward(args: argparse.Namespace) -> dict:
 
 def finetune(args: argparse.Namespace) -> dict:
     """graft's finetune of ``--model`` for ``--max-steps`` steps in a temporary workspace."""
-    from graft.study.planning.finetune_plan import plan_finetune
-    from graft.study.specs.presets import resolve_config
-    from graft.study.training.workspace import Workspace
+    from graft.study import Workspace, plan_finetune, resolve_config
 
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Workspace(Path(args.workspace or tmp))
@@ -236,9 +234,13 @@ def finetune(args: argparse.Namespace) -> dict:
 
 def position(args: argparse.Namespace) -> dict:
     """``graft-exp position`` on ``--workspace`` (its donor finetuned already)."""
-    from graft.study.planning.run_plan import plan_experiment
-    from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
-    from graft.study.specs.grafts import position_grafts
+    from graft.study import (
+        ExperimentConfig,
+        ModelSource,
+        plan_experiment,
+        position_grafts,
+        run_experiment,
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = ExperimentConfig(
@@ -259,8 +261,7 @@ def position(args: argparse.Namespace) -> dict:
 
 def needed(plan: dict, device: str) -> int:
     """What the plan needs of ``device`` (the CPU's heap allowance added)."""
-    from graft.study.planning.device_memory import needed_bytes
-    from graft.study.planning.memory import MemoryPlan
+    from graft.study import MemoryPlan, needed_bytes
 
     return needed_bytes(MemoryPlan(**plan), device)
 

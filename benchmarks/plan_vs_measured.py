@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.measure import MIB
 from benchmarks.paper_scale import shape_config
-from graft.study.planning.memory import estimate_finetune_bytes, estimate_grafting_bytes
+from graft.study import estimate_finetune_bytes, estimate_grafting_bytes
 
 
 def rows_of(path: Path) -> list[tuple[str, int, int]]:

@@ -33,8 +33,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import timed, write_json
-from benchmarks.real_model import E1_GRAFTS, E3_GRAFTS, build_workload
-from benchmarks.workload import graft_rows
+from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows
 
 _PLANNING = {"plan_batch", "resolve_rows", "check_compatible", "donor_modules", "resolve"}
 

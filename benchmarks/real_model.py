@@ -22,270 +22,32 @@ Every ratio is printed with its goal and PASS/FAIL; ``--json`` writes every numb
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from benchmarks._graft_api import (
-    GraftRow,
-    architecture_of,
-    default_pad_id,
-    perturbed_copy,
-    run_grafts,
-)
+from benchmarks._graft_api import architecture_of
 from benchmarks.measure import (
     MIB,
     current_rss,
     environment,
     param_bytes,
     peak_rss,
-    release_free_heap,
     reset_peak_rss,
-    timed,
     write_json,
 )
-from benchmarks.paper_routine import paper_rows
-from benchmarks.workload import (
-    Prompt,
-    batches_of,
-    graft_rows,
-    headline_prompts,
-    plain_forward,
+from benchmarks.real_model_measures import (
+    check,
+    fixed_costs,
+    measure_paper,
+    measure_times,
+    memory_summary,
 )
+from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows
 from graft.errors import GraftError
-from graft.study.specs.grafts import COMPONENT_SETS
-
-#: E1: every component in every layer at each position set, plus the two references.
-E1_GRAFTS = {
-    "PRE": "none",
-    "SFT": "ALL:all:all; head=donor",
-    "FE": "FE:all:all",
-    "LT": "LT:all:all",
-    "FE+LT": "FE+LT:all:all",
-    "(FE+LT)^C": "(FE+LT)^C:all:all",
-    "FE^C": "FE^C:all:all",
-    "LT^C": "LT^C:all:all",
-}
-#: E3: the paper's component sets (ATTN = q,k,v; FFN = gate,up,down) at LT, last quarter.
-E3_GRAFTS = {name: f"LT:q4:{components}" for name, components in COMPONENT_SETS.items()}
-
-GOALS = {
-    "e1_engine_over_plain": ("<=", 1.2),
-    "e3_engine_over_plain": ("<=", 0.5),
-    "paper_over_engine_per_example": (">=", 100.0),
-    "peak_rss_over_bound": ("<=", 1.0),
-    "peak_minus_fixed_costs_over_bound": ("<=", 1.0),
-}
-
-
-# ------------------------------------------------------------------------------ workload
-
-
-# --------------------------------------------------------------------------- plain forward
-
-
-# ------------------------------------------------------------------------------ memory
-
-
-# ------------------------------------------------------------------------------ timing
-
-
-def check(name: str, value: float) -> dict:
-    """``value`` against the goal of ``name``: {"value", "goal", "pass"}."""
-    op, goal = GOALS[name]
-    ok = value <= goal if op == "<=" else value >= goal
-    return {"value": value, "goal": f"{op} {goal}", "pass": bool(ok)}
-
-
-# -------------------------------------------------------------------------------- main
-
-
-@dataclass
-class Workload:
-    """The models and rows of one benchmark run.
-
-    Args:
-        base: the base model.
-        donors: ``{"sft": perturbed copy of the base}``.
-        prompts: the headline prompts.
-        e1: E1 rows (prompt-major, 8 grafts per prompt).
-        e3: E3 rows (prompt-major, 8 grafts per prompt).
-        fe_lt: one FE+LT row per prompt.
-        batch_size: rows per forward pass (engine and plain alike).
-        pad_id: padding id (engine and plain alike).
-        device: the models' device.
-        executor: the engine's executor (None: graft's default, shortcuts on).
-    """
-
-    base: nn.Module
-    donors: dict[str, nn.Module]
-    prompts: list[Prompt]
-    e1: list[GraftRow]
-    e3: list[GraftRow]
-    fe_lt: list[GraftRow]
-    batch_size: int
-    pad_id: int
-    device: torch.device
-    executor: object | None = None
-
-    def engine(self, rows: Sequence[GraftRow]) -> torch.Tensor:
-        return run_grafts(
-            self.base,
-            self.donors,
-            rows,
-            batch_size=self.batch_size,
-            pad_id=self.pad_id,
-            executor=self.executor,  # type: ignore[arg-type]
-        )
-
-    def plain(self, rows: Sequence[GraftRow]) -> torch.Tensor:
-        return plain_forward(self.base, rows, self.batch_size, self.pad_id)
-
-    def widest_batch(self, rows: Sequence[GraftRow]) -> list[GraftRow]:
-        return [rows[i] for i in batches_of(rows, self.batch_size)[-1]]
-
-
-def measure_times(w: Workload, repeats: int) -> dict[str, list[float]]:
-    """Wall seconds per repeat of the engine and the plain forward over E1, E3 and FE+LT rows."""
-    jobs = {
-        "e1_engine": lambda: w.engine(w.e1),
-        "e1_plain": lambda: w.plain(w.e1),
-        "e3_engine": lambda: w.engine(w.e3),
-        "e3_plain": lambda: w.plain(w.e3),
-        "fe_lt_engine": lambda: w.engine(w.fe_lt),
-    }
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    for _ in range(repeats):  # interleaved, so that load drifts hit both sides alike
-        for name, job in jobs.items():
-            times[name].append(timed(job, w.device))
-    return times
-
-
-def measure_paper(w: Workload, examples: int, engine_s_per_row: float) -> dict:
-    """The paper's routine on the first ``examples`` FE+LT rows, against the engine per row."""
-    if not examples:
-        return {"examples": 0}
-    rows = w.fe_lt[:examples]
-    per_example, logits = [], []
-    for row in rows:
-        start = time.perf_counter()
-        logits.append(paper_rows(w.base, w.donors, [row]))
-        per_example.append(time.perf_counter() - start)
-    paper_s = statistics.mean(per_example)
-    return {
-        "examples": len(rows),
-        "graft": E1_GRAFTS["FE+LT"],
-        "tokens": [len(r.input_ids) for r in rows],
-        "seconds_per_example": per_example,
-        "paper_s_per_example": paper_s,
-        "engine_s_per_row": engine_s_per_row,
-        "max_abs_diff_vs_engine": float((torch.cat(logits) - w.engine(rows)).abs().max()),
-        "ratio": check("paper_over_engine_per_example", paper_s / engine_s_per_row),
-    }
-
-
-def fixed_costs(model: str, dtype: str | None, device: str | None) -> int:
-    """RSS in bytes of what any use of ``model`` holds besides its weights: the interpreter,
-    the libraries a load imports (torch, transformers, nnsight, modeling code) and the
-    tokenizer (327 MiB for Gemma 3's 262k-token vocabulary, a few MiB for SmolLM2's). Loads
-    the model once, drops its weights, measures with the tokenizer alive, then drops it too
-    (the workload loads its own)."""
-    import gc
-
-    from graft.models import load_model
-
-    loaded = load_model(model, dtype=dtype, device=device)
-    tokenizer = loaded.tokenizer
-    del loaded
-    gc.collect()
-    release_free_heap()
-    held = current_rss()
-    del tokenizer
-    gc.collect()
-    release_free_heap()
-    return held
-
-
-def memory_summary(
-    weights: int, rss_start: int, rss_loaded: int, peak: int, activations: int | None
-) -> dict:
-    """Peak RSS of the timed runs against 1.25 x parameter bytes + one batch of activations,
-    counted whole (``ratio``, the goal as written) and without the ``rss_start`` that the
-    interpreter, libraries and tokenizer hold (:func:`fixed_costs`: what the process holds
-    whatever graft does; ``ratio_without_fixed_costs``)."""
-    memory: dict = {
-        "param_bytes_base_plus_donor": weights,
-        "rss_fixed_costs": rss_start,
-        "rss_after_loading": rss_loaded,
-        "peak_rss_timed_runs": peak,
-        "peak_rss_method": "VmHWM after reset" if activations is not None else "lifetime peak",
-        "lifetime_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "activation_bytes_one_plain_batch": activations,
-    }
-    if activations is not None:
-        bound = 1.25 * weights + activations
-        memory["bound_bytes"] = bound
-        memory["peak_over_params"] = peak / weights
-        memory["ratio"] = check("peak_rss_over_bound", peak / bound)
-        memory["ratio_without_fixed_costs"] = check(
-            "peak_minus_fixed_costs_over_bound", (peak - rss_start) / bound
-        )
-    return memory
-
-
-def build_workload(
-    model: str,
-    n_prompts: int,
-    batch_size: int,
-    *,
-    dtype: str | None = None,
-    device: str | None = None,
-    seed: int = 1,
-):
-    """(loaded base, workload): the base, a perturbed donor and the E1/E3/FE+LT rows."""
-    from graft.models import load_model
-
-    loaded = load_model(model, dtype=dtype, device=device)
-    base = loaded.model
-    donor = perturbed_copy(base, seed=seed)
-    workload = headline_workload(
-        base, donor, loaded.tokenizer, n_prompts, batch_size, device=loaded.device
-    )
-    return loaded, workload
-
-
-def headline_workload(
-    base: nn.Module,
-    donor: nn.Module,
-    tokenizer,
-    n_prompts: int,
-    batch_size: int,
-    *,
-    device: torch.device,
-    executor: object | None = None,
-) -> Workload:
-    """The E1, E3 and FE+LT rows of ``n_prompts`` headline prompts on ``base`` and ``donor``."""
-    max_tokens = getattr(base.config, "max_position_embeddings", 10**9)
-    prompts = headline_prompts(tokenizer, n_prompts, max_tokens)
-    return Workload(
-        base=base,
-        donors={"sft": donor},
-        prompts=prompts,
-        e1=graft_rows(prompts, E1_GRAFTS),
-        e3=graft_rows(prompts, E3_GRAFTS),
-        fe_lt=graft_rows(prompts, {"FE+LT": E1_GRAFTS["FE+LT"]}),
-        batch_size=batch_size,
-        pad_id=default_pad_id(base.config),
-        device=device,
-        executor=executor,
-    )
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:

@@ -44,9 +44,8 @@ from torch import nn
 
 from benchmarks._graft_api import GraftRow, architecture_of, perturbed_copy, run_grafts
 from benchmarks.paper_routine import paper_rows
-from benchmarks.real_model import E1_GRAFTS, E3_GRAFTS
-from benchmarks.workload import Prompt, graft_rows, headline_prompts
-from graft.core.tiny import TINY_FAMILIES
+from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, Prompt, graft_rows, headline_prompts
+from graft.core import TINY_FAMILIES
 from graft.errors import GraftError
 from tests.reference import reference_last_logits
 

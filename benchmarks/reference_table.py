@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.engine import run_grafts
-from graft.core.spec import EMBEDDING_COMPONENTS
-from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from graft.core import (
+    EMBEDDING_COMPONENTS,
+    TINY_FAMILIES,
+    architecture_of,
+    perturbed_copy,
+    run_grafts,
+    tiny_model,
+)
 from tests.core.test_engine import (
     COMPONENT_SPECS,
     HEAD_SPECS,

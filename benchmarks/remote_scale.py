@@ -40,8 +40,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import MIB, environment, peak_rss, release_free_heap, write_json
-from benchmarks.real_model import E1_GRAFTS
-from benchmarks.workload import graft_rows, headline_prompts
+from benchmarks.workload import E1_GRAFTS, graft_rows, headline_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "scale"  # the harness's name for the deployed base
@@ -59,7 +58,7 @@ def load_harness():
 
 
 def scale_config(layers: int | None, dtype: torch.dtype):
-    from graft.models.paper import PAPER_CONFIGS
+    from graft.models import PAPER_CONFIGS
 
     config = PAPER_CONFIGS["gpt2-xl"]()
     if layers is not None:
@@ -72,7 +71,7 @@ def saved_base(folder: Path, layers: int | None, dtype: torch.dtype) -> Path:
     """The random-weight base saved in ``folder`` (built and saved unless it is there)."""
     import transformers
 
-    from graft.models.loading import tiny_tokenizer
+    from graft.models import tiny_tokenizer
 
     config = scale_config(layers, dtype)
     mark = folder / "graft-remote-scale.json"
@@ -105,7 +104,7 @@ def free() -> None:
 def e1_rows(n_prompts: int):
     from transformers import AutoTokenizer
 
-    from graft.models.embedded import ensure_embedded
+    from graft.models import ensure_embedded
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded("smollm2-135m")))
     return graft_rows(headline_prompts(tokenizer, n_prompts, max_tokens=24), E1_GRAFTS)
@@ -113,10 +112,9 @@ def e1_rows(n_prompts: int):
 
 def run_remote(folder: Path, donor, rows, args) -> dict:
     """Start the server with the saved base, run the rows in ship mode, stop the server."""
-    from graft.core.engine import run_grafts
-    from graft.models.paper import meta_model
-    from graft.remote.config import RemoteConfig
-    from graft.remote.executor import RemoteExecutor
+    from graft.core import run_grafts
+    from graft.models import meta_model
+    from graft.remote import RemoteConfig, RemoteExecutor
 
     harness_module = load_harness()
     harness = harness_module.Harness(Path(args.dir) / "harness", serve={SERVED: folder})
@@ -159,7 +157,7 @@ def run_remote(folder: Path, donor, rows, args) -> dict:
 
 
 def run_local(folder: Path, donor, rows, dtype: torch.dtype) -> dict:
-    from graft.core.engine import LocalExecutor, run_grafts
+    from graft.core import LocalExecutor, run_grafts
 
     base = load_base(folder, dtype)
     out = {}
@@ -211,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: run as root: the server harness makes a network namespace", file=sys.stderr)
         return 2
 
-    from graft.core.tiny import perturbed_copy
+    from graft.core import perturbed_copy
 
     folder = saved_base(Path(args.dir) / "base", args.layers, args.dtype)
     base = load_base(folder, args.dtype)

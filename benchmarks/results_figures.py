@@ -20,9 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
-from graft.results.paper.agreement import read_csv_table
-from graft.results.report import draw_summary_figures
-from graft.storage.files import atomic_path
+from graft.results import draw_summary_figures, read_csv_table
+from graft.storage import atomic_path
 
 
 def draw(summary_csv: Path, model: str, template: str, out: Path) -> Path:

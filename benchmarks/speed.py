@@ -13,10 +13,7 @@ import time
 import torch
 import transformers
 
-from graft.core.arch import architecture_of
-from graft.core.engine import GraftRow, run_grafts
-from graft.core.spec import parse_spec
-from graft.core.tiny import perturbed_copy
+from graft.core import GraftRow, architecture_of, parse_spec, perturbed_copy, run_grafts
 from tests.reference import reference_last_logits
 
 

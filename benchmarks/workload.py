@@ -1,6 +1,8 @@
 """The benchmarks' workload on a real model: headline prompts for real actor names (the first
-actor as the FE span), (prompt, graft) rows, and the baseline every ratio divides by: a
-plain batched forward of the base over the same rows, in the same batches and padding."""
+actor as the FE span), (prompt, graft) rows, the E1 position and E3 component mixes with the
+base and a perturbed donor they run on (:class:`Workload`), and the baseline every ratio
+divides by: a plain batched forward of the base over the same rows, in the same batches and
+padding."""
 
 from __future__ import annotations
 
@@ -12,12 +14,30 @@ from torch import nn
 
 from benchmarks._graft_api import (
     GraftRow,
+    default_pad_id,
     parse_spec,
+    perturbed_copy,
+    run_grafts,
 )
-from graft.errors import GraftError
+from graft.errors import InputError
+from graft.study import COMPONENT_SETS
+
+#: E1: every component in every layer at each position set, plus the two references.
+E1_GRAFTS = {
+    "PRE": "none",
+    "SFT": "ALL:all:all; head=donor",
+    "FE": "FE:all:all",
+    "LT": "LT:all:all",
+    "FE+LT": "FE+LT:all:all",
+    "(FE+LT)^C": "(FE+LT)^C:all:all",
+    "FE^C": "FE^C:all:all",
+    "LT^C": "LT^C:all:all",
+}
+#: E3: the paper's component sets (ATTN = q,k,v; FFN = gate,up,down) at LT, last quarter.
+E3_GRAFTS = {name: f"LT:q4:{components}" for name, components in COMPONENT_SETS.items()}
 
 
-class BenchmarkError(GraftError):
+class BenchmarkError(InputError):
     """Bad benchmark input; the message is one line naming the problem and the fix."""
 
 
@@ -38,9 +58,8 @@ class Prompt:
 
 def headline_prompts(tokenizer, n: int, max_tokens: int) -> list[Prompt]:
     """The first ``n`` headline prompts over the shipped real-actor names that tokenize fully."""
-    from graft.core.spans import render, tokenize_with_spans
-    from graft.study.data.names import load_real_actors, name_exclusion_reason
-    from graft.study.specs.templates import TEST_TEMPLATES
+    from graft.core import render, tokenize_with_spans
+    from graft.study import TEST_TEMPLATES, load_real_actors, name_exclusion_reason
 
     prompts: list[Prompt] = []
     for actor in load_real_actors():
@@ -106,3 +125,96 @@ def plain_forward(
         out[torch.tensor(idx)] = logits
     assert out is not None
     return out
+
+
+@dataclass
+class Workload:
+    """The models and rows of one benchmark run.
+
+    Args:
+        base: the base model.
+        donors: ``{"sft": perturbed copy of the base}``.
+        prompts: the headline prompts.
+        e1: E1 rows (prompt-major, 8 grafts per prompt).
+        e3: E3 rows (prompt-major, 8 grafts per prompt).
+        fe_lt: one FE+LT row per prompt.
+        batch_size: rows per forward pass (engine and plain alike).
+        pad_id: padding id (engine and plain alike).
+        device: the models' device.
+        executor: the engine's executor (None: graft's default, shortcuts on).
+    """
+
+    base: nn.Module
+    donors: dict[str, nn.Module]
+    prompts: list[Prompt]
+    e1: list[GraftRow]
+    e3: list[GraftRow]
+    fe_lt: list[GraftRow]
+    batch_size: int
+    pad_id: int
+    device: torch.device
+    executor: object | None = None
+
+    def engine(self, rows: Sequence[GraftRow]) -> torch.Tensor:
+        return run_grafts(
+            self.base,
+            self.donors,
+            rows,
+            batch_size=self.batch_size,
+            pad_id=self.pad_id,
+            executor=self.executor,  # type: ignore[arg-type]
+        )
+
+    def plain(self, rows: Sequence[GraftRow]) -> torch.Tensor:
+        return plain_forward(self.base, rows, self.batch_size, self.pad_id)
+
+    def widest_batch(self, rows: Sequence[GraftRow]) -> list[GraftRow]:
+        return [rows[i] for i in batches_of(rows, self.batch_size)[-1]]
+
+
+def build_workload(
+    model: str,
+    n_prompts: int,
+    batch_size: int,
+    *,
+    dtype: str | None = None,
+    device: str | None = None,
+    seed: int = 1,
+):
+    """(loaded base, workload): the base, a perturbed donor and the E1/E3/FE+LT rows."""
+    from graft.models import load_model
+
+    loaded = load_model(model, dtype=dtype, device=device)
+    base = loaded.model
+    donor = perturbed_copy(base, seed=seed)
+    workload = headline_workload(
+        base, donor, loaded.tokenizer, n_prompts, batch_size, device=loaded.device
+    )
+    return loaded, workload
+
+
+def headline_workload(
+    base: nn.Module,
+    donor: nn.Module,
+    tokenizer,
+    n_prompts: int,
+    batch_size: int,
+    *,
+    device: torch.device,
+    executor: object | None = None,
+) -> Workload:
+    """The E1, E3 and FE+LT rows of ``n_prompts`` headline prompts on ``base`` and ``donor``."""
+    max_tokens = getattr(base.config, "max_position_embeddings", 10**9)
+    prompts = headline_prompts(tokenizer, n_prompts, max_tokens)
+    return Workload(
+        base=base,
+        donors={"sft": donor},
+        prompts=prompts,
+        e1=graft_rows(prompts, E1_GRAFTS),
+        e3=graft_rows(prompts, E3_GRAFTS),
+        fe_lt=graft_rows(prompts, {"FE+LT": E1_GRAFTS["FE+LT"]}),
+        batch_size=batch_size,
+        pad_id=default_pad_id(base.config),
+        device=device,
+        executor=executor,
+    )

@@ -33,7 +33,7 @@ def main() -> None:
 
 
 for _module, _attr in COMMANDS:
-    main.add_command(getattr(importlib.import_module(f"experiments.{_module}"), _attr))
+    main.add_command(getattr(importlib.import_module(f"graft_experiments.{_module}"), _attr))
 
 
 if __name__ == "__main__":

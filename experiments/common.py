@@ -1,7 +1,7 @@
 """The command-line vocabulary of ``graft-exp``, and the glue from options to graft.study.running.runner.
 
 Every option that more than one command takes is built from one table,
-:mod:`experiments.options` (flag, type, range, help per config dataclass field; the default
+:mod:`graft_experiments.options` (flag, type, range, help per config dataclass field; the default
 is the field's), so it means the same thing in every command; the README's "Command-line
 vocabulary" table lists them. Where a meaning differs, the name differs too (an experiment's
 ``--rows-per-forward`` is not a finetune's ``--batch-size``).
@@ -9,37 +9,43 @@ vocabulary" table lists them. Where a meaning differs, the name differs too (an 
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
-import re
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from experiments.options import (
+from graft.errors import GraftError, RemoteError
+from graft.study import (
+    DIRECTIONS,
+    VARIANT_ALIASES,
+    ExperimentConfig,
+    ExperimentRun,
+    Graft,
+    RunSpecs,
+    plan_experiment,
+    print_summary,
+    resolve,
+    run_experiment,
+)
+from graft_experiments.command import (
+    LoggingCommand,
+    OneLineError,
+    cli_error,
+    cli_logging,
+    flag_of,
+    in_user_words,
+    silence_library_progress,
+)
+from graft_experiments.options import (
     CLI_ONLY,
-    FLAGS,
     REMOTE_FLAGS,
     RemoteConfig,
     cli_only_option,
     field_option,
 )
-from graft.errors import GraftError, RemoteError
-from graft.study.planning.run_plan import plan_experiment
-from graft.study.running.runner import (
-    ExperimentConfig,
-    ExperimentRun,
-    print_summary,
-    run_experiment,
-)
-from graft.study.specs.grafts import Graft
-from graft.study.specs.templates import DIRECTIONS
-from graft.study.training.workspace import VARIANT_ALIASES
 
 #: Donor variants: the direction of the training data, and the fact set of a split dataset.
 VARIANTS = (
@@ -120,117 +126,6 @@ SECTION_OF: dict[str, str] = {
 }
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record comes (click's test runner swaps it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:  # StreamHandler.__init__ sets it
-        pass
-
-
-@contextlib.contextmanager
-def cli_logging(quiet: bool = False) -> Iterator[None]:
-    """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
-    each; ``quiet`` keeps warnings only and also hides transformers' own progress bars.
-    The logger is restored afterwards (commands may run inside a notebook or a test)."""
-    logger = logging.getLogger("graft")
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
-    if quiet:
-        silence_library_progress()
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-# ------------------------------------------------------- library errors in the user's words
-
-#: Library parameter names that are no config field, and the flag that gives them.
-LIBRARY_FLAGS = {"donors": "--donor", "facts_path": "--facts", "max_steps": "--finetune-max-steps"}
-
-
-def _flags(command: click.Command | None) -> dict[str, str]:
-    """Library parameter name -> the flag ``command`` takes for it: the command's own
-    options first, then the config fields' flags (:data:`~experiments.options.FLAGS`) and
-    :data:`LIBRARY_FLAGS`, where the command has that flag."""
-    own = {
-        p.name: p.opts[0]
-        for p in (command.params if command else [])
-        if isinstance(p, click.Option) and p.name and p.opts[0].startswith("--")
-    }
-    fields = {n: f.decl.split("/")[0] for table in FLAGS.values() for n, f in table.items()}
-    known = set(own.values())
-    return {
-        **{n: flag for n, flag in {**fields, **LIBRARY_FLAGS}.items() if flag in known},
-        **own,
-    }
-
-
-def in_user_words(err: GraftError, command: click.Command | None = None) -> str:
-    """The message of ``err`` with each library parameter name written as the flag the user
-    types on ``command`` (default: the running command): ``max_payload_mb`` ->
-    ``--max-payload-mb``, ``donor_mode='hosted'`` -> ``--donor-mode hosted``.
-
-    Names with an underscore are rewritten wherever they stand alone; a plain word
-    (``templates``, ``host``) only when it is the error's ``param``, and only where it first
-    stands, so the prose stays ("dataset 'x' is neither a dataset folder ...")."""
-    if command is None:
-        ctx = click.get_current_context(silent=True)
-        command = ctx.command if ctx else None
-    flags = _flags(command)
-    message = str(err)
-    for name in sorted(flags, key=len, reverse=True):
-        if "_" in name or name == err.param:
-            pattern = rf"(?<![\w./-]){re.escape(name)}(?:='([^']*)'|=(\w+))?(?![\w/-])"
-            count = 0 if "_" in name else 1
-            message = re.sub(pattern, _written_as(flags[name]), message, count=count)
-    return message
-
-
-def _written_as(flag: str) -> Callable[[re.Match[str]], str]:
-    """A :func:`re.sub` replacement: ``flag``, then the value the match assigned, if any."""
-    return lambda match: " ".join([flag, *(v for v in match.groups() if v is not None)])
-
-
-def flag_of(err: GraftError) -> str | None:
-    """The flag of the running command that ``err``'s parameter is given by, or None."""
-    ctx = click.get_current_context(silent=True)
-    return _flags(ctx.command if ctx else None).get(err.param or "")
-
-
-def cli_error(err: GraftError) -> click.ClickException:
-    """The command line's form of ``err``: its message in the user's words; a remote server
-    (or the way to it) failing exits 1, any other bad input is a usage error (exit 2)."""
-    message = in_user_words(err)
-    if isinstance(err, RemoteError) and err.kind != "config":
-        return click.ClickException(message)
-    return click.UsageError(message, click.get_current_context(silent=True))
-
-
-class LoggingCommand(click.Command):
-    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one); a
-    :class:`~graft.errors.GraftError` that escapes it becomes :func:`cli_error`'s line."""
-
-    def invoke(self, ctx: click.Context):
-        with cli_logging(bool(ctx.params.get("quiet"))):
-            try:
-                return super().invoke(ctx)
-            except GraftError as err:
-                raise cli_error(err) from None
-
-
 class GraftCommand(LoggingCommand):
     """A command whose ``--help`` groups the shared options under headings (:data:`SECTIONS`);
     the command's own options come first, under "Options".
@@ -261,13 +156,6 @@ class GraftCommand(LoggingCommand):
             if groups.get(title):
                 with formatter.section(title):
                     formatter.write_dl(groups[title])
-
-
-def silence_library_progress() -> None:
-    """``--quiet``: also hide transformers' own bars (weight loading, checkpoint writing)."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
 
 
 # ------------------------------------------------------------- options of several commands
@@ -397,9 +285,11 @@ def shared_options(func: Callable) -> Callable:
     return apply_options(wrapper, options)
 
 
-def make_config(experiment: str, cfg_options: dict, remote, **extra) -> ExperimentConfig:
-    """The command's :class:`ExperimentConfig`."""
-    return ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra)
+def make_config(experiment: str, cfg_options: dict, remote, **extra) -> RunSpecs:
+    """The command's options as an :class:`ExperimentConfig`, resolved once into its
+    :class:`~graft.study.specs.run.RunSpecs` (a bad option: one line, exit 2, as every
+    :class:`~graft.errors.GraftError` a command lets escape)."""
+    return resolve(ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra))
 
 
 def echo_protocol_notes(notes: list[str]) -> dict[str, list[str]]:
@@ -411,10 +301,10 @@ def echo_protocol_notes(notes: list[str]) -> dict[str, list[str]]:
     return {"protocol_notes": notes} if notes else {}
 
 
-def protocol_default(param: str, value, paper_value, protocol: str):
-    """The command's option ``param``: ``value`` as given or defaulted, but ``paper_value``
-    under ``--protocol paper`` when ``param`` was not given (e.g. the both-direction donor)."""
-    return paper_value if protocol == "paper" and not given(param) else value
+def protocol_default(param: str, value, protocol_value):
+    """The command's option ``param``: ``value`` as given, else the protocol's own default
+    ``protocol_value`` (e.g. the both-direction donor under ``--protocol paper``)."""
+    return value if given(param) else protocol_value
 
 
 #: Where :func:`shared_options` keeps ``--dry-run`` for :func:`run_or_plan` (click's
@@ -428,7 +318,7 @@ def echo_plan(lines: list[str]) -> None:
         click.echo(in_user_words(GraftError(line)))
 
 
-def run_or_plan(cfg: ExperimentConfig, grafts: list[Graft], **options) -> ExperimentRun | None:
+def run_or_plan(cfg: RunSpecs, grafts: list[Graft], **options) -> ExperimentRun | None:
     """:func:`run_and_report` of ``run_experiment(cfg, grafts, **options)``; under
     ``--dry-run`` its plan instead (:func:`graft.study.planning.run_plan.plan_experiment`: nothing
     loaded or written), and None."""
@@ -444,8 +334,8 @@ def run_or_plan(cfg: ExperimentConfig, grafts: list[Graft], **options) -> Experi
 
 
 def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> ExperimentRun:
-    """Run an experiment and print its summary; bad input becomes one line (:func:`cli_error`:
-    exit 2, or 1 when a remote server failed)."""
+    """Run an experiment and print its summary; a graft error becomes one line
+    (:func:`cli_error`: exit 2 for bad input or storage, 1 when a server or library failed)."""
     try:
         run = fn()
     except GraftError as err:
@@ -458,7 +348,7 @@ def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> Ex
 
 def echo_figures(run_folder: str | Path) -> None:
     """Draw the figures of ``run_folder``, name each PNG and say how long drawing took."""
-    from graft.results.report import draw_figures
+    from graft.results import draw_figures
 
     start = time.perf_counter()
     for png in draw_figures(run_folder):
@@ -469,3 +359,20 @@ def echo_figures(run_folder: str | Path) -> None:
 def standalone(command: click.Command) -> None:
     """Run ``command`` as its own program (``python experiments/<file>.py``)."""
     command(max_content_width=100)
+
+
+__all__ = [
+    "DRY_RUN",
+    "GraftCommand",
+    "LoggingCommand",
+    "OneLineError",
+    "cli_error",
+    "cli_logging",
+    "flag_of",
+    "in_user_words",
+    "make_config",
+    "run_or_plan",
+    "shared_options",
+    "silence_library_progress",
+    "standalone",
+]

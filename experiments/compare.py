@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import GraftCommand, standalone
-from experiments.options import field_option
-from experiments.plot import METRIC_OPTION
-from graft.results.compare import compare_run, format_comparison
-from graft.study.specs.config import ExperimentConfig
+from graft.results import compare_run, format_comparison
+from graft.study import ExperimentConfig
+from graft_experiments.common import GraftCommand, standalone
+from graft_experiments.options import field_option
+from graft_experiments.plot import METRIC_OPTION
 
 
 @click.command(

@@ -8,7 +8,19 @@ from pathlib import Path
 import click
 import polars as pl
 
-from experiments.common import (
+from graft.core import parse_spec
+from graft.errors import SpecError
+from graft.results import RunFolder
+from graft.study import (
+    ModelSource,
+    Protocol,
+    check_layer_rule,
+    component_grafts,
+    default_out,
+    print_summary,
+    protocol_notes,
+)
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     echo_protocol_notes,
@@ -17,20 +29,20 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from experiments.shared import FE_OPTION, LAYERS_OPTION, protocol_run_options
-from graft.core.spec import SpecError, parse_spec
-from graft.results.folder import RunFolder
-from graft.study.running.runner import ModelSource, default_out, print_summary
-from graft.study.specs.grafts import check_layer_rule, component_grafts, protocol_notes
+from graft_experiments.shared import FE_OPTION, LAYERS_OPTION, protocol_run_options
 
-PAIRS = {
-    # name: (base source, donor source, test prompt directions)
-    "sft": (ModelSource("pretrained"), ModelSource("one"), ("forward",)),
-    "reversal": (ModelSource("one"), ModelSource("both"), ("reverse",)),
-}
-#: Under the paper protocol SFT is the both-direction model (the paper's sft2pre donor); its
-#: both2one pair is graft's reversal pair.
-PAPER_PAIRS = PAIRS | {"sft": (ModelSource("pretrained"), ModelSource("both"), ("forward",))}
+#: The donor pairs: name -> (base source, donor source, test prompt directions).
+PAIRS = ("sft", "reversal")
+
+
+def pairs_of(protocol: Protocol) -> dict[str, tuple[ModelSource, ModelSource, tuple[str, ...]]]:
+    """The pairs under ``protocol``: SFT is its default donor variant (the both-direction
+    model under the paper's: the paper's sft2pre donor; its both2one pair is graft's reversal
+    pair)."""
+    return {
+        "sft": (ModelSource("pretrained"), ModelSource(protocol.donor_variant), ("forward",)),
+        "reversal": (ModelSource("one"), ModelSource("both"), ("reverse",)),
+    }
 
 
 @click.command(
@@ -73,21 +85,24 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
             parse_spec(f"FE:all:{fe}")
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint="--fe") from None
-    cfg = make_config("component", cfg_options, remote)
+    setup = make_config("component", cfg_options, remote)
     try:
-        check_layer_rule(layers, cfg.protocol)
-        planned = component_grafts(layers, cfg.head_policy, split_qkv, fe=fe, protocol=cfg.protocol)
+        check_layer_rule(layers, setup.protocol)
+        planned = component_grafts(
+            layers, setup.analysis.head_policy, split_qkv, fe=fe, protocol=setup.protocol
+        )
     except SpecError as err:
         raise click.BadParameter(str(err), param_hint="--layers") from None
-    notes = echo_protocol_notes(protocol_notes(planned, cfg.protocol))
-    protocol_options = protocol_run_options(cfg.protocol, "both")
-    root = Path(cfg.out) if cfg.out else default_out(cfg, protocol_options.get("out_tag", ""))
+    notes = echo_protocol_notes(protocol_notes(planned, setup.protocol))
+    protocol_options = protocol_run_options(setup.protocol, "both")
+    out = setup.execution.out
+    root = Path(out) if out else default_out(setup, protocol_options.get("out_tag", ""))
     if len(names) > 1:  # the combined results go into root itself: it must be graft's
         RunFolder(root).check_owned()  # a GraftError: one line (GraftCommand)
     summaries = []
-    pairs_of = PAPER_PAIRS if cfg.protocol == "paper" else PAIRS
+    pairs = pairs_of(setup.protocol)
     for name in names:
-        base, donor, directions = pairs_of[name]
+        base, donor, directions = pairs[name]
         pair_options = dict(cfg_options, out=str(root / name))
         pair_cfg = make_config("component", pair_options, remote, directions=directions)
         grafts = [replace(g, group=name) for g in planned]

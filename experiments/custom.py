@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import VARIANTS as COMMON_VARIANTS
-from experiments.common import (
+from graft.errors import GraftError, SpecError
+from graft.models import ModelNotFoundError, resolve_model_name
+from graft.study import ModelSource, Protocol, parse_variant, protocol_notes, reference, spec_graft
+from graft_experiments.common import VARIANTS as COMMON_VARIANTS
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     echo_protocol_notes,
@@ -15,11 +18,6 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from graft.errors import GraftError
-from graft.models import ModelNotFoundError, resolve_model_name
-from graft.study.running.runner import ModelSource
-from graft.study.specs.grafts import protocol_notes, reference, spec_graft
-from graft.study.training.workspace import parse_variant
 
 #: What NAME=VARIANT accepts (see ``graft.study.training.workspace.parse_variant``).
 VARIANTS = ("pretrained", *COMMON_VARIANTS)
@@ -51,15 +49,16 @@ def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
     return out
 
 
-def _protocol_run_options(protocol: str, sources: list[ModelSource]) -> dict:
-    """Under the paper protocol: test prompts from the both-direction dataset when a variant
-    model is trained on both directions (no extra dataset generated), and a run folder of
-    its own (``-paper``)."""
-    if protocol != "paper":
-        return {}
-    variants = [s.variant for s in sources if not s.path and s.variant != "pretrained"]
-    both = any(parse_variant(v)[0] == "both" for v in variants)
-    return {"data_direction": "both" if both else "one", "out_tag": "paper"}
+def _protocol_run_options(protocol: Protocol, sources: list[ModelSource]) -> dict:
+    """``protocol``'s run options: under the paper's, test prompts from the both-direction
+    dataset when a variant model is trained on both directions (no extra dataset generated),
+    and a run folder of its own (``-paper``)."""
+    options: dict = {"out_tag": protocol.run_tag} if protocol.run_tag else {}
+    if protocol.test_prompts_from_donor:
+        variants = [s.variant for s in sources if not s.path and s.variant != "pretrained"]
+        both = any(parse_variant(v)[0] == "both" for v in variants)
+        options["data_direction"] = "both" if both else "one"
+    return options
 
 
 @click.command(
@@ -109,26 +108,28 @@ def custom(specs, donor_args, base_arg, directions, references, cfg_options, rem
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and sft=both as the default donor. The test
     prompts come from the both-direction dataset when a variant model is trained on both."""
-    cfg = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
-    donor_args = protocol_default("donor_args", donor_args, ("sft=both",), cfg.protocol)
+    setup = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
+    donor_args = protocol_default(
+        "donor_args", donor_args, (f"sft={setup.protocol.donor_variant}",)
+    )
     donors = _sources(donor_args)
     base = _sources([f"base={base_arg}"], param_hint="--base")["base"]
     try:
-        grafts = [spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs]
-    except ValueError as err:
+        grafts = [spec_graft(s, setup.analysis.head_policy, setup.protocol) for s in specs]
+    except SpecError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
     if references:
         refs = [reference("PRE", None)] + ([reference("SFT", "sft")] if "sft" in donors else [])
         grafts = refs + grafts
-    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
+    notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
     run = run_or_plan(
-        cfg,
+        setup,
         grafts,
         base=base,
         donors=donors,
         echo=click.echo,
         extra_config=notes,
-        **_protocol_run_options(cfg.protocol, [base, *donors.values()]),
+        **_protocol_run_options(setup.protocol, [base, *donors.values()]),
     )
     if run is not None:  # None: --dry-run
         echo_figures(run.folder.path)

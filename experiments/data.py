@@ -7,7 +7,16 @@ from pathlib import Path
 
 import click
 
-from experiments.common import (
+from graft.errors import DatasetError
+from graft.study import (
+    DatasetConfig,
+    ExperimentConfig,
+    default_dataset_name,
+    default_workspace,
+    generate_dataset,
+    load_manifest,
+)
+from graft_experiments.common import (
     LoggingCommand,
     field_option,
     flag_of,
@@ -15,16 +24,7 @@ from experiments.common import (
     standalone,
     with_options,
 )
-from experiments.options import DATASET_FLAGS, field_default
-from graft.errors import DatasetError
-from graft.study.data.datasets import (
-    DatasetConfig,
-    default_dataset_name,
-    generate_dataset,
-    load_manifest,
-)
-from graft.study.running.runner import ExperimentConfig
-from graft.study.training.workspace import default_workspace
+from graft_experiments.options import DATASET_FLAGS, field_default
 
 
 @click.command("data", cls=LoggingCommand)

@@ -12,7 +12,19 @@ from pathlib import Path
 
 import click
 
-from experiments.common import (
+from graft.study import (
+    ExperimentConfig,
+    FinetuneConfig,
+    Workspace,
+    check_fits,
+    device_memory,
+    finetune_lines,
+    plan_donor,
+    resolve_config,
+    scratch_workspace,
+)
+from graft.study import finetune as finetune_model
+from graft_experiments.common import (
     GraftCommand,
     check_dataset_options,
     echo_plan,
@@ -23,14 +35,7 @@ from experiments.common import (
     variant_option,
     with_options,
 )
-from experiments.options import FINETUNE_FLAGS, cli_only_option
-from graft.study.planning.device_memory import device_memory
-from graft.study.planning.finetune_plan import finetune_lines, plan_donor, scratch_workspace
-from graft.study.planning.run_plan import check_fits
-from graft.study.running.runner import ExperimentConfig
-from graft.study.specs.presets import FinetuneConfig, resolve_config
-from graft.study.training import finetune as ft
-from graft.study.training.workspace import Workspace
+from graft_experiments.options import FINETUNE_FLAGS, cli_only_option
 
 _FINETUNING = "Finetuning"
 #: FinetuneConfig's fields with a flag, in help order (--finetune-max-steps after --preset).
@@ -124,7 +129,7 @@ def finetune(
         n_facts=n_facts, data_seed=data_seed, shuffle=shuffle, device=device,
     )  # fmt: skip
     # donor.config has the generic corpus fixed: the folder an experiment looks in
-    ft.finetune(
+    finetune_model(
         model,
         donor.dataset_dir,
         donor.path if out is None else out,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import (
+from graft.study import ModelSource, hybrid_grafts
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     make_config,
@@ -12,8 +13,7 @@ from experiments.common import (
     shared_options,
     standalone,
 )
-from graft.study.running.runner import ModelSource
-from graft.study.specs.grafts import hybrid_grafts
+from graft_experiments.shared import protocol_run_options
 
 
 @click.command(
@@ -35,15 +35,14 @@ def hybrid(lt_layers, cfg_options, remote):
     Under --protocol paper the relation model gives O, up and down at LT (the gate stays
     the task model's), both donors are trained on both directions (both-A, both-B) and
     the LT hybrid starts at layer L // 2, as the authors' hybrid code split the layers."""
-    cfg = make_config("hybrid", cfg_options, remote, split=True)
-    paper = cfg.protocol == "paper"
-    task, relation = ("both-A", "both-B") if paper else ("task", "relation")
+    setup = make_config("hybrid", cfg_options, remote, split=True)
+    task, relation = setup.protocol.hybrid_variants
     run = run_or_plan(
-        cfg,
-        hybrid_grafts(lt_layers, cfg.head_policy, protocol=cfg.protocol),
+        setup,
+        hybrid_grafts(lt_layers, setup.analysis.head_policy, protocol=setup.protocol),
         donors={"task": ModelSource(task), "relation": ModelSource(relation)},
         echo=click.echo,
-        **({"data_direction": "both", "out_tag": "paper"} if paper else {}),
+        **protocol_run_options(setup.protocol, task),
     )
     if run is not None:  # None: --dry-run
         echo_figures(run.folder.path)

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import (
+from graft.core import GraftSpec
+from graft.errors import ExperimentError, SpecError
+from graft.models import load_model
+from graft.results import LAYER_SEP
+from graft.study import (
+    Graft,
+    ModelSource,
+    head_suffix,
+    layer_windows,
+    protocol_notes,
+    reference,
+    resolve_model_path,
+    with_protocol,
+)
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     echo_protocol_notes,
@@ -14,21 +28,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.shared import run_from_sft
-from graft.core.spec import GraftSpec, SpecError
-from graft.models import load_model
-from graft.results.report import LAYER_SEP
-from graft.study.running.runner import Graft, ModelSource, resolve_model_path
-from graft.study.specs.grafts import (
-    head_suffix,
-    layer_windows,
-    protocol_notes,
-    reference,
-    with_protocol,
-)
-
-#: Windows the paper's layer rule has no groups for (its code's eighths were broken).
-NOT_PAPER_WINDOWS = ("eighths",)
+from graft_experiments.shared import run_from_sft
 
 
 @click.command(
@@ -63,10 +63,10 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups (quarters by default; no eighths), head
     policy and 'all' without pos_embed, and the both-direction donor unless --variant is
     given. Single layers and width-K windows are the same layers under either rule."""
-    cfg = make_config("layers", cfg_options, remote)
-    variant = protocol_default("variant", variant, "both", cfg.protocol)
-    windows = protocol_default("windows", windows, "quarters", cfg.protocol)
-    if cfg.protocol == "paper" and windows in NOT_PAPER_WINDOWS:
+    setup = make_config("layers", cfg_options, remote)
+    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
+    windows = protocol_default("windows", windows, setup.protocol.layer_windows)
+    if windows in setup.protocol.refused_windows:
         raise click.BadParameter(
             f"{windows}: the paper's layer rule has halves and quarters only (its code's "
             "eighths were broken); use quarters, halves, single or a width K, or --protocol "
@@ -78,18 +78,21 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     comp_list = list(dict.fromkeys(c.strip() for c in components.split(";") if c.strip()))
     if not pos_list or not comp_list:
         raise click.UsageError("--positions and --components must name at least one item")
-    base_path = resolve_model_path(cfg, ModelSource())
-    loaded = load_model(base_path, dtype=cfg.dtype, device="cpu")  # a GraftError: one line
+    base_path = resolve_model_path(setup, ModelSource())
+    loaded = load_model(
+        base_path, dtype=setup.execution.dtype, device="cpu"
+    )  # a GraftError: one line
     n_layers = loaded.model.config.num_hidden_layers
     try:
         windows_list = layer_windows(n_layers, windows)
-    except ValueError:
+    # ValueError: Python's int() of a digit string it refuses ("²", over 4,300 digits)
+    except (ExperimentError, ValueError):
         raise click.BadParameter(
             "use halves, quarters, eighths, single or a positive integer width",
             param_hint="--windows",
         ) from None
     grafts = [reference("PRE", None), reference("SFT", "sft")]
-    head = head_suffix(cfg.head_policy)
+    head = head_suffix(setup.analysis.head_policy)
     for comps in comp_list:
         for pos in pos_list:
             for win in windows_list:
@@ -100,9 +103,9 @@ def layers(positions, windows, components, variant, cfg_options, remote):
                         str(err), param_hint="'--positions' / '--components'"
                     ) from None
                 grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
-    grafts = with_protocol(grafts, cfg.protocol)
-    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
-    run = run_from_sft(cfg, grafts, variant, notes)
+    grafts = with_protocol(grafts, setup.protocol)
+    notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
+    run = run_from_sft(setup, grafts, variant, notes)
     if run is not None:  # None: --dry-run
         echo_figures(run.folder.path)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import (
+from graft.study import ModelSource, necessity_grafts
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     make_config,
@@ -14,9 +15,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.shared import POSITIONS_OPTION, protocol_run_options
-from graft.study.running.runner import ModelSource
-from graft.study.specs.grafts import necessity_grafts
+from graft_experiments.shared import POSITIONS_OPTION, protocol_run_options
 
 
 @click.command(
@@ -31,16 +30,16 @@ def necessity(positions, variant, cfg_options, remote):
     accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
     Under --protocol paper SFT is the both-direction model unless --variant is given.
     """
-    cfg = make_config("necessity", cfg_options, remote)
-    variant = protocol_default("variant", variant, "both", cfg.protocol)
-    grafts = necessity_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
+    setup = make_config("necessity", cfg_options, remote)
+    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
+    grafts = necessity_grafts(positions, setup.analysis.head_policy, protocol=setup.protocol)
     run = run_or_plan(
-        cfg,
+        setup,
         grafts,
         base=ModelSource(variant),
         donors={"pre": ModelSource("pretrained")},
         echo=click.echo,
-        **protocol_run_options(cfg.protocol, variant),
+        **protocol_run_options(setup.protocol, variant),
     )
     if run is not None:  # None: --dry-run
         echo_figures(run.folder.path)

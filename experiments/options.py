@@ -13,137 +13,40 @@ is in neither the table nor :data:`NOT_ON_CLI`, or an entry names no field.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from graft.core.ranges import COUNT, SEED, Range
-from graft.core.spec import HEAD_POLICIES, PROTOCOLS
-from graft.remote.config import DONOR_MODES, REMOTE_RANGES, RemoteConfig
-from graft.study.data.datasets import DatasetConfig
-from graft.study.data.facts import DEFAULT_N_FACTS, KINDS
-from graft.study.running.runner import ExperimentConfig
-from graft.study.specs.config import EXPERIMENT_RANGES, SHUFFLES
-from graft.study.specs.presets import (
+from graft.core import COUNT, HEAD_POLICIES, PROTOCOLS, SEED
+from graft.remote import DONOR_MODES, REMOTE_RANGES, RemoteConfig
+from graft.study import (
+    DEFAULT_N_FACTS,
+    DIRECTIONS,
+    EXPERIMENT_RANGES,
     FINETUNE_RANGES,
+    GENERATED_KINDS,
+    KINDS,
     PRESETS,
+    SHUFFLES,
     STEPS,
     WEIGHTS_DTYPES,
+    DatasetConfig,
+    ExperimentConfig,
     FinetuneConfig,
 )
-from graft.study.specs.templates import DIRECTIONS
-from graft.study.training.workspace import GENERATED_KINDS
-
-
-class _FieldDefault:
-    def __repr__(self) -> str:
-        return "FIELD_DEFAULT"
-
-
-#: "Use the field's default" (the default of :attr:`Flag.default`).
-FIELD_DEFAULT: Any = _FieldDefault()
-DTYPES = ("float32", "float16", "bfloat16", "float64")
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How one config field is given on the command line.
-
-    Args:
-        decl: the option's name, e.g. ``--rows-per-forward``.
-        help: its help text.
-        type: click type (range, choice, path); None lets click infer it from the default.
-        default: the command line's default when it differs from the field's (e.g. None
-            for "the preset's"); :data:`FIELD_DEFAULT` = the field's own default.
-        extra: further ``click.option`` arguments (``is_flag``, ``multiple``, ``callback``,
-            ``metavar``).
-    """
-
-    decl: str
-    help: str
-    type: Any = None
-    default: Any = FIELD_DEFAULT
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class FiniteFloatRange(click.FloatRange):
-    """click's ``FloatRange`` that also refuses ``nan`` and ``inf`` (which it lets through
-    where the range has no bound on that side)."""
-
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-def number_type(allowed: Range) -> click.ParamType:
-    """The click type of a number in ``allowed`` (one of the config dataclasses' ranges), so
-    the command line refuses what the library refuses, and ``--help`` shows the range."""
-    kind = click.IntRange if allowed.integer else FiniteFloatRange
-    return kind(allowed.low, allowed.high, min_open=allowed.low_open, max_open=allowed.high_open)
-
-
-def _csv(ctx, param, value):
-    if value is None:
-        return None
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    if not items:
-        raise click.BadParameter("give at least one comma-separated value")
-    return items
-
-
-def _seeds(ctx, param, value):
-    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct seeds in :data:`~graft.core.ranges.SEED`'s
-    range (None when not given)."""
-    if value is None:
-        return None
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() and not SEED.problem("", int(v)) for v in items):
-        raise click.BadParameter(
-            f"{value!r}: give comma-separated whole numbers from 0 to {SEED.high}, e.g. 0,1,2"
-        )
-    seeds = tuple(int(v) for v in items)
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:
-        raise click.BadParameter(f"seed {repeated[0]} is given twice; give each seed once")
-    return seeds
-
-
-def _remote_mode(ctx, param, value: bool) -> str:
-    return "remote" if value else "local"
-
-
-def _name_sources(ctx, param, values) -> dict[str, str]:
-    """``NAME=SOURCE`` words -> ``{name: source}``."""
-    out = {}
-    for item in values or ():
-        name, sep, source = item.partition("=")
-        if not sep or not name.strip() or not source.strip():
-            raise click.BadParameter(f"{item!r}: write NAME=SOURCE, e.g. sft=/models/llama-sft")
-        out[name.strip()] = source.strip()
-    return out
-
-
-class DeviceType(click.ParamType):
-    """``cpu``, ``cuda``, ``cuda:N``: checked against this machine when the option is parsed."""
-
-    name = "device"
-
-    def convert(self, value, param, ctx):
-        from graft.errors import DeviceError
-        from graft.models import resolve_device
-
-        try:
-            resolve_device(value)
-        except DeviceError as err:
-            self.fail(str(err), param, ctx)
-        return str(value)
-
+from graft_experiments.click_types import (
+    DTYPES,
+    FIELD_DEFAULT,
+    DeviceType,
+    Flag,
+    csv_list,
+    name_sources,
+    number_type,
+    remote_mode_flag,
+    seed_list,
+)
 
 _N_FACTS = Flag(
     "--n-facts",
@@ -199,7 +102,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "Comma-separated data seeds, e.g. 0,1,2: one generated dataset (test prompts and the "
         "facts the donors learn) per seed, crossed with --finetune-seeds; the summary adds "
         "the mean over replicates. Replaces --data-seed.",
-        extra={"callback": _seeds, "metavar": "S,S,..."},
+        extra={"callback": seed_list, "metavar": "S,S,..."},
     ),
     "finetune_seeds": Flag(
         "--finetune-seeds",
@@ -207,7 +110,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         f"trained once per seed ({_FINETUNE_SEED_HELP}; as finetune's --finetune-seed) and "
         "every graft runs on each; the summary adds the mean over seeds with a "
         "between-seed interval [default: 0, the presets' seed].",
-        extra={"callback": _seeds, "metavar": "S,S,..."},
+        extra={"callback": seed_list, "metavar": "S,S,..."},
     ),
     "control": Flag(
         "--control",
@@ -220,7 +123,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
     "templates": Flag(
         "--templates",
         "Comma-separated test templates (headline,qa,movie) [default: all].",
-        extra={"callback": _csv},
+        extra={"callback": csv_list},
     ),
     "n": Flag(
         "--n", "Examples per template (sampled with --seed) [default: all].", number_type(COUNT)
@@ -356,7 +259,7 @@ REMOTE_FLAGS: dict[str, Flag] = {
         "--remote",
         "Run the grafted forward passes on an NDIF server (nnsight's remote client).",
         default=False,
-        extra={"is_flag": True, "callback": _remote_mode},
+        extra={"is_flag": True, "callback": remote_mode_flag},
     ),
     "host": Flag(
         "--ndif-host",
@@ -380,7 +283,7 @@ REMOTE_FLAGS: dict[str, Flag] = {
         "Hosted mode: a donor the server holds (hub id or server path), to derive the "
         "graft-pair model key.",
         default=(),
-        extra={"multiple": True, "metavar": "NAME=SOURCE", "callback": _name_sources},
+        extra={"multiple": True, "metavar": "NAME=SOURCE", "callback": name_sources},
     ),
     "max_payload_mb": Flag(
         "--max-payload-mb",

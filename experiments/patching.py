@@ -7,7 +7,28 @@ from pathlib import Path
 
 import click
 
-from experiments.common import (
+from graft.core import architecture_of, parse_spec
+from graft.errors import GraftError, SpecError
+from graft.models import context_length, load_model
+from graft.results import RunFolder
+from graft.study import (
+    PATCH_MODES,
+    SITE_KINDS,
+    UNITS,
+    WHOLE_DEPTH,
+    ModelSource,
+    check_choices,
+    default_out,
+    direction_models,
+    executor_for,
+    load_examples,
+    resolve_model_path,
+    sample_examples,
+    sweep_grafts,
+    with_protocol,
+    write_sweep_report,
+)
+from graft_experiments.common import (
     DRY_RUN,
     GraftCommand,
     cli_error,
@@ -17,25 +38,6 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from graft.core.arch import architecture_of
-from graft.core.spec import SpecError, parse_spec
-from graft.errors import GraftError
-from graft.models import context_length, load_model
-from graft.results.folder import RunFolder
-from graft.study.analyses.patching import executor_for
-from graft.study.analyses.patching_report import write_sweep_report
-from graft.study.analyses.patching_sweep import (
-    DIRECTIONS,
-    KINDS,
-    UNITS,
-    WHOLE_DEPTH,
-    check_choices,
-    direction_models,
-    sweep_grafts,
-)
-from graft.study.data.rows import load_examples, sample_examples
-from graft.study.running.runner import ModelSource, default_out, resolve_model_path
-from graft.study.specs.grafts import with_protocol
 
 #: What ``--methods`` accepts: the engine's graft, or patching the donor's own values.
 METHODS = ("weights", "patching")
@@ -70,14 +72,14 @@ def run_methods(methods: list[str], kinds: list[str], whole: list[str]) -> list[
 )
 @click.option(
     "--kinds",
-    default=",".join(KINDS),
+    default=",".join(SITE_KINDS),
     show_default=True,
     help="Sites: residual (a layer's output), attn (the attention block's output), mlp "
     "(the MLP block's output).",
 )
 @click.option(
     "--modes",
-    default=",".join(DIRECTIONS),
+    default=",".join(PATCH_MODES),
     show_default=True,
     help="restore (PRE runs, SFT's values go in: denoising) and/or break (SFT runs, PRE's "
     "go in: noising).",
@@ -119,8 +121,8 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
         units = _items(positions)
         for unit in units:
             parse_spec(f"{unit}:all:all")
-        kind_list = check_choices(_items(kinds), KINDS, "kinds")
-        direction_list = check_choices(_items(modes), DIRECTIONS, "modes")
+        kind_list = check_choices(_items(kinds), SITE_KINDS, "kinds")
+        direction_list = check_choices(_items(modes), PATCH_MODES, "modes")
         method_list = check_choices(_items(methods), METHODS, "methods")
         whole = _items(whole_depth)
         for pos in whole:
@@ -131,11 +133,13 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
         raise click.BadParameter(
             "name at least one position unit, e.g. LT", param_hint="--positions"
         )
-    cfg = make_config("patching", cfg_options, remote)
-    if cfg.remote_run:
+    setup = make_config("patching", cfg_options, remote)
+    if setup.execution.remote_run:
         raise click.UsageError("patching runs on this machine only; drop the remote options")
     try:
-        loaded = load_model(resolve_model_path(cfg, ModelSource()), dtype=cfg.dtype, device="cpu")
+        loaded = load_model(
+            resolve_model_path(setup, ModelSource()), dtype=setup.execution.dtype, device="cpu"
+        )
         arch = architecture_of(loaded.model)
         if window > arch.n_layers:
             raise click.BadParameter(
@@ -143,7 +147,7 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
             )
     except GraftError as err:
         raise cli_error(err) from None
-    root = Path(cfg.out) if cfg.out else default_out(cfg)
+    root = Path(setup.execution.out) if setup.execution.out else default_out(setup)
     dry = click.get_current_context().meta.get(DRY_RUN)
     if not dry:
         RunFolder(root).check_owned()  # the combined results go into root itself
@@ -154,9 +158,16 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
         for run in run_methods(method_list, kind_list, whole):
             run_grafts = with_protocol(
                 sweep_grafts(
-                    arch, run, direction, units, window, kind_list, cfg.head_policy, whole
+                    arch,
+                    run,
+                    direction,
+                    units,
+                    window,
+                    kind_list,
+                    setup.analysis.head_policy,
+                    whole,
                 ),
-                cfg.protocol,
+                setup.protocol,
             )
             grafts[(name, run)] = run_grafts
             run_cfg = make_config(
@@ -177,14 +188,17 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
     first = RunFolder(root / "-".join(next(iter(grafts)))).read_config() or {}
     try:
         found, _ = load_examples(
-            Path(first["dataset"]["path"]), loaded.tokenizer, cfg, context_length(loaded.model)
+            Path(first["dataset"]["path"]),
+            loaded.tokenizer,
+            setup.data,
+            context_length(loaded.model),
         )
     except GraftError as err:
         raise cli_error(err) from None
-    prompts = sample_examples(found, cfg.n, cfg.seed)
+    prompts = sample_examples(found, setup.data.n, setup.data.sample_seed)
     config = {
         "experiment": "patching",
-        "model": cfg.model,
+        "model": setup.donors.model,
         "variant": variant,
         "units": units,
         "kinds": kind_list,
@@ -193,10 +207,10 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
         "methods": method_list,
         "whole_depth": whole,
         "runs": [f"{d}-{r}" for d, r in grafts],
-        "n": cfg.n,
-        "seed": cfg.seed,
-        "protocol": cfg.protocol,
-        "head_policy": cfg.head_policy,
+        "n": setup.data.n,
+        "seed": setup.analysis.seed,
+        "protocol": setup.protocol.name,
+        "head_policy": setup.analysis.head_policy,
     }
     report = write_sweep_report(
         root,
@@ -206,9 +220,9 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
         prompts,
         config,
         units=units,
-        model=cfg.model,
-        n_boot=max(cfg.n_boot, 1),
-        seed=cfg.seed,
+        model=setup.donors.model,
+        n_boot=max(setup.analysis.n_boot, 1),
+        seed=setup.analysis.seed,
     )
     for line in summary_lines(report.findings):
         click.echo(line)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from experiments.common import GraftCommand, standalone
-from graft.results.report import draw_figures
-from graft.study.analyses.lens import LENS_SUMMARY, draw_lens_figures
+from graft.results import draw_figures
+from graft.study import LENS_SUMMARY, draw_lens_figures
+from graft_experiments.common import GraftCommand, standalone
 
 #: ``--metric``: a column of a run's summary (``plot`` and ``compare`` share it).
 METRIC_OPTION = click.option(
@@ -28,11 +28,13 @@ def plot(run_folder, metric):
     RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
     figures of several metrics live side by side. A lens run's lens figures (median rank and
     mean log-probability per layer) are redrawn too."""
+    # a GraftError (an unknown metric, a damaged table, a full disk) is the command's one
+    # line (graft_experiments.common.cli_error); a folder that is no finished run is a usage error
     try:
         paths = draw_figures(run_folder, metric)
         if (Path(run_folder) / f"{LENS_SUMMARY}.parquet").is_file():
             paths += draw_lens_figures(run_folder)
-    except (FileNotFoundError, ValueError) as err:
+    except FileNotFoundError as err:
         raise click.UsageError(str(err)) from None
     for png in paths:
         click.echo(f"figure: {png}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from experiments.common import (
+from graft.results import top1_kinds_wide
+from graft.study import TOP1_KINDS, group_columns, position_grafts, write_top1_kinds
+from graft_experiments.common import (
     GraftCommand,
     echo_figures,
     make_config,
@@ -14,10 +16,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.shared import POSITIONS_OPTION, run_from_sft
-from graft.results.top1_kinds import top1_kinds_wide
-from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
-from graft.study.specs.grafts import position_grafts
+from graft_experiments.shared import POSITIONS_OPTION, run_from_sft
 
 
 @click.command(
@@ -37,10 +36,10 @@ def position(positions, variant, cfg_options, remote):
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
     Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
-    cfg = make_config("position", cfg_options, remote)
-    variant = protocol_default("variant", variant, "both", cfg.protocol)
-    grafts = position_grafts(positions, cfg.head_policy, protocol=cfg.protocol)
-    run = run_from_sft(cfg, grafts, variant)
+    setup = make_config("position", cfg_options, remote)
+    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
+    grafts = position_grafts(positions, setup.analysis.head_policy, protocol=setup.protocol)
+    run = run_from_sft(setup, grafts, variant)
     if run is None:  # --dry-run
         return
     table = write_top1_kinds(run.folder, run.examples, run.config)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import GraftCommand, standalone
-from graft.results.publish import PROVENANCE_FILE, publish_run
+from graft.results import PROVENANCE_FILE, publish_run
+from graft_experiments.common import GraftCommand, standalone
 
 
 @click.command(

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import click
 
-from experiments.common import run_or_plan
-from graft.core.spec import SpecError, parse_spec
-from graft.study.running.runner import ExperimentConfig, ExperimentRun, Graft, ModelSource
-from graft.study.specs.grafts import POSITIONS
-from graft.study.training.workspace import parse_variant
+from graft.core import parse_spec
+from graft.errors import SpecError
+from graft.study import (
+    POSITIONS,
+    ExperimentRun,
+    Graft,
+    ModelSource,
+    Protocol,
+    RunSpecs,
+    parse_variant,
+)
+from graft_experiments.common import run_or_plan
 
 
 def _positions(ctx, param, value):
@@ -56,7 +63,7 @@ FE_OPTION = click.option(
 
 
 def run_from_sft(
-    cfg: ExperimentConfig,
+    setup: RunSpecs,
     grafts: list[Graft],
     variant: str,
     notes: dict | None = None,
@@ -66,11 +73,11 @@ def run_from_sft(
     (the paper protocol's options added), report it, and return it (None under
     ``--dry-run``, which prints the plan instead); ``notes`` go into the stored config,
     ``out_tag`` into the default run folder's name (after the protocol's)."""
-    options = protocol_run_options(cfg.protocol, variant)
+    options = protocol_run_options(setup.protocol, variant)
     if out_tag:
         options["out_tag"] = "-".join(t for t in (options.get("out_tag", ""), out_tag) if t)
     return run_or_plan(
-        cfg,
+        setup,
         grafts,
         donors={"sft": ModelSource(variant)},
         echo=click.echo,
@@ -79,9 +86,11 @@ def run_from_sft(
     )
 
 
-def protocol_run_options(protocol: str, variant: str) -> dict:
-    """``run_experiment`` options of the paper protocol: its test prompts from the donor's own
-    dataset (no second dataset generated) and a run folder of its own (``-paper``)."""
-    if protocol != "paper":
-        return {}
-    return {"data_direction": parse_variant(variant)[0], "out_tag": "paper"}
+def protocol_run_options(protocol: Protocol, variant: str) -> dict:
+    """``run_experiment`` options of ``protocol``: under the paper's, its test prompts from the
+    donor's own dataset (no second dataset generated) and a run folder of its own
+    (``-paper``)."""
+    options: dict = {"out_tag": protocol.run_tag} if protocol.run_tag else {}
+    if protocol.test_prompts_from_donor:
+        options["data_direction"] = parse_variant(variant)[0]
+    return options

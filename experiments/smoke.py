@@ -7,10 +7,8 @@ from typing import Any
 import click
 import torch
 
-from experiments.common import GraftCommand, standalone
-from graft.core.engine import GraftRow, engine_path, run_grafts
-from graft.core.spec import parse_spec
-from graft.core.tiny import TINY_FAMILIES, tiny_pair
+from graft.core import TINY_FAMILIES, GraftRow, engine_path, parse_spec, run_grafts, tiny_pair
+from graft_experiments.common import GraftCommand, standalone
 
 SMOKE_SPECS = [
     "none",

@@ -5,7 +5,11 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from experiments.common import (
+from graft.errors import GraftError, SpecError
+from graft.results import top_tokens_table
+from graft.storage import write_csv
+from graft.study import paper_token_graft, protocol_notes, reference, spec_graft
+from graft_experiments.common import (
     GraftCommand,
     cli_error,
     echo_protocol_notes,
@@ -16,11 +20,7 @@ from experiments.common import (
     standalone,
     variant_option,
 )
-from experiments.shared import run_from_sft
-from graft.errors import GraftError
-from graft.results.metrics import top_tokens_table
-from graft.storage.tables import write_csv
-from graft.study.specs.grafts import paper_token_graft, protocol_notes, reference, spec_graft
+from graft_experiments.shared import run_from_sft
 
 DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 #: The table this command adds to the run folder (``.parquet`` and ``.csv``).
@@ -62,33 +62,37 @@ def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and the both-direction donor unless --variant
     is given."""
-    cfg = make_config("tokens", cfg_options, remote)
-    variant = protocol_default("variant", variant, "both", cfg.protocol)
+    setup = make_config("tokens", cfg_options, remote)
+    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
     if graft_set == "paper" and given("specs"):
         raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
     try:
-        chosen = [spec_graft(s, cfg.head_policy, cfg.protocol) for s in specs]
-    except ValueError as err:
+        chosen = [spec_graft(s, setup.analysis.head_policy, setup.protocol) for s in specs]
+    except SpecError as err:
         raise click.BadParameter(str(err), param_hint="--spec") from None
     if graft_set == "paper":
         try:
-            paper_graft, line = paper_token_graft(cfg.model, cfg.head_policy, cfg.protocol)
+            paper_graft, line = paper_token_graft(
+                setup.donors.model, setup.analysis.head_policy, setup.protocol
+            )
         except GraftError as err:
             raise cli_error(err) from None
         click.echo(f"--grafts paper: {line}")
         chosen = [paper_graft]
     grafts = [reference("PRE", None), reference("SFT", "sft"), *chosen]
-    notes = echo_protocol_notes(protocol_notes(grafts, cfg.protocol))
+    notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
     if graft_set == "paper":
         notes["paper_graft"] = line
     # its own default run folder: a run of other grafts there would refuse it
-    run = run_from_sft(cfg, grafts, variant, notes, "paper-grafts" if graft_set == "paper" else "")
+    run = run_from_sft(
+        setup, grafts, variant, notes, "paper-grafts" if graft_set == "paper" else ""
+    )
     if run is None:  # --dry-run
         return
     # one group per replicate: several finetune or data seeds must not be pooled
     groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
     by = [*groups, "template", "graft"]
-    table = top_tokens_table(run.examples, by=by, per_group=per_graft, seed=cfg.seed)
+    table = top_tokens_table(run.examples, by=by, per_group=per_graft, seed=setup.analysis.seed)
     run.folder.write_table(TOP_TOKENS, table)  # with its metadata, atomically
     lists = [c for c, t in table.schema.items() if isinstance(t, pl.List)]
     write_csv(table.drop(lists), run.folder.path / f"{TOP_TOKENS}.csv")

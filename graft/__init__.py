@@ -20,15 +20,20 @@ Names are imported on first use, so ``import graft`` itself is instant.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from graft.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it (imported on first access).
 _EXPORTS = {
     "GraftError": "graft.errors",
+    "InputError": "graft.errors",
+    "StorageError": "graft.errors",
+    "RemoteError": "graft.errors",
+    "UpstreamError": "graft.errors",
     "GraftSpec": "graft.core.spec",
     "parse_spec": "graft.core.spec",
     "graft_texts": "graft.core.texts",
@@ -45,10 +50,16 @@ _EXPORTS = {
     "ModelSource": "graft.study.running.runner",
     "Graft": "graft.study.specs.grafts",
     "run_experiment": "graft.study.running.runner",
+    "RunSpecs": "graft.study.specs.run",
+    "resolve": "graft.study.specs.run",
 }
 
 __all__ = [
     "GraftError",
+    "InputError",
+    "StorageError",
+    "RemoteError",
+    "UpstreamError",
     "GraftSpec",
     "parse_spec",
     "graft_texts",
@@ -66,6 +77,8 @@ __all__ = [
     "ModelSource",
     "Graft",
     "run_experiment",
+    "RunSpecs",
+    "resolve",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -78,24 +91,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.core.spec import GraftSpec, parse_spec
     from graft.core.texts import graft_texts, score_targets
     from graft.core.tiny import tiny_pair
-    from graft.errors import GraftError
+    from graft.errors import GraftError, InputError, RemoteError, StorageError, UpstreamError
     from graft.models import LoadedModel, load_model, tiny_tokenizer
     from graft.results.metrics import example_metrics
     from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
     from graft.study.specs.grafts import Graft
+    from graft.study.specs.run import RunSpecs, resolve
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graft' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def target_metrics(
@@ -122,29 +126,29 @@ def target_metrics(
     import polars as pl
     import torch
 
-    from graft.errors import GraftError
+    from graft.errors import ResultsError
     from graft.results.metrics import example_metrics
 
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a LoadedModel's own
     rows = torch.as_tensor(logits).reshape(-1, logits.shape[-1])
     targets = [target] * len(rows) if isinstance(target, int | str) else list(target)
     if len(targets) != len(rows):
-        raise GraftError(f"{len(targets)} targets for {len(rows)} rows of logits")
+        raise ResultsError(f"{len(targets)} targets for {len(rows)} rows of logits")
     ids = [_token_id(tokenizer, t) for t in targets]
     table = example_metrics(rows, ids, tokenizer)
     if labels is not None:
         if len(labels) != len(rows):
-            raise GraftError(f"{len(labels)} labels for {len(rows)} rows of logits")
+            raise ResultsError(f"{len(labels)} labels for {len(rows)} rows of logits")
         table = table.insert_column(0, pl.Series("graft", list(labels)))
     return table
 
 
 def _token_id(tokenizer: Any, target: int | str) -> int:
-    from graft.errors import GraftError
+    from graft.errors import ResultsError
 
     if isinstance(target, int):
         return target
     ids = tokenizer(target, add_special_tokens=False)["input_ids"]
     if not ids:
-        raise GraftError(f"the target {target!r} tokenizes to nothing; give a non-empty text")
+        raise ResultsError(f"the target {target!r} tokenizes to nothing; give a non-empty text")
     return int(ids[0])

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+# the two tiers: slow_except and the record of what the fast tier runs (tests/fast_tier.py)
+pytest_plugins = ["tests.fast_tier"]
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

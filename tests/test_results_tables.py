@@ -32,7 +32,7 @@ def _doc(tmp_path, body: str):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: contrasts, paper, provenance, speed, summary"),
+        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, paper, provenance, speed, summary"),
         ("<!-- results-table: summary results/x -->\n| a |", "doc.md:5: results-table marker never closed"),
         (f"| a |\n{CLOSE}", f"doc.md:6: {CLOSE} without an opening marker"),
         ("<!-- results-table: summary a -->\n<!-- results-table: summary b -->", "doc.md:6: a results-table marker inside the block opened at line 5"),
@@ -114,6 +114,30 @@ def test_provenance_table_names_command_commit_machine_and_dates(tmp_path):
     assert sources == [out / "provenance.json"]
 
 
+def test_provenance_of_a_legacy_folder_says_what_was_not_recorded(tmp_path):
+    import json
+
+    entry = {
+        "kind": "experiment",
+        "experiment": "hybrid",
+        "files": {"hybrid_summary.csv": None},
+        "command": "graft-exp hybrid --protocol paper",
+        "model": "smollm2-135m",
+        "protocol": "paper",
+        "n": 50,
+        "seeds": {"finetune_seeds": [0]},
+        "missing": ["git_commit", "machine"],
+        "legacy": {"in_results_since": "09d62bb", "date": "2026-11-26"},
+    }
+    record = {"format": 1, "experiments": {"hybrid": entry}, "benchmarks": {}}
+    (tmp_path / "provenance.json").write_text(json.dumps(record))
+    table, _ = results_tables.GENERATORS["provenance"].make([f"F={tmp_path}"], {})
+    row = table.splitlines()[2]
+    assert "published before provenance was recorded" in row
+    assert "not recorded (in results/ since `09d62bb`)" in row
+    assert row.endswith("| unknown | before 2026-11-26 |")
+
+
 def test_speed_table_puts_dtypes_side_by_side(tmp_path):
     rows = [
         {"machine": "H200", "shape": "gpt2-xl", "params": 1.56e9, "dtype": d,
@@ -146,7 +170,7 @@ def test_paper_generator_calls_paper_table_markdown_where_it_exists(tmp_path, mo
 def test_list_names_every_generator(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
-    for name in ("summary", "contrasts", "provenance", "paper", "speed"):
+    for name in ("summary", "contrasts", "provenance", "paper", "across", "speed"):
         assert f"\n{name} " in f"\n{out}"
 
 
@@ -154,3 +178,34 @@ def test_markers_in_code_blocks_are_text(tmp_path):
     marker = "<!-- results-table: summary results/x -->"
     doc = _doc(tmp_path, f"    {marker}\n    {CLOSE}\n\n```\n{marker}\n```\n\n~~~md\n{CLOSE}\n~~~")
     assert find_blocks(doc.read_text(), doc) == []
+
+
+def test_across_shows_one_seed_of_several_runs_with_their_machines(tmp_path):
+    one = tmp_path / "one"
+    publish_run(make_run(tmp_path / "run1"), one)  # seeds 0, 1 pooled, no per-seed rows
+    replicated = summary_frame(grafts=("SFT", "FE+LT")).with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("finetune_seed")
+    )
+    seeds = pl.concat(
+        [replicated]
+        + [
+            summary_frame(grafts=("SFT", "FE+LT")).with_columns(
+                pl.lit(seed, dtype=pl.Int64).alias("finetune_seed"),
+                (pl.col("acc@5") + seed / 100).alias("acc@5"),
+            )
+            for seed in (0, 1)
+        ]
+    )
+    three = tmp_path / "three"
+    publish_run(make_run(tmp_path / "run3"), three)
+    seeds.write_csv(three / "position_summary.csv")
+    make = results_tables.GENERATORS["across"].make
+    with pytest.raises(BlockError, match="one ran finetune seeds \\[0, 1\\], not 0"):
+        make([f"pooled={one}"], {"grafts": "SFT,FE+LT"})
+    with pytest.raises(BlockError, match="no single SFT row of headline, seed 2"):
+        make([f"seeds={three}"], {"grafts": "SFT,FE+LT", "finetune_seed": "2"})
+    table, files = make([f"seeds={three}"], {"grafts": "SFT,FE+LT", "finetune_seed": "1"})
+    head, rule, row = table.splitlines()
+    assert head == "| run | machine, threads | SFT acc@5 | FE+LT acc@5 |"
+    assert row == "| seeds | 4-core Test CPU, 3 threads | 0.01 [0.00, 0.05] | 0.11 [0.05, 0.15] |"
+    assert three / "position_summary.csv" in files

@@ -36,6 +36,9 @@ from graft.errors import SpecError
 #: An identifier: span names and donor names.
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMED_FRACTIONS = {"h": 2, "q": 4, "e": 8}
+#: A run of more digits than this in a selector is refused (no model has that many positions
+#: or layers; Python's int() refuses some 4,300 digits with a bare ValueError).
+MAX_DIGITS = 18
 #: One comma-separated item of a layer selector: ``("frac", k, n)``, ``("range", i, j)``,
 #: ``("index", i, 0)`` or ``("from_middle", 0, 0)``.
 LayerItem = tuple[str, int, int]
@@ -89,8 +92,18 @@ def _tokenize_positions(text: str) -> list[str]:
     return tokens
 
 
+def _refuse_long_numbers(text: str, what: str) -> None:
+    long = re.search(rf"\d{{{MAX_DIGITS + 1},}}", text)
+    if long:
+        raise SpecError(
+            f"{what} selector {text[:60]!r}: a number of {len(long.group())} digits; give a "
+            f"{what} of at most {MAX_DIGITS} digits"
+        )
+
+
 def parse_positions(text: str) -> PositionExpr:
     """Parse a position selector such as ``FE+LT`` or ``(FE+LT)^C``."""
+    _refuse_long_numbers(text, "position")
     tokens = _tokenize_positions(text)
     if not tokens:
         raise SpecError("empty position selector: name positions such as FE, LT, FE+LT or ALL")
@@ -301,6 +314,7 @@ def _fraction(item: str, text: str, k: int, n: int, allowed: str) -> LayerItem:
 
 def parse_layers(text: str) -> tuple[LayerItem, ...]:
     """Parse a layer selector such as ``all``, ``q4``, ``3-7`` or ``0,2``."""
+    _refuse_long_numbers(text, "layer")
     return tuple(_parse_layer_item(item, text) for item in text.split(","))
 
 

@@ -37,8 +37,9 @@ the layer field does not restrict them.
 Order rule: when two rules claim the same (position, layer, component) cell, the LATER rule
 wins. The head policy applies to the readout at the last position only.
 
-This module holds the spec objects (:class:`Rule`, :class:`GraftSpec`, :class:`ResolvedGraft`)
-and the components; the POSITIONS and LAYERS grammar lives in :mod:`graft.core.selectors`.
+This module holds the spec objects (:class:`Rule`, :class:`GraftSpec`, :class:`ResolvedGraft`);
+the component vocabulary and the protocols' resolution rules live in
+:mod:`graft.core.vocabulary`, the POSITIONS and LAYERS grammar in :mod:`graft.core.selectors`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ from graft.core.selectors import (
     position_set,
     span_names,
 )
+from graft.core.vocabulary import (
+    COMPONENT_GROUPS,
+    EMBEDDING_COMPONENTS,
+    KNOWN_COMPONENTS,
+    PROTOCOLS,
+    RESOLUTIONS,
+    SPECIAL_GROUPS,
+    Resolution,
+    expand_components,
+    fused_qkv,
+    paper_fused_qkv,
+)
 from graft.errors import SpecError
 
 if TYPE_CHECKING:
@@ -64,80 +77,6 @@ if TYPE_CHECKING:
 
 DEFAULT_DONOR = "sft"
 HEAD_POLICIES = ("base", "donor", "paper")
-#: How a spec is resolved: graft's layer groups and ``all``, or the paper code's.
-PROTOCOLS = ("graft", "paper")
-EMBEDDING_COMPONENTS = ("embed", "pos_embed")
-COMPONENT_GROUPS = {
-    "attn": ("q", "k", "v"),
-    "ffn": ("gate", "up", "down"),
-    "ffn_up": ("gate", "up"),
-    "ffn_down": ("down",),
-}
-# Every logical component any supported family has; a family may lack some (graft.core.arch).
-KNOWN_COMPONENTS = (
-    "embed",
-    "pos_embed",
-    "ln_1",
-    "q",
-    "k",
-    "v",
-    "q_norm",
-    "k_norm",
-    "o",
-    "ln_post_attn",
-    "ln_2",
-    "gate",
-    "up",
-    "down",
-    "ln_post_ffn",
-)
-_SPECIAL_GROUPS = ("norms", "block", "all")
-
-
-# ---------------------------------------------------------------------------- components
-
-
-def expand_components(
-    names: tuple[str, ...], available: tuple[str, ...], family: str, protocol: str = "graft"
-) -> list[str]:
-    """Expand groups and check every name exists for ``family`` (whose components are
-    ``available``). Under ``protocol="paper"``, ``all`` leaves out ``pos_embed``."""
-    out: list[str] = []
-    layer_components = [c for c in available if c not in EMBEDDING_COMPONENTS]
-    for name in names:
-        if name == "all":
-            expanded = [c for c in available if protocol != "paper" or c != "pos_embed"]
-        elif name == "block":
-            expanded = layer_components
-        elif name == "norms":
-            expanded = [c for c in layer_components if c.startswith("ln_") or c.endswith("_norm")]
-        elif name in COMPONENT_GROUPS:
-            # a group takes the members this family has (GPT-2 has no gate)
-            expanded = [c for c in COMPONENT_GROUPS[name] if c in available]
-        elif name in available:
-            expanded = [name]
-        else:
-            raise SpecError(
-                f"component {name!r} does not exist in the {family} family; it has: "
-                f"{', '.join(available)} (groups: attn, ffn, ffn_up, ffn_down, norms, block, all)"
-            )
-        out.extend(c for c in expanded if c not in out)
-    return out
-
-
-def fused_qkv(arch: Architecture) -> bool:
-    """Whether ``arch`` computes q, k and v in one fused projection (GPT-2, GPT-NeoX)."""
-    return any(site.fused for site in arch.table.layer_sites if "q" in site.components)
-
-
-def paper_fused_qkv(components: list[str]) -> list[str]:
-    """Components as the paper's code grafts them on a fused q/k/v projection: its ``q`` is
-    the whole projection (q, k and v), and ``k`` and ``v`` graft nothing."""
-    out = [c for c in components if c not in ("k", "v")]
-    if "q" in out:
-        at = out.index("q")
-        out[at : at + 1] = ["q", "k", "v"]
-    return out
 
 
 # ---------------------------------------------------------------------------------- spec
@@ -168,7 +107,7 @@ class Rule:
         comps = tuple(self.components)
         if not comps or any(not c for c in comps):
             raise SpecError(f"rule {self.positions}:{self.layers}: no components named")
-        known = set(KNOWN_COMPONENTS) | set(COMPONENT_GROUPS) | set(_SPECIAL_GROUPS)
+        known = set(KNOWN_COMPONENTS) | set(COMPONENT_GROUPS) | set(SPECIAL_GROUPS)
         for c in comps:
             if c not in known:
                 raise SpecError(
@@ -312,7 +251,7 @@ class GraftSpec:
             if self.head == "donor" and self.head_donor != DEFAULT_DONOR:
                 head += f"@{self.head_donor}"
             parts.append(f"head={head}")
-        if self.protocol != "graft":
+        if self.protocol != PROTOCOLS[0]:  # graft's own protocol is the default, not written
             parts.append(f"protocol={self.protocol}")
         return "; ".join(parts)
 
@@ -400,9 +339,10 @@ class GraftSpec:
             components = expand_components(
                 rule.components, arch.components, arch.family, self.protocol
             )
-            if self.protocol == "paper" and fused_qkv(arch):
+            resolution = RESOLUTIONS[self.protocol]
+            if resolution.fused_q_whole and fused_qkv(arch):
                 components = paper_fused_qkv(components)
-            layers = rule.layer_list(arch.n_layers, self.protocol)
+            layers = rule.layer_list(arch.n_layers, resolution.layer_rule)
             for comp in components:
                 targets = [-1] if comp in EMBEDDING_COMPONENTS else layers
                 for layer in targets:
@@ -421,3 +361,22 @@ class GraftSpec:
 def parse_spec(text: str, name: str | None = None) -> GraftSpec:
     """Shorthand for ``GraftSpec.parse``."""
     return GraftSpec.parse(text, name)
+
+
+__all__ = [
+    "COMPONENT_GROUPS",
+    "DEFAULT_DONOR",
+    "EMBEDDING_COMPONENTS",
+    "HEAD_POLICIES",
+    "KNOWN_COMPONENTS",
+    "PROTOCOLS",
+    "RESOLUTIONS",
+    "GraftSpec",
+    "ResolvedGraft",
+    "Resolution",
+    "Rule",
+    "expand_components",
+    "fused_qkv",
+    "paper_fused_qkv",
+    "parse_spec",
+]

@@ -16,6 +16,7 @@ Any other hub id or local directory is passed to ``from_pretrained`` as is.
 
 from graft.core.arch import context_length
 from graft.errors import DeviceError, ModelNotFoundError
+from graft.models.configs import model_config
 from graft.models.embedded import embedded_cache_dir, embedded_gguf, ensure_embedded, graft_home
 from graft.models.loading import (
     LoadedModel,
@@ -25,6 +26,7 @@ from graft.models.loading import (
     resolve_dtype,
     tiny_tokenizer,
 )
+from graft.models.paper import PAPER_CONFIGS, meta_model
 from graft.models.registry import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
@@ -60,4 +62,7 @@ __all__ = [
     "resolve_dtype",
     "resolve_model_name",
     "tiny_tokenizer",
+    "model_config",
+    "meta_model",
+    "PAPER_CONFIGS",
 ]

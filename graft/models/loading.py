@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from graft.core.tiny import tiny_model
-from graft.errors import DeviceError, GraftError, ModelNotFoundError, first_line
+from graft.errors import DeviceError, InputError, ModelNotFoundError, first_line
 from graft.models.embedded import embedded_source, ensure_embedded
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
 
@@ -79,7 +79,7 @@ def resolve_dtype(
     try:
         return aliases[str(dtype).lower().removeprefix("torch.")]
     except KeyError:
-        raise GraftError(f"unknown dtype {dtype!r}; choose one of {', '.join(aliases)}") from None
+        raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(aliases)}") from None
 
 
 def default_device() -> torch.device:

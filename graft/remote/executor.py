@@ -36,8 +36,9 @@ from graft.core.trace import DonorModules, graft_batch, model_device, trace_batc
 from graft.core.wrapping import unwrap
 from graft.errors import RemoteError
 from graft.remote import blocks
+from graft.remote.backends import register_by_value
 from graft.remote.blocks import Block, run_block
-from graft.remote.client import Target, register_by_value, send
+from graft.remote.client import Target, send
 from graft.remote.config import RemoteConfig
 from graft.remote.payload import format_bytes, keyed_bytes
 

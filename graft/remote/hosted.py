@@ -277,7 +277,8 @@ def hosted_model_key(base: str, donors: Mapping[str, str]) -> str:
 
 
 def parse_hosted_model_key(model_key: str) -> tuple[str, dict[str, str]]:
-    """``(base, donors)`` of a graft-pair model key; ValueError for any other key."""
+    """``(base, donors)`` of a graft-pair model key; a :class:`RemoteError` (kind ``config``)
+    for a key of another model."""
     prefix = to_import_path(GraftPairModel) + ":"
     if not model_key.startswith(prefix):
         raise _config_error(

@@ -16,12 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
-from graft.results.folder import (
-    CONTRASTS_STEM,
-    NAME_CONTRASTS_STEM,
-    read_config_file,
-    recorded_run_key,
-)
+from graft.results.run_config import read_config_file, recorded_run_key
+from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM
 from graft.results.stats import paired_contrasts
 from graft.storage.tables import read_table
 

@@ -26,6 +26,9 @@ done_batches`): a damaged part, or one of another run, table or batch, is moved 
 without ``graft.*`` metadata (written by graft versions before it) are read as they are,
 unchecked, when they parse.
 
+The config's run key and comparison are :mod:`graft.results.run_config`'s, the tables
+(parts, their checks, the combined and summary tables) :mod:`graft.results.run_tables`'.
+
 Nothing is written before the first :meth:`RunFolder.write_config` (constructing a
 ``RunFolder`` creates no folder), and a folder holding a ``config.json`` without the marker
 (say, a model folder) is neither resumed nor cleared.
@@ -35,20 +38,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
-import logging
 import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
-import polars as pl
-
-from graft.errors import ConfigMismatchError, DamagedFileError, RunFolderError, first_line
+from graft.errors import ConfigMismatchError, RunFolderError
 from graft.results.provenance import (
     command_line,
     git_commit,
@@ -56,113 +54,33 @@ from graft.results.provenance import (
     machine_info,
     package_versions,
 )
+from graft.results.run_config import CONFIG_FILE, config_changes, config_key, read_config_file
+from graft.results.run_tables import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    PARTS_DIR,
+    SET_ASIDE_DIR,
+    SUMMARY_STEM,
+    RunTables,
+)
 from graft.storage.files import (
     atomic_path,
     probe_writable,
     remove_empty,
-    storage_errors,
     to_json,
     write_json_atomic,
 )
-from graft.storage.tables import (
-    read_table,
-    save_table,
-    table_problem,
-    write_csv,
-    writing,
-)
+from graft.storage.tables import writing
 
-logger = logging.getLogger(__name__)
+# SET_ASIDE_DIR and RunFolderError as the tests import them from here
+__all__ = ["MARKER_FILE", "SET_ASIDE_DIR", "RunFolder", "RunFolderError"]
 
-CONFIG_FILE = "config.json"
 MARKER_FILE = ".graft-run"
-PARTS_DIR = "parts"
-SUMMARY_STEM = "summary"
-CONTRASTS_STEM = "contrasts"
-#: The key contrasts on whole-name scores (runs with ``score_full_name``).
-NAME_CONTRASTS_STEM = "contrasts_name"
-# Fields that describe the environment of one invocation, not what was computed: ignored
-# by the resume check when the caller gives no explicit key.
-VOLATILE_FIELDS = frozenset(
-    {"created", "packages", "git_commit", "git_dirty", "machine", "command", "resumes", "run_key"}
-)
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
-#: Where a damaged or foreign part is moved (inside ``parts/<name>/``; readers skip it).
-SET_ASIDE_DIR = ".set-aside"
-#: The fix a damaged config's message names.
-CONFIG_FIX = "rerun with --overwrite to start the run anew, or choose a new --out folder"
 # the temp files of atomic_path (.<name>.<pid>.<8 hex>.tmp) and check_writable's probes
 _STRAY_RE = re.compile(r"^\.(.+\.\d+\.[0-9a-f]{8}|graft-probe-.+)\.tmp$")
 
 
-_MISSING = "<missing>"
-
-
-def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = config
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value) if value is not _MISSING else _MISSING
-
-
-def _batch_file(batch_id: str | int) -> str:
-    text = str(batch_id)
-    if not text:
-        raise RunFolderError("batch_id must not be empty")
-    # Any batch id becomes a safe file name (graft labels hold '(', '^', ':', ...).
-    encoded = quote(text, safe="-_=+,@")
-    if encoded.startswith("."):
-        encoded = "%2E" + encoded[1:]
-    return encoded + ".parquet"
-
-
-def _natural_key(text: str) -> list[tuple[int, Any]]:
-    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t]
-
-
-def config_key(config: Mapping[str, Any], key: Sequence[str] | None = None) -> str:
-    """The run key: a hash of ``config``'s ``key`` fields (default: every field but the
-    volatile ones), what :meth:`RunFolder.check_config` compares. Two configs that resume
-    each other have the same run key."""
-    fields = sorted(set(key) if key is not None else set(config) - VOLATILE_FIELDS)
-    text = json.dumps({f: _text(_lookup(config, f)) for f in fields}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def recorded_run_key(folder: str | os.PathLike[str]) -> str:
-    """The run key ``folder``'s ``config.json`` records (``""`` when none does)."""
-    config_file = Path(folder) / CONFIG_FILE
-    config = read_config_file(config_file) if config_file.is_file() else {}
-    return str(config.get("run_key") or "")
-
-
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A run's ``config.json`` as a dict.
-
-    Raises:
-        DamagedFileError: the file is not a JSON object.
-    """
-    path = Path(path)
-    try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DamagedFileError(
-            f"{path} is not a readable JSON run config ({first_line(err, 200)}); {CONFIG_FIX}"
-        ) from None
-    if not isinstance(config, dict):
-        raise DamagedFileError(
-            f"{path} is not a JSON object (a {type(config).__name__}); {CONFIG_FIX}"
-        )
-    return config
-
-
-class RunFolder:
+class RunFolder(RunTables):
     """A resumable output folder of one experiment run.
 
     Attributes:
@@ -265,13 +183,8 @@ class RunFolder:
         old = self.read_config()
         if old is None:
             return
-        new = to_json(dict(config))
-        fields = list(key) if key is not None else sorted((set(old) | set(new)) - VOLATILE_FIELDS)
-        differ = [f for f in fields if _lookup(old, f) != _lookup(new, f)]
-        if differ:
-            changes = "; ".join(
-                f"{f} stored {_text(_lookup(old, f))}, now {_text(_lookup(new, f))}" for f in differ
-            )
+        changes = config_changes(old, to_json(dict(config)), key)
+        if changes:
             raise ConfigMismatchError(
                 f"{self.path} holds results of a different configuration ({changes}); "
                 "use a new --out folder, or --overwrite to discard the old results."
@@ -294,7 +207,8 @@ class RunFolder:
                 manifest, seed, ...). Must be JSON-serialisable after :func:`to_json`.
             key: the fields that must match to resume (dotted paths reach into nested
                 dicts, e.g. ``"models.sft.revision"``). Default: every top-level field
-                except the volatile ones (:data:`VOLATILE_FIELDS`).
+                except the volatile ones
+                (:data:`~graft.results.run_config.VOLATILE_FIELDS`).
             overwrite: discard the folder's previous results (:meth:`clear`) and start anew.
 
         Returns:
@@ -388,126 +302,3 @@ class RunFolder:
         ]:
             with contextlib.suppress(FileNotFoundError):
                 file.unlink()
-
-    # ------------------------------------------------------------------ batches
-    def _part_dir(self, name: str) -> Path:
-        if not _NAME_RE.match(name):
-            raise RunFolderError(f"table name {name!r}: use letters, digits and _ . = + -")
-        return self.parts_path / name
-
-    def append_batch(self, name: str, df: pl.DataFrame, batch_id: str | int) -> Path:
-        """Store one finished batch of table ``name`` (a rerun of a batch id replaces it),
-        with its metadata: this run's key, the table, the batch id, rows and digest.
-
-        Raises:
-            StorageError: the disk is full (or the folder read-only); nothing is left under
-                the part's name.
-        """
-        target = self._part_dir(name) / _batch_file(batch_id)
-        return save_table(df, target, name, self.run_key, str(batch_id))
-
-    def _part_files(self, name: str) -> dict[str, Path]:
-        folder = self._part_dir(name)
-        if not folder.is_dir():
-            return {}
-        files = {
-            unquote(p.name[: -len(".parquet")]): p
-            for p in folder.iterdir()
-            if p.name.endswith(".parquet") and not p.name.startswith(".")
-        }
-        return dict(sorted(files.items(), key=lambda item: _natural_key(item[0])))
-
-    def _part_problem(
-        self, name: str, batch_id: str, file: Path
-    ) -> tuple[pl.DataFrame | None, str | None]:
-        expect = {"run_key": self.run_key, "table": name, "batch": batch_id}
-        return table_problem(file, expect)
-
-    def done_batches(self, name: str) -> set[str]:
-        """Ids (as strings) of the batches of ``name`` stored and sound.
-
-        Every part is read and checked (:func:`table_problem`): one that is unreadable,
-        records another run key, table or batch id, or does not match its digest is moved
-        to ``parts/<name>/.set-aside/`` with a warning, and its batch counts as not done.
-        """
-        done = set()
-        for batch_id, file in self._part_files(name).items():
-            _, problem = self._part_problem(name, batch_id, file)
-            if problem is None:
-                done.add(batch_id)
-            else:
-                self._set_aside(file, batch_id, problem)
-        return done
-
-    def _set_aside(self, file: Path, batch_id: str, problem: str) -> Path:
-        """Move a bad part into ``.set-aside/`` (never over an earlier one) and warn."""
-        folder = file.parent / SET_ASIDE_DIR
-        target = folder / file.name
-        n = 1
-        while target.exists():
-            n += 1
-            target = folder / f"{file.stem}.{n}{file.suffix}"
-        with storage_errors("the run folder", target):
-            folder.mkdir(exist_ok=True)
-            os.replace(file, target)
-        logger.warning(
-            "part %s %s; moved it to %s: batch %s runs again", file, problem, target, batch_id
-        )
-        return target
-
-    def read(self, name: str, batch_column: str | None = None) -> pl.DataFrame:
-        """All stored batches of ``name``, in natural order of batch id, each checked.
-
-        Falls back to the combined ``<name>.parquet`` when no parts exist; returns an empty
-        frame when neither does. With ``batch_column``, adds the batch id as a first column.
-
-        Raises:
-            DamagedFileError: a part (or the combined table) is damaged or not this run's.
-        """
-        files = self._part_files(name)
-        if not files:
-            combined = self.path / f"{name}.parquet"
-            if not combined.is_file():
-                return pl.DataFrame()
-            return read_table(combined, name, self.run_key)
-        frames = []
-        for batch_id, file in files.items():
-            frame, problem = self._part_problem(name, batch_id, file)
-            if problem is not None or frame is None:
-                raise DamagedFileError(
-                    f"part {file} {problem}; rerun the experiment with the same --out: it "
-                    "sets the part aside and computes its batch again"
-                )
-            if batch_column is not None:
-                frame = frame.select(pl.lit(batch_id).alias(batch_column), pl.all())
-            frames.append(frame)
-        return pl.concat(frames, how="diagonal_relaxed")
-
-    def finalize(self, name: str, table: pl.DataFrame | None = None) -> Path:
-        """Write all batches of ``name`` combined to ``<name>.parquet``; return its path.
-
-        Every part is checked first (:meth:`read`): nothing is written unless all are sound.
-        ``table``: the combined batches when the caller has read them (:meth:`read`) already.
-        """
-        folder = self._part_dir(name)
-        if folder.is_dir():
-            for stray in folder.glob(".*.tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    stray.unlink()
-        return self.write_table(name, self.read(name) if table is None else table)
-
-    def write_table(self, name: str, df: pl.DataFrame) -> Path:
-        """Write ``<name>.parquet`` atomically with its metadata (this run's key, the table
-        name, rows and digest: :func:`read_table` checks them); return its path."""
-        return save_table(df, self.path / f"{name}.parquet", name, self.run_key)
-
-    def write_summary(self, df: pl.DataFrame, stem: str = SUMMARY_STEM) -> tuple[Path, Path]:
-        """Write ``<stem>.parquet`` (with metadata, :meth:`write_table`) and ``<stem>.csv``;
-        nested columns become JSON in the CSV."""
-        parquet = self.write_table(stem, df)
-        return parquet, write_csv(df, self.path / f"{stem}.csv")
-
-    def write_json(self, filename: str, obj: Any) -> Path:
-        """Write ``obj`` as JSON to ``path / filename`` atomically (e.g. a drop report)."""
-        with writing(filename, self.path / filename):
-            return write_json_atomic(self.path / filename, obj)

@@ -60,7 +60,7 @@ def example_metrics(
         (List[Float64]).
 
     Raises:
-        ValueError: on shape mismatch, a target id outside the vocabulary, or NaN logits.
+        ResultsError: on shape mismatch, a target id outside the vocabulary, or NaN logits.
     """
     logits = torch.as_tensor(logits).detach().to("cpu", torch.float32)
     targets = torch.as_tensor(target_ids).detach().to("cpu", torch.long).reshape(-1)

@@ -20,7 +20,10 @@ protocol, and the finetuned donors' own records (their machine, versions and see
 - every other CSV is prefixed: ``top_tokens.csv`` -> ``<name>_top_tokens.csv``.
 
 A component run of several donor pairs (its folder holds the combined summary and a run
-folder per pair) publishes the pairs' contrasts as one table.
+folder per pair) publishes the pairs' contrasts as one table. A patching sweep (its folder
+holds ``sweep.csv``, ``findings.csv``, ... and a run folder per direction and method)
+publishes its combined tables, with the provenance its first run recorded completed by the
+sweep's own record.
 
 :func:`write_benchmark_table` writes a benchmark's table (``<name>.csv``) into a results
 folder with the same provenance, measured by the process that calls it.
@@ -51,14 +54,7 @@ from typing import Any
 import polars as pl
 
 from graft.errors import ResultsError, first_line
-from graft.results.folder import (
-    CONFIG_FILE,
-    CONTRASTS_STEM,
-    NAME_CONTRASTS_STEM,
-    SUMMARY_STEM,
-    RunFolder,
-    read_config_file,
-)
+from graft.results.folder import RunFolder
 from graft.results.provenance import (
     command_line,
     git_commit,
@@ -66,6 +62,8 @@ from graft.results.provenance import (
     machine_info,
     package_versions,
 )
+from graft.results.run_config import CONFIG_FILE, read_config_file
+from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
 from graft.storage.files import atomic_path, storage_errors, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -74,6 +72,8 @@ PROVENANCE_FILE = "provenance.json"
 FORMAT = 1
 #: The tables every run folder may write, published as ``<name>_<stem>.csv``.
 RUN_STEMS = (SUMMARY_STEM, CONTRASTS_STEM, NAME_CONTRASTS_STEM)
+#: The table a finished sweep (``graft-exp patching``) writes instead of a summary.
+SWEEP_STEM = "sweep"
 #: Tables ``results/`` keeps under their own names (one experiment writes each).
 KEPT_NAMES = ("top1_kinds", "lens_summary")
 #: The fields of a run's ``config.json`` that say what computed it.
@@ -276,6 +276,19 @@ def _pair_tables(run: Path, config: Mapping[str, Any], stem: str) -> pl.DataFram
     return pl.concat(frames, how="diagonal_relaxed") if frames else None
 
 
+def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (``run``'s ``config.json``), and for a sweep (``graft-exp patching``: its
+    ``runs`` are run folders inside ``run``) completed with what its first run recorded and
+    the sweep's record lacks: the donors' records, the options, the dataset."""
+    runs = config.get("runs") or []
+    first = run / str(runs[0]) / CONFIG_FILE if runs else None
+    if first is None or not first.is_file():
+        return dict(config)
+    merged = read_config_file(first)
+    merged.update({k: v for k, v in config.items() if v is not None})
+    return merged
+
+
 def run_tables(run: Path, config: Mapping[str, Any]) -> dict[str, Path | pl.DataFrame]:
     """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
     combined component run, the pairs' tables as one frame)."""
@@ -337,14 +350,15 @@ def publish_run(
     run, out = Path(run_folder), Path(to)
     if not (run / CONFIG_FILE).is_file() or not RunFolder(run).is_marked():
         raise ResultsError(f"{run} is not a run folder graft wrote (no {CONFIG_FILE} of a run)")
-    if not (run / f"{SUMMARY_STEM}.csv").is_file():
+    config = sweep_config(run, read_config_file(run / CONFIG_FILE))
+    finished = SWEEP_STEM if config.get("runs") else SUMMARY_STEM
+    if not (run / f"{finished}.csv").is_file():
         raise ResultsError(
-            f"{run} holds no {SUMMARY_STEM}.csv: the run has not finished; rerun its command "
+            f"{run} holds no {finished}.csv: the run has not finished; rerun its command "
             "(it resumes), then publish"
         )
     if out.resolve() == run.resolve():
         raise ResultsError(f"{out} is the run folder itself; publish into another folder")
-    config = read_config_file(run / CONFIG_FILE)
     name = name or str(config.get("experiment") or "")
     _check_name(name)
     missing = missing_fields(config)

@@ -11,8 +11,9 @@ from graft.core.naming import slug
 from graft.errors import ResultsError
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
-from graft.results.folder import SUMMARY_STEM, read_config_file
 from graft.results.paper import numbers as paper_numbers
+from graft.results.run_config import read_config_file
+from graft.results.run_tables import SUMMARY_STEM
 from graft.storage.tables import read_table
 
 LAYER_SEP = " | "

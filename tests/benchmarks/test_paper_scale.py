@@ -12,6 +12,7 @@ from benchmarks import finetune_memory, paper_scale
 from graft.models.paper import PAPER_CONFIGS
 
 
+@pytest.mark.slow
 def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = ["--shapes", "gpt2-xl", "--dtypes", "float32", "--layers", "1", "--prompts", "2"]
@@ -46,6 +47,7 @@ def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
     assert "| gpt2-xl | 1 |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_noisy_copy_moves_every_parameter():
     base = paper_scale.random_model("llama3.2-1b", paper_scale.DTYPES["float32"], "cpu", 1)
     donor = paper_scale.noisy_copy(base, seed=1)
@@ -70,6 +72,7 @@ def test_shape_config_sets_depth(name):
     )
 
 
+@pytest.mark.slow
 def test_finetune_memory_one_layer(tmp_path, capsys):
     out = tmp_path / "ft.json"
     argv = ["--shape", "gpt2-xl", "--layers", "1", "--batch-size", "1", "--seq-len", "8"]

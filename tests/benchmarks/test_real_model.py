@@ -9,6 +9,7 @@ import pytest
 from benchmarks import real_model
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_figure(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = ["--model", "tiny-llama", "--prompts", "2", "--batch-size", "8", "--repeats", "1"]
@@ -49,6 +50,7 @@ def test_bad_counts_exit_2(bad):
     assert exc.value.code == 2
 
 
+@pytest.mark.slow
 def test_too_many_prompts_is_one_line_exit_2(capsys):
     assert real_model.main(["--model", "tiny-llama", "--prompts", "100000"]) == 2
     err = capsys.readouterr().err.strip()

@@ -12,6 +12,7 @@ from benchmarks.real_model_bound import COLUMNS, main, model_names
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_the_bound_of_a_tiny_model_is_measured_and_printed(tmp_path, capsys):
     out = tmp_path / "bound.json"
     assert main(["--model", "tiny-gpt2", "--prompts", "1", "--json", str(out)]) == 0

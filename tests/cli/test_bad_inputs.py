@@ -25,12 +25,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments.cli import main
-from experiments.common import REMOTE_PARAMS
 from graft.core.arch import architecture_of
 from graft.core.spec import parse_spec
 from graft.core.tiny import tiny_model
 from graft.errors import GraftError
+from graft_experiments.cli import main
+from graft_experiments.common import REMOTE_PARAMS
 
 N_SPECS = 400
 N_COMMANDS = 80
@@ -127,6 +127,7 @@ def spec_strings_parse_or_raise_graft_error(text: str, length: int, family: str)
         OUTCOMES["spec resolved"] += 1
 
 
+@pytest.mark.slow
 def test_spec_strings_parse_or_raise_graft_error() -> None:
     """Every generated spec string parses (and resolves) or raises a GraftError; the draw is
     seen not to be vacuous: each outcome happens at least 5 times (the draw is derandomized:
@@ -260,6 +261,7 @@ def command_lines_never_traceback(case, scratch: Path, monkeypatch) -> None:
     assert result.exit_code in (0, 2), (args, result.output[-2000:])
 
 
+@pytest.mark.slow
 def test_command_lines_never_traceback(scratch: Path, monkeypatch) -> None:
     """Every generated command line exits 0 or 2 with no traceback; both exits happen (to at
     least 5% of the lines), so the draw reaches past the option parser and is refused too."""
@@ -293,6 +295,7 @@ def _custom(dataset: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_prompt_longer_than_the_model_is_dropped_not_a_crash(long_title_dataset, scratch):
     import json
 

@@ -11,15 +11,25 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import experiments.data
-import experiments.finetune
-import experiments.smoke
-from experiments.cli import main
-from experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
+import graft_experiments.data
+import graft_experiments.finetune
+import graft_experiments.plot
+import graft_experiments.smoke
+from graft.errors import (
+    DamagedFileError,
+    GraftError,
+    HubUnavailable,
+    RemoteError,
+    ResultsError,
+    RunFolderError,
+    StorageError,
+)
 from graft.study.data.datasets import load_manifest
 from graft.study.specs.presets import resolve_config
 from graft.study.training.finetune import is_finished
 from graft.study.training.workspace import Workspace
+from graft_experiments.cli import main
+from graft_experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command
@@ -237,9 +247,9 @@ def test_non_finite_or_huge_numbers_are_refused_before_anything_runs(
     def ran(*args, **kwargs):
         raise AssertionError("the command got past its option checks")
 
-    monkeypatch.setattr(sys.modules["experiments.position"], "make_config", ran)
-    monkeypatch.setattr(experiments.finetune.ft, "finetune", ran)
-    monkeypatch.setattr(experiments.data, "generate_dataset", ran)
+    monkeypatch.setattr(sys.modules["graft_experiments.position"], "make_config", ran)
+    monkeypatch.setattr(graft_experiments.finetune, "finetune_model", ran)
+    monkeypatch.setattr(graft_experiments.data, "generate_dataset", ran)
     result = invoke(command, *args, "--workspace", str(tmp_path / "ws"))
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
@@ -263,8 +273,8 @@ def test_library_errors_name_the_flags_the_user_typed(tmp_path, args, message):
 
 
 def test_parameter_names_become_flags_only_where_the_command_has_them():
-    from experiments.common import in_user_words
     from graft.errors import ExperimentError, RemoteError
+    from graft_experiments.common import in_user_words
 
     position, custom = main.commands["position"], main.commands["custom"]
     err = RemoteError("max_payload_mb must be positive; or use donor_mode='hosted'", kind="config")
@@ -325,6 +335,7 @@ def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_failing_server_exits_1_and_a_bad_remote_setting_2(tmp_path, no_ndif_url):
     """Exit 2 means "fix the command line"; a server that fails (here: no NDIF server at
     all) is no usage error: exit 1, and no run folder is left behind."""
@@ -339,6 +350,63 @@ def test_a_failing_server_exits_1_and_a_bad_remote_setting_2(tmp_path, no_ndif_u
     refused = _remote_custom(tmp_path, *args)  # tiny-llama has no hub id: a key is needed
     assert refused.exit_code == 2, refused.output
     assert "set --ndif-model-key" in refused.output
+
+
+def test_a_storage_error_is_one_line_without_usage(tmp_path, monkeypatch):
+    """A full disk is no usage error: one line, no "Usage: ... Try --help" above it, exit 2
+    (docs/errors.md), and nothing is left."""
+    import errno
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    out = tmp_path / "d"
+    result = CliRunner().invoke(main, ["data", "--n-facts", "2", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # click's exit, no traceback
+    assert "Usage:" not in result.output and "--help" not in result.output
+    assert result.output.strip() == (
+        f"Error: cannot write the dataset to {out}: No space left on device; choose another folder"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "usage"),
+    [
+        (StorageError("cannot write the figure f.png (No space left on device: f.png)"), 2, False),
+        (DamagedFileError("r/summary.parquet does not match the digest of its content"), 2, False),
+        (
+            RunFolderError("r is not a finished run folder; give the output folder of a run"),
+            2,
+            False,
+        ),
+        (RemoteError("the server failed the request", kind="server"), 1, False),
+        (RemoteError("the server did not answer in 60 s", kind="timeout"), 1, False),
+        (HubUnavailable("openwebtext could not be read from the hub (ConnectionError)"), 1, False),
+        (ResultsError("unknown metric 'x'; use one of acc@5"), 2, True),
+        (RemoteError("NDIF host 'x' is not a URL", kind="config"), 2, True),
+        (GraftError("an error of no kind is bad input"), 2, True),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, GraftError) else None,
+)
+def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
+    tmp_path, monkeypatch, error, code, usage
+):
+    """docs/errors.md's mapping: bad input is a usage error (exit 2); storage one line, exit 2;
+    a server or library failing one line, exit 1."""
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(graft_experiments.plot, "draw_figures", fail)
+    result = CliRunner().invoke(main, ["plot", str(tmp_path)])
+    assert result.exit_code == code, result.output
+    assert ("Usage:" in result.output) is usage, result.output
+    assert [line for line in result.output.splitlines() if "Error" in line] == [f"Error: {error}"]
+    if not usage:
+        assert result.output.strip() == f"Error: {error}"
 
 
 def test_custom_names_the_missing_donor_and_the_fix(tmp_path):
@@ -404,6 +472,7 @@ def test_data_writes_where_experiments_read(tmp_path):
     assert read == written and load_manifest(read) == manifest  # found, not regenerated
 
 
+@pytest.mark.slow
 def test_finetune_variant_trains_the_donor_experiments_look_for(tmp_path):
     ws = tmp_path / "ws"
     result = invoke(
@@ -424,8 +493,10 @@ def test_smoke_checks_its_invariants(monkeypatch):
     result = invoke("smoke", "--family", "llama")
     assert result.exit_code == 0, result.output
     assert "ok: grafting nothing gives the base's logits" in result.output
-    original = experiments.smoke.run_grafts
-    monkeypatch.setattr(experiments.smoke, "run_grafts", lambda *a, **k: original(*a, **k) + 1e-3)
+    original = graft_experiments.smoke.run_grafts
+    monkeypatch.setattr(
+        graft_experiments.smoke, "run_grafts", lambda *a, **k: original(*a, **k) + 1e-3
+    )
     result = invoke("smoke", "--family", "llama")
     assert result.exit_code == 1
     assert "'none' differs from the base by 1.00e-03" in result.output

@@ -14,10 +14,10 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from experiments.cli import main
 from graft.errors import ExperimentError, RunFolderError
 from graft.results.compare import KEY_CONTRASTS, compare_run, key_contrasts
 from graft.results.stats import mcnemar_exact_p
+from graft_experiments.cli import main
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 import graft.study.planning.run_plan
 import graft.study.running.runner
-from experiments.cli import main
 from graft.study.planning.device_memory import DeviceMemory
+from graft_experiments.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -95,15 +95,16 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_loads(tmp_path, monk
     assert not (tmp_path / "cwd" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_finetune_that_does_not_fit_names_its_flags(tmp_path, monkeypatch):
     """gpt2-xl's paper finetune with 16 GiB free: the command's own flags make it fit. (The
     model is a folder holding gpt2-xl's published config: a model that is neither here nor
     downloadable is not refused for memory, its loading says why it cannot run.)"""
-    import experiments.finetune
+    import graft_experiments.finetune
     from graft.models.paper import PAPER_CONFIGS
 
     sixteen = DeviceMemory("cpu", "CPU", 16 * 2**30, 32 * 2**30)
-    monkeypatch.setattr(experiments.finetune, "device_memory", lambda device: sixteen)
+    monkeypatch.setattr(graft_experiments.finetune, "device_memory", lambda device: sixteen)
     model = tmp_path / "gpt2-xl"
     PAPER_CONFIGS["gpt2-xl"]().save_pretrained(model)  # config.json alone: no weights
     args = ["finetune", "--model", str(model), "--preset", "paper", "--n-facts", "10"]

@@ -19,11 +19,11 @@ import torch
 from click.testing import CliRunner, Result
 
 import graft.study.running.batches
-from experiments.cli import COMMANDS, main
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.prompts import load_test_prompts
+from graft_experiments.cli import COMMANDS, main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -75,7 +75,7 @@ wrap(os, "replace", "replace")                          # every atomic rename
 wrap(batches, "_run_rows", "engine")                    # an engine call
 if os.environ.get("GRAFT_COUNT_FILE"):
     atexit.register(lambda: open(os.environ["GRAFT_COUNT_FILE"], "w").write(json.dumps(calls)))
-from experiments.cli import main
+from graft_experiments.cli import main
 main(sys.argv[1:])
 """
 POINTS = ("weights", "torch_save", "parquet", "replace", "engine")

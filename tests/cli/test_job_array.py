@@ -34,7 +34,7 @@ def counted(module, name, tag):
 
 counted(finetune, "_train", "finetune")
 counted(batches, "_run_rows", "engine")
-from experiments.cli import main
+from graft_experiments.cli import main
 main(sys.argv[1:])
 """
 

@@ -1,18 +1,36 @@
 """``graft-exp lens`` end to end on tiny-llama: the run's tables, the lens table (the
 embedding layer and the top-k tokens included), its summary (with the lines identical by
 causality), the top-token table and figures; the bar charts are not named as lenses; the lens
-at the last layer is the run's own score; a rerun computes nothing, another --top-k computes
-every batch again; ``--dry-run`` writes nothing; several replicates are refused."""
+at the last layer is the run's own score; the lens tables are those of the lens computed
+directly on the run's rows, batch by batch, as the lens's own loop did before it was an
+analysis of the runner; a rerun computes nothing (no lens batch, no examples batch), a missing
+lens part computes that lens batch alone (no engine call), another --top-k computes every lens
+batch again and no examples batch; ``--dry-run`` writes nothing; several replicates are
+refused."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 import graft.study.analyses.lens
-from graft.study.analyses.lens import EMBEDDING_LAYER, FIGURE_METRICS, POSITIONS
+import graft.study.running.batches
+from graft.core.arch import architecture_of
+from graft.models import context_length, load_model
+from graft.results.plots.lens import EMBEDDING_LAYER
+from graft.study.analyses.lens import FIGURE_METRICS
+from graft.study.analyses.lens_causality import identical_lines
+from graft.study.analyses.lens_tables import lens_frame, summarize_lens
+from graft.study.analyses.lens_trace import POSITIONS, logit_lens
+from graft.study.data.rows import graft_rows, load_examples, plan_rows, sample_examples
+from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.grafts import reference, spec_graft
+from graft.study.specs.run import resolve
+from graft_experiments.lens import LENS_SPECS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -42,6 +60,58 @@ def common(workspace) -> list[str]:
 
 def lens_args(common, out) -> list[str]:
     return ["lens", *common, "--spec", "ATTN=LT:all:attn", "--out", str(out)]
+
+
+def counted(monkeypatch, module, name: str, rows_at: int) -> list[int]:
+    """The rows of each call of ``module.name`` (its positional argument ``rows_at``)."""
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[rows_at]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def engine_and_lens_calls(monkeypatch) -> tuple[list[int], list[int]]:
+    """The rows of each engine call of the runner and of each lens trace."""
+    engine = counted(monkeypatch, graft.study.running.batches, "_run_rows", 3)
+    lens = counted(monkeypatch, graft.study.analyses.lens, "logit_lens", 2)
+    return engine, lens
+
+
+def direct_lens(out: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The lens table and summary of the run in ``out`` computed directly, as the lens's own
+    loop did before it was an analysis of the runner: the run's models, examples, grafts and
+    rows made again from its ``config.json``, each stored batch traced (:func:`logit_lens`)
+    and tabled (:func:`lens_frame`), then summarised with the lines identical by causality."""
+    config = json.loads((out / "config.json").read_text())
+    options = {k: v for k, v in config["options"].items() if k != "schema"}
+    run = resolve(ExperimentConfig(**options))
+    load = {"dtype": run.execution.dtype, "device": run.execution.device}
+    base = load_model(config["base"]["path"], **load)
+    donors = {n: load_model(d["path"], **load).model for n, d in config["donors"].items()}
+    tok = base.tokenizer
+    data = Path(config["dataset"]["path"])
+    found, _ = load_examples(data, tok, run.data, context_length(base.model))
+    examples = sample_examples(found, run.data.n, run.data.sample_seed)
+    specs = (*LENS_SPECS, "ATTN=LT:all:attn")
+    grafts = [reference("PRE", None), reference("SFT", "sft")]
+    grafts += [spec_graft(s, run.analysis.head_policy, run.protocol) for s in specs]
+    assert [g.name for g in grafts] == [g["name"] for g in config["grafts"]]
+    rows, _ = plan_rows(examples, grafts)
+    size, frames = run.execution.batch_size, []
+    for start in range(0, len(rows), size):
+        chunk = rows[start : start + size]
+        targets = [examples[ei].target_id for ei, _ in chunk]
+        chunk_rows = graft_rows(examples, grafts, chunk)
+        scores = logit_lens(base.model, donors, chunk_rows, targets, pad_id=tok.pad_token_id)
+        frames.append(lens_frame(scores, chunk, examples, grafts, run.data.data_seed, tok))
+    table = pl.concat(frames)
+    same = identical_lines(examples, grafts, rows, architecture_of(base.model))
+    return table, summarize_lens(table, grafts, run.analysis, same)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +146,13 @@ def test_lens_writes_its_table_summary_and_figures(lens_run):
     assert (joined["target_rank"] == joined["target_rank_run"]).all()
     assert (joined["target_logprob"] - joined["target_logprob_run"]).abs().max() <= 2e-5
     assert (joined["top_ids"] == joined["top10_ids"].list.head(5)).all()  # the run's top 5
+
+
+def test_the_lens_tables_are_the_lens_computed_directly(lens_run):
+    out, _ = lens_run
+    table, summary = direct_lens(out)
+    assert pl.read_parquet(out / "lens.parquet").equals(table)
+    assert pl.read_parquet(out / "lens_summary.parquet").equals(summary)
 
 
 def test_the_bar_charts_are_named_after_the_output_not_the_lens(lens_run):
@@ -166,25 +243,52 @@ def test_plot_redraws_the_lens_figures(lens_run):
     assert f"figure: {out / 'figures' / 'final_layer_qa_acc5.png'}" in result.output
 
 
+def plan_lines(output: str) -> list[str]:
+    """The run's plan line and the lens's (``... (k already done) -> folder``)."""
+    return [line for line in output.splitlines() if "already done" in line]
+
+
 def test_a_rerun_computes_nothing(lens_run, common, monkeypatch):
     out, _ = lens_run
     before = pl.read_parquet(out / "lens_summary.parquet")
-
-    def fail(*args, **kwargs):
-        raise AssertionError("the rerun computed a lens batch")
-
-    monkeypatch.setattr(graft.study.analyses.lens, "logit_lens", fail)
+    engine, lens = engine_and_lens_calls(monkeypatch)
     result = invoke(*lens_args(common, out))
+    assert engine == [] and lens == []  # no examples batch, no lens batch
     assert "lens: 0 batches computed" in result.output
-    assert "(3 already done)" in result.output
+    run_line, lens_line = plan_lines(result.output)
+    assert "24 rows in 3 batches (3 already done)" in run_line
+    assert lens_line.startswith("lens: 24 rows x (4 layers + emb) x 2 positions, top 5 tokens")
+    assert "in 3 batches (3 already done)" in lens_line
     assert pl.read_parquet(out / "lens_summary.parquet").equals(before)
 
 
-def test_another_top_k_computes_the_lens_again(lens_run, common, tmp_path):
+def test_a_missing_lens_part_computes_that_batch_alone(lens_run, common, tmp_path, monkeypatch):
     out, _ = lens_run
     copy = tmp_path / "lens"
     shutil.copytree(out, copy)
+    parts = copy / "parts"
+    examples = {p.name: p.read_bytes() for p in (parts / "examples").glob("*.parquet")}
+    table = pl.read_parquet(copy / "lens.parquet")
+    (parts / "lens" / "1.parquet").unlink()
+    engine, lens = engine_and_lens_calls(monkeypatch)
+    result = invoke(*lens_args(common, copy))
+    assert engine == []  # the examples are stored: the engine does not run
+    assert lens == [8]  # batch 1's rows, traced once
+    assert "lens: 1 batches computed" in result.output
+    run_line, lens_line = plan_lines(result.output)
+    assert "(3 already done)" in run_line and "(2 already done)" in lens_line
+    assert (parts / "lens" / "1.parquet").is_file()
+    assert {p.name: p.read_bytes() for p in (parts / "examples").glob("*.parquet")} == examples
+    assert pl.read_parquet(copy / "lens.parquet").equals(table)  # the same numbers again
+
+
+def test_another_top_k_computes_the_lens_again(lens_run, common, tmp_path, monkeypatch):
+    out, _ = lens_run
+    copy = tmp_path / "lens"
+    shutil.copytree(out, copy)
+    engine, lens = engine_and_lens_calls(monkeypatch)
     result = invoke(*lens_args(common, copy), "--top-k", "3")
+    assert engine == [] and lens == [8, 8, 8]  # every lens batch, no examples batch
     assert "lens: 3 batches computed" in result.output
     assert (pl.read_parquet(copy / "lens.parquet")["top_ids"].list.len() == 3).all()
     result = invoke(*lens_args(common, copy), "--top-k", "3")

@@ -1,7 +1,7 @@
 """One source for options: the command line is the config dataclasses' fields.
 
 Every field of ExperimentConfig, FinetuneConfig and RemoteConfig has a flag in
-``experiments.options`` or a stated reason to have none; every flag names a field (or is one of
+``graft_experiments.options`` or a stated reason to have none; every flag names a field (or is one of
 the few command-line-only flags); the commands take exactly those flags, with the field's
 default, and hand the values on to the dataclass unchanged.
 """
@@ -19,16 +19,19 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import experiments.finetune
-from experiments.cli import COMMANDS, main
-from experiments.common import (
+import graft_experiments.finetune
+from graft.remote.config import RemoteConfig
+from graft.study.running.runner import ExperimentConfig
+from graft.study.specs.presets import FinetuneConfig
+from graft_experiments.cli import COMMANDS, main
+from graft_experiments.common import (
     REMOTE_PARAMS,
     SHARED_NAMES,
     GraftCommand,
     quiet_option,
     remote_options,
 )
-from experiments.options import (
+from graft_experiments.options import (
     CLI_ONLY,
     FIELD_DEFAULT,
     FINETUNE_FLAGS,
@@ -37,9 +40,6 @@ from experiments.options import (
     REMOTE_FLAGS,
     field_default,
 )
-from graft.remote.config import RemoteConfig
-from graft.study.running.runner import ExperimentConfig
-from graft.study.specs.presets import FinetuneConfig
 from tests.cli.test_cli import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
     def fake_finetune(model, folder, out, cfg, **kwargs):
         seen["cfg"] = cfg
 
-    monkeypatch.setattr(experiments.finetune.ft, "finetune", fake_finetune)
+    monkeypatch.setattr(graft_experiments.finetune, "finetune_model", fake_finetune)
     cmd = main.commands["finetune"]
     assert set(FINETUNE_FLAGS) <= {p.name for p in cmd.params}
     args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]
@@ -130,6 +130,7 @@ def test_remote_options_give_the_command_a_config():
     assert bad.exit_code == 2 and "write NAME=SOURCE" in bad.output
 
 
+@pytest.mark.slow
 def test_the_library_does_not_depend_on_click():
     code = (
         "import sys, graft.remote.config, graft.study.running.runner; print('click' in sys.modules)"
@@ -168,6 +169,7 @@ def test_library_messages_go_to_stderr_and_quiet_keeps_warnings(args, shown):
 COMMAND_FILES = sorted({module for module, _ in COMMANDS} | {"cli"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", COMMAND_FILES)
 def test_every_experiment_file_runs_on_its_own(module):
     path = ROOT / "experiments" / f"{module}.py"
@@ -180,7 +182,7 @@ def test_every_experiment_file_runs_on_its_own(module):
 
 def test_every_command_file_is_registered():
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
-    helpers = {"__init__", "cli", "common", "options", "shared"}
+    helpers = {"__init__", "cli", "click_types", "command", "common", "options", "shared"}
     assert files - {module for module, _ in COMMANDS} == helpers
 
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from experiments.cli import main
+from graft_experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -16,7 +16,6 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from experiments.cli import main
 from graft.core.arch import Architecture, architecture_of
 from graft.core.selectors import layer_group, paper_layer_group
 from graft.core.spec import GraftSpec
@@ -24,6 +23,7 @@ from graft.core.tiny import tiny_model
 from graft.models.loading import tiny_tokenizer
 from graft.results.report import LAYER_SEP
 from graft.study.specs.grafts import FUSED_QKV_NOTE
+from graft_experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

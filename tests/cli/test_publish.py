@@ -15,7 +15,6 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from experiments.publish import publish
 from graft.errors import ResultsError
 from graft.results.paper.agreement import read_results
 from graft.results.publish import (
@@ -25,6 +24,7 @@ from graft.results.publish import (
     read_provenance,
     write_benchmark_table,
 )
+from graft_experiments.publish import publish
 
 MACHINE = {
     "cpu": "Test CPU",
@@ -115,7 +115,7 @@ def invoke(*args: str, code: int = 0) -> Result:
 
 
 def test_publish_is_a_command():
-    from experiments.cli import COMMANDS
+    from graft_experiments.cli import COMMANDS
 
     assert ("publish", "publish") in COMMANDS
 
@@ -203,6 +203,39 @@ def test_a_combined_component_run_publishes_its_pairs_contrasts(tmp_path):
     ]
 
 
+def test_a_patching_sweep_publishes_its_tables_with_its_first_runs_provenance(tmp_path):
+    root = tmp_path / "sweep"
+    first = make_run(root / "restore-weights", "patching")
+    sweep = {
+        "experiment": "patching",
+        "runs": ["restore-weights"],
+        "units": ["LT"],
+        "n": 6,
+        "command": "graft-exp patching --model tiny-llama --n 6",
+    }
+    (root / ".graft-run").write_text("graft\n")
+    (root / "config.json").write_text(json.dumps(sweep))
+    with pytest.raises(ResultsError, match="holds no sweep.csv: the run has not finished"):
+        publish_run(root, tmp_path / "r")
+    for stem in ("sweep", "findings", "contrasts", "references"):
+        pl.DataFrame({"x": [1]}).write_csv(root / f"{stem}.csv")
+    done = publish_run(root, tmp_path / "r")
+    assert set(done.files) == {
+        "patching_sweep.csv",
+        "patching_findings.csv",
+        "patching_contrasts.csv",
+        "patching_references.csv",
+    }
+    assert not done.missing  # the donors' records come from the first run
+    entry = read_provenance(tmp_path / "r")["experiments"]["patching"]
+    assert entry["command"] == sweep["command"]
+    assert (
+        entry["finetuned_models"]
+        == json.loads((first / "config.json").read_text())["finetuned_models"]
+    )
+    assert entry["git_commit"].startswith("0123456789ab")
+
+
 def test_an_older_run_is_refused_unless_allowed(tmp_path):
     config = run_config()
     for name in ("command", "machine", "git_dirty"):
@@ -270,7 +303,7 @@ def test_benchmark_table_records_its_command_and_machine(tmp_path):
 
 @pytest.mark.slow
 def test_publish_a_tiny_position_run(tmp_path, monkeypatch):
-    from experiments.cli import main
+    from graft_experiments.cli import main
 
     args = [
         "position",

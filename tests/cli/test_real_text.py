@@ -12,12 +12,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from experiments.cli import main
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.articles import EXAMPLE_ARTICLES, read_articles
 from graft.study.data.prompts import load_test_prompts
+from graft_experiments.cli import main
 from tests.cli.test_experiments import LOGPROB_TOL, check_figures, check_run_folder, invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

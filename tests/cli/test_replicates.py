@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import graft.study.training.workspace as workspace_module
-from experiments.cli import main
+from graft_experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -7,10 +7,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from experiments.cli import main
 from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
 from graft.study.data.datasets import DatasetConfig, generate_dataset
+from graft_experiments.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,6 +23,7 @@ def test_every_experiment_takes_the_option(command):
     assert result.exit_code == 0 and "--score-full-name" in result.output
 
 
+@pytest.mark.slow
 def test_custom_run_scores_and_plots_whole_names(tmp_path):
     data = generate_dataset(DatasetConfig(n_facts=3), tmp_path / "data")
     donor = tmp_path / "donor"

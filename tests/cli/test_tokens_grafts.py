@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from experiments.cli import main
 from graft.core.tiny import TINY_FAMILIES
+from graft_experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -15,6 +15,7 @@ from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import EMBEDDING_COMPONENTS, SpecError, parse_spec
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from graft.errors import UnsupportedModelError
+from tests.fast_tier import slow_except
 from tests.reference import reference_last_logits
 
 TOL = 1e-5
@@ -93,7 +94,10 @@ def family_setup(request):
     return get
 
 
-CASES = [(f, None) for f in TINY_FAMILIES] + [("llama", True), ("qwen2", True)]
+# the reference checks of one family are in the fast tier, the other families are slow
+CASES = slow_except(
+    [(f, None) for f in TINY_FAMILIES] + [("llama", True), ("qwen2", True)], ("llama", None)
+)
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -112,7 +116,7 @@ def test_engine_matches_token_by_token_reference(family_setup, family, tied, pad
     ]
 
 
-@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama"))
 def test_graft_nothing_is_the_base_exactly(family_setup, family):
     base, donors, arch, rows, _ = family_setup(family)
     none_rows = [GraftRow(r.input_ids, r.spans, parse_spec("none")) for r in rows[:6]]
@@ -133,7 +137,7 @@ def test_graft_nothing_is_the_base_exactly(family_setup, family):
     assert torch.equal(out, last)
 
 
-@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama"))
 def test_graft_everything_with_donor_head_is_the_donor(family_setup, family):
     base, donors, _, rows, _ = family_setup(family)
     every = [
@@ -147,7 +151,7 @@ def test_graft_everything_with_donor_head_is_the_donor(family_setup, family):
     assert (out - want).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma3"])
+@pytest.mark.parametrize("family", slow_except(["gpt2", "llama", "gemma3"], "llama"))
 def test_batched_equals_one_prompt_at_a_time(family_setup, family):
     base, donors, _, rows, _ = family_setup(family)
     batched = run_grafts(base, donors, rows, batch_size=len(rows))
@@ -155,6 +159,7 @@ def test_batched_equals_one_prompt_at_a_time(family_setup, family):
     assert (batched - single).abs().max() <= TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "gemma3"])
 def test_donor_equal_to_base_changes_nothing(family_setup, family):
     base, _, _, rows, _ = family_setup(family)
@@ -169,7 +174,7 @@ def test_donor_equal_to_base_changes_nothing(family_setup, family):
     assert torch.equal(same, plain)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", slow_except(["gpt2", "llama"], "llama"))
 def test_remote_serialisation_path_gives_the_same_logits(family_setup, family):
     from graft.remote.config import RemoteConfig
     from graft.remote.executor import RemoteExecutor
@@ -204,7 +209,7 @@ def test_errors_are_clear(family_setup, tiny_pairs):
         run_grafts(base, donors, [GraftRow([1, 5, 6], {}, parse_spec("FE:all:all"))])
 
 
-@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama"))
 def test_float64_engine_equals_reference_to_rounding(family):
     """In float64 the two algorithms agree to ~1e-12: what is left in float32 is rounding."""
     base = tiny_model(family, seed=3).double()

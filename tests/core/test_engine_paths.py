@@ -26,6 +26,7 @@ from graft.core.prefix import CACHE_ARGUMENTS
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from graft.errors import SlowPathWarning
+from tests.fast_tier import slow_except
 from tests.reference import reference_last_logits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -52,7 +53,8 @@ SPECS = [
     "(FE+LT)^C:all:all@task",  # the only row of its prefix on 'task': a whole prompt there
 ]
 LENGTHS = (6, 9, 11, 2)  # a two-token prompt has a one-token prefix
-CASES = [(f, None) for f in TINY_FAMILIES] + [("llama", True)]
+# the reference checks of one family are in the fast tier, the other families are slow
+CASES = slow_except([(f, None) for f in TINY_FAMILIES] + [("llama", True)], ("llama", None))
 
 
 def prompt_rows(specs=SPECS, lengths=LENGTHS, seed=0) -> list[GraftRow]:
@@ -165,6 +167,7 @@ def test_every_local_path_matches_the_reference(setup, family, tied, padding_sid
 
 # not gemma2: its eager attention returns NaN in float64 for a left-padded batch whose padding
 # fills a sliding window, in transformers itself
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama", "gemma3"])
 def test_every_local_path_matches_the_reference_in_float64(setup, family):
     base, donors, _, rows, refs = setup(family, dtype=torch.float64)
@@ -173,7 +176,7 @@ def test_every_local_path_matches_the_reference_in_float64(setup, family):
     assert (out - refs).abs().max() <= 1e-10
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("family", slow_except(["llama", "gemma3"], "llama"))
 def test_local_paths_equal_grafting_every_row_on_the_base(setup, family):
     """The shortcuts against the plain one-pass graft (every row on the base, whole)."""
     base, donors, _, rows, _ = setup(family)
@@ -208,7 +211,7 @@ def test_rows_of_one_prompt_share_one_prefix_forward(setup, monkeypatch):
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama"))
 def test_rows_differing_at_the_last_token_share_a_grafted_prefix(setup, family):
     """FE and FE+LT (and FE^C, (FE+LT)^C) graft the same cells before the last token. With
     a long first entity FE+LT would rather run on the donor and FE on the base: the rows of a
@@ -251,7 +254,7 @@ def test_groups_of_the_same_grafts_share_one_carrier_across_prompts(setup):
     assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma3"])
+@pytest.mark.parametrize("family", slow_except(["gpt2", "llama", "gemma3"], "llama"))
 def test_large_outputs_are_computed_a_part_of_the_cells_at_a_time(setup, family, monkeypatch):
     """A grafted matrix product whose output on its gathered cells is large (a head's is
     [cells, vocabulary]) runs on parts of the cells; the numbers do not change."""
@@ -292,6 +295,7 @@ def test_the_fast_path_is_taken_with_the_installed_versions(family, monkeypatch)
     assert spy.seen and all(prefix for _, prefix, _ in spy.seen)  # one-token steps only
 
 
+@pytest.mark.slow
 def test_a_model_without_a_cache_runs_every_row_whole_and_says_so(setup, monkeypatch):
     base, donors, _, rows, refs = setup("gpt2")
     monkeypatch.setattr(routing, "accepts_cache", lambda model: False)
@@ -310,6 +314,7 @@ def test_a_model_without_a_cache_runs_every_row_whole_and_says_so(setup, monkeyp
     assert not path["shared_prefix"] and len(path["fallbacks"]) == 1
 
 
+@pytest.mark.slow
 def test_a_donor_that_computes_differently_carries_no_row(setup):
     base, donors, arch, rows, refs = setup("qwen2")
     other = perturbed_copy(base, seed=1)  # the same weights as donors["sft"]

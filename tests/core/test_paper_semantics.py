@@ -22,6 +22,7 @@ import torch
 from graft.core.engine import GraftRow, run_grafts
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.fast_tier import slow_except
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -127,7 +128,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module", params=TINY_FAMILIES)
+@pytest.fixture(scope="module", params=slow_except(TINY_FAMILIES, "llama"))
 def models(request):
     base = tiny_model(request.param, seed=0, n_layers=N_LAYERS)
     donors = {

@@ -145,6 +145,7 @@ def test_render_returns_char_spans():
         render("{missing}", {})
 
 
+@pytest.mark.slow
 def test_smollm2_headline_and_qa(smollm2_tokenizer):
     tok = smollm2_tokenizer
     text, fields = render(
@@ -182,6 +183,7 @@ def test_smollm2_headline_and_qa(smollm2_tokenizer):
     assert prompt.spans == tokenize_with_spans(NoOffsets(tok), text, fields).spans
 
 
+@pytest.mark.slow
 def test_smollm2_dataset_prompts(smollm2_tokenizer, dataset_dir):
     tok = smollm2_tokenizer
     examples, report = load_test_prompts(dataset_dir, tok, directions=None)

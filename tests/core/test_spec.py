@@ -295,3 +295,15 @@ def test_json_without_donors_takes_the_default_donor():
     )
     assert spec.rules[0].donor == DEFAULT_DONOR == "sft"
     assert spec.head_donor == DEFAULT_DONOR
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["LT:" + "9" * 5000 + ":all", f"({'9' * 5000}):all:all", "FE[" + "9" * 5000 + "]:all:all",
+     "LT:1-" + "9" * 19 + ":all"],
+)  # fmt: skip
+def test_a_number_too_long_is_a_spec_error_not_a_value_error(text):
+    """Python's int() refuses 4,300 digits with a bare ValueError, which GraftError no longer
+    is: the parser refuses such numbers itself."""
+    with pytest.raises(SpecError, match="digits; give a (position|layer) of at most 18"):
+        parse_spec(text)

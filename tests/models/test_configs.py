@@ -18,6 +18,7 @@ def test_tiny_models_are_built():
     assert local_tokenizer("tiny-gpt2") is not None
 
 
+@pytest.mark.slow
 def test_a_folder_is_read_and_a_folder_without_a_vocabulary_has_no_tokenizer(tmp_path):
     config = tiny_config("llama", n_layers=3)
     config.save_pretrained(tmp_path)  # config.json alone

@@ -20,6 +20,7 @@ from graft.remote.blocks import Block, plan_blocks, stage_of
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
 from graft.remote.payload import estimate_payload_bytes, module_bytes
+from tests.fast_tier import slow_except
 
 from .test_remote import make_rows
 
@@ -86,6 +87,7 @@ def sizes(model) -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 def test_a_split_e1_batch_is_the_unsplit_run_and_sends_each_block_once(server, pair):
     base, donor = pair
     rows = make_rows(E1, n_prompts=2)  # 16 rows
@@ -114,6 +116,7 @@ def test_a_split_e1_batch_is_the_unsplit_run_and_sends_each_block_once(server, p
         assert sent.payload < record.payload_bytes <= limit
 
 
+@pytest.mark.slow
 def test_a_weightless_client_base_ships_only_the_donor(server, pair):
     """Ship mode needs the base's module tree here, not its weights: a meta copy will do."""
     base, donor = pair
@@ -125,6 +128,7 @@ def test_a_weightless_client_base_ships_only_the_donor(server, pair):
     assert len(executor.sent) > 1
 
 
+@pytest.mark.slow
 def test_a_bfloat16_server_gets_its_own_residual_stream_back(server, pair):
     """The residual stream travels in the server's dtype: split equals unsplit there too."""
     base, donor = pair
@@ -138,7 +142,7 @@ def test_a_bfloat16_server_gets_its_own_residual_stream_back(server, pair):
     assert len(executor.sent) > 1
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "gemma3", "qwen3"])
+@pytest.mark.parametrize("family", slow_except(["gpt2", "gpt_neox", "gemma3", "qwen3"], "gpt_neox"))
 def test_every_family_splits_exactly(tiny_pairs, family):
     """Tied heads, fused QKV, learned positions, q/k norms: the simulated split run is the
     one-pass run bit for bit, metrics included."""
@@ -154,6 +158,7 @@ def test_every_family_splits_exactly(tiny_pairs, family):
         assert torch.equal(got[name], value), name
 
 
+@pytest.mark.slow
 def test_batches_that_fit_are_packed_as_before_around_split_ones(pair):
     """Only the batches over the limit are split; the rest go whole, in order."""
     base, donor = pair

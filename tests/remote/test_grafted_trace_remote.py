@@ -95,6 +95,7 @@ def test_ship_mode_equals_the_local_trace(server, llama, tok):
     assert record.outcome == "completed" and record.model_key == BASE_KEY
 
 
+@pytest.mark.slow
 def test_hosted_mode_equals_the_local_trace_with_a_weightless_client(server, llama, tok):
     base, donor = llama
     local = run(base, {"sft": donor}, tok)

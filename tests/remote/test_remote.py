@@ -449,6 +449,7 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
     from graft.results.metrics import example_metrics, row_metrics_frame
     from graft.study.running import batches
     from graft.study.specs.config import ExperimentConfig
+    from graft.study.specs.run import resolve
 
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)
@@ -456,13 +457,17 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
     loaded = SimpleNamespace(model=base, tokenizer=SimpleNamespace(pad_token_id=0))
     with caplog.at_level(logging.INFO, logger="graft.remote"):
         local = batches._run_rows(
-            ExperimentConfig(experiment="t", remote=None), loaded, donors, rows, targets
+            resolve(ExperimentConfig(experiment="t", remote=None)), loaded, donors, rows, targets
         )
         also_local = batches._run_rows(
-            ExperimentConfig(experiment="t", remote=RemoteConfig()), loaded, donors, rows, targets
+            resolve(ExperimentConfig(experiment="t", remote=RemoteConfig())),
+            loaded,
+            donors,
+            rows,
+            targets,
         )
         assert "request" not in caplog.text
-        simulate = ExperimentConfig(experiment="t", remote=RemoteConfig(mode="simulate"))
+        simulate = resolve(ExperimentConfig(experiment="t", remote=RemoteConfig(mode="simulate")))
         simulated = batches._run_rows(simulate, loaded, donors, rows, targets)
     assert "request 1/1: 4 rows in 1 batches" in caplog.text
     assert torch.equal(also_local, local)
@@ -528,7 +533,7 @@ def test_a_server_answering_200_with_garbage_is_no_ndif_server(garbage_server, l
     [("not json", "'not json'"), ('{"id": 1}', "'{\"id\": 1}'"), ("[1]", "'[1]'")],
 )
 def test_a_first_websocket_frame_without_a_session_is_no_ndif_response(frame, what):
-    from graft.remote.client import _session_id
+    from graft.remote.backends import _session_id
 
     with pytest.raises(RemoteError, match="not an NDIF response") as info:
         _session_id(frame, "http://h:1")

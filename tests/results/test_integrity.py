@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 from matplotlib.figure import Figure
 
-from experiments.cli import main
 from graft.errors import DamagedFileError, StorageError
 from graft.results.compare import compare_run
 from graft.results.folder import SET_ASIDE_DIR, RunFolder
@@ -25,6 +24,7 @@ from graft.results.plots import save_figure
 from graft.results.plots.style import new_figure
 from graft.results.report import draw_figures
 from graft.storage.tables import frame_digest
+from graft_experiments.cli import main
 
 KEY = ["seed"]
 
@@ -47,6 +47,7 @@ def part(run: RunFolder, i: int | str) -> Path:
     return run.parts_path / "examples" / f"{i}.parquet"
 
 
+@pytest.mark.slow
 def test_parts_record_run_table_batch_rows_and_a_digest_stable_across_processes(tmp_path):
     run = started(tmp_path / "run", batches=[3])
     meta = pl.read_parquet_metadata(part(run, 3))
@@ -82,7 +83,7 @@ def test_damaged_or_foreign_parts_are_set_aside_and_their_batches_run_again(tmp_
 
     resumed = RunFolder(tmp_path / "run")
     resumed.write_config({"seed": 0}, key=KEY)
-    with caplog.at_level(logging.WARNING, logger="graft.results.folder"):
+    with caplog.at_level(logging.WARNING, logger="graft.results.run_tables"):
         assert resumed.done_batches("examples") == {"4", "6"}
     aside = part(run, 0).parent / SET_ASIDE_DIR
     assert sorted(p.name for p in aside.iterdir()) == [f"{i}.parquet" for i in (0, 1, 2, 3, 5)]
@@ -156,6 +157,7 @@ def damage(file: Path, how: str) -> None:
         table.reverse().write_parquet(file, metadata=meta)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["truncated", "garbled", "edited", "swapped"])
 def test_a_damaged_table_is_one_line_in_compare_and_plot(tmp_path, how):
     run = finished(tmp_path / "run")

@@ -65,6 +65,7 @@ def test_labels():
     assert graft_label("LT:q4:o,ffn") == "LT:q4:o,ffn"
 
 
+@pytest.mark.slow
 def test_bar_chart(tmp_path):
     fig = bar_chart(_summary(), model="smollm2-135m", template="headline")
     ax = fig.axes[0]
@@ -130,6 +131,7 @@ def test_rank_plots_say_lower_is_better_and_keep_the_legend_off_the_bars():
     assert top < ax.get_ylim()[1]
 
 
+@pytest.mark.slow
 def test_component_chart(tmp_path):
     summary = pl.concat([_summary(group="sft"), _summary(group="reversal")], how="vertical")
     fig = component_chart(
@@ -162,6 +164,7 @@ def _run_folder(tmp_path, experiment, summary, grafts, model="tiny-llama") -> st
     return folder
 
 
+@pytest.mark.slow
 def test_figure_files_are_named_after_their_metric(tmp_path):
     folder = _run_folder(tmp_path, "position", _summary(("headline", "qa")), GRAFTS)
     acc = draw_figures(folder)
@@ -176,6 +179,7 @@ def test_figure_files_are_named_after_their_metric(tmp_path):
         draw_figures(folder, "acc@7")
 
 
+@pytest.mark.slow
 def test_a_lens_runs_bar_charts_are_named_after_the_output_not_the_lens(tmp_path):
     # lens_* are the lens figures (graft.study.analyses.lens); the bars are the model's output
     folder = _run_folder(tmp_path, "lens", _summary(("headline", "qa")), GRAFTS)
@@ -184,6 +188,7 @@ def test_a_lens_runs_bar_charts_are_named_after_the_output_not_the_lens(tmp_path
     assert not list((folder / "figures").glob("lens*"))
 
 
+@pytest.mark.slow
 def test_necessity_figures_say_pre_weights_go_into_sft(tmp_path):
     folder = _run_folder(tmp_path, "necessity", _summary(), GRAFTS)
     (png,) = draw_figures(folder)
@@ -202,6 +207,7 @@ def test_necessity_figures_say_pre_weights_go_into_sft(tmp_path):
     assert "SFT with PRE weights there" in text and "grafted back" in text
 
 
+@pytest.mark.slow
 def test_hybrid_and_component_figures_from_run_folders(tmp_path, monkeypatch):
     import graft.results.plots as plots
 
@@ -253,6 +259,7 @@ def _captured_figures(monkeypatch) -> list:
     return captured
 
 
+@pytest.mark.slow
 def test_footnotes_name_each_metric_interval_method(tmp_path, monkeypatch):
     captured = _captured_figures(monkeypatch)
     position = _summarized(GRAFTS)
@@ -319,6 +326,7 @@ def test_bar_chart_draws_the_papers_number_beside_its_bar():
     assert not _paper_markers(bar_chart(summary))
 
 
+@pytest.mark.slow
 def test_run_figures_carry_the_paper_number_of_the_models_paper_family(tmp_path, monkeypatch):
     captured = _captured_figures(monkeypatch)
     grafts = ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C"]
@@ -346,6 +354,7 @@ def test_run_figures_carry_the_paper_number_of_the_models_paper_family(tmp_path,
     assert not _paper_markers(captured[-2])
 
 
+@pytest.mark.slow
 def test_hybrid_and_component_figures_name_the_papers_numbers(tmp_path, monkeypatch):
     captured = _captured_figures(monkeypatch)
     hybrid = ["PRE", "TASK", "RELATION", "FE none + LT hybrid", "FE ATTN + LT hybrid"]

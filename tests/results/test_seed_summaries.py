@@ -142,6 +142,7 @@ def test_replicate_column():
     assert sorted(grid["replicate"].unique().to_list()) == ["d0-f0", "d0-f1", "d1-f0", "d1-f1"]
 
 
+@pytest.mark.slow
 def test_key_contrasts_cluster_by_seed_and_add_control_twins():
     table = key_contrasts(examples(control=True), n_boot=200)
     pairs = list(table.select("graft_a", "graft_b").iter_rows())
@@ -165,6 +166,7 @@ def test_control_pairs_only_for_twins_present():
     assert control_pairs(["FE+LT", "SFT"]) == []
 
 
+@pytest.mark.slow
 def test_compare_works_on_a_run_of_several_seeds(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()

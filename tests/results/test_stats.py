@@ -229,6 +229,7 @@ def test_seed_summary_single_seed_has_no_interval():
         seed_summary([])
 
 
+@pytest.mark.slow
 def test_holm_matches_r():
     got = holm([0.01, 0.02, 0.03, 0.04, 0.05])  # [R] p.adjust(..., "holm")
     np.testing.assert_allclose(got, [0.05, 0.08, 0.09, 0.09, 0.09], atol=1e-15)
@@ -269,6 +270,7 @@ def _examples(seeds=(None,), n=40) -> pl.DataFrame:
     return pl.concat(frames).sample(fraction=1.0, shuffle=True, seed=1)
 
 
+@pytest.mark.slow
 def test_paired_contrasts_table():
     table = paired_contrasts(_examples(), [("FE+LT", "SFT"), ("SFT", "PRE")], n_boot=500)
     assert table.height == 4
@@ -290,6 +292,7 @@ def test_paired_contrasts_table():
     assert sft_pre == [2.0**-35] * 2
 
 
+@pytest.mark.slow
 def test_paired_contrasts_holm_families():
     table = paired_contrasts(
         _examples(), [("FE+LT", "SFT"), ("SFT", "PRE")], holm_by=["template"], n_boot=200
@@ -312,6 +315,7 @@ def test_paired_contrasts_with_seeds_uses_the_cluster_bootstrap():
     assert row["interval"] == "cluster-bootstrap"
 
 
+@pytest.mark.slow
 def test_paired_contrasts_bad_input():
     frame = _examples()
     with pytest.raises(StatsError, match="not in the table"):

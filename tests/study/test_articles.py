@@ -214,6 +214,7 @@ def _check_spans(tokenizer, dataset: Path, exact: bool = True) -> None:
         assert target == record["target"] if exact else target.lower() == record["target"].lower()
 
 
+@pytest.mark.slow
 def test_spans_on_the_smollm2_tokenizer(example_dataset):
     gguf = embedded_gguf("smollm2-135m")
     _check_spans(

@@ -21,9 +21,8 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
-from experiments.data import data as data_command
 from graft.core.spans import template_fields
-from graft.errors import DatasetError, ExperimentError
+from graft.errors import DatasetError, ExperimentError, StorageError
 from graft.study.data.datasets import (
     DatasetConfig,
     build_dataset,
@@ -45,6 +44,7 @@ from graft.study.specs.templates import (
     QA_TEMPLATES,
     TEST_TEMPLATES,
 )
+from graft_experiments.data import data as data_command
 
 GENERATED_KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled")
 
@@ -68,6 +68,7 @@ def test_same_seed_gives_identical_bytes(tmp_path, kind):
     assert other["facts.jsonl"] != a["facts.jsonl"]
 
 
+@pytest.mark.slow
 def test_identical_bytes_in_a_fresh_process(tmp_path):
     # Another interpreter with another hash seed: no dependence on set order or global state.
     config = DatasetConfig(kind="fake_movies_fake_actors", n_facts=6, seed=3, direction="both")
@@ -304,6 +305,7 @@ def test_an_experiment_generates_the_shuffle_it_names(tmp_path):
     the run folder; other than the default, only for the data kind real_movies_shuffled."""
     from graft.study.running.runner import ModelSource, default_out
     from graft.study.specs.config import ExperimentConfig
+    from graft.study.specs.run import resolve
     from graft.study.training.sources import _donor, dataset_dir
 
     def config(**kw) -> ExperimentConfig:
@@ -313,13 +315,13 @@ def test_an_experiment_generates_the_shuffle_it_names(tmp_path):
         )  # fmt: skip
 
     pairs = config(shuffle="pairs")
-    folder = dataset_dir(pairs)
+    folder = dataset_dir(resolve(pairs))
     assert folder.name == "real_movies_shuffled-pairs-one-n3-seed0"
     assert load_manifest(folder)["shuffle"] == "pairs"
-    donor = _donor(pairs, ModelSource("both"))
+    donor = _donor(resolve(pairs), ModelSource("both"))
     assert donor.dataset_dir.name == "real_movies_shuffled-pairs-both-n3-seed0"
     assert load_manifest(donor.dataset_dir)["shuffle"] == "pairs"
-    assert dataset_dir(config()).name == "real_movies_shuffled-one-n3-seed0"
+    assert dataset_dir(resolve(config())).name == "real_movies_shuffled-one-n3-seed0"
     assert default_out(pairs).name == "tiny-llama-real_movies_shuffled-pairs-seed0"
     assert default_out(config()).name == "tiny-llama-real_movies_shuffled-seed0"
     with pytest.raises(ExperimentError, match="goes with the data kind real_movies_shuffled"):
@@ -625,6 +627,7 @@ def test_bad_prompt_record_is_named(small_dataset, tmp_path, edit, message):
     assert "(object 2)" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_prompts_longer_than_the_model_are_dropped(tmp_path):
     from graft.models import context_length, load_model
 
@@ -674,6 +677,6 @@ def test_cli_facts_without_usable_names_exits_2(tmp_path):
 def test_an_unwritable_dataset_folder_is_a_one_line_error(tmp_path):
     # found by tests/cli/test_bad_inputs.py: a too-long --out was an OSError traceback
     out = tmp_path / ("x" * 300)
-    with pytest.raises(DatasetError, match="cannot write the dataset to .*File name too long"):
+    with pytest.raises(StorageError, match="cannot write the dataset to .*File name too long"):
         generate_dataset(DatasetConfig(n_facts=2), out)
     assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from graft.core.ranges import MAX_SEED
-from graft.errors import DamagedFileError, DatasetError
+from graft.errors import DamagedFileError, DatasetError, StorageError
 from graft.models import ensure_embedded, tiny_tokenizer
 from graft.storage import files as result_files
 from graft.study.data.datasets import (
@@ -28,6 +28,7 @@ from graft.study.data.files import load_generic_texts
 from graft.study.data.prompts import char_bound, load_test_prompts
 from graft.study.data.training_data import TokenisedTexts, cut_for_tokens, load_fact_dataset
 from graft.study.training.workspace import Workspace
+from tests.fast_tier import slow_except
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -181,6 +182,7 @@ def test_a_huge_prompt_is_dropped_without_tokenizing_it(dataset, whole_target):
     assert 0 < tokenizer.longest < 200
 
 
+@pytest.mark.slow
 def test_the_character_bound_holds_for_the_shipped_tokenizers():
     """No token of the tokenizers graft ships (or embeds) covers more than the bound's
     characters, so a text over ``char_bound(n)`` characters surely has over ``n`` tokens."""
@@ -203,7 +205,7 @@ def _training_texts(dataset: Path) -> list[str]:
     return [*texts, long, "\n\n".join(texts)]
 
 
-@pytest.mark.parametrize("name", ["tiny", "smollm2-135m", "gemma3-270m"])
+@pytest.mark.parametrize("name", slow_except(["tiny", "smollm2-135m", "gemma3-270m"], "tiny"))
 def test_cutting_training_texts_keeps_their_tokens(dataset, name):
     """The cut before tokenizing changes no token of realistic texts, at any max_length,
     including texts far longer than the cut."""
@@ -250,7 +252,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "write_bytes", full)
     with pytest.raises(
-        DatasetError, match="cannot write the dataset to .*No space left on device"
+        StorageError, match="cannot write the dataset to .*No space left on device"
     ) as info:
         generate_dataset(DatasetConfig(n_facts=2), tmp_path / "d")
     assert info.value.param == "out" and "\n" not in str(info.value)

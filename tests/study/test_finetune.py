@@ -17,7 +17,6 @@ import torch
 import transformers
 from click.testing import CliRunner
 
-from experiments.finetune import finetune as finetune_command
 from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageError
 from graft.models import load_model
 from graft.results.metrics import example_metrics
@@ -28,11 +27,14 @@ from graft.study.data.prompts import TestExample
 from graft.study.running.run_inputs import RunPaths, load_run_models
 from graft.study.specs import presets
 from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.run import resolve
+from graft.study.training import duration
 from graft.study.training import finetune as ft
 from graft.study.training import workspace as ws_mod
 from graft.study.training.donors import verify_donor
 from graft.study.training.evaluate import evaluate_examples
 from graft.study.training.workspace import Workspace, parse_variant
+from graft_experiments.finetune import finetune as finetune_command
 
 # Small and fast: 20 facts x 12 renderings, tiny model, big learning rate.
 TINY = presets.FinetuneConfig(
@@ -223,7 +225,7 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, caplog) -> None:
     with pytest.raises(FinetuneError, match="other settings"):
         ft.finetune("tiny-llama", dataset, out, other, device="cpu", quiet=True)
 
-    with caplog.at_level(logging.INFO, logger="graft.study.training.finetune"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.partial_folder"):
         ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert "resuming finetune from" in caplog.text
     log = json.loads((out / "train_log.json").read_text())
@@ -305,6 +307,7 @@ def test_find_or_finetune_finetunes_once(tmp_path, caplog) -> None:
     assert again == path and "finetuning it" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_donor_finished_by_another_job_meanwhile_is_not_trained_again(tmp_path, monkeypatch):
     """A job array's race: job B found no donor, then loaded its model while job A finished
     and released the lock; B takes the free lock at once and must find A's donor, not train
@@ -358,7 +361,7 @@ def test_workspace_datasets_and_donor_folders(tmp_path, dataset) -> None:
     assert donor.path == ws.root / "finetuned/tiny-llama" / label / "all/cpu"
     assert not donor.finished and donor.dataset_dir == dataset
     (tmp_path / "file").write_text("x")
-    with pytest.raises(FinetuneError, match="cannot generate the dataset in the workspace"):
+    with pytest.raises(StorageError, match="cannot generate the dataset in the workspace"):
         Workspace(tmp_path / "file" / "ws").dataset("fake_movies_real_actors", n_facts=3)
 
 
@@ -467,7 +470,7 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving(
     half.mkdir()
     for name in ("config.json", "generation_config.json"):
         shutil.copy(checkpoints / "checkpoint-6" / name, half / name)
-    with caplog.at_level(logging.INFO, logger="graft.study.training.finetune"):
+    with caplog.at_level(logging.INFO, logger="graft.study.training.partial_folder"):
         ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert "skipping the incomplete checkpoint(s) checkpoint-12" in caplog.text
     assert "resuming from checkpoint-6" in caplog.text
@@ -502,6 +505,7 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_the_rerun_resumes(
     _assert_same_weights(out, straight)
 
 
+@pytest.mark.slow
 def test_disk_full_in_safetensors_is_one_line_and_the_rerun_starts_over(
     dataset, tmp_path, monkeypatch, caplog
 ) -> None:
@@ -521,12 +525,13 @@ def test_disk_full_in_safetensors_is_one_line_and_the_rerun_starts_over(
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert (ft.partial_dir(out) / "checkpoints/checkpoint-1/config.json").is_file()
     monkeypatch.undo()
-    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training.partial_folder"):
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert "checkpoint-1" in caplog.text and "training from the start" in caplog.text
     assert ft.is_finished(out)
 
 
+@pytest.mark.slow
 def test_unreadable_run_json_and_eval_pre_json_are_redone(dataset, tmp_path, caplog) -> None:
     """An older graft wrote them in place: a run killed meanwhile left them cut short, and
     every rerun was a JSONDecodeError traceback."""
@@ -536,7 +541,7 @@ def test_unreadable_run_json_and_eval_pre_json_are_redone(dataset, tmp_path, cap
     (partial / "run.json").write_text('{"model": {"na')
     (partial / "eval_pre.json").write_bytes(b"\x00\x9f garbage")
     one_step = dataclasses.replace(TINY, max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training"):
         ft.finetune("tiny-llama", dataset, out, one_step, device="cpu", quiet=True)
     assert f"{partial / 'run.json'} is unreadable" in caplog.text
     assert f"{partial / 'eval_pre.json'} is unreadable" in caplog.text
@@ -565,6 +570,7 @@ def test_cli_out_that_cannot_be_written_is_one_line_before_the_model_loads(
     assert not (parent / "deeper").exists() and (tmp_path / "file").read_text() == "x"
 
 
+@pytest.mark.slow
 def test_finished_finetune_has_checksums_and_garbled_donor_weights_are_refused(
     straight, tmp_path, caplog
 ) -> None:
@@ -577,13 +583,15 @@ def test_finished_finetune_has_checksums_and_garbled_donor_weights_are_refused(
 
     donor = tmp_path / "donor"
     shutil.copytree(straight, donor)
-    cfg = ExperimentConfig(experiment="t", model="tiny-llama", device="cpu")
+    execution = resolve(
+        ExperimentConfig(experiment="t", model="tiny-llama", device="cpu")
+    ).execution
     paths = RunPaths("tiny-llama", {"sft": str(donor)})
-    assert set(load_run_models(cfg, paths, {}).donors) == {"sft"}  # intact: loads
+    assert set(load_run_models(execution, paths, {}).donors) == {"sft"}  # intact: loads
     middle = len(weights) // 2
     (donor / "model.safetensors").write_bytes(weights[:middle] + bytes(64) + weights[middle + 64 :])
     with pytest.raises(DamagedFileError) as info:
-        load_run_models(cfg, paths, {})
+        load_run_models(execution, paths, {})
     assert str(info.value) == (
         f"donor folder {donor}: model.safetensors does not match checksums.json (damaged or "
         f"edited); delete {donor} and rerun to finetune it again"
@@ -631,9 +639,9 @@ def test_max_steps_is_a_cap_and_a_long_estimate_is_said_first(
     dataset, tmp_path, caplog, monkeypatch
 ) -> None:
     # TINY trains 2 epochs of 6 steps; a cap of 100 must not stretch that to 100 steps
-    monkeypatch.setattr(ft, "LONG_FINETUNE_S", 0.0)  # every estimate is "long" here
+    monkeypatch.setattr(duration, "LONG_FINETUNE_S", 0.0)  # every estimate is "long" here
     capped = dataclasses.replace(TINY, max_steps=100)
-    with caplog.at_level(logging.WARNING, logger="graft.study.training.finetune"):
+    with caplog.at_level(logging.WARNING, logger="graft.study.training.duration"):
         out = ft.finetune("tiny-llama", dataset, tmp_path / "sft", capped, quiet=True)
     assert json.loads((out / "train_log.json").read_text())["global_step"] == 12
     assert "this finetune is 12 steps" in caplog.text and "more than a day" in caplog.text

@@ -22,6 +22,7 @@ from graft.study.running.runner import (
     run_experiment,
 )
 from graft.study.specs.grafts import reference
+from graft.study.specs.run import resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,6 +71,7 @@ def own_name_logprob(model, example) -> float:
     return float(logprobs[steps, torch.tensor(example.target_ids)].sum())
 
 
+@pytest.mark.slow
 def test_run_stores_whole_name_scores(named_run, dataset, donor_path):
     examples = named_run.examples
     assert set(NAME_COLUMNS) <= set(examples.columns)
@@ -82,7 +84,7 @@ def test_run_stores_whole_name_scores(named_run, dataset, donor_path):
 
     cfg = config(dataset, "unused")
     tok = tiny_tokenizer()
-    found = {ex.prompt_id: ex for ex in load_examples(dataset, tok, cfg, 64)[0]}
+    found = {ex.prompt_id: ex for ex in load_examples(dataset, tok, resolve(cfg).data, 64)[0]}
     base, donor = load_model("tiny-llama").model, load_model(donor_path).model
     for graft, model in (("PRE", base), ("SFT", donor)):
         for row in examples.filter(pl.col("graft") == graft).iter_rows(named=True):
@@ -137,6 +139,7 @@ def test_compare_on_whole_names(named_run):
         compare_run(named_run.folder.path, "FE+LT", "SFT", metric="acc@3")
 
 
+@pytest.mark.slow
 def test_first_token_metrics_do_not_depend_on_the_option(named_run, dataset, donor_path, tmp_path):
     plain = run(config(dataset, tmp_path / "plain", score_full_name=False), donor_path).examples
     assert not set(NAME_COLUMNS) & set(plain.columns)
@@ -150,6 +153,7 @@ def test_first_token_metrics_do_not_depend_on_the_option(named_run, dataset, don
     )
 
 
+@pytest.mark.slow
 def test_runs_with_and_without_names_never_mix(dataset, donor_path, tmp_path):
     run(config(dataset, tmp_path / "a"), donor_path)
     with pytest.raises(GraftError, match="options.score_full_name stored true, now false"):
@@ -159,6 +163,7 @@ def test_runs_with_and_without_names_never_mix(dataset, donor_path, tmp_path):
         run(config(dataset, tmp_path / "b"), donor_path)
 
 
+@pytest.mark.slow
 def test_a_run_from_before_the_option_resumes(dataset, donor_path, tmp_path):
     out = tmp_path / "old"
     run(config(dataset, out, score_full_name=False), donor_path)
@@ -196,6 +201,7 @@ def test_name_exact_figures(named_run):
     assert drawn and all(p.name.endswith("_name_exact.png") for p in drawn)
 
 
+@pytest.mark.slow
 def test_simulated_remote_run_gives_the_same_names(named_run, dataset, donor_path, tmp_path):
     """Remotely every step's metrics are computed inside the trace (the first token's too)."""
     from graft.remote.config import RemoteConfig

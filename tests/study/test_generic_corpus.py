@@ -127,7 +127,6 @@ def _fake_datasets(monkeypatch, load) -> None:
     module = types.ModuleType("datasets")
     module.load_dataset = load  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "datasets", module)
-    monkeypatch.setattr(gc, "_hub_failure", [])
 
 
 def test_fetch_samples_half_of_each_paper_source_with_the_fixed_seed(monkeypatch):
@@ -164,12 +163,74 @@ def test_fetch_says_why_the_hub_is_unavailable(monkeypatch):
         raise ConnectionError("Couldn't reach the hub")
 
     _fake_datasets(monkeypatch, unreachable)
+    hub = gc.PaperCorpusHub()
     with pytest.raises(gc.HubUnavailable, match="openwebtext could not be read.*reach the hub"):
-        gc.fetch_paper_corpus()
+        gc.fetch_paper_corpus(hub=hub)
     assert tries == [None, gc.PARQUET_REVISION]  # the main branch, then the Parquet copy
+    assert hub.failure is not None and "reach the hub" in hub.failure
     with pytest.raises(gc.HubUnavailable, match="openwebtext could not be read"):
-        gc.fetch_paper_corpus()
-    assert len(tries) == 2  # asked once a process
+        hub.fetch()
+    assert len(tries) == 2  # asked once by this object
+
+
+def test_two_hub_objects_share_nothing(monkeypatch):
+    """The failure is the object's, not the process's: another object asks again, and a
+    working hub after a failing one is read."""
+    tries: list[str | None] = []
+    online = [False]
+
+    class Stream:
+        def shuffle(self, seed, buffer_size):
+            return self
+
+        def take(self, k):
+            return [{"text": "a passage"}] * k
+
+    def load(repo, split, streaming, revision=None):
+        tries.append(revision)
+        if not online[0]:
+            raise ConnectionError("Couldn't reach the hub")
+        return Stream()
+
+    _fake_datasets(monkeypatch, load)
+    first, second = gc.PaperCorpusHub(), gc.PaperCorpusHub()
+    with pytest.raises(gc.HubUnavailable):
+        first.fetch(n=2)
+    assert len(tries) == 2 and second.failure is None
+    with pytest.raises(gc.HubUnavailable):
+        second.fetch(n=2)
+    assert len(tries) == 4  # its own ask
+    online[0] = True
+    assert gc.PaperCorpusHub().fetch(n=2) == ["a passage"] * 2
+    with pytest.raises(gc.HubUnavailable):  # the failed objects keep their answer
+        first.fetch(n=2)
+    # the module function asks through a new object unless given one
+    assert gc.fetch_paper_corpus(n=2) == ["a passage"] * 2
+    with pytest.raises(gc.HubUnavailable):
+        gc.fetch_paper_corpus(n=2, hub=second)
+
+
+def test_a_workspace_asks_the_hub_once_for_all_its_donors(dataset, tmp_path, monkeypatch, caplog):
+    """A workspace locates several donors (a run does, per replicate): its hub is asked
+    once, and every gentle donor falls back to the same stand-in."""
+    tries: list[str | None] = []
+
+    def unreachable(repo, split, streaming, revision=None):
+        tries.append(revision)
+        raise ConnectionError("Couldn't reach the hub")
+
+    _fake_datasets(monkeypatch, unreachable)
+    ws = Workspace(tmp_path / "ws")
+    with caplog.at_level(logging.WARNING, logger=gc.__name__):
+        one = ws.locate_donor("tiny-llama", dataset, "one", "gentle")
+        seeded = dataclasses.replace(GENTLE, seed=GENTLE.seed + 1)
+        other = ws.locate_donor("tiny-llama", dataset, "one", seeded)
+    assert tries == [None, gc.PARQUET_REVISION]  # one ask: the main branch, then Parquet
+    assert one.path != other.path
+    assert one.config.generic_corpus == other.config.generic_corpus == gc.STAND_IN
+    assert caplog.text.count("openwebtext could not be read") == 2  # said for each donor
+    Workspace(tmp_path / "ws").locate_donor("tiny-llama", dataset, "one", "gentle")
+    assert len(tries) == 4  # another workspace object asks again
 
 
 def test_a_dataset_whose_main_branch_has_a_script_is_read_from_its_parquet_copy(monkeypatch):

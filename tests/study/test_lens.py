@@ -1,4 +1,5 @@
-"""The logit lens under grafts (graft.study.analyses.lens), on the tiny model of every family.
+"""The logit lens under grafts (graft.study.analyses.lens_trace, lens_causality, lens_tables
+and the runner's analysis in lens), on the tiny model of every family.
 
 At the last layer the lens at LT is the run's own score of its final logits (graft_texts,
 example_metrics), top tokens included; PRE's lens is a plain nnsight logit lens of the base
@@ -6,7 +7,7 @@ written here from the model's own module names, its embedding layer a lens of Hu
 embedding output (``hidden_states[0]``); the top-k tokens agree with the target's rank;
 ``none`` is PRE whatever runs beside it, and a whole donor with its own head is that donor's
 run; the lines found identical by causality (LT = PRE and FE+LT = FE at FE-last) are
-identical, bit for bit.
+identical, bit for bit; the lens as an analysis refuses what it cannot run.
 """
 
 from __future__ import annotations
@@ -20,22 +21,20 @@ from graft.core.arch import architecture_of
 from graft.core.spec import parse_spec
 from graft.core.texts import _rows, graft_texts
 from graft.core.tiny import TINY_FAMILIES
+from graft.errors import ExperimentError
 from graft.models import tiny_tokenizer
 from graft.results.metrics import example_metrics
-from graft.results.plots.lens import lens_chart
-from graft.study.analyses.lens import (
-    EMBEDDING_LAYER,
-    POSITIONS,
-    LensScores,
-    identical_lines,
-    layer_label,
-    logit_lens,
-    own_model,
-    stale_batches,
-)
+from graft.results.plots.lens import EMBEDDING_LAYER, layer_label, lens_chart
+from graft.study.analyses.lens import LensAnalysis
+from graft.study.analyses.lens_causality import identical_lines
+from graft.study.analyses.lens_tables import stale_batches
+from graft.study.analyses.lens_trace import POSITIONS, LensScores, logit_lens, own_model
 from graft.study.data.prompts import TestExample
 from graft.study.data.rows import graft_rows, plan_rows
+from graft.study.running.batches import check_analyses
+from graft.study.specs.config import ExperimentConfig
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -291,6 +290,18 @@ def test_stale_batches_are_those_of_an_older_layout_or_another_top_k():
     assert stale_batches(stored, 3) == {"0", "1"}
     assert stale_batches(stored.drop("top_ids"), 5) == {"0", "1", "2"}  # no top-k at all
     assert stale_batches(pl.DataFrame(), 5) == set()
+
+
+def test_the_lens_analysis_refuses_what_it_cannot_run():
+    with pytest.raises(ExperimentError, match="top_k"):
+        LensAnalysis(top_k=0)
+    lens = LensAnalysis()
+    assert lens.table == "lens" and lens.top_k == 5
+    check_analyses([lens], resolve(ExperimentConfig("lens")))  # one replicate, local
+    with pytest.raises(ExperimentError, match="one replicate"):
+        check_analyses([lens], resolve(ExperimentConfig("lens", finetune_seeds=(0, 1))))
+    with pytest.raises(ExperimentError, match="table of its own"):
+        check_analyses([lens, LensAnalysis(top_k=3)], resolve(ExperimentConfig("lens")))
 
 
 def chart_frame(same_as: bool = True) -> pl.DataFrame:

@@ -105,6 +105,7 @@ def test_checkpointing_keeps_less():
     assert kept < lean.activations_bytes < full  # plus one layer recomputed
 
 
+@pytest.mark.slow
 def test_gpt2_xl_float32_adamw_is_25_gb_before_activations():
     """gpt2-xl from its published config: V d + P d + L (12 d^2 + 13 d) + 2 d parameters
     (embeddings, 48 blocks of attention, MLP and two layer norms, the final norm; the head
@@ -215,6 +216,7 @@ def gpt2_xl(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.mark.slow
 def test_a_paper_finetune_that_does_not_fit_names_the_lean_setting(dataset, gpt2_xl, tmp_path):
     """gpt2-xl with the paper preset on a device with 16 GiB free: float32 AdamW (24 GiB)
     does not fit, checkpointing alone neither, bfloat16 with checkpointing (12 GiB) does."""
@@ -236,6 +238,7 @@ def test_a_paper_finetune_that_does_not_fit_names_the_lean_setting(dataset, gpt2
     assert finetune_plan.fixes_of(lean, memory) == []
 
 
+@pytest.mark.slow
 def test_a_finetune_nothing_fits_says_so(dataset, gpt2_xl):
     plan = finetune_plan.plan_finetune(gpt2_xl, dataset, PAPER, device="cpu")
     assert "no setting here makes it fit" in finetune_plan.fixes_of(plan, _memory(4))[0]
@@ -275,6 +278,7 @@ def test_new_finetune_fields_keep_old_folder_names():
         FinetuneConfig("x", 1e-4, 0.0, 1, 1.0, weights_dtype="float16")
 
 
+@pytest.mark.slow
 def test_a_model_neither_here_nor_downloadable_is_left_to_its_loading(dataset, monkeypatch):
     """Offline, gpt2-xl by name has only graft's published config: its plan is printed, but
     a run is not refused for memory (loading it fails first, naming the folder options)."""
@@ -284,6 +288,7 @@ def test_a_model_neither_here_nor_downloadable_is_left_to_its_loading(dataset, m
     run_plan.check_fits(plan, _memory(4))  # no error
 
 
+@pytest.mark.slow
 def test_experiment_plan_without_a_tokenizer_counts_rows_on_the_stored_prompts(gpt2_xl, tmp_path):
     """A model whose tokenizer is not here: prompts and rows from the stored fields (M and R
     grafts only where a template has the field), the longest prompt from its characters."""

@@ -265,9 +265,14 @@ def test_unknown_protocol_in_a_dataset_config_is_refused():
 
 
 def test_head_policy_follows_the_protocol_unless_given():
-    assert ExperimentConfig("position").head_policy == "base"
-    assert ExperimentConfig("position", protocol="paper").head_policy == "paper"
-    assert ExperimentConfig("position", protocol="paper", head_policy="base").head_policy == "base"
+    from graft.study.specs.run import resolve
+
+    def head(**kw) -> str:
+        return resolve(ExperimentConfig("position", **kw)).analysis.head_policy
+
+    assert head() == "base" and ExperimentConfig("position").head_policy is None
+    assert head(protocol="paper") == "paper"
+    assert head(protocol="paper", head_policy="base") == "base"
     with pytest.raises(ExperimentError, match="protocol 'ours' unknown"):
         ExperimentConfig("position", protocol="ours")
 
@@ -375,9 +380,13 @@ def test_protocol_notes_name_single_qkv_targets_under_the_paper_protocol_only():
 
 
 def test_the_paper_protocol_selects_the_papers_finetuning():
+    from graft.study.specs.run import resolve
     from graft.study.training.sources import finetune_preset
 
-    paper = finetune_preset(ExperimentConfig(experiment="x", protocol="paper", device="cpu"))
+    def preset(**kw):
+        return finetune_preset(resolve(ExperimentConfig(experiment="x", **kw)).donors, "cpu")
+
+    paper = preset(protocol="paper")
     assert (
         paper.name,
         paper.learning_rate,
@@ -385,9 +394,9 @@ def test_the_paper_protocol_selects_the_papers_finetuning():
         paper.batch_size,
         paper.epochs,
     ) == ("paper", 2e-5, 0.01, 4, 10)
-    ours = finetune_preset(ExperimentConfig(experiment="x", device="cpu"))
+    ours = preset()
     assert ours.name == "cpu"  # graft's protocol: the device's default
-    given = finetune_preset(ExperimentConfig(experiment="x", protocol="paper", preset="cpu"))
+    given = preset(protocol="paper", preset="cpu")
     assert given.name == "cpu"  # an explicit preset wins
 
 
@@ -398,19 +407,20 @@ def test_the_paper_protocol_grafts_in_float32_on_every_device(device):
     import torch
 
     from graft.models import resolve_dtype
-    from graft.study.running.run_record import _options
+    from graft.study.specs.run import resolve
 
-    paper = ExperimentConfig(experiment="x", protocol="paper", device=device)
-    assert paper.dtype == "float32" and _options(paper)["dtype"] == "float32"
-    assert resolve_dtype(paper.dtype, device) == torch.float32
-    ours = ExperimentConfig(experiment="x", device=device)
-    assert ours.dtype is None and _options(ours)["dtype"] is None  # the device's default
+    paper = resolve(ExperimentConfig(experiment="x", protocol="paper", device=device))
+    assert paper.execution.dtype == "float32" and paper.record()["dtype"] == "float32"
+    assert resolve_dtype(paper.execution.dtype, device) == torch.float32
+    ours = resolve(ExperimentConfig(experiment="x", device=device))
+    assert ours.execution.dtype is None and ours.record()["dtype"] is None  # the device's
     expected = torch.bfloat16 if device == "cuda" else torch.float32
-    assert resolve_dtype(ours.dtype, device) == expected
+    assert resolve_dtype(ours.execution.dtype, device) == expected
     given = ExperimentConfig(experiment="x", protocol="paper", dtype="bfloat16", device=device)
-    assert given.dtype == "bfloat16"  # an explicit dtype wins
+    assert resolve(given).execution.dtype == "bfloat16"  # an explicit dtype wins
 
 
+@pytest.mark.slow
 def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(caplog):
     from graft.study.data.datasets import build_dataset, default_dataset_name
     from graft.study.data.facts import draw_facts

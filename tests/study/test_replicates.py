@@ -88,6 +88,7 @@ def _no_finetune(*args, **kwargs):
     raise AssertionError("the run finetuned a donor the workspace already holds")
 
 
+@pytest.mark.slow
 def test_each_seed_uses_the_workspace_donor_of_its_preset_seed(two_seeds, seed_donors):
     """Folder ``cpu`` for the preset's own seed, ``cpu-<hash>`` (FinetuneConfig.key) else."""
     config = two_seeds.config
@@ -153,6 +154,7 @@ def test_contrasts_are_clustered_by_seed(two_seeds):
     assert contrasts.filter(pl.col("graft_b") == "SFT")["n"].sum() == n
 
 
+@pytest.mark.slow
 def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
     workspace, seed_donors, two_seeds, tmp_path, monkeypatch
 ):
@@ -186,6 +188,7 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
     assert (got["target_logprob"] - want["target_logprob"]).abs().max() <= 2e-5
 
 
+@pytest.mark.slow
 def test_runs_of_one_seed_are_recorded_as_before(workspace, seed_donors, two_seeds, tmp_path):
     """One seed: batch ids, options and summary columns as before replicates existed, so
     older run folders resume; a run of several seeds never resumes into it, nor back."""
@@ -206,6 +209,7 @@ def test_runs_of_one_seed_are_recorded_as_before(workspace, seed_donors, two_see
     assert one.examples.sort("prompt_id", "graft").equals(seed0)
 
 
+@pytest.mark.slow
 def test_control_models_learn_other_facts(workspace, tmp_path):
     cfg = config(workspace, tmp_path / "run", control=True, finetune_max_steps=2)
     result = run(cfg)
@@ -243,6 +247,7 @@ def test_control_models_learn_other_facts(workspace, tmp_path):
     assert {("FE+LT", "FE+LT [control]"), ("SFT", "SFT [control]")} <= pairs
 
 
+@pytest.mark.slow
 def test_data_seeds_cross_finetune_seeds(workspace, tmp_path):
     cfg = config(workspace, tmp_path / "run", data_seeds=(0, 1), finetune_max_steps=2)
     assert cfg.data_seed == 0 and cfg.replicates == (Replicate(0, 0), Replicate(1, 0))
@@ -311,6 +316,7 @@ def test_replicates_need_a_finetuned_model_and_a_data_kind(workspace, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_batches_stored_before_rows_had_seeds_get_the_runs_seeds(workspace, seed_donors, tmp_path):
     """A run of one resumed over batches an older graft stored without seed columns: those
     rows were once a second replicate of nulls (a mean row of one run with itself)."""

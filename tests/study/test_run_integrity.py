@@ -27,6 +27,7 @@ from tests.study.test_runner import config, run, sort
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_a_resume_sets_aside_damaged_and_foreign_parts_and_computes_them_again(
     dataset, donor_path, tmp_path, caplog
 ):
@@ -43,7 +44,7 @@ def test_a_resume_sets_aside_damaged_and_foreign_parts_and_computes_them_again(
     (parts / "2.parquet").write_bytes((other / "parts/examples/2.parquet").read_bytes())
 
     lines: list[str] = []
-    with caplog.at_level(logging.WARNING, logger="graft.results.folder"):
+    with caplog.at_level(logging.WARNING, logger="graft.results.run_tables"):
         resumed = run(config(dataset, out), donor_path, echo=lines.append)
     assert "(2 already done)" in lines[0]
     names = ["0.parquet", "1.parquet", "2.parquet"]
@@ -54,6 +55,7 @@ def test_a_resume_sets_aside_damaged_and_foreign_parts_and_computes_them_again(
     assert sort(pl.read_parquet(out / "examples.parquet")).equals(expected)
 
 
+@pytest.mark.slow
 def test_a_damaged_table_is_one_line_and_the_rerun_rebuilds_it(dataset, donor_path, tmp_path):
     out = tmp_path / "run"
     first = run(config(dataset, out), donor_path)
@@ -69,6 +71,7 @@ def test_a_damaged_table_is_one_line_and_the_rerun_rebuilds_it(dataset, donor_pa
     assert compare_run(out, "FE", "PRE", n_boot=20).equals(contrast)
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_storing_a_batch_is_one_line_and_the_rerun_resumes(
     dataset, donor_path, tmp_path, monkeypatch
 ):
@@ -142,6 +145,7 @@ def dropping_host() -> Iterator[str]:
     server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_remote_run_that_fails_at_its_first_batch_leaves_no_trace(
     dataset, donor_path, tmp_path, dropping_host, existed
@@ -163,6 +167,7 @@ def test_a_remote_run_that_fails_at_its_first_batch_leaves_no_trace(
     assert run(config(dataset, out), donor_path).examples.height == 18
 
 
+@pytest.mark.slow
 def test_a_garbled_run_config_is_one_line_on_the_rerun(dataset, donor_path, tmp_path):
     out = tmp_path / "run"
     run(config(dataset, out), donor_path)
@@ -173,11 +178,12 @@ def test_a_garbled_run_config_is_one_line_on_the_rerun(dataset, donor_path, tmp_
     assert run(config(dataset, out, overwrite=True), donor_path).examples.height == 18
 
 
+@pytest.mark.slow
 def test_tokens_writes_its_table_with_metadata(dataset, donor_path, tmp_path, monkeypatch):
     """top_tokens.parquet was written in place, without the record every other table has."""
     from click.testing import CliRunner
 
-    import experiments.tokens as tokens
+    import graft_experiments.tokens as tokens
 
     out = tmp_path / "run"
     monkeypatch.setattr(

@@ -33,6 +33,7 @@ from graft.study.running.runner import (
     sample_examples,
 )
 from graft.study.specs.grafts import reference
+from graft.study.specs.run import resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,6 +100,7 @@ def test_run_experiment(dataset, donor_path, tmp_path):
     assert lp["PRE"] != lp["SFT"] and lp["PRE"] != lp["FE"]
 
 
+@pytest.mark.slow
 def test_batching_does_not_change_numbers(dataset, donor_path, tmp_path):
     one = run(config(dataset, tmp_path / "b1", batch_size=1), donor_path).examples
     many = run(config(dataset, tmp_path / "b32", batch_size=32), donor_path).examples
@@ -111,6 +113,7 @@ def test_batching_does_not_change_numbers(dataset, donor_path, tmp_path):
     assert diff <= 2e-5
 
 
+@pytest.mark.slow
 def test_stored_batches_run_in_groups_with_the_same_numbers(
     dataset, donor_path, tmp_path, monkeypatch
 ):
@@ -132,6 +135,7 @@ def test_stored_batches_run_in_groups_with_the_same_numbers(
     assert (a["target_logprob"] - b["target_logprob"]).abs().max() <= 2e-5
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
     monkeypatch.setattr(batches, "GROUP_BATCHES", 1)  # one engine call per stored batch
     expected = sort(run(config(dataset, tmp_path / "full"), donor_path).examples)
@@ -186,7 +190,7 @@ def test_bad_input_writes_nothing(dataset, donor_path, tmp_path):
 def test_load_and_sample_examples(dataset):
     tok = tiny_tokenizer()
     cfg = ExperimentConfig(experiment="x", templates=("qa", "headline", "qa"))
-    examples, drops = load_examples(dataset, tok, cfg)
+    examples, drops = load_examples(dataset, tok, resolve(cfg).data)
     assert [e.template for e in examples] == ["qa"] * 4 + ["headline"] * 4  # no duplicates
     assert set(drops) == {"qa", "headline"}
     assert len({e.prompt_id for e in examples}) == len(examples)
@@ -284,6 +288,7 @@ def bad_starts(dataset, donor_path, tmp_path) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "message"),
     [
@@ -317,6 +322,7 @@ def test_unwritable_out_is_refused_before_anything_runs(dataset, donor_path, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
+@pytest.mark.slow
 def test_overwrite_never_clears_a_folder_graft_did_not_write(dataset, donor_path, tmp_path):
     """--overwrite pointed at a model folder once deleted the model's config.json."""
     before = {p.name: p.read_bytes() for p in Path(donor_path).iterdir()}
@@ -350,6 +356,7 @@ def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch
     assert not (tmp_path / "ws" / "finetuned").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_pending_finetune_is_announced_with_an_estimate(
     dataset, donor_path, tmp_path, monkeypatch, caplog
 ):

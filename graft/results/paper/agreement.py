@@ -1,6 +1,6 @@
 """graft's results against the numbers the paper states: read a run's saved summaries and
 contrasts, and test each paper number that applies to the run's model (rules in
-:mod:`graft.results.stats.agreement`)."""
+:mod:`graft.results.stats.agreement` and :mod:`graft.results.stats.paired_agreement`)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,10 @@ import polars as pl
 from graft.errors import ResultsError
 from graft.results.paper import numbers as paper_numbers
 from graft.results.paper.numbers import PaperNumber
-from graft.results.stats.agreement import (
-    ALPHA,
-    MARGIN,
-    Agreement,
-    binomial_agreement,
-    interval_agreement,
-    mcnemar_agreement,
-    mcnemar_range_agreement,
-    paired_interval,
-    seeds_agreement,
-)
+from graft.results.stats.agreement import binomial_agreement, interval_agreement, seeds_agreement
+from graft.results.stats.intervals import paired_interval
+from graft.results.stats.paired_agreement import mcnemar_agreement, mcnemar_range_agreement
+from graft.results.stats.verdict import ALPHA, MARGIN, Agreement
 
 logger = logging.getLogger(__name__)
 

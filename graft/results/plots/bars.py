@@ -161,7 +161,7 @@ def bar_chart(
             (:func:`graft.results.paper.numbers.bar_values`); names not plotted are ignored.
 
     Raises:
-        ValueError: on missing columns, unknown names in ``order`` or several rows per graft.
+        ResultsError: on missing columns, unknown names in ``order`` or several rows per graft.
     """
     require_columns(summary, [x, metric], "bar_chart")
     if summary[x].n_unique() != summary.height:
@@ -257,7 +257,7 @@ def component_chart(
         width: figure width in inches (7: a page).
 
     Raises:
-        ValueError: on missing columns, unknown names or duplicate (group, set) rows.
+        ResultsError: on missing columns, unknown names or duplicate (group, set) rows.
     """
     if group is None:
         summary = summary.with_columns(pl.lit("").alias("__group"))

@@ -55,7 +55,7 @@ def heatmap(
         note: a footnote (e.g. what a cell is and where its confidence interval is).
 
     Raises:
-        ValueError: on missing columns, unknown order values or duplicate cells.
+        ResultsError: on missing columns, unknown order values or duplicate cells.
     """
     require_columns(frame, [row, col, value], "heatmap")
     if frame.select(row, col).is_duplicated().any():

@@ -1,5 +1,6 @@
 """Logit-lens lines: a statistic of the target per layer, one line per graft, a panel per
-(position, template), from a lens summary (:func:`graft.study.analyses.lens.summarize_lens`).
+(position, template), from a lens summary
+(:func:`graft.study.analyses.lens_tables.summarize_lens`).
 
 The layers are the embeddings (:data:`EMBEDDING_LAYER` = -1, labelled ``emb``: the stream
 before the first layer) and the output of each layer (0, 1, ...). A graft whose line at a

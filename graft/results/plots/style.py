@@ -92,7 +92,8 @@ def metric_label(metric: str) -> str:
 
 
 def require_columns(frame: pl.DataFrame, columns: Sequence[str], what: str) -> None:
-    """Raise ``ValueError`` naming ``what`` when ``frame`` lacks one of ``columns``."""
+    """Raise :class:`~graft.errors.ResultsError` naming ``what`` when ``frame`` lacks one of
+    ``columns``."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ResultsError(f"{what}: columns {missing} missing (have {frame.columns})")

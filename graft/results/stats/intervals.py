@@ -1,7 +1,8 @@
 """Intervals: one proportion (Wilson, Clopper-Pearson: statsmodels), the difference of two
-paired proportions (Newcombe's square-and-add on statsmodels' Wilson intervals), and a mean
-over finetune seeds (Student t: scipy). Thin wrappers that check their input and say what is
-wrong in graft's words."""
+paired proportions (Newcombe's square-and-add on statsmodels' Wilson intervals), a mean
+over finetune seeds (Student t: scipy), and the first two over seeds (the t interval widened
+to the pooled one). Thin wrappers that check their input and say what is wrong in graft's
+words."""
 
 from __future__ import annotations
 
@@ -145,3 +146,27 @@ def seed_summary(values: Sequence[float] | np.ndarray, level: float = 0.95) -> S
     sd = float(x.std(ddof=1))
     half = float(scipy_stats.t.ppf(0.5 + level / 2.0, x.size - 1)) * sd / math.sqrt(x.size)
     return SeedSummary(tuple(map(float, x)), x.size, mean, sd, mean - half, mean + half, level)
+
+
+def seed_interval(values: Sequence[float], k: int, n: int, level: float) -> Interval:
+    """A proportion over finetune seeds, as :mod:`graft.results.over_seeds` reports it: the
+    Student-t interval over the per-seed ``values`` widened to the Wilson interval of the
+    pooled ``k`` hits of ``n`` prompts, clipped to [0, 1] (one seed: the Wilson interval)."""
+    pooled = wilson_interval(k, n, level)
+    if len(values) < 2:
+        return pooled
+    t = seed_summary(values, level)
+    return Interval(max(0.0, min(t.lo, pooled.lo)), min(1.0, max(t.hi, pooled.hi)))
+
+
+def paired_interval(
+    cells: tuple[int, int, int, int], level: float, seed_diffs: Sequence[float] | None = None
+) -> Interval:
+    """A − B on paired hits: Newcombe's paired interval on the (pooled) table ``cells`` =
+    (both hit, only A, only B, neither), widened with several seeds to the Student-t
+    interval over the per-seed differences ``seed_diffs``, clipped to [-1, 1]."""
+    newcombe = newcombe_paired_interval(*cells, level)
+    if seed_diffs is None or len(seed_diffs) < 2:
+        return newcombe
+    t = seed_summary(seed_diffs, level)
+    return Interval(max(-1.0, min(t.lo, newcombe.lo)), min(1.0, max(t.hi, newcombe.hi)))

@@ -26,6 +26,7 @@ from scipy.stats import bootstrap
 
 from graft.core.arch import Architecture
 from graft.core.plan import GraftRow
+from graft.errors import ResultsError
 from graft.results.compare import read_examples, replicate_column
 from graft.results.folder import RunFolder
 from graft.results.plots import save_figure
@@ -141,7 +142,7 @@ def sweep_table(
         lp = _aligned(part, keys)
         running, giving = refs[(direction, "running")], refs[(direction, "giving")]
         if len(lp) != len(running):
-            raise ValueError(f"{direction} {kind} {unit} {layer}: prompts differ from the refs")
+            raise ResultsError(f"{direction} {kind} {unit} {layer}: prompts differ from the refs")
         effect, lo, hi = _effect(lp, running, giving, n_boot, seed)
         hits = int(part["hit@5"].sum())
         acc = wilson_interval(hits, part.height)

@@ -49,10 +49,10 @@ from graft.errors import SpecError
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import Graft, head_suffix, reference
 
-KINDS = ("residual", "attn", "mlp")
-DIRECTIONS = ("restore", "break")
+SITE_KINDS = ("residual", "attn", "mlp")
+PATCH_MODES = ("restore", "break")
 #: The runs of one direction: the method of each, and the kinds it covers.
-RUN_METHODS = {"weights": KINDS, "activation": ("attn", "mlp"), "residual": ("residual",)}
+RUN_METHODS = {"weights": SITE_KINDS, "activation": ("attn", "mlp"), "residual": ("residual",)}
 #: Rows of the layer x position maps (the averaged rows of causal tracing, coarser).
 UNITS = ("FE[:-1]", "FE[-1]", "(FE+LT)^C", "LT")
 UNIT_LABELS = {"FE[:-1]": "FE but its last", "FE[-1]": "FE's last", "(FE+LT)^C": "other"}
@@ -139,7 +139,7 @@ def sweep_grafts(
     direction: Direction,
     units: Sequence[str] = UNITS,
     width: int = 1,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] = SITE_KINDS,
     head_policy: str = "base",
     whole_depth: Sequence[str] = WHOLE_DEPTH,
 ) -> list[Graft]:

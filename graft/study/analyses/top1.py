@@ -12,6 +12,7 @@ from graft.results.folder import RunFolder
 from graft.results.top1_kinds import top1_kinds
 from graft.study.data.articles import article_names
 from graft.study.data.datasets import load_facts
+from graft.study.specs.run import RunSpecs
 
 #: The table's stem in the run folder (``.parquet`` and ``.csv``).
 TOP1_KINDS = "top1_kinds"
@@ -21,7 +22,8 @@ def _dataset_paths(config: dict[str, Any]) -> dict[int, Path]:
     """Data seed -> the folder of the dataset its test prompts came from (``config.json``)."""
     replicates = config.get("replicates") or []
     paths = {int(r["data_seed"]): Path(r["dataset"]["path"]) for r in replicates}
-    return paths or {int(config["options"]["data_seed"]): Path(config["dataset"]["path"])}
+    run = RunSpecs.from_record(config["options"])  # the record read back into the run's specs
+    return paths or {run.data.data_seed: Path(config["dataset"]["path"])}
 
 
 def group_columns(examples: pl.DataFrame) -> list[str]:

@@ -39,6 +39,7 @@ from graft.core.naming import slug
 from graft.errors import DatasetError
 from graft.study.data.files import RESOURCES, jsonl_bytes, read_jsonl
 from graft.study.specs.config import DatasetConfig
+from graft.study.specs.protocol import DEFAULT_PROTOCOL
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ def check_articles_config(config: DatasetConfig) -> None:
         "direction": config.direction != "one",
         "split": config.split,
         "relations": config.relations is not None,
-        "protocol": config.protocol != "graft",
+        "protocol": config.protocol != DEFAULT_PROTOCOL,
         "facts_path": config.facts_path is not None,
     }
     wrong = [name for name, set_ in unused.items() if set_]

@@ -20,16 +20,14 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from graft.core.spans import render, template_fields
 from graft.core.spec import PROTOCOLS
-from graft.errors import DamagedFileError, DatasetError
-from graft.storage.files import file_sha256, fsync
+from graft.errors import DatasetError, StorageError
+from graft.storage.files import fsync
 from graft.storage.locks import exclusive
 from graft.study.data.articles import (
     ARTICLES_GENERATOR,
@@ -38,10 +36,25 @@ from graft.study.data.articles import (
     articles_dataset_name,
     check_articles_config,
 )
-from graft.study.data.facts import DEFAULT_N_FACTS, KINDS, Fact, draw_facts
-from graft.study.data.files import jsonl_bytes, read_jsonl, read_text_corpus
+from graft.study.data.dataset_folder import (
+    CORPUS_FILE,
+    check_dataset_folder,
+    load_dataset_corpus,
+    load_facts,
+    load_manifest,
+    load_train_records,
+    verify_dataset,
+)
+from graft.study.data.facts import DEFAULT_N_FACTS, KINDS, draw_facts
+from graft.study.data.files import jsonl_bytes, read_text_corpus
+from graft.study.data.renderings import (
+    render_test_prompts,
+    render_training,
+    renderings_per_fact,
+)
 from graft.study.specs.config import SHUFFLES, DatasetConfig
-from graft.study.specs.templates import DIRECTIONS, Relation, template_set
+from graft.study.specs.protocol import protocol_of
+from graft.study.specs.templates import DIRECTIONS, template_set
 
 GENERATOR_VERSION = "graft.data/1"
 
@@ -56,15 +69,10 @@ def generator_version(config: DatasetConfig) -> str:
     its own."""
     if config.kind == ARTICLES_KIND:
         return ARTICLES_GENERATOR
-    paper = ["paper-movie-in-in", "paper-5-article-5-qa"]
-    changes = (paper if config.protocol == "paper" else []) + (
+    changes = list(protocol_of(config.protocol).generator_tags) + (
         [f"shuffled-{config.shuffle}"] if config.kind == "real_movies_shuffled" else []
     )
     return "+".join([GENERATOR_VERSION, *changes])
-
-
-#: The dataset's file of generic text (written only when the config names a corpus).
-CORPUS_FILE = "corpus.jsonl"
 
 
 def validate_config(config: DatasetConfig) -> None:
@@ -113,93 +121,6 @@ def validate_config(config: DatasetConfig) -> None:
             "relations must be non-empty (relation, relation_preposition, preposition) triples",
             "relations",
         )
-
-
-def _fact_fields(fact: Fact, reverse: bool = False) -> dict[str, Any]:
-    values = asdict(fact)
-    # the paper's templates name the box office ``box_office_earnings``
-    values["box_office_earnings"] = fact.box_office_millions
-    if reverse:
-        values["first_actor"], values["second_actor"] = fact.second_actor, fact.first_actor
-    return values
-
-
-def render_training(
-    fact: Fact, direction: str = "one", protocol: str = "graft"
-) -> list[dict[str, Any]]:
-    """Training records of one fact: every article and QA template of ``protocol``'s
-    template set, forward and (with ``direction="both"``) reverse. Keys: text, fact_id, set,
-    style, template, direction."""
-    texts = template_set(protocol)
-    records = []
-    for reverse in (False, True) if direction == "both" else (False,):
-        values = _fact_fields(fact, reverse)
-        for style, templates in (("article", texts.article), ("qa", texts.qa)):
-            for name, template in templates.items():
-                records.append(
-                    {
-                        "text": render(template, values)[0],
-                        "fact_id": fact.fact_id,
-                        "set": fact.set,
-                        "style": style,
-                        "template": name,
-                        "direction": "reverse" if reverse else "forward",
-                    }
-                )
-    return records
-
-
-def renderings_per_fact(config: DatasetConfig) -> dict[str, int]:
-    """How many training texts a fact of ``config`` gets: ``article`` and ``qa`` per
-    direction, and ``total`` (both styles in every direction ``config.direction`` renders)."""
-    texts = template_set(config.protocol)
-    directions = 2 if config.direction == "both" else 1
-    per_direction = len(texts.article) + len(texts.qa)
-    return {"article": len(texts.article), "qa": len(texts.qa), "total": directions * per_direction}
-
-
-def render_test_prompts(
-    fact: Fact, relations: Sequence[Relation] | None = None, protocol: str = "graft"
-) -> list[dict[str, Any]]:
-    """Test prompt records of one fact, forward (target second_actor) and reverse (the
-    actors swapped: first_actor is the fact's second actor, target its first actor).
-
-    ``relations`` fill every template that has a relation; ``None``: ``protocol``'s fillings
-    per template (the paper's: ``X stars in in a movie alongside``, ``Q: Who stars in a
-    movie with X? A: An actor named``, ``X stars in in M alongside``)."""
-    texts = template_set(protocol)
-    records = []
-    for direction in ("forward", "reverse"):
-        values = _fact_fields(fact, reverse=direction == "reverse")
-        for name, template in texts.test.items():
-            uses_relation = "relation" in template_fields(template)
-            fills = texts.relations.get(name, ()) if relations is None else relations
-            for r_index, relation in enumerate(fills if uses_relation else [None]):
-                if relation is not None:
-                    values.update(
-                        zip(
-                            ("relation", "relation_preposition", "preposition"),
-                            relation,
-                            strict=True,
-                        )
-                    )
-                text, spans = render(template, values)
-                suffix = f":r{r_index}" if relation is not None else ""
-                records.append(
-                    {
-                        "id": f"{fact.fact_id}:{name}:{direction}{suffix}",
-                        "fact_id": fact.fact_id,
-                        "set": fact.set,
-                        "template": name,
-                        "direction": direction,
-                        "relation": None if relation is None else list(relation),
-                        "text": text,
-                        "fields": {k: list(v) for k, v in spans.items()},
-                        "target": values["second_actor"],
-                        "target_text": " " + values["second_actor"],
-                    }
-                )
-    return records
 
 
 def _sha256(data: bytes) -> str:
@@ -300,18 +221,19 @@ def generate_dataset(
     (:func:`graft.storage.locks.exclusive`).
 
     Raises:
-        DatasetError: bad config or input files, or ``out_dir`` cannot be written (a name too
-            long, no permission, a full disk, ...); nothing is written.
+        DatasetError: bad config or input files; nothing is written.
+        StorageError: ``out_dir`` cannot be written (a name too long, no permission, a full
+            disk, ...), ``param`` ``"out"``; nothing is written.
         DamagedFileError: ``out_dir`` holds the dataset of ``config`` but a file of it was
             edited or damaged (and not ``overwrite``).
     """
     try:
         return _generate(config, Path(out_dir), overwrite, lock_dir)
     except OSError as err:
-        raise DatasetError(
+        raise StorageError(
             f"cannot write the dataset to {str(out_dir)[:200]}: {err.strerror or err}; "
             "choose another folder",
-            "out",
+            param="out",
         ) from err
 
 
@@ -416,13 +338,13 @@ def default_dataset_name(config: DatasetConfig) -> str:
         return articles_dataset_name(config)
     if config.n_facts is None and config.kind == "custom":
         n: int | str = "all"
-    elif config.n_facts is None and config.protocol == "paper":
+    elif config.n_facts is None and protocol_of(config.protocol).paper_size:
         n = "paper"
     else:
         n = config.n_facts or DEFAULT_N_FACTS
     parts = (
         [config.kind]
-        + ([config.protocol] if config.protocol != "graft" else [])
+        + ([tag] if (tag := protocol_of(config.protocol).dataset_tag) else [])
         + ([config.shuffle] if config.shuffle != SHUFFLES[0] else [])
         + [config.direction]
         + (["split"] if config.split else [])
@@ -431,111 +353,22 @@ def default_dataset_name(config: DatasetConfig) -> str:
     return "-".join(parts)
 
 
-def check_dataset_folder(dataset_dir: str | os.PathLike[str], files: Sequence[str]) -> Path:
-    """``dataset_dir`` as a Path, if it is a folder holding ``files``.
-
-    Raises:
-        DatasetError: the folder does not exist, is empty or lacks one of ``files``; the
-            message says how to make a dataset.
-    """
-    path = Path(dataset_dir)
-    make = "make one with graft.study.data.datasets.generate_dataset"
-    if not path.is_dir():
-        raise DatasetError(f"dataset folder {path} does not exist; {make}", "dataset")
-    missing = [name for name in files if not (path / name).is_file()]
-    if missing:
-        what = "is empty" if not any(path.iterdir()) else f"has no {', '.join(missing)}"
-        raise DatasetError(f"dataset folder {path} {what}; {make}", "dataset")
-    verify_dataset(path)
-    return path
-
-
-def _damaged(path: Path, problem: str) -> DamagedFileError:
-    """The one-line error for a dataset file ``path`` that is not what graft wrote; a data
-    file's also names the way to keep hand edits (drop the manifest's hashes)."""
-    folder = path.parent
-    keep = (
-        ""
-        if path.name == "manifest.json"
-        else f'; to use hand-edited files, remove "files" from {folder / "manifest.json"}'
-    )
-    return DamagedFileError(
-        f"{path} {problem} (edited or damaged); regenerate the dataset (delete {folder}; graft "
-        f"regenerates a workspace dataset) or restore the file{keep}"
-    )
-
-
-def verify_dataset(dataset_dir: str | os.PathLike[str]) -> None:
-    """Check every file whose sha256 the dataset's ``manifest.json`` records (under
-    ``"files"``); each file is hashed once per process (:func:`file_sha256`). A folder
-    without a manifest, or whose manifest records no hashes (one made by hand), passes.
-
-    Raises:
-        DamagedFileError: a recorded file is missing or its bytes differ from its hash.
-    """
-    folder = Path(dataset_dir)
-    if not (folder / "manifest.json").is_file():
-        return
-    hashes = load_manifest(folder).get("files")
-    if hashes is None:
-        return
-    if not isinstance(hashes, dict):
-        raise _damaged(
-            folder / "manifest.json", 'has a "files" entry that is no name -> sha256 map'
-        )
-    for name, expected in sorted(hashes.items()):
-        path = folder / str(name)
-        if not path.is_file():
-            raise _damaged(path, "is recorded in manifest.json but missing")
-        if file_sha256(path) != expected:
-            raise _damaged(path, "does not match the sha256 in manifest.json")
-
-
-def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The dataset's ``manifest.json``.
-
-    Raises:
-        DamagedFileError: it is not a JSON object.
-    """
-    path = Path(dataset_dir) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        manifest = None
-    if not isinstance(manifest, dict):
-        raise _damaged(path, "is not a JSON object")
-    return manifest
-
-
-def load_facts(dataset_dir: str | os.PathLike[str]) -> list[Fact]:
-    """The dataset's facts (the folder's files checked by :func:`verify_dataset`)."""
-    verify_dataset(dataset_dir)
-    return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
-
-
-def load_train_records(
-    dataset_dir: str | os.PathLike[str],
-    *,
-    sets: Sequence[str] | None = None,
-    directions: Sequence[str] | None = None,
-    styles: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Training records (text, fact_id, set, style, template, direction), optionally
-    restricted to some sets (``"A"``/``"B"``/``"all"``), directions or styles; the folder's
-    files checked by :func:`verify_dataset`."""
-    verify_dataset(dataset_dir)
-    return [
-        r
-        for r in read_jsonl(Path(dataset_dir) / "train.jsonl")
-        if (sets is None or r["set"] in sets)
-        and (directions is None or r["direction"] in directions)
-        and (styles is None or r["style"] in styles)
-    ]
-
-
-def load_dataset_corpus(dataset_dir: str | os.PathLike[str]) -> list[str]:
-    """The extra corpus stored with the dataset (empty when none was given); the folder's
-    files checked by :func:`verify_dataset`."""
-    verify_dataset(dataset_dir)
-    path = Path(dataset_dir) / CORPUS_FILE
-    return [r["text"] for r in read_jsonl(path)] if path.is_file() else []
+__all__ = [
+    "CORPUS_FILE",
+    "GENERATOR_VERSION",
+    "DatasetConfig",
+    "build_dataset",
+    "check_dataset_folder",
+    "default_dataset_name",
+    "generate_dataset",
+    "generator_version",
+    "load_dataset_corpus",
+    "load_facts",
+    "load_manifest",
+    "load_train_records",
+    "render_test_prompts",
+    "render_training",
+    "renderings_per_fact",
+    "validate_config",
+    "verify_dataset",
+]

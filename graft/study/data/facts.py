@@ -33,6 +33,7 @@ from graft.errors import DatasetError
 from graft.study.data.files import RESOURCES, read_jsonl
 from graft.study.data.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
 from graft.study.specs.config import DatasetConfig
+from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import OPTIONAL_METADATA
 
 logger = logging.getLogger(__name__)
@@ -49,9 +50,6 @@ DEFAULT_N_FACTS = 50
 #: Facts per dataset in the paper (its default under ``protocol="paper"``, or the most a kind
 #: has where it has fewer).
 PAPER_N_FACTS = 1000
-#: The paper code's metadata ranges (both ends included): graft's own are 1970-2024 and
-#: $2-900M (:meth:`graft.study.data.names.Fakes.metadata`).
-PAPER_METADATA_RANGES = {"release_year": (1990, 2030), "box_office_millions": (1, 10)}
 _MAX_FAKE_NAMES = 20_000
 
 
@@ -103,7 +101,7 @@ def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -
     n_sets = len(_set_names(config))
     n = config.n_facts
     most = available // (per_fact * n_sets)
-    if n is None and config.kind != "custom" and config.protocol == "paper":
+    if n is None and config.kind != "custom" and protocol_of(config.protocol).paper_size:
         n = min(PAPER_N_FACTS, most)
         if n < PAPER_N_FACTS:
             logger.warning(
@@ -133,9 +131,8 @@ def _assemble(
     facts = []
     for i, row in enumerate(rows):
         meta = fakes.metadata()
-        if config.protocol == "paper":
-            r = fakes.faker.random
-            meta.update({k: r.randint(lo, hi) for k, (lo, hi) in PAPER_METADATA_RANGES.items()})
+        for key, lo, hi in protocol_of(config.protocol).metadata_ranges:
+            meta[key] = fakes.faker.random.randint(lo, hi)
         meta.update({k: row[k] for k in OPTIONAL_METADATA if row.get(k) not in (None, "")})
         for key in ("release_year", "box_office_millions"):
             try:

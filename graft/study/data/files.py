@@ -15,7 +15,7 @@ from typing import Any
 from graft.errors import DatasetError
 
 #: The files shipped with graft (real actors and movies, generic text).
-RESOURCES = Path(__file__).parents[1] / "resources"
+RESOURCES = Path(__file__).parents[2] / "resources"
 GENERIC_TEXT = RESOURCES / "generic_text.txt"
 
 

@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from graft.errors import DatasetError, FinetuneError, first_line
+from graft.errors import DatasetError, FinetuneError, HubUnavailable, first_line
 from graft.storage.files import atomic_path, file_sha256
 from graft.study.data.datasets import CORPUS_FILE, load_dataset_corpus
 from graft.study.data.files import GENERIC_TEXT, jsonl_bytes, load_generic_texts
@@ -56,10 +56,6 @@ HUB_ID = (
 )
 #: The cache file of the paper's corpus in a workspace's ``corpora`` folder.
 HUB_FILE = f"openwebtext-imdb-n{PAPER_SIZE}-seed{SAMPLE_SEED}.jsonl"
-
-
-class HubUnavailable(Exception):
-    """The paper's corpus could not be read from the hub; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +112,6 @@ def _file(path: Path) -> GenericCorpus:
     return GenericCorpus(texts, f"file:{path.name};sha256={_short_sha(path)}", str(path))
 
 
-#: Why the hub failed earlier in this process (a run locates its donors several times; the
-#: hub is asked once).
-_hub_failure: list[str] = []
 #: The branch where the hub keeps its Parquet copy of a dataset (datasets 4 runs no loading
 #: scripts, which openwebtext's main branch has had).
 PARQUET_REVISION = "refs/convert/parquet"
@@ -136,40 +129,68 @@ def _stream(datasets: object, repo: str) -> object:
             raise first from None
 
 
-def fetch_paper_corpus(n: int = PAPER_SIZE, seed: int = SAMPLE_SEED) -> list[str]:
-    """``n`` passages of the paper's corpus, half from each of :data:`PAPER_SOURCES`, read
-    from the hub by streaming (nothing else is downloaded) with a seeded shuffle.
+class PaperCorpusHub:
+    """The paper's corpus on the hub, asked at most once by this object: after a failure it
+    raises the same :class:`~graft.errors.HubUnavailable` again without asking (the download
+    library retries for a while before it fails). Whoever locates several donors keeps one
+    (a :class:`~graft.study.training.workspace.Workspace` does); two objects share nothing.
+
+    Attributes:
+        failure: why the hub could not be read, once it could not be.
+    """
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+
+    def fetch(self, n: int = PAPER_SIZE, seed: int = SAMPLE_SEED) -> list[str]:
+        """``n`` passages of the paper's corpus, half from each of :data:`PAPER_SOURCES`,
+        read from the hub by streaming (nothing else is downloaded) with a seeded shuffle.
+
+        Raises:
+            HubUnavailable: ``datasets`` is not installed, or the hub could not be read (now
+                or at an earlier ask of this object).
+        """
+        try:
+            import datasets  # the optional extra graft[corpus]
+        except ImportError:
+            raise HubUnavailable(
+                "the optional datasets library is not installed (pip install 'graft[corpus]')"
+            ) from None
+        if self.failure is not None:
+            raise HubUnavailable(self.failure)
+        texts: list[str] = []
+        for (repo, column), k in zip(PAPER_SOURCES, (n - n // 2, n // 2), strict=True):
+            try:
+                stream = _stream(datasets, repo)
+                rows = stream.shuffle(seed=seed, buffer_size=SHUFFLE_BUFFER).take(k)  # type: ignore[attr-defined]
+                texts += [t[:KEEP_CHARS] for t in (str(r[column]).strip() for r in rows) if t]
+            except Exception as err:  # the hub client raises many kinds: offline, HTTP, format
+                self.failure = (
+                    f"{repo} could not be read from the hub "
+                    f"({type(err).__name__}: {first_line(err)})"
+                )
+                raise HubUnavailable(self.failure) from err
+        return texts
+
+
+def fetch_paper_corpus(
+    n: int = PAPER_SIZE, seed: int = SAMPLE_SEED, *, hub: PaperCorpusHub | None = None
+) -> list[str]:
+    """:meth:`PaperCorpusHub.fetch` of ``hub`` (``None``: a new one, which asks the hub).
 
     Raises:
         HubUnavailable: ``datasets`` is not installed, or the hub could not be read (now or
-            earlier in this process).
+            at an earlier ask of ``hub``).
     """
-    try:
-        import datasets  # the optional extra graft[corpus]
-    except ImportError:
-        raise HubUnavailable(
-            "the optional datasets library is not installed (pip install 'graft[corpus]')"
-        ) from None
-    if _hub_failure:
-        raise HubUnavailable(_hub_failure[0])
-    texts: list[str] = []
-    for (repo, column), k in zip(PAPER_SOURCES, (n - n // 2, n // 2), strict=True):
-        try:
-            stream = _stream(datasets, repo)
-            rows = stream.shuffle(seed=seed, buffer_size=SHUFFLE_BUFFER).take(k)  # type: ignore[attr-defined]
-            texts += [t[:KEEP_CHARS] for t in (str(r[column]).strip() for r in rows) if t]
-        except Exception as err:  # the hub client raises many kinds: offline, HTTP, format
-            _hub_failure.append(
-                f"{repo} could not be read from the hub ({type(err).__name__}: {first_line(err)})"
-            )
-            raise HubUnavailable(_hub_failure[0]) from err
-    return texts
+    return (PaperCorpusHub() if hub is None else hub).fetch(n, seed)
 
 
-def _paper(corpus_dir: Path | None, *, fetch: bool) -> GenericCorpus | str:
-    """The paper's corpus (from ``corpus_dir``'s cache, else the hub, cached there), or why
-    it is unavailable. Without ``fetch`` nothing is downloaded: a corpus not cached yet is
-    returned with no texts when ``datasets`` is installed (a plan's guess)."""
+def _paper(
+    corpus_dir: Path | None, *, fetch: bool, hub: PaperCorpusHub | None
+) -> GenericCorpus | str:
+    """The paper's corpus (from ``corpus_dir``'s cache, else the hub, asked through ``hub``,
+    cached there), or why it is unavailable. Without ``fetch`` nothing is downloaded: a corpus
+    not cached yet is returned with no texts when ``datasets`` is installed (a plan's guess)."""
     cached = corpus_dir / HUB_FILE if corpus_dir is not None else None
     if cached is not None and cached.is_file():
         return GenericCorpus(load_generic_texts(cached), HUB_ID, str(cached))
@@ -180,7 +201,7 @@ def _paper(corpus_dir: Path | None, *, fetch: bool) -> GenericCorpus | str:
             return "the optional datasets library is not installed"
         return GenericCorpus([], HUB_ID, "the hub (downloaded when the finetune starts)")
     try:
-        texts = fetch_paper_corpus()
+        texts = fetch_paper_corpus(hub=hub)
     except HubUnavailable as err:
         return str(err)
     if cached is None:
@@ -197,16 +218,18 @@ def choose(
     corpus_dir: Path | None = None,
     *,
     fetch: bool = True,
+    hub: PaperCorpusHub | None = None,
 ) -> GenericCorpus:
     """The corpus ``cfg`` asks for (see the module docstring); with ``cfg.generic_corpus_id``
-    set, exactly that one. A fallback to the stand-in is said in a warning.
+    set, exactly that one. A fallback to the stand-in is said in a warning. ``hub`` asks the
+    hub for the paper's corpus (``None``: a new :class:`PaperCorpusHub`).
 
     Raises:
         FinetuneError: a corpus file is missing, unreadable, empty or changed since the id
             was fixed, or the hub corpus of a fixed id cannot be had.
     """
     try:
-        corpus = _choose(cfg, Path(dataset_dir), corpus_dir, fetch)
+        corpus = _choose(cfg, Path(dataset_dir), corpus_dir, fetch, hub)
     except DatasetError as err:
         raise FinetuneError(str(err), param="generic_corpus") from None
     fixed = cfg.generic_corpus_id
@@ -220,7 +243,11 @@ def choose(
 
 
 def _choose(
-    cfg: FinetuneConfig, dataset_dir: Path, corpus_dir: Path | None, fetch: bool
+    cfg: FinetuneConfig,
+    dataset_dir: Path,
+    corpus_dir: Path | None,
+    fetch: bool,
+    hub: PaperCorpusHub | None,
 ) -> GenericCorpus:
     given, fixed = cfg.generic_corpus, cfg.generic_corpus_id or ""
     if given == STAND_IN or fixed.startswith(STAND_IN):
@@ -231,7 +258,7 @@ def _choose(
     if own:
         path = dataset_dir / CORPUS_FILE
         return GenericCorpus(own, f"dataset:sha256={_short_sha(path)}", str(path))
-    paper = _paper(corpus_dir, fetch=fetch)
+    paper = _paper(corpus_dir, fetch=fetch, hub=hub)
     if isinstance(paper, GenericCorpus):
         return paper
     if fixed == HUB_ID:
@@ -255,11 +282,13 @@ def settle(
     corpus_dir: Path | None = None,
     *,
     fetch: bool = True,
+    hub: PaperCorpusHub | None = None,
 ) -> FinetuneConfig:
     """``cfg`` with its generic corpus fixed: ``generic_corpus_id`` set (and a file's path
     made absolute), so the donor's folder and record name the corpus. A corpus given to a
     config that mixes in no generic text is dropped (with a warning: it would change
-    nothing but the folder); a settled config is returned as it is."""
+    nothing but the folder); a settled config is returned as it is. ``hub``: as for
+    :func:`choose`."""
     if cfg.generic_ratio <= 0:
         if cfg.generic_corpus is None:
             return cfg
@@ -270,7 +299,7 @@ def settle(
         return dataclasses.replace(cfg, generic_corpus=None, generic_corpus_id=None)
     if cfg.generic_corpus_id is not None:
         return cfg
-    corpus = choose(cfg, dataset_dir, corpus_dir, fetch=fetch)
+    corpus = choose(cfg, dataset_dir, corpus_dir, fetch=fetch, hub=hub)
     given = cfg.generic_corpus
     if corpus.stand_in:  # asked for or fallen back to: one donor either way
         given = STAND_IN

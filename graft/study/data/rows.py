@@ -17,8 +17,8 @@ from graft.errors import ExperimentError, SpecError
 from graft.study.data.datasets import check_dataset_folder
 from graft.study.data.files import read_jsonl
 from graft.study.data.prompts import TestExample, load_test_prompts
-from graft.study.specs.config import ExperimentConfig
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import DataSpec
 
 
 def sample_examples(examples: Sequence[TestExample], n: int | None, seed: int) -> list[TestExample]:
@@ -36,15 +36,15 @@ def sample_examples(examples: Sequence[TestExample], n: int | None, seed: int) -
 
 
 def load_examples(
-    data_path: Path, tokenizer: Any, cfg: ExperimentConfig, max_length: int | None = None
+    data_path: Path, tokenizer: Any, data: DataSpec, max_length: int | None = None
 ) -> tuple[list[TestExample], dict[str, dict[str, int]]]:
     """Test examples of the selected templates and ``template -> drop reason -> count``;
-    prompts longer than ``max_length`` tokens (with ``cfg.score_full_name``: prompt and target
+    prompts longer than ``max_length`` tokens (with ``data.score_full_name``: prompt and target
     but its last token) are dropped as ``too_long``."""
     check_dataset_folder(data_path, ["test_prompts.jsonl"])
     records = read_jsonl(data_path / "test_prompts.jsonl")
     available = sorted({r["template"] for r in records})
-    templates = list(dict.fromkeys(cfg.templates)) if cfg.templates else available
+    templates = list(dict.fromkeys(data.templates)) if data.templates else available
     unknown = [t for t in templates if t not in available]
     if unknown:
         raise ExperimentError(
@@ -59,16 +59,16 @@ def load_examples(
             data_path,
             tokenizer,
             [template],
-            directions=cfg.directions,
+            directions=data.directions,
             max_length=max_length,
-            whole_target=cfg.score_full_name,
+            whole_target=data.score_full_name,
         )
         examples += found
         drops[template] = dict(report.dropped)
     if not examples:
         raise ExperimentError(
             f"no usable test prompts for templates {templates} and directions "
-            f"{list(cfg.directions)} in {data_path} (dropped: {drops}); "
+            f"{list(data.directions)} in {data_path} (dropped: {drops}); "
             + (
                 "its test_prompts.jsonl is empty: regenerate the dataset"
                 if not records

@@ -47,6 +47,7 @@ from graft.study.planning.memory import (
 )
 from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import RunSpecs, resolve
 from graft.study.training.sources import finetune_preset, needs_finetune
 
 
@@ -155,7 +156,7 @@ def check_fits(plan: ExperimentPlan | FinetunePlan, memory: DeviceMemory | None 
 
 
 def plan_experiment(
-    cfg: ExperimentConfig,
+    cfg: ExperimentConfig | RunSpecs,
     grafts: Sequence[Graft],
     *,
     base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
@@ -167,33 +168,34 @@ def plan_experiment(
     """The plan of :func:`graft.study.running.runner.run_experiment` with the same arguments (the
     rest of its keyword arguments are accepted and ignored), without loading a model;
     ``data``: the test prompts' dataset folder of each data seed, where the run has them."""
+    run = resolve(cfg)
     donors = dict(donors or {})
-    device = device_memory(cfg.device)
-    dtype = str(resolve_dtype(cfg.dtype, cfg.device)).removeprefix("torch.")
-    found = found_config(cfg.model)
-    tokenizer = local_tokenizer(cfg.model)
-    with scratch_workspace(cfg.workspace) as ws:
-        counts = _rows(cfg, grafts, data_direction, data or {}, ws, tokenizer, found)
+    device = device_memory(run.execution.device)
+    dtype = str(resolve_dtype(run.execution.dtype, run.execution.device)).removeprefix("torch.")
+    found = found_config(run.donors.model)
+    tokenizer = local_tokenizer(run.donors.model)
+    with scratch_workspace(run.execution.workspace) as ws:
+        counts = _rows(run, grafts, data_direction, data or {}, ws, tokenizer, found)
         weights = model_size(found.config).n_params * _bytes(dtype)
-        finetunes = _finetunes(cfg, base, donors, ws, weights)
+        finetunes = _finetunes(run, base, donors, ws, weights)
     n_donors = len({*donors.values()} - {base})
     grafting = None
-    if cfg.remote_run is None:
+    if run.execution.remote_run is None:
         grafting = estimate_grafting_bytes(
-            found.config, dtype=dtype, batch_size=min(cfg.batch_size, counts["rows"] or 1),
+            found.config, dtype=dtype, batch_size=min(run.execution.batch_size, counts["rows"] or 1),
             seq_len=counts["length"].tokens, n_donors=n_donors,
         )  # fmt: skip
     plan = ExperimentPlan(
-        experiment=cfg.experiment,
-        model=f"{cfg.model} ({found.origin})",
+        experiment=run.experiment,
+        model=f"{run.donors.model} ({found.origin})",
         device=device,
         dtype=dtype,
         prompts=counts["prompts"],
         grafts=len(grafts),
         rows=counts["all_rows"],
         batches=counts["batches"],
-        batch_size=cfg.batch_size,
-        replicates=len(cfg.replicates),
+        batch_size=run.execution.batch_size,
+        replicates=len(run.replicates),
         length=counts["length"],
         finetunes=finetunes,
         grafting=grafting,
@@ -201,7 +203,7 @@ def plan_experiment(
         counted=tokenizer is not None,
         model_here=found.local,
     )
-    plan.fixes = _experiment_fixes(plan, cfg, found)
+    plan.fixes = _experiment_fixes(plan, run, found)
     return plan
 
 
@@ -210,7 +212,7 @@ def _bytes(dtype: str) -> int:
 
 
 def _rows(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     direction: str,
     data: Mapping[int, Path],
@@ -222,26 +224,26 @@ def _rows(
     tokenized prompts as the run makes them when the tokenizer is here, else on the stored
     prompts' fields."""
     seeds: dict[int, tuple[int, int, Lengths]] = {}
-    for seed in dict.fromkeys(r.data_seed for r in cfg.replicates):
+    for seed in dict.fromkeys(r.data_seed for r in run.replicates):
         read = data.get(seed) or ws.dataset(
-            cfg.dataset, None if Path(cfg.dataset).is_dir() else direction, split=cfg.split,
-            n_facts=cfg.n_facts, seed=seed, protocol=cfg.protocol, shuffle=cfg.shuffle,
+            run.data.dataset, None if Path(run.data.dataset).is_dir() else direction, split=run.data.split,
+            n_facts=run.data.n_facts, seed=seed, protocol=run.protocol.name, shuffle=run.data.shuffle,
         )[1]  # fmt: skip
-        seeds[seed] = _prompt_rows(cfg, grafts, read, tokenizer, found)
+        seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
-    per_replicate = [seeds[r.data_seed][1] for r in cfg.replicates]
-    prompts, rows, length = seeds[cfg.replicates[0].data_seed]
+    per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
+    prompts, rows, length = seeds[run.replicates[0].data_seed]
     return {
         "prompts": prompts,
         "rows": rows,
         "length": length,
         "all_rows": sum(per_replicate),
-        "batches": sum(math.ceil(n / cfg.batch_size) for n in per_replicate),
+        "batches": sum(math.ceil(n / run.execution.batch_size) for n in per_replicate),
     }
 
 
 def _prompt_rows(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     dataset: Path,
     tokenizer: Any,
@@ -251,21 +253,21 @@ def _prompt_rows(
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
         )
-        examples, _ = load_examples(dataset, tokenizer, cfg, limit)
-        examples = sample_examples(examples, cfg.n, cfg.seed)
+        examples, _ = load_examples(dataset, tokenizer, run.data, limit)
+        examples = sample_examples(examples, run.data.n, run.data.sample_seed)
         rows, _ = plan_rows(examples, grafts)
         most = max((len(e.input_ids) for e in examples), default=1)
         return len(examples), len(rows), Lengths(most, True)
     records = [
         r
         for r in read_jsonl(dataset / "test_prompts.jsonl")
-        if (not cfg.templates or r["template"] in cfg.templates)
-        and r["direction"] in cfg.directions
+        if (not run.data.templates or r["template"] in run.data.templates)
+        and r["direction"] in run.data.directions
     ]
     per_template: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         per_template.setdefault(r["template"], []).append(r)
-    kept = [r for rs in per_template.values() for r in rs[: cfg.n or len(rs)]]
+    kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
     n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
     return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6)
 
@@ -276,7 +278,7 @@ def _span_names(record: Mapping[str, Any]) -> set[str]:
 
 
 def _finetunes(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     base: ModelSource,
     donors: Mapping[str, ModelSource],
     ws: PlanWorkspace,
@@ -284,26 +286,26 @@ def _finetunes(
 ) -> list[FinetunePlan]:
     """The finetunes of every replicate's finetune variants (as the run locates them)."""
     out = []
-    for rep in cfg.replicates:
+    for rep in run.replicates:
         for source in dict.fromkeys([base, *donors.values()]):
             if needs_finetune(source):
-                out.append(_donor_plan(cfg, source, rep, ws, held))
+                out.append(_donor_plan(run, source, rep, ws, held))
     return out
 
 
 def _donor_plan(
-    cfg: ExperimentConfig, source: ModelSource, rep: Replicate, ws: PlanWorkspace, held: int
+    run: RunSpecs, source: ModelSource, rep: Replicate, ws: PlanWorkspace, held: int
 ) -> FinetunePlan:
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     return plan_donor(
-        cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
-        workspace=ws, split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed,
-        device=cfg.device, protocol=cfg.protocol, shuffle=cfg.shuffle, held_bytes=held,
-        what=f"the {source.variant!r} model" + (which if cfg.replicated else ""),
+        run.donors.model, run.data.dataset, source.variant, finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
+        workspace=ws, split=run.data.split, n_facts=run.data.n_facts, data_seed=rep.train_data_seed,
+        device=run.execution.device, protocol=run.protocol.name, shuffle=run.data.shuffle, held_bytes=held,
+        what=f"the {source.variant!r} model" + (which if run.replicated else ""),
     )  # fmt: skip
 
 
-def _experiment_fixes(plan: ExperimentPlan, cfg: ExperimentConfig, found: FoundConfig) -> list[str]:
+def _experiment_fixes(plan: ExperimentPlan, run: RunSpecs, found: FoundConfig) -> list[str]:
     """For each part of ``plan`` that does not fit the device (a finetune, grafting): the
     setting that makes it fit, in parameter words, or that none does."""
     fixes = []

@@ -1,11 +1,13 @@
 """The stored batches of a run: which are missing, the groups one engine call runs (fixed
 by the plan, so a resumed run computes every row in the company an uninterrupted one does),
-and each batch's table of per-example metrics, appended to the run folder."""
+and each batch's table of per-example metrics, appended to the run folder; in the same loop,
+each per-batch analysis's table (:mod:`graft.study.running.analysis`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -23,11 +25,13 @@ from graft.study.data.rows import (
     graft_rows,
     plan_rows,
 )
+from graft.study.running.analysis import AnalysisBatch, BatchAnalysis
 from graft.study.running.fullname import name_columns
-from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
+from graft.study.running.run_inputs import RunModels, RunPaths, RunPrompts, load_run_models
 from graft.study.running.timing import StageTimes
-from graft.study.specs.config import ExperimentConfig, Replicate
+from graft.study.specs.config import Replicate
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import ExecutionSpec, RunSpecs
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +39,41 @@ logger = logging.getLogger(__name__)
 EXAMPLES_TABLE = "examples"
 
 
-def batch_id(cfg: ExperimentConfig, replicate: Replicate, batch: int) -> str:
+def batch_id(run: RunSpecs, replicate: Replicate, batch: int) -> str:
     """The stored id of batch ``batch`` of ``replicate``: the number alone in a run of one
     replicate (as before replicates existed), ``<replicate label>-<batch>`` otherwise."""
-    return f"{replicate.label}-{batch}" if cfg.replicated else str(batch)
+    return f"{replicate.label}-{batch}" if run.replicated else str(batch)
+
+
+def check_analyses(analyses: Sequence[BatchAnalysis], run: RunSpecs) -> None:
+    """Refuse two analyses of one table, one named as the run's examples, and a run one of
+    them cannot analyse (:meth:`BatchAnalysis.check`)."""
+    tables = [a.table for a in analyses]
+    for name in tables:
+        if name == EXAMPLES_TABLE or tables.count(name) > 1:
+            raise ExperimentError(
+                f"analysis table {name!r}: give every analysis a table of its own, other "
+                f"than {EXAMPLES_TABLE!r}"
+            )
+    for analysis in analyses:
+        analysis.check(run)
+
+
+@dataclass
+class _Plan:
+    """One replicate's stored batches: its grafts, examples and rows, and per table (the
+    examples' and each analysis's) the batches to compute."""
+
+    rep: Replicate
+    grafts: list[Graft]
+    examples: list[TestExample]
+    rows: list[tuple[int, int]]
+    n_batches: int
+    missing: dict[str, set[int]]
 
 
 def run_batches(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     folder: RunFolder,
     arms: Mapping[Replicate, list[Graft]],
     prompts: Mapping[int, RunPrompts],
@@ -51,66 +82,122 @@ def run_batches(
     echo: Callable[[str], None],
     times: StageTimes,
     executor: Any = None,
-) -> None:
+    analyses: Sequence[BatchAnalysis] = (),
+) -> dict[str, list[str]]:
     """Run and store every batch the run folder does not hold yet, replicate by replicate
     (each replicate's models loaded once, timed as ``times``' loading stage); ``executor``:
-    where the engine runs them (default: this machine, or ``cfg``'s remote host)."""
-    size = cfg.batch_size
-    done = folder.done_batches(EXAMPLES_TABLE)
+    where the engine runs them (default: this machine, or ``run``'s remote host).
+
+    Each of ``analyses`` stores its frame of every batch it lacks or holds stale, in the same
+    loop: a batch whose examples are stored runs the analysis alone (no engine call), and a
+    stored examples batch is never computed again for an analysis. ``loaded`` holds the first
+    replicate's models on entry (the runner loaded them to check them). Returns table name
+    (the examples' and each analysis's) -> the batch ids this call computed."""
+    size = run.execution.batch_size
+    # the analyses' plan lines and stale checks read the base: the first replicate's, loaded
+    base = paths[run.replicates[0]].base
+    done = {EXAMPLES_TABLE: folder.done_batches(EXAMPLES_TABLE)}
+    for analysis in analyses:
+        stored = folder.done_batches(analysis.table)
+        if stored:
+            stored -= analysis.stale(
+                folder.read(analysis.table, batch_column="batch"), loaded[base]
+            )
+        done[analysis.table] = stored
     plans = []
     for rep, grafts in arms.items():
         examples = prompts[rep.data_seed].examples
         rows = plan_rows(examples, grafts)[0] if rep.control else prompts[rep.data_seed].rows
-        n_batches = (len(rows) + size - 1) // size
-        missing = {b for b in range(n_batches) if batch_id(cfg, rep, b) not in done}
-        plans.append((rep, grafts, examples, rows, n_batches, missing))
-    n_rows = sum(len(p[3]) for p in plans)
-    n_batches = sum(p[4] for p in plans)
-    n_todo = sum(len(p[5]) for p in plans)
-    echo(_plan_line(cfg, arms, prompts, n_rows, n_batches, n_todo, folder))
-    todo_rows = sum(len(p[3][b * size : (b + 1) * size]) for p in plans for b in p[5])
-    bar = tqdm(
-        total=n_rows,
-        initial=n_rows - todo_rows,
-        desc=cfg.experiment,
-        unit="row",
-        disable=not cfg.progress,
+        n = (len(rows) + size - 1) // size
+        missing = {
+            t: {b for b in range(n) if batch_id(run, rep, b) not in ids} for t, ids in done.items()
+        }
+        plans.append(_Plan(rep, grafts, examples, rows, n, missing))
+    n_rows = sum(len(p.rows) for p in plans)
+    n_batches = sum(p.n_batches for p in plans)
+    n_todo = {t: sum(len(p.missing[t]) for p in plans) for t in done}
+    echo(_plan_line(run, arms, prompts, n_rows, n_batches, n_todo[EXAMPLES_TABLE], folder))
+    for analysis in analyses:
+        todo = n_todo[analysis.table]
+        echo(
+            f"{analysis.table}: {n_rows} rows x {analysis.describe(loaded[base])}, in {n_batches} "
+            f"batches ({n_batches - todo} already done) -> {folder.path}"
+        )
+    quiet = not run.execution.progress
+    todo_rows = sum(
+        len(p.rows[b * size : (b + 1) * size]) for p in plans for b in p.missing[EXAMPLES_TABLE]
     )
-    for rep, grafts, examples, rows, rep_batches, missing in plans:
-        if not missing:
+    bars = {
+        EXAMPLES_TABLE: tqdm(
+            total=n_rows, initial=n_rows - todo_rows, desc=run.experiment, unit="row", disable=quiet
+        )
+    }
+    for analysis in analyses:
+        todo = n_todo[analysis.table]
+        bars[analysis.table] = tqdm(
+            total=todo, desc=analysis.table, unit="batch", disable=quiet or not todo
+        )
+    computed: dict[str, list[str]] = {table: [] for table in done}
+    for plan in plans:
+        if any(plan.missing.values()):
+            with times.stage("loading"):
+                models = load_run_models(run.execution, paths[plan.rep], loaded)
+            for stored_id, table, frame in _replicate_batches(
+                run, plan, models, executor, analyses
+            ):
+                folder.append_batch(table, frame, stored_id)
+                computed[table].append(stored_id)
+                bars[table].update(len(frame) if table == EXAMPLES_TABLE else 1)
+    for bar in bars.values():
+        bar.close()
+    return computed
+
+
+def _replicate_batches(
+    run: RunSpecs,
+    plan: _Plan,
+    models: RunModels,
+    executor: Any,
+    analyses: Sequence[BatchAnalysis],
+) -> Iterator[tuple[str, str, pl.DataFrame]]:
+    """(batch id, table, frame) of every missing batch of one replicate, group by group: the
+    engine runs a group only when one of its examples batches is missing, an analysis its
+    own missing batches only."""
+    size = run.execution.batch_size
+    donors = {n: m.model for n, m in models.donors.items()}
+    examples, grafts, missing = plan.examples, plan.grafts, plan.missing
+    for group in _groups(run, plan.n_batches):
+        if not any(m.intersection(group) for m in missing.values()):
             continue
-        with times.stage("loading"):
-            models = load_run_models(cfg, paths[rep], loaded)
-        torch_donors = {n: m.model for n, m in models.donors.items()}
-        for group in _groups(cfg, rep_batches):
-            if not missing.intersection(group):
-                continue
+        chunks = [plan.rows[b * size : (b + 1) * size] for b in group]
+        flat = [row for chunk in chunks for row in chunk]
+        group_rows = graft_rows(examples, grafts, flat)
+        scores = None
+        if missing[EXAMPLES_TABLE].intersection(group):
             # the whole group runs, stored batches included: a row's floats may depend on
             # the rows it is batched with, so a resumed run batches exactly as a whole one
-            chunks = [rows[b * size : (b + 1) * size] for b in group]
-            flat = [row for chunk in chunks for row in chunk]
             targets = [examples[ei].target_id for ei, _ in flat]
-            group_rows = graft_rows(examples, grafts, flat)
-            group_scores = _run_rows(
-                cfg, models.base, torch_donors, group_rows, targets, size, executor
-            )
-            start = 0
-            for b, chunk in zip(group, chunks, strict=True):
-                end = start + len(chunk)
-                batch_rows, scores = group_rows[start:end], _slice_scores(group_scores, start, end)
-                start = end
-                if b not in missing:
-                    continue
-                frame = _batch_frame(scores, chunk, examples, grafts, models.base.tokenizer, rep)
-                if cfg.score_full_name:
+            scores = _run_rows(run, models.base, donors, group_rows, targets, size, executor)
+        start = 0
+        for b, chunk in zip(group, chunks, strict=True):
+            end = start + len(chunk)
+            rows, at = group_rows[start:end], (start, end)
+            start = end
+            stored_id = batch_id(run, plan.rep, b)
+            if b in missing[EXAMPLES_TABLE] and scores is not None:
+                tok = models.base.tokenizer
+                frame = _batch_frame(
+                    _slice_scores(scores, *at), chunk, examples, grafts, tok, plan.rep
+                )
+                if run.analysis.score_full_name:
                     chosen = [examples[ei] for ei, _ in chunk]
-                    names = name_columns(
-                        cfg, models.base, torch_donors, batch_rows, chosen, frame, executor
-                    )
+                    names = name_columns(run, models.base, donors, rows, chosen, frame, executor)
                     frame = pl.concat([frame, names], how="horizontal")
-                folder.append_batch(EXAMPLES_TABLE, frame, batch_id(cfg, rep, b))
-                bar.update(len(chunk))
-    bar.close()
+                yield stored_id, EXAMPLES_TABLE, frame
+            for analysis in analyses:
+                if b in missing[analysis.table]:
+                    batch = AnalysisBatch(run, models, rows, chunk, examples, grafts, plan.rep)
+                    yield stored_id, analysis.table, analysis.batch_frame(batch)
 
 
 #: Stored batches handed to the engine at once: the engine routes rows to the model that does
@@ -118,18 +205,18 @@ def run_batches(
 GROUP_BATCHES = 8
 
 
-def _groups(cfg: ExperimentConfig, n_batches: int) -> list[list[int]]:
+def _groups(run: RunSpecs, n_batches: int) -> list[list[int]]:
     """The stored batches ``0 .. n_batches - 1`` in the groups that one engine call each runs:
     fixed by the plan (not by what is left to do), so that an interrupted run resumed computes
     every row in the same company as an uninterrupted one (one batch each for remote runs,
     whose requests are sized per stored batch)."""
-    n = group_batches(cfg)
+    n = group_batches(run.execution)
     return [list(range(i, min(i + n, n_batches))) for i in range(0, n_batches, n)]
 
 
-def group_batches(cfg: ExperimentConfig) -> int:
-    """Stored batches per engine call of ``cfg``'s run (:data:`GROUP_BATCHES`, 1 remotely)."""
-    return 1 if cfg.remote_run else GROUP_BATCHES
+def group_batches(execution: ExecutionSpec) -> int:
+    """Stored batches per engine call (:data:`GROUP_BATCHES`, 1 remotely)."""
+    return 1 if execution.remote_run else GROUP_BATCHES
 
 
 def _slice_scores(scores, start: int, end: int):
@@ -140,7 +227,7 @@ def _slice_scores(scores, start: int, end: int):
 
 
 def _plan_line(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     arms: Mapping[Replicate, list[Graft]],
     prompts: Mapping[int, RunPrompts],
     n_rows: int,
@@ -149,16 +236,16 @@ def _plan_line(
     folder: RunFolder,
 ) -> str:
     """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches."""
-    first = prompts[cfg.data_seed]
-    n_grafts = len(arms[cfg.replicates[0]])
+    first = prompts[run.data.data_seed]
+    n_grafts = len(arms[run.replicates[0]])
     what = f"{len(first.examples)} prompts x {n_grafts} grafts"
-    if cfg.replicated:
-        seeds = ",".join(map(str, cfg.finetune_seeds or (0,)))
+    if run.replicated:
+        seeds = ",".join(map(str, run.donors.finetune_seeds))
         data = ",".join(str(d) for d in prompts)
-        control = " + control models" if cfg.control else ""
+        control = " + control models" if run.donors.control else ""
         what += f" x {len(arms)} replicates (finetune seeds {seeds}, data seeds {data}{control})"
     return (
-        f"{cfg.experiment}: {what} = {n_rows} rows in {n_batches} batches "
+        f"{run.experiment}: {what} = {n_rows} rows in {n_batches} batches "
         f"({n_batches - n_todo} already done) -> {folder.path}"
     )
 
@@ -202,7 +289,7 @@ REMOTE_TOP_K = 10
 
 
 def _run_rows(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     base: LoadedModel,
     donors,
     rows: list[GraftRow],
@@ -216,7 +303,7 @@ def _run_rows(
     from graft.core.engine import run_grafts
     from graft.remote.executor import RemoteExecutor
 
-    remote = cfg.remote_run
+    remote = run.execution.remote_run
     try:
         return run_grafts(
             base.model,

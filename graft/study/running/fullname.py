@@ -20,14 +20,14 @@ from graft.core.plan import GraftRow
 from graft.errors import ExperimentError, SpecError
 from graft.results.metrics import name_metrics_frame
 from graft.study.data.prompts import TestExample
-from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.run import AnalysisSpec, RunSpecs
 
 #: The option a resumed run must share with its stored config once either scores names.
 NAME_OPTION = "options.score_full_name"
 
 
 def name_columns(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     base: Any,
     donors: Mapping[str, Any],
     rows: Sequence[GraftRow],
@@ -38,20 +38,20 @@ def name_columns(
     """The whole-name columns of one stored batch.
 
     Args:
-        cfg: the run's options (rows per forward, remote execution).
+        run: the run's options (rows per forward, remote execution).
         base: the base ``LoadedModel``; donors: donor name -> torch model.
         rows: the batch's engine rows; examples: the test example of each row.
         first: the batch's first-token metrics (``target_logprob``, ``target_rank``), the
             name's step 0.
         executor: where the engine runs the name's steps (default: this machine, or the
-            remote host of ``cfg``).
+            remote host of ``run``).
 
     Returns:
         ``name_text`` and :func:`graft.results.metrics.name_metrics_frame`'s columns.
     """
     from graft.remote.executor import RemoteExecutor
 
-    remote = cfg.remote_run
+    remote = run.execution.remote_run
     step0 = (first["target_logprob"].to_list(), first["target_rank"].to_list())
     try:
         scores = score_continuations(
@@ -60,7 +60,7 @@ def name_columns(
             rows,
             [ex.target_ids for ex in examples],
             first=step0,
-            batch_size=cfg.batch_size,
+            batch_size=run.execution.batch_size,
             pad_id=base.tokenizer.pad_token_id,
             executor=executor or (RemoteExecutor(remote) if remote is not None else None),
         )
@@ -70,9 +70,9 @@ def name_columns(
     return pl.concat([names, name_metrics_frame(scores)], how="horizontal")
 
 
-def resume_key(cfg: ExperimentConfig, stored: Mapping[str, Any] | None) -> list[str]:
+def resume_key(analysis: AnalysisSpec, stored: Mapping[str, Any] | None) -> list[str]:
     """The config key of whole-name scoring for resuming: checked when this run or the
     stored one (``stored``: its ``config.json``, None for a new run) scores names, so their
     batches never mix; runs from before the option existed resume as they were."""
     before = (stored or {}).get("options", {}).get("score_full_name", False)
-    return [NAME_OPTION] if cfg.score_full_name or before else []
+    return [NAME_OPTION] if analysis.score_full_name or before else []

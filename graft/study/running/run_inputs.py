@@ -14,7 +14,7 @@ from graft.core.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.data.prompts import TestExample
-from graft.study.specs.config import ExperimentConfig
+from graft.study.specs.run import ExecutionSpec
 from graft.study.training.donors import verify_donor
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class RunPaths:
 
 
 def _check_models(
-    cfg: ExperimentConfig, base: LoadedModel, donors: Mapping[str, LoadedModel]
+    execution: ExecutionSpec, base: LoadedModel, donors: Mapping[str, LoadedModel]
 ) -> None:
     """Donors must match the base's architecture; a remote run needs the base's model key."""
     try:
@@ -79,12 +79,12 @@ def _check_models(
             check_compatible(base.model, donor.model, name)
     except SpecError as err:
         raise ExperimentError(str(err)) from None
-    if cfg.remote is not None and cfg.remote.mode == "remote":
-        cfg.remote.resolved_model_key(base.model)
+    if execution.remote is not None and execution.remote.mode == "remote":
+        execution.remote.resolved_model_key(base.model)
 
 
 def load_run_models(
-    cfg: ExperimentConfig, paths: RunPaths, loaded: dict[str, LoadedModel]
+    execution: ExecutionSpec, paths: RunPaths, loaded: dict[str, LoadedModel]
 ) -> RunModels:
     """The models of one replicate, each loaded once: ``loaded`` (path -> model) keeps what
     the replicate shares with the previous one and drops the rest. Model folders are checked
@@ -101,12 +101,12 @@ def load_run_models(
             verify_donor(path)
     for path in paths.all():
         if path not in loaded:
-            loaded[path] = load_model(path, dtype=cfg.dtype, device=cfg.device)
+            loaded[path] = load_model(path, dtype=execution.dtype, device=execution.device)
     models = RunModels(
         loaded[paths.base],
         {n: loaded[p] for n, p in paths.donors.items()},
         paths.base,
         dict(paths.donors),
     )
-    _check_models(cfg, models.base, models.donors)
+    _check_models(execution, models.base, models.donors)
     return models

@@ -8,15 +8,15 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from graft.study.data.datasets import load_manifest
 from graft.study.running.batches import group_batches
 from graft.study.running.run_inputs import RunModels, RunPaths
-from graft.study.specs.config import ExperimentConfig, Replicate
+from graft.study.specs.config import Replicate
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.sources import (
     finetune_record,
     model_fingerprint,
@@ -25,27 +25,19 @@ from graft.study.training.sources import (
 logger = logging.getLogger(__name__)
 
 
-#: Options that do not change the results, left out of the stored config.
-_UNRECORDED = ("remote", "progress", "overwrite")
-
-
 #: Options a resumed run must share with the stored config.
 KEY_OPTIONS = ("templates", "directions", "n", "batch_size", "seed", "dtype", "head_policy")
 
 
-#: Options that make a run of several replicates: recorded (and checked on resume) only then.
-REPLICATE_OPTIONS = ("finetune_seeds", "data_seeds", "control")
-
-
-def engine_entry(cfg: ExperimentConfig, models: RunModels) -> dict[str, Any]:
+def engine_entry(execution: ExecutionSpec, models: RunModels) -> dict[str, Any]:
     """How the engine computes this run's rows (:func:`graft.core.engine.engine_path`), and
     how many stored batches each engine call runs together."""
     from graft.core.engine import engine_path
 
-    remote = cfg.remote_run is not None
+    remote = execution.remote_run is not None
     donors = {n: m.model for n, m in models.donors.items()}
     path = engine_path(models.base.model, donors, remote=remote)
-    return path | {"group_batches": group_batches(cfg)}
+    return path | {"group_batches": group_batches(execution)}
 
 
 def _model_entry(path: str) -> dict[str, Any]:
@@ -58,18 +50,8 @@ def _dataset_entry(data_path: Path) -> dict[str, Any]:
     return {"path": str(data_path), "manifest_sha256": manifest_hash[:16]}
 
 
-def _options(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The recorded options; the replicate options only when the run has several replicates
-    (a run of one is recorded as runs were before they existed, and resumes them)."""
-    options = {k: v for k, v in asdict(cfg).items() if k not in _UNRECORDED}
-    if not cfg.replicated:
-        for name in REPLICATE_OPTIONS:
-            options.pop(name, None)
-    return options
-
-
 def run_config(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     paths: Mapping[Replicate, RunPaths],
     data_paths: Mapping[int, Path],
@@ -81,18 +63,19 @@ def run_config(
     finetuned model used (preset, seed, data, machine, package versions)."""
     from graft.remote.client import server_versions
 
-    first = paths[cfg.replicates[0]]
+    first = paths[run.replicates[0]]
+    remote = run.execution.remote
     config = {
-        "experiment": cfg.experiment,
-        "options": _options(cfg),
+        "experiment": run.experiment,
+        "options": run.record(),
         "grafts": [{"name": g.name, "group": g.group, "spec": str(g.spec)} for g in grafts],
         "base": _model_entry(first.base),
         "donors": {n: _model_entry(p) for n, p in first.donors.items()},
-        "dataset": _dataset_entry(data_paths[cfg.data_seed]),
-        "remote": None if cfg.remote is None else str(cfg.remote),
-        "remote_server": None if cfg.remote is None else server_versions(cfg.remote),
+        "dataset": _dataset_entry(data_paths[run.data.data_seed]),
+        "remote": None if remote is None else str(remote),
+        "remote_server": None if remote is None else server_versions(remote),
     }
-    if cfg.replicated:
+    if run.replicated:
         replicates: list[dict[str, Any]] = [
             {
                 "label": str(rep.label),

@@ -25,6 +25,8 @@ as it was. Stored batches are checked on resume (:meth:`RunFolder.done_batches`)
 or foreign one is set aside and computed again. Progress goes to the ``logging``
 logger of this module (and a tqdm bar); a finetune the run needs first is announced as a
 warning with an estimate of its duration.
+Per-batch analyses (``analyses=``, :mod:`graft.study.running.analysis`; the logit lens) run in
+the same loop and resume, each storing its frame of every batch, and write their tables last.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from typing import Any
 
 import polars as pl
 
+from graft.core.arch import architecture_of
+from graft.core.wrapping import unwrap
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
 from graft.results.compare import (
@@ -57,14 +61,16 @@ from graft.study.data.rows import (
     sample_examples,
 )
 from graft.study.planning.run_plan import check_fits, plan_experiment
-from graft.study.running.batches import run_batches
+from graft.study.running.analysis import BatchAnalysis, FinishedRun
+from graft.study.running.batches import check_analyses, run_batches
 from graft.study.running.fullname import resume_key
 from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
-from graft.study.running.run_record import KEY_OPTIONS, REPLICATE_OPTIONS, engine_entry, run_config
+from graft.study.running.run_record import KEY_OPTIONS, engine_entry, run_config
 from graft.study.running.summaries import print_summary, write_summaries
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import REPLICATE_OPTIONS, ExecutionSpec, RunSpecs, resolve
 from graft.study.training.sources import (
     dataset_dir,
     needs_finetune,
@@ -102,6 +108,9 @@ class ExperimentRun:
         drops: drop report per template.
         config: the resolved config stored in ``config.json``.
         times: wall seconds per stage of this invocation.
+        computed: table name (``examples`` and each analysis's) -> the batch ids this
+            invocation computed.
+        analyses: each analysis's table name -> what its ``finish`` returned.
     """
 
     folder: RunFolder
@@ -110,39 +119,43 @@ class ExperimentRun:
     drops: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     times: StageTimes = field(default_factory=StageTimes)
+    computed: dict[str, list[str]] = field(default_factory=dict)
+    analyses: dict[str, Any] = field(default_factory=dict)
 
 
-def _check_remote(cfg: ExperimentConfig) -> None:
-    if cfg.remote is not None:
+def _check_remote(execution: ExecutionSpec) -> None:
+    if execution.remote is not None:
         from graft.remote.client import check_reachable
 
-        check_reachable(cfg.remote)
+        check_reachable(execution.remote)
 
 
 # ------------------------------------------------------------------------------- run
 
 
-def default_out(cfg: ExperimentConfig, tag: str = "") -> Path:
+def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
     """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
     ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
     part names several finetune seeds (``-fseeds0-1-2``), several data seeds
     (``-dseeds0-1``) and control models (``-control``)."""
-    data = Path(cfg.dataset).name if Path(cfg.dataset).is_dir() else cfg.dataset
-    if cfg.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
-        data += f"-{cfg.shuffle}"
+    run = resolve(cfg)
+    data = Path(run.data.dataset).name if Path(run.data.dataset).is_dir() else run.data.dataset
+    if run.data.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
+        data += f"-{run.data.shuffle}"
     tags = [tag] if tag else []
-    if (cfg.finetune_seeds or (0,)) != (0,):
-        tags.append("fseeds" + "-".join(map(str, cfg.finetune_seeds or ())))
-    if len(cfg.data_seeds or ()) > 1:
-        tags.append("dseeds" + "-".join(map(str, cfg.data_seeds or ())))
-    if cfg.control:
+    if run.donors.finetune_seeds != (0,):
+        tags.append("fseeds" + "-".join(map(str, run.donors.finetune_seeds)))
+    if len(run.data.data_seeds) > 1:
+        tags.append("dseeds" + "-".join(map(str, run.data.data_seeds)))
+    if run.donors.control:
         tags.append("control")
-    name = f"{model_slug(cfg.model)}-{data}{''.join('-' + t for t in tags)}-seed{cfg.seed}"
-    return Path("runs") / cfg.experiment / name
+    parts = "".join("-" + t for t in tags)
+    name = f"{model_slug(run.donors.model)}-{data}{parts}-seed{run.analysis.seed}"
+    return Path("runs") / run.experiment / name
 
 
 def run_experiment(
-    cfg: ExperimentConfig,
+    cfg: ExperimentConfig | RunSpecs,
     grafts: Sequence[Graft],
     *,
     base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
@@ -152,43 +165,61 @@ def run_experiment(
     out_tag: str = "",
     echo: Callable[[str], None] | None = None,
     executor: Any = None,
+    analyses: Sequence[BatchAnalysis] = (),
 ) -> ExperimentRun:
     """Run ``grafts`` on the test prompts; resumable. See the module docstring.
 
-    With several replicates (``cfg.finetune_seeds``, ``cfg.data_seeds``, ``cfg.control``;
+    With several replicates (finetune seeds, data seeds, control models;
     :attr:`ExperimentConfig.replicates`) every graft runs once per replicate, on that
     replicate's models and its data seed's prompts (control replicates run the grafts that
     read a finetuned model, renamed ``<graft> [control]``); every row records its
     ``data_seed`` and ``finetune_seed``, and the summary adds the mean over replicates.
 
     Args:
-        cfg: the shared options.
+        cfg: the shared options (an :class:`ExperimentConfig`, or its resolved
+            :class:`~graft.study.specs.run.RunSpecs`).
         grafts: the named grafts (unique names within a group).
-        base: where the base model comes from (default: the pretrained ``cfg.model``).
+        base: where the base model comes from (default: the pretrained model).
         donors: donor name (as the specs name it, e.g. ``sft``) -> where it comes from.
         data_direction: direction of the generated dataset (``one`` or ``both``).
         extra_config: more entries for the stored ``config.json``.
         out_tag: part of the default run folder name.
         echo: where the one-line plan of the run goes (default: this module's logger).
         executor: where the engine runs the rows (a :class:`graft.core.engine.Executor`;
-            default: this machine's, or the remote one of ``cfg.remote``), e.g. a
+            default: this machine's, or the remote one of the options), e.g. a
             :class:`graft.study.analyses.patching.PatchingExecutor`.
+        analyses: per-batch analyses computed and stored beside the examples, each with its
+            own table (:class:`graft.study.running.analysis.BatchAnalysis`, e.g.
+            :class:`graft.study.analyses.lens.LensAnalysis`); their ``finish`` results are
+            :attr:`ExperimentRun.analyses`.
     """
+    run = resolve(cfg)  # every default applied here, once
     donors = donors or {}
     times = StageTimes()
     with times.stage("data and checks"):
-        folder, data_paths = _validate(cfg, grafts, base, donors, data_direction, out_tag)
+        check_analyses(analyses, run)
+        folder, data_paths = _validate(run, grafts, base, donors, data_direction, out_tag)
     # one process runs a folder at a time: a second command on the same --out waits, then
     # resumes (finding the batches done)
-    locks = Workspace.at(cfg.workspace).lock_dir
-    with exclusive(folder.path, f"running {cfg.experiment} into {folder.path}", locks):
+    locks = Workspace.at(run.execution.workspace).lock_dir
+    with exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks):
         return _run_validated(
-            cfg, grafts, base, donors, folder, data_paths, extra_config, echo, times, executor
+            run,
+            grafts,
+            base,
+            donors,
+            folder,
+            data_paths,
+            extra_config,
+            echo,
+            times,
+            executor,
+            analyses,
         )
 
 
 def _run_validated(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: dict[str, ModelSource],
@@ -198,38 +229,40 @@ def _run_validated(
     echo: Callable[[str], None] | None,
     times: StageTimes,
     executor: Any = None,
+    analyses: Sequence[BatchAnalysis] = (),
 ) -> ExperimentRun:
     """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
     with times.stage("data and checks"):
-        if not cfg.skip_memory_check:  # refused before anything loads (run_plan)
-            check_fits(plan_experiment(cfg, grafts, base=base, donors=donors, data=data_paths))
-        probe_path, probe, prompts = _plan(cfg, grafts, base, donors, data_paths)
-        arms = _arms(cfg, grafts, base, donors)
+        if not run.execution.skip_memory_check:  # refused before anything loads (run_plan)
+            check_fits(plan_experiment(run, grafts, base=base, donors=donors, data=data_paths))
+        probe_path, probe, prompts = _plan(run, grafts, base, donors, data_paths)
+        arms = _arms(run, grafts, base, donors)
     with times.stage("finetuning"):
-        paths = _model_paths(cfg, base, donors, probe)
+        paths = _model_paths(run, base, donors, probe)
     loaded = {probe_path: probe}
     with times.stage("loading"):  # checked before anything is written
-        first = load_run_models(cfg, paths[cfg.replicates[0]], loaded)
+        first = load_run_models(run.execution, paths[run.replicates[0]], loaded)
     del probe  # the pretrained stand-in is freed unless it is a model of the run
     all_grafts = _graft_order(grafts, arms)
-    config = run_config(cfg, all_grafts, paths, data_paths, extra_config)
-    config["engine"] = engine_entry(cfg, first)
-    config["machine"] = machine_info(resolve_device(cfg.device))
+    config = run_config(run, all_grafts, paths, data_paths, extra_config)
+    config["engine"] = engine_entry(run.execution, first)
+    config["machine"] = machine_info(resolve_device(run.execution.device))
+    arch = architecture_of(unwrap(first.base.model))
     del first
     key = ["experiment", "grafts", "base", "donors", "dataset"]
     # everything is checked (write_config itself refuses a mismatching stored config before
     # writing): the first batch is about to run
     key += [f"options.{k}" for k in KEY_OPTIONS + REPLICATE_OPTIONS]
-    key += ["replicates"] if cfg.replicated else []
-    old = None if cfg.overwrite else folder.read_config()
-    key += resume_key(cfg, old)
+    key += ["replicates"] if run.replicated else []
+    old = None if run.execution.overwrite else folder.read_config()
+    key += resume_key(run.analysis, old)
     existed = folder.path.exists()
-    stored = folder.write_config(config, key=key, overwrite=cfg.overwrite)
-    loading = times.seconds["loading"]
+    stored = folder.write_config(config, key=key, overwrite=run.execution.overwrite)
+    loading, echo = times.seconds["loading"], echo or logger.info
     try:
         with times.stage("grafting"):
-            run_batches(
-                cfg, folder, arms, prompts, paths, loaded, echo or logger.info, times, executor
+            computed = run_batches(
+                run, folder, arms, prompts, paths, loaded, echo, times, executor, analyses
             )
     except BaseException:
         # a new run that stored no batch (say, its remote host failed the first request)
@@ -241,12 +274,15 @@ def _run_validated(
     times.seconds["grafting"] -= times.seconds["loading"] - loading
     loaded.clear()
     with times.stage("summaries"):
-        table, summary = write_summaries(cfg, folder, all_grafts, prompts)
-    return ExperimentRun(folder, table, summary, prompts[cfg.data_seed].drops, stored, times)
+        table, summary = write_summaries(run, folder, all_grafts, prompts)
+        done = FinishedRun(run, folder, all_grafts, prompts, arch, computed)
+        finished = {a.table: a.finish(done) for a in analyses}
+    drops = prompts[run.data.data_seed].drops
+    return ExperimentRun(folder, table, summary, drops, stored, times, computed, finished)
 
 
 def _validate(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
@@ -256,18 +292,18 @@ def _validate(
     """The checks that need no model: grafts, replicates, device, run folder, remote host,
     datasets (data seed -> dataset folder)."""
     check_grafts(grafts, donors)
-    _check_replicates(cfg, grafts, base, donors)
-    resolve_device(cfg.device)
-    folder = RunFolder(Path(cfg.out) if cfg.out else default_out(cfg, out_tag))
+    _check_replicates(run, grafts, base, donors)
+    resolve_device(run.execution.device)
+    folder = RunFolder(Path(run.execution.out) if run.execution.out else default_out(run, out_tag))
     folder.check_writable()
     folder.check_owned()
-    _check_remote(cfg)
-    seeds = dict.fromkeys(r.data_seed for r in cfg.replicates)
-    return folder, {d: dataset_dir(cfg, data_direction, d) for d in seeds}
+    _check_remote(run.execution)
+    seeds = dict.fromkeys(r.data_seed for r in run.replicates)
+    return folder, {d: dataset_dir(run, data_direction, d) for d in seeds}
 
 
 def _check_replicates(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
@@ -276,28 +312,29 @@ def _check_replicates(
     control models need a generated dataset (a data kind, not a folder); control twins need
     their names free."""
     finetuned = any(needs_finetune(s) for s in [base, *donors.values()])
-    if not finetuned and (len(cfg.finetune_seeds or ()) > 1 or cfg.control):
+    if not finetuned and (len(run.donors.finetune_seeds) > 1 or run.donors.control):
         raise ExperimentError(
             "finetune_seeds and control replace the run's finetuned models, but every model "
             "of this run is pretrained or an explicit folder; give a finetune variant "
             "(ModelSource('one'), ...) or drop them"
         )
-    taken = [g.name for g in grafts if g.name.endswith(CONTROL_SUFFIX)] if cfg.control else []
+    control = run.donors.control
+    taken = [g.name for g in grafts if g.name.endswith(CONTROL_SUFFIX)] if control else []
     if taken:
         raise ExperimentError(
             f"graft {taken[0]!r} ends in {CONTROL_SUFFIX.strip()!r}, the mark of the control "
             "twins control adds; rename it"
         )
-    several_data = len(cfg.data_seeds or ()) > 1
-    if Path(cfg.dataset).is_dir() and (several_data or cfg.control):
+    several_data = len(run.data.data_seeds) > 1
+    if Path(run.data.dataset).is_dir() and (several_data or run.donors.control):
         raise ExperimentError(
             f"data_seeds and control generate datasets of other data seeds, but the dataset "
-            f"{cfg.dataset} is a folder; give a data kind as the dataset"
+            f"{run.data.dataset} is a folder; give a data kind as the dataset"
         )
 
 
 def _plan(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
@@ -309,14 +346,14 @@ def _plan(
     The pretrained model (or the explicit base) stands in for finetunes not made yet: same
     tokenizer and architecture, so prompts and specs are checked before any finetune.
     """
-    probe_path = resolve_model_path(cfg, base if not needs_finetune(base) else ModelSource())
-    probe = load_model(probe_path, dtype=cfg.dtype, device=cfg.device)
+    probe_path = resolve_model_path(run, base if not needs_finetune(base) else ModelSource())
+    probe = load_model(probe_path, dtype=run.execution.dtype, device=run.execution.device)
     prompts = {}
     for data_seed, data_path in data_paths.items():
         examples, drops = load_examples(
-            data_path, probe.tokenizer, cfg, context_length(probe.model)
+            data_path, probe.tokenizer, run.data, context_length(probe.model)
         )
-        examples = sample_examples(examples, cfg.n, cfg.seed)
+        examples = sample_examples(examples, run.data.n, run.data.sample_seed)
         check_span_names(grafts, data_path)
         rows, skipped = plan_rows(examples, grafts)
         check_row_keys(examples, grafts, rows)
@@ -363,14 +400,14 @@ def control_twins(
 
 
 def _arms(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     grafts: Sequence[Graft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
 ) -> dict[Replicate, list[Graft]]:
     """Replicate -> the grafts it runs (the control twins for a control replicate)."""
-    twins = control_twins(grafts, base, donors) if cfg.control else []
-    return {r: twins if r.control else list(grafts) for r in cfg.replicates}
+    twins = control_twins(grafts, base, donors) if run.donors.control else []
+    return {r: twins if r.control else list(grafts) for r in run.replicates}
 
 
 def _graft_order(grafts: Sequence[Graft], arms: Mapping[Replicate, list[Graft]]) -> list[Graft]:
@@ -386,7 +423,7 @@ def _graft_order(grafts: Sequence[Graft], arms: Mapping[Replicate, list[Graft]])
 
 
 def _model_paths(
-    cfg: ExperimentConfig,
+    run: RunSpecs,
     base: ModelSource,
     donors: Mapping[str, ModelSource],
     probe: LoadedModel,
@@ -396,14 +433,14 @@ def _model_paths(
     n_params = sum(p.numel() for p in probe.model.parameters())
     sources = [base, *donors.values()]
     announced = (
-        pending_finetune(cfg, source, n_params, rep) for rep in cfg.replicates for source in sources
+        pending_finetune(run, source, n_params, rep) for rep in run.replicates for source in sources
     )
     for line in dict.fromkeys(line for line in announced if line):
         logger.warning("%s", line)
     return {
         rep: RunPaths(
-            resolve_model_path(cfg, base, rep),
-            {name: resolve_model_path(cfg, src, rep) for name, src in donors.items()},
+            resolve_model_path(run, base, rep),
+            {name: resolve_model_path(run, src, rep) for name, src in donors.items()},
         )
-        for rep in cfg.replicates
+        for rep in run.replicates
     }

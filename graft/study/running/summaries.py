@@ -20,37 +20,38 @@ from graft.results.over_seeds import REPLICATE_COLUMNS, format_per_seed, summari
 from graft.results.summary import summarize
 from graft.study.running.batches import EXAMPLES_TABLE
 from graft.study.running.run_inputs import RunPrompts
-from graft.study.specs.config import ExperimentConfig
 from graft.study.specs.grafts import Graft
+from graft.study.specs.run import AnalysisSpec, RunSpecs
 
 logger = logging.getLogger(__name__)
 
 
 def write_summaries(
-    cfg: ExperimentConfig, folder: RunFolder, grafts: Sequence[Graft], prompts: dict
+    run: RunSpecs, folder: RunFolder, grafts: Sequence[Graft], prompts: dict
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Write ``examples.parquet``, the summary, the key contrasts (on whole names too when
     scored) and the drop report; return the examples and the summary."""
-    table = _finalize_examples(cfg, folder)
-    summary = summarize_run(table, grafts, {d: p.drops for d, p in prompts.items()}, cfg)
+    table = _finalize_examples(run, folder)
+    summary = summarize_run(table, grafts, {d: p.drops for d, p in prompts.items()}, run.analysis)
     folder.write_summary(summary)
     measures = [("hit@5", "target_logprob", CONTRASTS_STEM)]
     if "name_exact" in table.columns:
         measures.append(("name_exact", "name_logprob", NAME_CONTRASTS_STEM))
     for hit, score, stem in measures:
-        contrasts = key_contrasts(table, hit, score, n_boot=max(cfg.n_boot, 1), seed=cfg.seed)
+        n_boot, seed = max(run.analysis.n_boot, 1), run.analysis.seed
+        contrasts = key_contrasts(table, hit, score, n_boot=n_boot, seed=seed)
         if not contrasts.is_empty():
             folder.write_summary(contrasts, stem=stem)
-    folder.write_json("drops.json", _drops_report(cfg, prompts))
+    folder.write_json("drops.json", _drops_report(run, prompts))
     return table, summary
 
 
-def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame:
+def _finalize_examples(run: RunSpecs, folder: RunFolder) -> pl.DataFrame:
     """Combine the stored batches into ``examples.parquet`` and return the table. Batches
     stored before rows recorded their replicate (a run of one, resumed) get its seeds."""
     table = folder.read(EXAMPLES_TABLE)  # checks every part: nothing derived if one is bad
-    if not table.is_empty() and not cfg.replicated:
-        seeds = {"data_seed": cfg.data_seed, "finetune_seed": 0}
+    if not table.is_empty() and not run.replicated:
+        seeds = {"data_seed": run.data.data_seed, "finetune_seed": 0}
         table = table.with_columns(
             pl.col(c).fill_null(v) if c in table.columns else pl.lit(v, dtype=pl.Int64).alias(c)
             for c, v in seeds.items()
@@ -59,10 +60,10 @@ def _finalize_examples(cfg: ExperimentConfig, folder: RunFolder) -> pl.DataFrame
     return table
 
 
-def _drops_report(cfg: ExperimentConfig, prompts: Mapping[int, RunPrompts]) -> dict[str, Any]:
+def _drops_report(run: RunSpecs, prompts: Mapping[int, RunPrompts]) -> dict[str, Any]:
     """``drops.json``: the first data seed's drops, and every data seed's when there are
     several."""
-    first = prompts[cfg.data_seed]
+    first = prompts[run.data.data_seed]
     report: dict[str, Any] = {"per_template": first.drops, "skipped_grafts": first.skipped}
     if len(prompts) > 1:
         report["per_data_seed"] = {
@@ -76,7 +77,7 @@ def summarize_run(
     table: pl.DataFrame,
     grafts: Sequence[Graft],
     drops: Mapping[int, Mapping[str, Mapping[str, int]]],
-    cfg: ExperimentConfig,
+    analysis: AnalysisSpec,
 ) -> pl.DataFrame:
     """Summary per (group, template, graft) in the experiment's graft order, with CIs: one
     row per replicate (``data_seed``, ``finetune_seed``), then, where a graft ran in several
@@ -87,7 +88,7 @@ def summarize_run(
         table: the run's examples.
         grafts: every graft of the run, in plot order.
         drops: data seed -> template -> drop reason -> count.
-        cfg: the run's options (bootstrap resamples and seed).
+        analysis: the run's bootstrap resamples and seed.
     """
     if table.is_empty():
         return table
@@ -98,8 +99,8 @@ def summarize_run(
             summarize(
                 part,
                 by=by,
-                n_boot=cfg.n_boot,
-                seed=cfg.seed,
+                n_boot=analysis.n_boot,
+                seed=analysis.seed,
                 drops={t: drops.get(d, {}).get(t, {}) for t in part["template"].unique()},
                 drops_by="template",
             )

@@ -14,6 +14,7 @@ from graft.errors import DatasetError, ExperimentError
 from graft.models import DEFAULT_MODEL
 from graft.remote.config import RemoteConfig
 from graft.study.specs.presets import STEPS
+from graft.study.specs.protocol import DEFAULT_PROTOCOL, protocol_of
 from graft.study.specs.templates import DEFAULT_RELATIONS, Relation, template_set
 
 #: The ranges of :class:`DatasetConfig`'s numbers (None: the default, not checked).
@@ -21,9 +22,6 @@ DATASET_RANGES: dict[str, Range] = {"n_facts": COUNT, "seed": SEED}
 #: The two readings of ``real_movies_shuffled`` (:attr:`DatasetConfig.shuffle`): the paper's
 #: text (``relations``, the default) and the authors' dataset code (``pairs``).
 SHUFFLES = ("relations", "pairs")
-#: The dtype grafts run in under ``protocol="paper"`` when none is given, on every device:
-#: the authors' code loaded every model in float32.
-PAPER_DTYPE = "float32"
 
 
 @dataclass
@@ -94,7 +92,7 @@ class DatasetConfig:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as given, relations as lists; the protocol only when it
         is not graft's, so graft datasets keep the config they were made with)."""
-        if self.relations is not None or self.protocol == "graft":
+        if self.relations is not None or self.protocol == DEFAULT_PROTOCOL:
             relations: Any = [list(r) for r in self.relations_for("headline")]
         else:
             fills = template_set(self.protocol).relations if self.protocol in PROTOCOLS else {}
@@ -109,7 +107,7 @@ class DatasetConfig:
             "facts_path": None if self.facts_path is None else str(self.facts_path),
             "corpus_path": None if self.corpus_path is None else str(self.corpus_path),
         }
-        if self.protocol != "graft":
+        if self.protocol != DEFAULT_PROTOCOL:
             data["protocol"] = self.protocol
         if self.articles_path is not None:  # absent otherwise: older datasets keep their config
             data["articles_path"] = str(self.articles_path)
@@ -163,13 +161,6 @@ class Replicate:
         return f"d{self.data_seed}-f{self.finetune_seed}" + ("-control" if self.control else "")
 
 
-def protocol_dtype(dtype: str | None, protocol: str) -> str | None:
-    """The dtype an experiment of ``protocol`` runs in when ``dtype`` is given as it is:
-    ``None`` becomes :data:`PAPER_DTYPE` under the paper's protocol and stays ``None`` (the
-    device's default, :func:`graft.models.resolve_dtype`) under graft's."""
-    return PAPER_DTYPE if dtype is None and protocol == "paper" else dtype
-
-
 def _seeds(value: Any, what: str) -> tuple[int, ...] | None:
     """``value`` as a tuple of distinct seeds 0..:data:`MAX_SEED` (None stays None)."""
     if value is None:
@@ -204,9 +195,11 @@ class ModelSource:
     path: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExperimentConfig:
-    """Options every experiment shares.
+    """Options every experiment shares, as given: :func:`graft.study.specs.run.resolve` turns
+    them into the run's typed specs, applying every default that depends on the protocol or
+    on another option.
 
     Args:
         experiment: experiment name (position, component, ...), recorded in the run folder.
@@ -231,10 +224,10 @@ class ExperimentConfig:
         n: examples per template (sampled with ``seed``); None = all.
         batch_size: (prompt, graft) rows per forward pass.
         device: ``cpu``, ``cuda`` ... (default: CUDA if available).
-        dtype: model dtype; ``None``: :data:`PAPER_DTYPE` (float32) on every device under
-            ``protocol="paper"`` (the authors grafted in float32), else float32 on CPU and
-            bfloat16 on CUDA (:func:`graft.models.resolve_dtype`). Resolved when the config
-            is made (:func:`protocol_dtype`), so ``config.json`` records it.
+        dtype: model dtype; ``None``: the protocol's (float32 on every device under the
+            paper's: the authors grafted in float32), else float32 on CPU and bfloat16 on
+            CUDA (:func:`graft.models.resolve_dtype`); ``config.json`` records the resolved
+            one.
         seed: sampling and bootstrap seed.
         out: run folder (default ``runs/<experiment>/<model>-<dataset>-...``).
         head_policy: default head policy of the grafts (base, donor, paper); ``None``: the
@@ -304,21 +297,21 @@ class ExperimentConfig:
     skip_memory_check: bool = False
 
     def __post_init__(self) -> None:
-        self.finetune_seeds = _seeds(self.finetune_seeds, "finetune_seeds")
-        self.data_seeds = _seeds(self.data_seeds, "data_seeds")
+        # normalised in place (frozen: through object.__setattr__); defaults are resolve()'s
+        seeds = _seeds(self.finetune_seeds, "finetune_seeds"), _seeds(self.data_seeds, "data_seeds")
+        object.__setattr__(self, "finetune_seeds", seeds[0])
+        object.__setattr__(self, "data_seeds", seeds[1])
+        for name in ("templates", "directions"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
         if self.data_seeds is not None:
-            self.data_seed = self.data_seeds[0]
+            object.__setattr__(self, "data_seed", self.data_seeds[0])
         found = first_problem(EXPERIMENT_RANGES, self)
         if found:
             raise ExperimentError(found[1], param=found[0])
         self._check_control_seeds()
-        if self.protocol not in PROTOCOLS:
-            raise ExperimentError(
-                f"protocol {self.protocol!r} unknown: use graft or paper", param="protocol"
-            )
-        if self.head_policy is None:
-            self.head_policy = "paper" if self.protocol == "paper" else "base"
-        self.dtype = protocol_dtype(self.dtype, self.protocol)
+        protocol_of(self.protocol)  # an unknown protocol: one line naming the choices
         self._check_shuffle()
 
     def _check_shuffle(self) -> None:

@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from graft.core.arch import FAMILIES
-from graft.core.selectors import paper_layer_group, parse_layers
-from graft.core.spec import DEFAULT_DONOR, GraftSpec, parse_spec
+from graft.core.selectors import parse_layers
+from graft.core.spec import DEFAULT_DONOR, RESOLUTIONS, GraftSpec, parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.models import HUB_MODELS
 from graft.models.configs import model_config
+from graft.study.specs.protocol import Protocol, protocol_of
 
 
 @dataclass
@@ -92,12 +93,13 @@ def _is_reference(graft: Graft) -> bool:
     return whole and spec.head == "donor" and spec.head_donor == spec.rules[0].donor
 
 
-def with_protocol(grafts: Sequence[Graft], protocol: str = "graft") -> list[Graft]:
+def with_protocol(grafts: Sequence[Graft], protocol: str | Protocol = "graft") -> list[Graft]:
     """``grafts`` resolved under ``protocol`` (``paper``: the paper's layer groups, ``all``
     without ``pos_embed``; see :mod:`graft.core.spec`). References stay as they are: a whole
     donor is that model, position embedding included."""
+    name = protocol_of(protocol).name
     return [
-        g if _is_reference(g) else Graft(g.name, replace(g.spec, protocol=protocol), g.group)
+        g if _is_reference(g) else Graft(g.name, replace(g.spec, protocol=name), g.group)
         for g in grafts
     ]
 
@@ -108,7 +110,7 @@ def position_grafts(
     donor: str = DEFAULT_DONOR,
     base_name: str = "PRE",
     donor_name: str = "SFT",
-    protocol: str = "graft",
+    protocol: str | Protocol = "graft",
 ) -> list[Graft]:
     """E1/E2: every component in every layer at each position set, plus the two references;
     ``protocol="paper"`` resolves them as the paper did (:func:`with_protocol`)."""
@@ -125,7 +127,7 @@ def component_grafts(
     split_qkv: bool = False,
     group: str = "",
     fe: str | None = None,
-    protocol: str = "graft",
+    protocol: str | Protocol = "graft",
 ) -> list[Graft]:
     """E3: component sets at the last token over a layer group, plus PRE/SFT references.
 
@@ -150,22 +152,22 @@ def component_grafts(
     return with_protocol(grafts, protocol)
 
 
-def hybrid_lt(lt_layers: str | None = None, protocol: str = "graft") -> str:
+def hybrid_lt(lt_layers: str | None = None, protocol: str | Protocol = "graft") -> str:
     """The LT rules of the E4 hybrid. graft: ATTN from the task model, O and the whole FFN
     (gate, up, down) from the relation model, in the last half (``h2``). paper: the relation
     model gives O, up and down only; the gate stays the task model's (the task rule takes the
     whole FFN and the later relation rule overrides up and down, which also holds on GPT-2,
     without a gate), from layer ``L // 2`` on (``from_middle``: the authors' hybrid split,
     not their sweeps' ``2 * (L // 4)`` half). ``lt_layers`` overrides the layers."""
-    if protocol == "paper":
-        lt_layers = lt_layers or "from_middle"
+    proto = protocol_of(protocol)
+    lt_layers = lt_layers or proto.hybrid_layers
+    if proto.hybrid_gate == "task":
         return f"LT:{lt_layers}:attn,ffn@task; LT:{lt_layers}:o,up,down@relation"
-    lt_layers = lt_layers or "h2"
     return f"LT:{lt_layers}:attn@task; LT:{lt_layers}:o,ffn@relation"
 
 
 def hybrid_grafts(
-    lt_layers: str | None = None, head_policy: str = "base", protocol: str = "graft"
+    lt_layers: str | None = None, head_policy: str = "base", protocol: str | Protocol = "graft"
 ) -> list[Graft]:
     """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model;
     ``protocol="paper"``: the gate from the task model (:func:`hybrid_lt`) and the paper's
@@ -202,7 +204,9 @@ def layer_windows(n_layers: int, windows: str) -> list[str]:
 
 
 def necessity_grafts(
-    positions: Sequence[str] = POSITIONS, head_policy: str = "base", protocol: str = "graft"
+    positions: Sequence[str] = POSITIONS,
+    head_policy: str = "base",
+    protocol: str | Protocol = "graft",
 ) -> list[Graft]:
     """The other direction: PRE weights grafted into SFT at the same positions."""
     return position_grafts(
@@ -210,7 +214,7 @@ def necessity_grafts(
     )
 
 
-def spec_graft(text: str, head_policy: str = "base", protocol: str = "graft") -> Graft:
+def spec_graft(text: str, head_policy: str = "base", protocol: str | Protocol = "graft") -> Graft:
     """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line.
 
     ``head_policy`` and ``protocol`` are the run's defaults: a spec that writes no ``head=``
@@ -234,7 +238,7 @@ def spec_graft(text: str, head_policy: str = "base", protocol: str = "graft") ->
     return with_protocol([graft], protocol)[0]
 
 
-def check_layer_rule(selector: str, protocol: str = "graft") -> None:
+def check_layer_rule(selector: str, protocol: str | Protocol = "graft") -> None:
     """Refuse a layer selector ``protocol``'s layer rule cannot resolve on any model: the
     paper's rule has halves and quarters only (its code's eighths were broken). What depends
     on the model (a range past its last layer, an empty group) is checked when a run starts.
@@ -242,9 +246,10 @@ def check_layer_rule(selector: str, protocol: str = "graft") -> None:
     Raises:
         SpecError: the selector does not parse, or names a group the rule lacks.
     """
+    resolution = RESOLUTIONS[protocol_of(protocol).name]
     for kind, k, n in parse_layers(selector):
-        if kind == "frac" and protocol == "paper":
-            paper_layer_group(k, n, 4)  # raises for any n but 1, 2 and 4
+        if kind == "frac":
+            resolution.check_group(k, n)
 
 
 #: The note a paper-protocol run gives wherever q, k or v is grafted on its own.
@@ -255,11 +260,11 @@ FUSED_QKV_NOTE = (
 )
 
 
-def protocol_notes(grafts: Sequence[Graft], protocol: str = "graft") -> list[str]:
+def protocol_notes(grafts: Sequence[Graft], protocol: str | Protocol = "graft") -> list[str]:
     """What of the paper's protocol a run of ``grafts`` does not reproduce, one line each
     (empty under graft's protocol): today the fused q/k/v targets, when a graft names ``q``,
     ``k`` or ``v`` on its own (``attn``, ``block`` and ``all`` graft all three either way)."""
-    if protocol != "paper":
+    if not protocol_of(protocol).fused_qkv_note:
         return []
     single = {"q", "k", "v"}
     named = any(single & set(r.components) for g in grafts for r in g.spec.rules)
@@ -300,7 +305,7 @@ NEAREST_PAPER_FAMILY = {
 
 
 def paper_token_graft(
-    model: str, head_policy: str = "base", protocol: str = "graft"
+    model: str, head_policy: str = "base", protocol: str | Protocol = "graft"
 ) -> tuple[Graft, str]:
     """The paper's token-table graft for ``model`` (a model name, hub id or folder), in every
     layer and component, and a line saying which table it follows and, for a model the

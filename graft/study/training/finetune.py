@@ -18,8 +18,10 @@ folder:
   (:func:`graft.study.training.donors.verify_donor` checks it before an experiment loads the donor).
 
 Training happens in ``<out>.partial/`` (checkpoints live there, so an interrupted run
-resumes, from its newest complete checkpoint); the finished folder is renamed into place at
-the end and never redone. Every JSON file is written atomically, and a full or read-only disk
+resumes, from its newest complete checkpoint: :mod:`graft.study.training.partial_folder`);
+the finished folder is renamed into place at the end and never redone. The Trainer and its
+arguments are :mod:`graft.study.training.trainer`'s, the duration estimate
+:mod:`graft.study.training.duration`'s. Every JSON file is written atomically, and a full or read-only disk
 is one :class:`~graft.errors.StorageError` line. Where a finetune lives in a workspace is
 :mod:`graft.study.training.workspace`'s business.
 """
@@ -27,11 +29,8 @@ is one :class:`~graft.errors.StorageError` line. Where a finetune lives in a wor
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
-import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -45,7 +44,7 @@ import torch
 import transformers
 from safetensors import SafetensorError
 
-from graft.errors import DatasetError, FinetuneError
+from graft.errors import DatasetError, FinetuneError, StorageError
 from graft.models import (
     LoadedModel,
     context_length,
@@ -58,18 +57,37 @@ from graft.storage.files import probe_writable, storage_errors, write_json_atomi
 from graft.storage.locks import exclusive
 from graft.study.data.generic_corpus import GenericCorpus, choose, settle
 from graft.study.data.prompts import DropReport, TestExample, load_test_prompts
-from graft.study.data.training_data import (
-    CausalCollator,
-    FactDataset,
-    TokenisedTexts,
-    load_fact_dataset,
-    split_texts,
-)
+from graft.study.data.training_data import FactDataset, load_fact_dataset, split_texts
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.training.donors import write_checksums
+from graft.study.training.duration import duration_text, estimate_seconds, training_steps
 from graft.study.training.evaluate import donor_evaluation, evaluate_examples, format_eval
+from graft.study.training.partial_folder import (
+    drop_leftover_partial,
+    is_finished,
+    partial_dir,
+    read_json,
+    resume_checkpoint,
+    start_partial,
+)
+from graft.study.training.trainer import build_trainer, mixed_precision, train_log
 
 logger = logging.getLogger(__name__)
+
+# the duration's names are imported from here by graft.study.planning.finetune_plan and
+# graft.study.training.sources, mixed_precision and partial_dir by the tests
+__all__ = [
+    "FINETUNE_PACKAGES",
+    "check_writable_parent",
+    "drop_leftover_partial",
+    "duration_text",
+    "estimate_seconds",
+    "finetune",
+    "is_finished",
+    "mixed_precision",
+    "partial_dir",
+    "training_steps",
+]
 
 
 def _usable_test_prompts(
@@ -93,34 +111,6 @@ def _usable_test_prompts(
 
 #: Packages whose versions a finetune records.
 FINETUNE_PACKAGES = ("torch", "transformers", "nnsight", "graft", "tokenizers", "accelerate")
-
-
-def is_finished(out: str | Path) -> bool:
-    """Whether ``out`` holds a finished finetune (it is only ever renamed into place whole)."""
-    return (Path(out) / "eval.json").is_file() and (Path(out) / "finetune_config.json").is_file()
-
-
-def partial_dir(out: str | Path) -> Path:
-    """Where an unfinished finetune of ``out`` keeps its checkpoints."""
-    return Path(out).with_name(Path(out).name + ".partial")
-
-
-def drop_leftover_partial(out: str | Path) -> None:
-    """Remove ``<out>.partial`` beside a finished ``out``: left by a run killed after it renamed
-    its folder into place, before it removed the partial one."""
-    partial = partial_dir(out)
-    if partial.exists() and is_finished(out):
-        logger.info("removing %s, left by a finetune killed after it finished", partial)
-        shutil.rmtree(partial, ignore_errors=True)
-
-
-def _read_json(path: Path) -> Any:
-    """The JSON in ``path``, or ``None`` if it is missing or unreadable (a file cut short by
-    a killed run of an older graft, which wrote it in place, or garbage)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 @contextlib.contextmanager
@@ -190,6 +180,8 @@ def finetune(
     Raises:
         FinetuneError: bad dataset, config or output folder, or no usable test prompt
             (nothing is written).
+        graft.errors.StorageError: the output folder cannot be written (before the model
+            loads), or a file of the finetune could not be (a full disk: the rerun resumes).
         graft.models.ModelNotFoundError: unknown model.
         graft.models.DeviceError: unknown device, or one this machine does not have.
     """
@@ -223,14 +215,23 @@ def _train(
     """Train ``run`` (resuming its partial folder), evaluate and save it; its evaluation."""
     partial = partial_dir(run.out)
     with _storage_errors("the finetune's files", partial):
-        _start_partial(run, partial)
-        trainer, texts = _trainer(run, partial, callbacks, quiet)
+        start_partial(partial, run.info)
+        train_texts, val_texts, texts = _texts(run)
+        trainer = build_trainer(
+            run.loaded,
+            run.cfg,
+            run.device,
+            (train_texts, val_texts),
+            partial / "checkpoints",
+            callbacks,
+            quiet,
+        )
         pre = _pre_evaluation(run, partial, quiet)
-        resume = _resume_checkpoint(partial)
+        resume = resume_checkpoint(partial)
         started = time.perf_counter()
         trainer.train(resume_from_checkpoint=resume)
-    log = _train_log(trainer.state, resume, time.perf_counter() - started)
-    assert isinstance(trainer.model, transformers.PreTrainedModel)  # the one _trainer gave it
+    log = train_log(trainer.state, resume, time.perf_counter() - started)
+    assert isinstance(trainer.model, transformers.PreTrainedModel)  # the one build_trainer gave
     sft = evaluate_examples(
         trainer.model, run.examples, pad_id=run.pad_id, desc="eval SFT", progress=not quiet
     )
@@ -309,7 +310,7 @@ def check_writable_parent(out: Path) -> None:
     model loads); on refusal nothing is left behind.
 
     Raises:
-        FinetuneError: the parent is below a file, on a read-only or full disk, or not writable.
+        StorageError: the parent is below a file, on a read-only or full disk, or not writable.
     """
     parent = out.absolute().parent
     try:
@@ -317,32 +318,10 @@ def check_writable_parent(out: Path) -> None:
         probe_writable(parent)
     except OSError as err:
         where = err.filename or parent
-        raise FinetuneError(
+        raise StorageError(
             f"cannot write the output folder {out} ({err.strerror or err}: {where}); choose "
             "a writable place"
         ) from None
-
-
-def _start_partial(run: _Run, partial: Path) -> None:
-    """Create ``partial``, or refuse it if it holds another finetune. An unreadable
-    ``run.json`` is rewritten, and the checkpoints beside it (of unknown settings) removed."""
-    run_path = partial / "run.json"
-    if run_path.is_file():
-        stored = _read_json(run_path)
-        if stored is None:
-            logger.warning(
-                "%s is unreadable (cut short or garbage); rewriting it and training from the "
-                "start, since its checkpoints' settings are unknown",
-                run_path,
-            )
-            shutil.rmtree(partial / "checkpoints", ignore_errors=True)
-        elif stored != run.info:
-            raise FinetuneError(
-                f"{partial} holds an unfinished finetune with other settings; remove it or "
-                "rerun with the same model, dataset and config"
-            )
-    partial.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_path, run.info)
 
 
 def _texts(run: _Run) -> tuple[list[str], list[str], dict[str, Any]]:
@@ -365,7 +344,7 @@ def _pre_evaluation(run: _Run, partial: Path, quiet: bool) -> dict[str, Any]:
     """The pretrained model's evaluation (kept in the partial folder across resumes)."""
     path = partial / "eval_pre.json"
     if path.is_file():
-        stored = _read_json(path)
+        stored = read_json(path)
         if isinstance(stored, dict):
             return stored
         logger.warning("%s is unreadable (cut short or garbage); computing it again", path)
@@ -374,222 +353,6 @@ def _pre_evaluation(run: _Run, partial: Path, quiet: bool) -> dict[str, Any]:
     )
     write_json_atomic(path, pre)
     return pre
-
-
-#: Model types whose activations overflow float16 (Gemma's scaled embeddings and wide
-#: GeGLU): trained in bfloat16 where a preset asks for fp16.
-FP16_UNSAFE = ("gemma", "gemma2", "gemma3", "gemma3_text")
-
-
-def mixed_precision(cfg: FinetuneConfig, device: torch.device, model_type: str) -> str | None:
-    """``"fp16"``, ``"bf16"`` or ``None`` (no autocast): the preset's fp16 on CUDA, bfloat16
-    instead for the model types of :data:`FP16_UNSAFE` (said in a warning); none on CPU or
-    for bfloat16 weights (``cfg.weights_dtype``)."""
-    if not (cfg.fp16_on_cuda and device.type == "cuda") or cfg.weights_dtype != "float32":
-        return None
-    if model_type in FP16_UNSAFE:
-        logger.warning(
-            "the %s preset trains in fp16, which overflows in %s models; training in bf16",
-            cfg.name, model_type,
-        )  # fmt: skip
-        return "bf16"
-    return "fp16"
-
-
-#: Rough finetune speed for the announcements before a finetune (measured: smollm2-135m,
-#: batch 16, 3.3 s/step on a 2-core CPU; tiny models ~0.08 s/step). CUDA is assumed ~30x faster.
-_STEP_OVERHEAD_S = 0.05
-_STEP_S_PER_PARAM_TEXT = 1.5e-9
-_CUDA_SPEEDUP = 30.0
-#: An estimate above this many seconds is announced as a warning before training starts.
-LONG_FINETUNE_S = 86_400.0
-
-
-def training_steps(cfg: FinetuneConfig, steps_per_epoch: int) -> int:
-    """Optimisation steps of a finetune: ``cfg.epochs`` over ``steps_per_epoch`` steps,
-    capped by ``cfg.max_steps`` (-1: no cap)."""
-    steps = math.ceil(cfg.epochs * max(1, steps_per_epoch))
-    return min(steps, cfg.max_steps) if cfg.max_steps >= 0 else steps
-
-
-def estimate_seconds(n_params: int, batch_size: int, steps: int, device_type: str) -> float:
-    """A rough duration of ``steps`` training steps of a model of ``n_params`` parameters."""
-    per_step = _STEP_S_PER_PARAM_TEXT * n_params * batch_size
-    return steps * (_STEP_OVERHEAD_S + per_step / (_CUDA_SPEEDUP if device_type == "cuda" else 1.0))
-
-
-def duration_text(seconds: float) -> str:
-    """``seconds`` in words: s, min, h or days."""
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    if seconds < 2 * 86_400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86_400:.1f} days"
-
-
-def _trainer_max_steps(cfg: FinetuneConfig, steps_per_epoch: int) -> int:
-    """The Trainer's ``max_steps``: ``cfg.max_steps`` is a cap, while the Trainer's would
-    override the epochs (train longer than they ask); -1 when the epochs end first."""
-    epochs_end = training_steps(dataclasses.replace(cfg, max_steps=-1), steps_per_epoch)
-    return cfg.max_steps if 0 < cfg.max_steps < epochs_end else -1
-
-
-def _warn_if_long(run: _Run, steps: int) -> None:
-    """Say before training when the estimate exceeds :data:`LONG_FINETUNE_S`."""
-    n_params = sum(p.numel() for p in run.loaded.model.parameters())
-    seconds = estimate_seconds(n_params, run.cfg.batch_size, steps, run.device.type)
-    if seconds > LONG_FINETUNE_S:
-        logger.warning(
-            "this finetune is %d steps, roughly %s on %s (an estimate): more than a day; lower "
-            "--finetune-max-steps or --epochs, or run it on a GPU",
-            steps, duration_text(seconds), run.device.type,
-        )  # fmt: skip
-
-
-def _checkpointing(on: bool) -> dict[str, Any]:
-    """The ``TrainingArguments`` keyword of gradient checkpointing when ``on`` (transformers
-    5.24 renamed ``gradient_checkpointing`` to ``activation_checkpointing``)."""
-    if not on:
-        return {}
-    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
-    new = "activation_checkpointing"
-    return {new if new in fields else "gradient_checkpointing": True}
-
-
-def _training_arguments(
-    cfg: FinetuneConfig,
-    dev: torch.device,
-    ckpt_dir: Path,
-    steps_per_epoch: int,
-    quiet: bool,
-    half: str | None = None,
-) -> transformers.TrainingArguments:
-    return transformers.TrainingArguments(
-        output_dir=str(ckpt_dir),
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        num_train_epochs=cfg.epochs,
-        max_steps=_trainer_max_steps(cfg, steps_per_epoch),
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type="linear",
-        optim="adamw_torch_fused",  # fused on CPU too: the step costs ~0.1 s, not ~0.6 s
-        eval_strategy="epoch",
-        save_strategy="epoch",
-        save_total_limit=1,  # plus the best one, which the Trainer always keeps
-        load_best_model_at_end=True,
-        metric_for_best_model="eval_loss",
-        greater_is_better=False,
-        logging_strategy="steps",
-        logging_steps=max(1, steps_per_epoch // 4),
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        fp16=half == "fp16",
-        bf16=half == "bf16",
-        **_checkpointing(cfg.gradient_checkpointing),
-        use_cpu=dev.type == "cpu",
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        disable_tqdm=quiet,
-        log_level="error" if quiet else "passive",
-    )
-
-
-def _trainer(
-    run: _Run, partial: Path, callbacks: Sequence[transformers.TrainerCallback], quiet: bool
-) -> tuple[transformers.Trainer, dict[str, Any]]:
-    """The seeded Trainer of ``run`` (checkpoints under ``partial``) and its text counts."""
-    transformers.set_seed(run.cfg.seed)
-    train_texts, val_texts, counts = _texts(run)
-    tok = run.loaded.tokenizer
-    positions = getattr(run.loaded.model.config, "n_positions", None)  # GPT-2's learned positions
-    max_length = min(run.cfg.max_length, positions) if positions else run.cfg.max_length
-    train_ds = TokenisedTexts(train_texts, tok, max_length)
-    steps_per_epoch = max(1, -(-len(train_ds) // run.cfg.batch_size))
-    _warn_if_long(run, training_steps(run.cfg, steps_per_epoch))
-    half = mixed_precision(run.cfg, run.device, run.loaded.model.config.model_type)
-    args = _training_arguments(
-        run.cfg, run.device, partial / "checkpoints", steps_per_epoch, quiet, half
-    )
-    trainer = transformers.Trainer(
-        model=run.loaded.model,
-        args=args,
-        train_dataset=train_ds,
-        eval_dataset=TokenisedTexts(val_texts, tok, max_length),
-        data_collator=CausalCollator(tok.pad_token_id),
-        processing_class=tok,
-        callbacks=list(callbacks),
-    )
-    if quiet:  # without tqdm the Trainer prints every log dict instead
-        trainer.remove_callback(transformers.PrinterCallback)
-    return trainer, counts
-
-
-#: Weight files of a checkpoint (one of them), and the other files the Trainer needs to resume
-#: the same run: without them it warns and goes on with a fresh optimiser or random state.
-CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
-CHECKPOINT_STATE = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
-
-
-def checkpoint_complete(checkpoint: Path) -> bool:
-    """Whether a Trainer checkpoint holds everything a resume needs. The Trainer (transformers
-    5) writes the weights, then optimizer, scheduler (and scaler) and RNG state, and
-    ``trainer_state.json`` last, so a run killed while saving leaves a folder without a whole
-    ``trainer_state.json``."""
-    if not isinstance(_read_json(checkpoint / "trainer_state.json"), dict):
-        return False
-    weights = any((checkpoint / name).is_file() for name in CHECKPOINT_WEIGHTS)
-    return weights and all((checkpoint / name).is_file() for name in CHECKPOINT_STATE)
-
-
-def _checkpoints(ckpt_dir: Path) -> list[Path]:
-    """The ``checkpoint-<step>`` folders of ``ckpt_dir``, newest (highest step) first."""
-    if not ckpt_dir.is_dir():
-        return []
-    found = [p for p in ckpt_dir.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[11:]), reverse=True)
-
-
-def _resume_checkpoint(partial: Path) -> str | None:
-    """The newest complete checkpoint in ``partial``; newer incomplete ones (a run killed
-    while saving, or a full disk) are removed, with a warning."""
-    skipped: list[Path] = []
-    for checkpoint in _checkpoints(partial / "checkpoints"):
-        if checkpoint_complete(checkpoint):
-            if skipped:
-                logger.warning(
-                    "skipping the incomplete checkpoint(s) %s (cut short while saving); "
-                    "resuming from %s",
-                    ", ".join(p.name for p in skipped),
-                    checkpoint.name,
-                )
-            logger.info("resuming finetune from %s", checkpoint)
-            return str(checkpoint)
-        skipped.append(checkpoint)
-        shutil.rmtree(checkpoint)
-    if skipped:
-        logger.warning(
-            "skipping the incomplete checkpoint(s) %s (cut short while saving); no complete "
-            "checkpoint is left, training from the start",
-            ", ".join(p.name for p in skipped),
-        )
-    return None
-
-
-def _train_log(state: transformers.TrainerState, resume: str | None, wall: float) -> dict[str, Any]:
-    best = state.best_model_checkpoint
-    return {
-        "best_checkpoint": Path(best).name if best else None,
-        "best_val_loss": state.best_metric,
-        "global_step": state.global_step,
-        "train_seconds_this_session": round(wall, 1),
-        "resumed_from": Path(resume).name if resume else None,
-        "log_history": state.log_history,
-    }
 
 
 def _save(

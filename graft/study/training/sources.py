@@ -22,30 +22,29 @@ from typing import Any
 
 from graft.models import resolve_device
 from graft.study.data.training_data import load_fact_dataset, split_texts
-from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.presets import FinetuneConfig, resolve_config
+from graft.study.specs.run import DonorSpec, RunSpecs
 from graft.study.training.finetune import duration_text, estimate_seconds, training_steps
 from graft.study.training.workspace import DonorLocation, Workspace
 
 
-def _workspace(cfg: ExperimentConfig) -> Workspace:
-    return Workspace.at(cfg.workspace)
+def _workspace(run: RunSpecs) -> Workspace:
+    return Workspace.at(run.execution.workspace)
 
 
-def dataset_dir(
-    cfg: ExperimentConfig, direction: str = "one", data_seed: int | None = None
-) -> Path:
-    """The dataset folder of ``cfg`` (generated into the workspace when ``dataset`` is a kind,
-    with ``data_seed``, default ``cfg.data_seed``; a folder is taken as it is)."""
-    given = Path(cfg.dataset).is_dir()
-    return _workspace(cfg).dataset(
-        cfg.dataset,
+def dataset_dir(run: RunSpecs, direction: str = "one", data_seed: int | None = None) -> Path:
+    """The dataset folder of ``run`` (generated into the workspace when ``dataset`` is a kind,
+    with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is)."""
+    given = Path(run.data.dataset).is_dir()
+    return _workspace(run).dataset(
+        run.data.dataset,
         None if given else direction,
-        split=cfg.split,
-        n_facts=cfg.n_facts,
-        seed=cfg.data_seed if data_seed is None else data_seed,
-        protocol=cfg.protocol,
-        shuffle=cfg.shuffle,
+        split=run.data.split,
+        n_facts=run.data.n_facts,
+        seed=run.data.data_seed if data_seed is None else data_seed,
+        protocol=run.protocol.name,
+        shuffle=run.data.shuffle,
     )
 
 
@@ -54,42 +53,44 @@ def needs_finetune(source: ModelSource) -> bool:
     return not source.path and source.variant != "pretrained"
 
 
-def finetune_preset(cfg: ExperimentConfig, finetune_seed: int = 0) -> FinetuneConfig:
-    """The finetune config of ``cfg``'s models for one finetune seed: the preset (with
-    ``finetune_max_steps`` and ``generic_corpus``) with ``seed`` replaced. Without a preset,
-    ``--protocol paper`` takes the paper's own (A.3.3: lr 2e-5, weight decay 0.01, batch 4,
-    10 epochs) on any device; graft's protocol takes the device's default."""
-    preset = cfg.preset or ("paper" if cfg.protocol == "paper" else None)
+def finetune_preset(
+    donors: DonorSpec, device: str | None, finetune_seed: int = 0
+) -> FinetuneConfig:
+    """The finetune config of a run's models for one finetune seed: the preset (with
+    ``finetune_max_steps`` and ``generic_corpus``) with ``seed`` replaced; without one, the
+    protocol's (``--protocol paper``: the paper's own, A.3.3: lr 2e-5, weight decay 0.01,
+    batch 4, 10 epochs, on any device), else the device's default."""
     return resolve_config(
-        preset, device=cfg.device, max_steps=cfg.finetune_max_steps, seed=finetune_seed,
-        generic_corpus=cfg.generic_corpus,
+        donors.preset, device=device, max_steps=donors.finetune_max_steps, seed=finetune_seed,
+        generic_corpus=donors.generic_corpus,
     )  # fmt: skip
 
 
-def _donor(
-    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
-) -> DonorLocation:
+def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = None) -> DonorLocation:
     """Where the finetune variant ``source`` of ``replicate`` (default: the run's first) is;
     its dataset is generated if missing."""
-    rep = replicate or cfg.replicates[0]
-    return _workspace(cfg).locate_donor(
-        cfg.model, cfg.dataset, source.variant, finetune_preset(cfg, rep.finetune_seed),
-        split=cfg.split, n_facts=cfg.n_facts, data_seed=rep.train_data_seed, device=cfg.device,
-        protocol=cfg.protocol, shuffle=cfg.shuffle,
+    rep = replicate or run.replicates[0]
+    return _workspace(run).locate_donor(
+        run.donors.model, run.data.dataset, source.variant,
+        finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
+        split=run.data.split, n_facts=run.data.n_facts, data_seed=rep.train_data_seed,
+        device=run.execution.device, protocol=run.protocol.name, shuffle=run.data.shuffle,
     )  # fmt: skip
 
 
 def resolve_model_path(
-    cfg: ExperimentConfig, source: ModelSource, replicate: Replicate | None = None
+    run: RunSpecs, source: ModelSource, replicate: Replicate | None = None
 ) -> str:
     """Model name or folder for ``source`` in ``replicate`` (default: the run's first),
     finetuning it first when it is missing."""
     if source.path:
         return source.path
     if source.variant == "pretrained":
-        return cfg.model
-    donor = _donor(cfg, source, replicate)
-    return str(_workspace(cfg).finetune_donor(donor, device=cfg.device, quiet=not cfg.progress))
+        return run.donors.model
+    donor = _donor(run, source, replicate)
+    workspace = _workspace(run)
+    quiet = not run.execution.progress
+    return str(workspace.finetune_donor(donor, device=run.execution.device, quiet=quiet))
 
 
 def training_texts(preset: FinetuneConfig, n_fact_texts: int) -> int:
@@ -108,26 +109,26 @@ def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
 
 
 def pending_finetune(
-    cfg: ExperimentConfig, source: ModelSource, n_params: int, replicate: Replicate | None = None
+    run: RunSpecs, source: ModelSource, n_params: int, replicate: Replicate | None = None
 ) -> str | None:
     """A line announcing the finetune ``source`` of ``replicate`` (default: the run's first)
     needs first (steps and a rough duration), or None when it needs none (pretrained, an
     explicit path, or already finetuned)."""
     if not needs_finetune(source):
         return None
-    donor = _donor(cfg, source, replicate)
+    donor = _donor(run, source, replicate)
     if donor.finished:
         return None
     n_texts = len(load_fact_dataset(donor.dataset_dir, donor.train_set).train)
     steps = finetune_steps(donor.config, n_texts)
-    device = resolve_device(cfg.device).type
-    rep = replicate or cfg.replicates[0]
+    device = resolve_device(run.execution.device).type
+    rep = replicate or run.replicates[0]
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
-    which = which if cfg.replicated else ""
+    which = which if run.replicated else ""
     seconds = estimate_seconds(n_params, donor.config.batch_size, steps, device)
     gpu_work = device == "cpu" and seconds > 3 * 3600
     return (
-        f"the {source.variant!r} model{which} of {cfg.model} is not in the workspace yet; it "
+        f"the {source.variant!r} model{which} of {run.donors.model} is not in the workspace yet; it "
         f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
         f"{duration_text(seconds)} of training on {device} (an estimate)"
         + ("; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"

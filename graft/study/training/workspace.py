@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graft.core.naming import slug
-from graft.errors import DatasetError, FinetuneError
+from graft.errors import DatasetError, FinetuneError, StorageError
 from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
 from graft.study.data.datasets import (
     default_dataset_name,
@@ -33,12 +33,13 @@ from graft.study.data.datasets import (
     validate_config,
 )
 from graft.study.data.facts import KINDS
-from graft.study.data.generic_corpus import settle
+from graft.study.data.generic_corpus import PaperCorpusHub, settle
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.templates import DIRECTIONS
 from graft.study.training.donors import check_trained_on
-from graft.study.training.finetune import drop_leftover_partial, finetune, is_finished
+from graft.study.training.finetune import finetune
+from graft.study.training.partial_folder import drop_leftover_partial, is_finished
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +126,14 @@ class Workspace:
 
     Args:
         root: the folder; default ``$GRAFT_WORKSPACE``, else ``./workspace``.
+        hub: asks the hub for the paper's generic corpus, once for all the donors this
+            workspace locates (:class:`~graft.study.data.generic_corpus.PaperCorpusHub`).
     """
 
     root: Path = field(default_factory=default_workspace)
+    hub: PaperCorpusHub = field(
+        default_factory=PaperCorpusHub, compare=False, hash=False, repr=False
+    )
 
     @property
     def lock_dir(self) -> Path:
@@ -148,12 +154,13 @@ class Workspace:
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
-        """Turns a disk failure inside into a one-line error naming the workspace."""
+        """Turns a disk failure inside into a one-line :class:`~graft.errors.StorageError`
+        naming the workspace."""
         try:
             yield
         except OSError as err:
             where = f" ({err.filename})" if err.filename else ""
-            raise FinetuneError(
+            raise StorageError(
                 f"cannot {what} in the workspace {self.root}: {err.strerror or err}{where}; "
                 "choose a writable workspace"
             ) from None
@@ -184,9 +191,11 @@ class Workspace:
         with self._writing("generate the dataset"):
             try:
                 return generate_dataset(config, folder, lock_dir=self.lock_dir)
-            except DatasetError as err:
+            except StorageError as err:
                 if isinstance(err.__cause__, OSError):  # said in the workspace's words
                     raise err.__cause__ from None
+                raise
+            except DatasetError:
                 if _older(folder, config):  # no overwrite option here: say what to delete
                     raise DatasetError(
                         f"{folder} was made by an older graft from this config (found "
@@ -315,7 +324,7 @@ class Workspace:
             shuffle=shuffle,
         )
         with self._writing("keep the generic corpus"):
-            config = settle(config, dataset_dir, self.corpus_dir)
+            config = settle(config, dataset_dir, self.corpus_dir, hub=self.hub)
         path = self.donor_dir(model, dataset_dir, train_set, config)
         return DonorLocation(model, dataset_dir, train_set, config, path)
 

@@ -1,0 +1,250 @@
+"""The named table makers of the ``results-table`` markers (:mod:`benchmarks.results_tables`):
+``summary``, ``contrasts``, ``provenance``, ``paper``, ``across`` and ``speed``, each reading a results
+folder and returning a markdown table and the files it read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from benchmarks import contrast_table, provenance_table, summary_table
+from benchmarks._graft_api import PROVENANCE_FILE, provenance_entries, read_csv_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class BlockError(Exception):
+    """A marker or its arguments are wrong, or its sources cannot be read: one line."""
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A named table maker: ``make(positional, keywords)`` returns the markdown table and
+    the files it read (relative to the root, named under the table)."""
+
+    name: str
+    usage: str
+    keywords: tuple[str, ...]
+    make: Callable[[list[str], dict[str, str]], tuple[str, list[Path]]]
+
+
+GENERATORS: dict[str, Generator] = {}
+
+
+def generator(name: str, usage: str, keywords: Sequence[str] = ()) -> Callable:
+    """Register the decorated function as the generator ``name``."""
+
+    def register(make: Callable[[list[str], dict[str, str]], tuple[str, list[Path]]]):
+        GENERATORS[name] = Generator(name, usage, tuple(keywords), make)
+        return make
+
+    return register
+
+
+def _folder(text: str) -> Path:
+    folder = ROOT / text
+    if not folder.is_dir():
+        raise BlockError(f"no folder {text}")
+    return folder
+
+
+def _one_folder(name: str, positional: list[str]) -> Path:
+    if len(positional) != 1:
+        raise BlockError(f"{name} takes one FOLDER, got {positional or 'none'}")
+    return _folder(positional[0])
+
+
+def _labelled(items: list[str]) -> list[tuple[str, Path]]:
+    """``LABEL=FOLDER`` or ``FOLDER`` (labelled by its name) arguments."""
+    if not items:
+        raise BlockError("no FOLDER given")
+    pairs = []
+    for item in items:
+        label, _, folder = item.rpartition("=")
+        path = _folder(folder)
+        pairs.append((label or path.name, path))
+    return pairs
+
+
+def _experiment_order(folder: Path, experiment: str) -> list[str] | None:
+    """The grafts of ``experiment`` in run order, where ``folder``'s provenance records them."""
+    for name, entry in provenance_entries(folder):
+        if name == experiment and entry.get("grafts"):
+            return [str(g) for g in entry["grafts"]]
+    return None
+
+
+@generator(
+    "summary",
+    "summary FOLDER [experiment=position] [metric=acc@5] [group=G] [grafts=A,B,...]: grafts x "
+    "templates, the metric with its 95% interval from FOLDER/<experiment>_summary.csv; of "
+    "several replicates their mean with each one's value in parentheses",
+    ("experiment", "metric", "group", "grafts"),
+)
+def _summary(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    folder = _one_folder("summary", positional)
+    experiment = keywords.get("experiment", "position")
+    path = folder / f"{experiment}_summary.csv"
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    summary = read_csv_table(path)
+    group = keywords.get("group")
+    groups = sorted(set(summary["group"])) if "group" in summary.columns else []
+    if group is None and len(groups) > 1:
+        raise BlockError(f"{path.name} holds the groups {', '.join(groups)}: name one (group=)")
+    order = keywords["grafts"].split(",") if "grafts" in keywords else None
+    order = order or _experiment_order(folder, experiment)
+    try:
+        table = summary_table.markdown(summary, order, keywords.get("metric", "acc@5"), group)
+    except ValueError as err:
+        raise BlockError(f"{path.name}: {err}") from None
+    return table, [path]
+
+
+@generator(
+    "contrasts",
+    "contrasts [LABEL=]FOLDER ...: the key paired contrasts (acc@5 difference with its "
+    "interval, Holm-adjusted McNemar p, target log-prob difference) per template, from each "
+    "FOLDER's position and component contrasts",
+)
+def _contrasts(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    setups = _labelled(positional)
+    files = []
+    for _, folder in setups:
+        found = contrast_table.contrast_files(folder)
+        if not found:
+            raise BlockError(f"no contrasts table in {shown(folder)}")
+        files += found
+    return contrast_table.table(setups), files
+
+
+@generator(
+    "provenance",
+    "provenance [LABEL=]FOLDER ...: one row per experiment and benchmark published in each "
+    "FOLDER: run | model, protocol, seeds | command | commit | machine, threads | date",
+)
+def _provenance(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    lines = list(provenance_table.HEADER)
+    files = []
+    for label, folder in _labelled(positional):
+        if not (folder / PROVENANCE_FILE).is_file():
+            raise BlockError(f"no {PROVENANCE_FILE} in {shown(folder)}")
+        files.append(folder / PROVENANCE_FILE)
+        lines += provenance_table.rows(label, folder)
+    return "\n".join(lines), files
+
+
+@generator(
+    "paper",
+    "paper LABEL=MODEL=FOLDER ... [margin=M]: the paper's numbers beside graft's, from "
+    "benchmarks.paper_table.paper_table_markdown(runs, margin)",
+    ("margin",),
+)
+def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    try:
+        from benchmarks.paper_table import paper_table_markdown  # type: ignore[attr-defined]
+    except ImportError:
+        raise BlockError(
+            "benchmarks.paper_table has no paper_table_markdown(runs, margin) yet"
+        ) from None
+    runs = []
+    for item in positional:
+        parts = item.split("=", 2)
+        if len(parts) != 3:
+            raise BlockError(f"paper takes LABEL=MODEL=FOLDER arguments, got {item!r}")
+        runs.append((parts[0], parts[1], str(_folder(parts[2]))))
+    if not runs:
+        raise BlockError("paper takes one LABEL=MODEL=FOLDER or more")
+    margin = keywords.get("margin")
+    try:
+        value = None if margin is None else float(margin)
+    except ValueError:
+        raise BlockError(f"margin={margin}: not a number") from None
+    files = sorted(p for _, _, f in runs for p in Path(f).glob("*.csv"))
+    return str(paper_table_markdown(runs, value)).rstrip("\n"), files
+
+
+@generator(
+    "across",
+    "across LABEL=FOLDER ... [experiment=position] [template=headline] [grafts=SFT,FE+LT] "
+    "[finetune_seed=0] [metric=acc@5]: one finetune seed's numbers in several runs (other "
+    "machines, thread counts, commits), one row per run with its machine and threads",
+    ("experiment", "template", "grafts", "finetune_seed", "metric"),
+)
+def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    experiment = keywords.get("experiment", "position")
+    template = keywords.get("template", "headline")
+    grafts = keywords.get("grafts", "SFT,FE+LT").split(",")
+    metric = keywords.get("metric", "acc@5")
+    try:
+        seed = int(keywords.get("finetune_seed", "0"))
+    except ValueError:
+        raise BlockError(f"finetune_seed={keywords['finetune_seed']}: not a number") from None
+    head = ["run", "machine, threads", *(f"{g} {metric}" for g in grafts)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(grafts)]
+    files = []
+    for label, folder in _labelled(positional):
+        path = folder / f"{experiment}_summary.csv"
+        if not path.is_file():
+            raise BlockError(f"no {shown(path)}")
+        files += [path, folder / PROVENANCE_FILE]
+        summary = read_csv_table(path).filter(pl.col("template") == template)
+        seeds = summary["finetune_seed"].drop_nulls() if "finetune_seed" in summary.columns else []
+        if len(seeds):
+            summary = summary.filter(pl.col("finetune_seed").cast(pl.Int64) == seed)
+        entry = dict(provenance_entries(folder)).get(experiment) or {}
+        recorded = (entry.get("seeds") or {}).get("finetune_seeds") or [0]
+        if not len(seeds) and list(recorded) != [seed]:
+            raise BlockError(f"{shown(folder)} ran finetune seeds {recorded}, not {seed}")
+        cells = [label, provenance_table.machine_cell(entry)]
+        for graft in grafts:
+            row = summary.filter(pl.col("graft") == graft)
+            if row.height != 1:
+                raise BlockError(f"{shown(path)}: no single {graft} row of {template}, seed {seed}")
+            r = row.row(0, named=True)
+            cells.append(f"{r[metric]:.2f} [{r[metric + '_lo']:.2f}, {r[metric + '_hi']:.2f}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), files
+
+
+#: The columns of a benchmark's speed CSV (benchmarks.paper_scale --out) the table shows.
+SPEED_COLUMNS = (
+    ("e1_engine_over_plain", "E1 mix (goal <= 1.1)"),
+    ("e3_engine_over_plain", "E3 mix (goal <= 0.4)"),
+    ("peak_over_bound", "peak / bound (goal <= 1)"),
+)
+
+
+@generator(
+    "speed",
+    "speed FOLDER ... [file=paper_scale.csv]: per machine and shape, engine time over a "
+    "plain forward (E1 and E3 mixes) and peak memory over its bound, dtypes side by side, "
+    "from each FOLDER's benchmark CSV",
+    ("file",),
+)
+def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    name = keywords.get("file", "paper_scale.csv")
+    files = [folder / name for _, folder in _labelled(positional)]
+    for file in files:
+        if not file.is_file():
+            raise BlockError(f"no {shown(file)}")
+    rows = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")
+    need = {"machine", "shape", "params", "dtype", *(c for c, _ in SPEED_COLUMNS)}
+    if not need <= set(rows.columns):
+        raise BlockError(f"{name} lacks the columns {', '.join(sorted(need - set(rows.columns)))}")
+    head = ["machine", "shape", "dtype", *(h for _, h in SPEED_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * len(SPEED_COLUMNS)]
+    for (machine, shape), part in rows.group_by(["machine", "shape"], maintain_order=True):
+        cells = [str(machine), f"{shape} ({part['params'][0] / 1e9:.2f} B)"]
+        cells.append(" / ".join(part["dtype"]))
+        cells += [" / ".join(f"{v:.2f}" for v in part[c]) for c, _ in SPEED_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), files
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository root, where it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

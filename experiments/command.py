@@ -1,0 +1,159 @@
+"""How a ``graft-exp`` command talks to its user: library messages on stderr one line each
+(``--quiet`` keeps warnings), a :class:`~graft.errors.GraftError` said in the command line's
+words (the flag that fixes it) with the exit code of its kind, and the command class that
+does both."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterator
+
+import click
+
+from graft.errors import GraftError, RemoteError, StorageError, UpstreamError
+from graft_experiments.options import FLAGS
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it
+        pass
+
+
+@contextlib.contextmanager
+def cli_logging(quiet: bool = False) -> Iterator[None]:
+    """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
+    each; ``quiet`` keeps warnings only and also hides transformers' own progress bars.
+    The logger is restored afterwards (commands may run inside a notebook or a test)."""
+    logger = logging.getLogger("graft")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    if quiet:
+        silence_library_progress()
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+# ------------------------------------------------------- library errors in the user's words
+
+#: Library parameter names that are no config field, and the flag that gives them.
+LIBRARY_FLAGS = {"donors": "--donor", "facts_path": "--facts", "max_steps": "--finetune-max-steps"}
+
+
+def _flags(command: click.Command | None) -> dict[str, str]:
+    """Library parameter name -> the flag ``command`` takes for it: the command's own
+    options first, then the config fields' flags (:data:`~graft_experiments.options.FLAGS`) and
+    :data:`LIBRARY_FLAGS`, where the command has that flag."""
+    own = {
+        p.name: p.opts[0]
+        for p in (command.params if command else [])
+        if isinstance(p, click.Option) and p.name and p.opts[0].startswith("--")
+    }
+    fields = {n: f.decl.split("/")[0] for table in FLAGS.values() for n, f in table.items()}
+    known = set(own.values())
+    return {
+        **{n: flag for n, flag in {**fields, **LIBRARY_FLAGS}.items() if flag in known},
+        **own,
+    }
+
+
+def in_user_words(err: GraftError, command: click.Command | None = None) -> str:
+    """The message of ``err`` with each library parameter name written as the flag the user
+    types on ``command`` (default: the running command): ``max_payload_mb`` ->
+    ``--max-payload-mb``, ``donor_mode='hosted'`` -> ``--donor-mode hosted``.
+
+    Names with an underscore are rewritten wherever they stand alone; a plain word
+    (``templates``, ``host``) only when it is the error's ``param``, and only where it first
+    stands, so the prose stays ("dataset 'x' is neither a dataset folder ...")."""
+    if command is None:
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command if ctx else None
+    flags = _flags(command)
+    message = str(err)
+    for name in sorted(flags, key=len, reverse=True):
+        if "_" in name or name == err.param:
+            pattern = rf"(?<![\w./-]){re.escape(name)}(?:='([^']*)'|=(\w+))?(?![\w/-])"
+            count = 0 if "_" in name else 1
+            message = re.sub(pattern, _written_as(flags[name]), message, count=count)
+    return message
+
+
+def _written_as(flag: str) -> Callable[[re.Match[str]], str]:
+    """A :func:`re.sub` replacement: ``flag``, then the value the match assigned, if any."""
+    return lambda match: " ".join([flag, *(v for v in match.groups() if v is not None)])
+
+
+def flag_of(err: GraftError) -> str | None:
+    """The flag of the running command that ``err``'s parameter is given by, or None."""
+    ctx = click.get_current_context(silent=True)
+    return _flags(ctx.command if ctx else None).get(err.param or "")
+
+
+class OneLineError(click.ClickException):
+    """An error the command line prints as ``Error: <message>`` alone (no usage text above
+    it, as a :class:`click.UsageError` has), exiting with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: Exit code of each kind of :class:`~graft.errors.GraftError` that is no usage error
+#: (docs/errors.md): a storage error is fixed by the user too (free space, rebuild a file,
+#: another folder), a server or a library failing is not.
+EXIT_CODES: tuple[tuple[type[GraftError], int], ...] = (
+    (StorageError, 2),
+    (RemoteError, 1),
+    (UpstreamError, 1),
+)
+
+
+def cli_error(err: GraftError) -> click.ClickException:
+    """The command line's form of ``err``: its message in the user's words. Bad input (an
+    :class:`~graft.errors.InputError`, a ``RemoteError`` of kind ``config``, a ``GraftError``
+    of no kind) is a usage error, exit 2; any other kind one line without usage text:
+    storage exit 2, a remote server (or the way to it) or a library failing exit 1
+    (:data:`EXIT_CODES`)."""
+    message = in_user_words(err)
+    if not (isinstance(err, RemoteError) and err.kind == "config"):
+        for kind, code in EXIT_CODES:
+            if isinstance(err, kind):
+                return OneLineError(message, code)
+    return click.UsageError(message, click.get_current_context(silent=True))
+
+
+class LoggingCommand(click.Command):
+    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one); a
+    :class:`~graft.errors.GraftError` that escapes it becomes :func:`cli_error`'s line."""
+
+    def invoke(self, ctx: click.Context):
+        with cli_logging(bool(ctx.params.get("quiet"))):
+            try:
+                return super().invoke(ctx)
+            except GraftError as err:
+                raise cli_error(err) from None
+
+
+def silence_library_progress() -> None:
+    """``--quiet``: also hide transformers' own bars (weight loading, checkpoint writing)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()

@@ -1,0 +1,194 @@
+""" "A ≈ B", a paper claim that two grafts score alike, tested on paired hits: the exact
+McNemar test against the paired (Newcombe) interval of A − B, from a run's paired table or,
+without one, over every pairing the two hit counts allow (a verdict only when all give it);
+and the floor and ceiling where acc@5 cannot test it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from graft.errors import StatsError
+from graft.results.stats.intervals import paired_interval
+from graft.results.stats.paired import mcnemar_exact_p
+from graft.results.stats.verdict import (
+    ALPHA,
+    MARGIN,
+    VERDICTS,
+    Agreement,
+    check_settings,
+    decide,
+    format_p,
+    pct,
+)
+
+
+def _stuck(k_a: int, k_b: int, n: int, margin: float = 0.0) -> str:
+    """Why acc@5 cannot test "A ≈ B" here, or "": both at the floor or the ceiling (no
+    difference can show), or both within ``margin`` of the floor (neither graft recovers
+    the answer, so their equivalence says nothing about what each adds). Near the ceiling
+    an "≈" stays testable: a graft that falls short of a donor at the ceiling shows."""
+    counts = f"({k_a}/{n} and {k_b}/{n})"
+    if k_a == k_b == 0:
+        return f"both at the floor {counts}: acc@5 cannot show a difference here"
+    if k_a == k_b == n:
+        return f"both at the ceiling {counts}: acc@5 cannot show a difference here"
+    if max(k_a, k_b) <= margin * n:
+        return (
+            f"both within {margin:.2f} of the floor {counts}: neither graft recovers the "
+            "answer, so their equivalence tests nothing"
+        )
+    return ""
+
+
+def _cells(both: int, b: int, c: int, neither: int) -> tuple[int, int, int, int]:
+    cells = (both, b, c, neither)
+    if any(int(x) != x or x < 0 for x in cells) or sum(cells) < 1:
+        raise StatsError(f"paired cells must be whole counts >= 0 with a total >= 1, got {cells}")
+    return int(both), int(b), int(c), int(neither)
+
+
+def mcnemar_agreement(
+    p: float,
+    cells: tuple[int, int, int, int],
+    alpha: float = ALPHA,
+    margin: float = MARGIN,
+    max_width: float | None = None,
+    seed_diffs: Sequence[float] | None = None,
+    test: str = "exact McNemar",
+) -> Agreement:
+    """ "A ≈ B" on paired hits: ``p`` is the two-sided exact McNemar p of A against B (e.g.
+    a run's Holm-adjusted contrast; disagrees when p < ``alpha``); ``cells`` = (both hit,
+    only A, only B, neither) give the paired interval of A − B
+    (:func:`~graft.results.stats.intervals.paired_interval`,
+    with ``seed_diffs`` the per-seed differences; agrees when its 90% version lies within
+    ±``margin``)."""
+    width = check_settings(alpha, margin, max_width)
+    if not 0 <= p <= 1:
+        raise StatsError(f"a p-value lies in [0, 1], got {p}")
+    both, b, c, neither = cells = _cells(*cells)
+    n = sum(cells)
+    several = seed_diffs is not None and len(seed_diffs) > 1
+    rejection = (
+        f"significantly different ({test} {format_p(p)})"
+        if p < alpha
+        else f"no significant difference ({test} {format_p(p)})"
+    )
+    return decide(
+        test=f"{test}; TOST on A − B, ±{margin:.2f}",
+        target=0.0,
+        ci=paired_interval(cells, 1 - alpha, seed_diffs),
+        ci_tost=paired_interval(cells, 1 - 2 * alpha, seed_diffs),
+        name="interval of A − B" + (" (Newcombe, widened over seeds)" if several else ""),
+        rejected=p < alpha,
+        rejection=rejection,
+        alpha=alpha,
+        margin=margin,
+        width=width,
+        signed=True,
+        stuck=_stuck(both + b, both + c, n, margin),
+        p=p,
+    )
+
+
+def mcnemar_p_range(k_a: int, k_b: int, n: int) -> tuple[float, float]:
+    """The smallest and largest exact McNemar p-value over every paired table of ``n``
+    examples in which A hits ``k_a`` and B hits ``k_b`` (both hit x examples, for every x
+    the margins allow; discordant counts ``k_a - x`` and ``k_b - x``)."""
+    _check_counts(k_a, k_b, n)
+    ps = [mcnemar_exact_p(k_a - x, k_b - x) for x in _pairings(k_a, k_b, n)]
+    return min(ps), max(ps)
+
+
+def _check_counts(k_a: int, k_b: int, n: int) -> None:
+    if any(int(v) != v for v in (k_a, k_b, n)) or not (0 <= k_a <= n and 0 <= k_b <= n):
+        raise StatsError(f"need whole counts 0 <= k_a, k_b <= n; got {k_a}, {k_b}, {n}")
+    if n < 1:
+        raise StatsError(f"need n >= 1 examples, got {n}")
+
+
+def _pairings(k_a: int, k_b: int, n: int) -> range:
+    """Every count of examples both hit that the margins allow."""
+    return range(max(0, k_a + k_b - n), min(k_a, k_b) + 1)
+
+
+def mcnemar_range_agreement(
+    k_a: int,
+    k_b: int,
+    n: int,
+    alpha: float = ALPHA,
+    margin: float = MARGIN,
+    max_width: float | None = None,
+    seed_diffs: Sequence[float] | None = None,
+) -> Agreement:
+    """ "A ≈ B" from the two grafts' hit counts alone (their pairing unknown): the rule of
+    :func:`mcnemar_agreement` (exact McNemar, not adjusted) for every paired table the
+    counts allow; a verdict when every pairing gives it, else undecided."""
+    width = check_settings(alpha, margin, max_width)
+    _check_counts(k_a, k_b, n)
+    k_a, k_b, n = int(k_a), int(k_b), int(n)
+    test = "exact McNemar, any pairing of the hit counts"
+    stuck = _stuck(k_a, k_b, n, margin)
+    verdicts = [
+        mcnemar_agreement(
+            mcnemar_exact_p(k_a - x, k_b - x),
+            (x, k_a - x, k_b - x, n - k_a - k_b + x),
+            alpha,
+            margin,
+            width,
+            seed_diffs,
+        )
+        for x in _pairings(k_a, k_b, n)
+    ]
+    ps = [float(v.p) for v in verdicts if v.p is not None]
+    low, high = min(ps), max(ps)
+
+    def bound(name: str, pick: Callable[[list[float]], float]) -> float:
+        return pick([float(getattr(v, name)) for v in verdicts])
+
+    base = Agreement(
+        "undecided",
+        f"{test}; TOST on A − B, ±{margin:.2f}",
+        "",
+        p=low,
+        p_high=high,
+        lo=bound("lo", min),
+        hi=bound("hi", max),
+        lo_tost=bound("lo_tost", min),
+        hi_tost=bound("hi_tost", max),
+        target=0.0,
+        margin=margin,
+        alpha=alpha,
+    )
+    if stuck:
+        return replace(base, reason=stuck)
+    kinds = {v.verdict for v in verdicts}
+    mcnemar = f"McNemar {format_p(low)}" if low == high else f"McNemar p = {low:.2g} to {high:.2g}"
+    every = "for every pairing of the hit counts"
+    tost = f"graft's {pct(1 - 2 * alpha)} interval of A − B"
+    tost_env = f"[{base.lo_tost:+.2f}, {base.hi_tost:+.2f}]"
+    if kinds == {"agrees"}:
+        reason = f"{every}, {tost} lies within ±{margin:.2f} (all within {tost_env}; {mcnemar})"
+        return replace(base, verdict="agrees", reason=reason)
+    if kinds == {"disagrees"}:
+        reason = f"significantly different {every} ({mcnemar})"
+        return replace(base, verdict="disagrees", reason=reason)
+    if kinds == {"undecided"}:
+        if all("too wide" in v.reason for v in verdicts):
+            reason = (
+                f"graft's {pct(1 - alpha)} interval of A − B is too wide to test against "
+                f"±{margin:.2f} {every} (up to [{base.lo:+.2f}, {base.hi:+.2f}]; wider than "
+                f"{width:.2f})"
+            )
+        else:
+            reason = (
+                f"neither test decides {every}: {mcnemar}, and {tost} reaches outside "
+                f"±{margin:.2f} (up to {tost_env})"
+            )
+        return replace(base, reason=reason)
+    order = [v for v in VERDICTS if v in kinds]
+    reason = (
+        f"the verdict depends on how the hits pair up ({' or '.join(order)}; {mcnemar}); "
+        "the paired examples would decide"
+    )
+    return replace(base, reason=reason)

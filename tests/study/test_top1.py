@@ -1,0 +1,57 @@
+"""graft.study.analyses.top1: a tiny run's top-1 kinds, each row's top-1 token classified
+against the names of the dataset its prompt came from, written into the run folder."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from graft.core.spec import parse_spec
+from graft.results.top1_kinds import KINDS, Top1Classifier
+from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
+from graft.study.data.datasets import load_facts
+from graft.study.running.runner import ExperimentConfig, Graft, ModelSource, run_experiment
+from graft.study.specs.grafts import reference
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_runs_top1_kinds_are_classified_against_its_datasets_names(dataset, donor_path, tmp_path):
+    config = ExperimentConfig(
+        experiment="custom",
+        model="tiny-llama",
+        dataset=str(dataset),
+        templates=("headline",),
+        n=2,
+        batch_size=4,
+        device="cpu",
+        n_boot=20,
+        out=str(tmp_path / "run"),
+        progress=False,
+    )
+    grafts = [reference("PRE", None), Graft("LT", parse_spec("LT:all:all"))]
+    run = run_experiment(
+        config, grafts, donors={"sft": ModelSource(path=donor_path)}, echo=lambda _: None
+    )
+    assert group_columns(run.examples) == ["template", "graft"]  # one seed, one group
+
+    table = write_top1_kinds(run.folder, run.examples, run.config)
+
+    facts = load_facts(dataset)
+    classify = Top1Classifier(
+        {f.first_actor for f in facts} | {f.second_actor for f in facts},
+        {f.movie_title for f in facts},
+    ).kind
+    want = Counter(
+        (row["graft"], classify(row["top10_tokens"][0]))
+        for row in run.examples.iter_rows(named=True)
+    )
+    assert table.height == 2 * len(KINDS)  # every kind of both grafts, zeros too
+    got = {(r["graft"], r["kind"]): r["count"] for r in table.iter_rows(named=True)}
+    assert got == {(g, k): want[g, k] for g in ("PRE", "LT") for k in KINDS}
+    assert set(table["n"]) == {2}
+    stored = pl.read_parquet(run.folder.path / f"{TOP1_KINDS}.parquet")
+    assert stored.equals(table)
+    assert (run.folder.path / f"{TOP1_KINDS}.csv").is_file()

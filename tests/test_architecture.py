@@ -1,0 +1,158 @@
+"""docs/architecture.md's promises about the tree: no module of graft, the commands or the
+benchmarks passes 450 lines, every module of graft has its row in the doc's "What each file
+does" tables, and every module the doc names exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "architecture.md"
+#: The most lines a module may have (docs/architecture.md, "What each file does").
+MAX_LINES = 450
+#: The folders whose modules are held to :data:`MAX_LINES`.
+SIZED = ("graft", "experiments", "benchmarks")
+
+#: A package's or a single file's heading in "What each file does": **`graft/core/`**.
+HEADING = re.compile(r"^\*\*`((?:graft|experiments|benchmarks)(?:/[\w.]+)*/?)`\*\*")
+#: A table row whose first cell names a file: | `plan.py` | ... |
+ROW = re.compile(r"^\|\s*`([^`]+\.py)`\s*\|")
+#: A module path anywhere in the doc: core/plan.py, graft/results/folder.py, plan.py.
+PY_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.py)\b")
+#: A dotted name of graft, the commands or the benchmarks in backticks.
+DOTTED = re.compile(r"`((?:graft|experiments|benchmarks)(?:\.\w+)+)`")
+
+
+def _modules(*folders: str) -> list[Path]:
+    return sorted(
+        path
+        for folder in folders
+        for path in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    )
+
+
+def _lines(path: Path) -> int:
+    """Lines as ``wc -l`` counts them."""
+    return path.read_bytes().count(b"\n")
+
+
+def test_no_module_passes_450_lines() -> None:
+    over = [
+        f"{path.relative_to(ROOT)} ({_lines(path)} lines)"
+        for path in _modules(*SIZED)
+        if _lines(path) > MAX_LINES
+    ]
+    assert not over, (
+        f"{len(over)} module(s) over {MAX_LINES} lines; split each into modules of one role "
+        f"(docs/architecture.md, What each file does): {', '.join(over)}"
+    )
+
+
+def _file_section(text: str) -> list[str]:
+    """The lines of the section "What each file does"."""
+    lines = text.splitlines()
+    start = lines.index("## What each file does")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]
+
+
+def _documented(text: str) -> set[str]:
+    """The modules the section gives a row (``graft/core/plan.py``): a file's row in its
+    package's table (first cell its name, or its path within the package), or a heading
+    naming the file itself (**`graft/errors.py`**)."""
+    found: set[str] = set()
+    package: str | None = None
+    for line in _file_section(text):
+        heading = HEADING.match(line)
+        if heading:
+            name = heading.group(1)
+            if name.endswith(".py"):
+                found.add(name)
+                package = None
+            else:
+                package = name.rstrip("/")
+            continue
+        row = ROW.match(line)
+        if row and package is not None:
+            found.add(f"{package}/{row.group(1)}")
+    return found
+
+
+def test_every_module_of_graft_has_its_row_in_the_architecture_doc() -> None:
+    documented = _documented(DOC.read_text(encoding="utf-8"))
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in _modules("graft")
+        if path.name != "__init__.py" and str(path.relative_to(ROOT)) not in documented
+    ]
+    assert not missing, (
+        "docs/architecture.md gives no row to "
+        + ", ".join(missing)
+        + " (add one to its package's table in 'What each file does': | `file.py` | role |)"
+    )
+
+
+def _exists(name: str, package: str | None) -> bool:
+    """Whether the module path ``name`` is a file: from the root, from ``graft/`` (the doc
+    writes ``core/plan.py``), or within the package whose table it sits in."""
+    bases = [ROOT, ROOT / "graft"] + ([ROOT / package] if package else [])
+    return any((base / name).is_file() for base in bases)
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``graft.x.y`` is a module or package, or a name its longest module prefix
+    holds (a class, a function, a re-export; ``Class.method`` on a module)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+        if source is None and (base / "__init__.py").is_file():
+            source = base / "__init__.py"
+        if source is None:
+            continue
+        rest = parts[cut:]
+        if not rest:
+            return True
+        text = source.read_text(encoding="utf-8")
+        most = 1 if source.name == "__init__.py" else 2
+        return len(rest) <= most and re.search(rf"\b{re.escape(rest[0])}\b", text) is not None
+    return False
+
+
+def test_every_module_the_architecture_doc_names_exists() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    section = set(_file_section(text))
+    stale: list[str] = []
+    package: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            package = None
+        heading = HEADING.match(line) if line in section else None
+        if heading and not heading.group(1).endswith(".py"):
+            package = heading.group(1).rstrip("/")
+        for name in PY_PATH.findall(line):
+            if not _exists(name, package):
+                stale.append(f"line {number}: {name}")
+        for name in DOTTED.findall(line):
+            if not _resolves(name):
+                stale.append(f"line {number}: {name}")
+    assert not stale, "docs/architecture.md names modules that do not exist: " + "; ".join(stale)
+
+
+def test_pyproject_installs_every_package_and_no_generic_name():
+    """Every package under graft/ is listed in pyproject's packages (a new one would be left
+    out of a wheel otherwise), and the commands install as graft_experiments, never as a
+    top-level ``experiments`` module that other projects use too."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tree = {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "graft").rglob("__init__.py")
+    }
+    listed = set(config["packages"])
+    assert tree <= listed, f"pyproject.toml lacks {sorted(tree - listed)}"
+    assert listed - tree == {"graft_experiments"}
+    assert config["package-dir"] == {"graft_experiments": "experiments"}
+    assert "experiments" not in listed
