@@ -70,7 +70,8 @@ def machine_cell(entry: dict) -> str:
     machine = entry.get("machine")
     if not isinstance(machine, dict):
         return "unknown"
-    return f"{machine_label(machine)}, {machine.get('torch_threads')} threads"
+    threads = machine.get("torch_threads")
+    return f"{machine_label(machine)}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def _date(entry: dict) -> str:

@@ -5,6 +5,7 @@ Run from the repository root::
 
     python -m benchmarks.real_model_bound --model smollm2-135m [--donor FOLDER]
         [--prompts 3] [--dtype float32] [--device cpu] [--seed 1] [--json out.json]
+        [--out results/FOLDER]
     python -m benchmarks.real_model_bound --model tiny          # every tiny family
 
 Workload: the first ``--prompts`` headline prompts ("<actor> starred in a movie with",
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,7 +44,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks._graft_api import GraftRow, architecture_of, perturbed_copy, run_grafts
+from benchmarks._graft_api import (
+    GraftRow,
+    architecture_of,
+    perturbed_copy,
+    run_grafts,
+    write_benchmark_table,
+)
 from benchmarks.paper_routine import paper_rows
 from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, Prompt, graft_rows, headline_prompts
 from graft.core import TINY_FAMILIES
@@ -184,6 +192,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="device [cpu]")
     parser.add_argument("--seed", type=int, default=1, help="perturbed_copy seed [1]")
     parser.add_argument("--json", type=Path, help="also write every number here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="also write the table into this results folder (real_model_bound.csv) with its "
+        "provenance (command, commit, versions, machine)",
+    )
     return parser.parse_args(argv)
 
 
@@ -201,6 +215,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if args.out:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        path = write_benchmark_table(
+            args.out,
+            "real_model_bound",
+            results,
+            command=shlex.join(["python", "-m", "benchmarks.real_model_bound", *argv]),
+            device=args.device,
+            settings={"prompts": args.prompts, "dtype": args.dtype, "seed": args.seed},
+        )
+        print(f"wrote {path}")
     return 0
 
 

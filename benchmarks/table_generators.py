@@ -1,5 +1,5 @@
 """The named table makers of the ``results-table`` markers (:mod:`benchmarks.results_tables`):
-``summary``, ``contrasts``, ``provenance``, ``paper``, ``across`` and ``speed``, each reading a results
+``summary``, ``contrasts``, ``provenance``, ``paper``, ``across``, ``lens``, ``csv`` and ``speed``, each reading a results
 folder and returning a markdown table and the files it read."""
 
 from __future__ import annotations
@@ -207,6 +207,90 @@ def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[
             r = row.row(0, named=True)
             cells.append(f"{r[metric]:.2f} [{r[metric + '_lo']:.2f}, {r[metric + '_hi']:.2f}]")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), files
+
+
+@generator(
+    "lens",
+    "lens FOLDER [position=LT] [layers=-1,27,28,29] [metric=median_rank] [grafts=A,B,...]: "
+    "the logit lens of FOLDER/lens_summary.csv, grafts x layers (-1 = emb), each cell the "
+    "metric on headline / qa / movie prompts",
+    ("position", "layers", "metric", "grafts"),
+)
+def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    path = _one_folder("lens", positional) / "lens_summary.csv"
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    position = keywords.get("position", "LT")
+    metric = keywords.get("metric", "median_rank")
+    try:
+        layers = [int(x) for x in keywords.get("layers", "-1,27,28,29").split(",")]
+    except ValueError:
+        raise BlockError(f"layers={keywords['layers']}: not whole numbers") from None
+    lens = read_csv_table(path).filter(pl.col("position") == position)
+    if not lens.height or metric not in lens.columns:
+        raise BlockError(f"{shown(path)} has no {metric} at {position}")
+    order = keywords["grafts"].split(",") if "grafts" in keywords else None
+    grafts = order or list(dict.fromkeys(lens["graft"]))
+    seen = set(lens["template"])
+    templates = [t for t in ("headline", "qa", "movie") if t in seen]
+    names = ["emb" if layer < 0 else f"layer {layer}" for layer in layers]
+    lines = [
+        f"| graft ({' / '.join(templates)}) | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(layers),
+    ]
+    for graft in grafts:
+        cells = []
+        for layer in layers:
+            values = []
+            for template in templates:
+                row = lens.filter(
+                    (pl.col("graft") == graft)
+                    & (pl.col("template") == template)
+                    & (pl.col("layer") == layer)
+                )
+                if row.height != 1:
+                    raise BlockError(f"{shown(path)}: no {graft} row at layer {layer}, {template}")
+                values.append(
+                    f"{row[metric][0]:,.4g}"
+                    if metric != "median_rank"
+                    else f"{row[metric][0]:,.1f}".removesuffix(".0")
+                )
+            cells.append(" / ".join(values))
+        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), [path]
+
+
+@generator(
+    "csv",
+    "csv FOLDER ... file=NAME.csv columns=A,B,... [headers=a,b,...]: the named columns of "
+    "each FOLDER's benchmark table, rows one after another (floats as 2 significant digits, "
+    "or in e-notation below 0.01)",
+    ("file", "columns", "headers"),
+)
+def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    if "file" not in keywords or "columns" not in keywords:
+        raise BlockError("csv needs file= and columns=")
+    files = [folder / keywords["file"] for _, folder in _labelled(positional)]
+    for file in files:
+        if not file.is_file():
+            raise BlockError(f"no {shown(file)}")
+    rows = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")
+    columns = keywords["columns"].split(",")
+    if missing := [c for c in columns if c not in rows.columns]:
+        raise BlockError(f"{keywords['file']} lacks the columns {', '.join(missing)}")
+    headers = keywords["headers"].split(",") if "headers" in keywords else columns
+    if len(headers) != len(columns):
+        raise BlockError(f"{len(headers)} headers for {len(columns)} columns")
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.1e}" if 0 < abs(value) < 0.01 else f"{value:,.3g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    for row in rows.select(columns).iter_rows():
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
     return "\n".join(lines), files
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks import paper_table, results_tables
 from benchmarks.results_tables import BlockError, find_blocks, main
-from graft.results.publish import publish_run, write_benchmark_table
+from graft.results.benchmark_tables import write_benchmark_table
+from graft.results.publish import publish_run
 from tests.cli.test_publish import make_run, summary_frame
 
 CLOSE = "<!-- /results-table -->"
@@ -32,7 +33,7 @@ def _doc(tmp_path, body: str):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, paper, provenance, speed, summary"),
+        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, lens, paper, provenance, speed, summary"),
         ("<!-- results-table: summary results/x -->\n| a |", "doc.md:5: results-table marker never closed"),
         (f"| a |\n{CLOSE}", f"doc.md:6: {CLOSE} without an opening marker"),
         ("<!-- results-table: summary a -->\n<!-- results-table: summary b -->", "doc.md:6: a results-table marker inside the block opened at line 5"),
@@ -209,3 +210,47 @@ def test_across_shows_one_seed_of_several_runs_with_their_machines(tmp_path):
     assert head == "| run | machine, threads | SFT acc@5 | FE+LT acc@5 |"
     assert row == "| seeds | 4-core Test CPU, 3 threads | 0.01 [0.00, 0.05] | 0.11 [0.05, 0.15] |"
     assert three / "position_summary.csv" in files
+
+
+def test_lens_table_puts_templates_in_each_layer_cell(tmp_path):
+    rows = [
+        {"template": t, "graft": g, "position": p, "layer": layer, "median_rank": r}
+        for t, r0 in (("headline", 10.0), ("qa", 20.0), ("movie", 30.0))
+        for g in ("PRE", "SFT")
+        for p in ("LT", "FE-last")
+        for layer, r in ((-1, r0 * 100), (1, r0 if g == "PRE" else 0.5))
+    ]
+    pl.DataFrame(rows).write_csv(tmp_path / "lens_summary.csv")
+    make = results_tables.GENERATORS["lens"].make
+    table, files = make([str(tmp_path)], {"layers": "-1,1"})
+    assert table.splitlines() == [
+        "| graft (headline / qa / movie) | emb | layer 1 |",
+        "|---|---:|---:|",
+        "| PRE | 1,000 / 2,000 / 3,000 | 10 / 20 / 30 |",
+        "| SFT | 1,000 / 2,000 / 3,000 | 0.5 / 0.5 / 0.5 |",
+    ]
+    assert files == [tmp_path / "lens_summary.csv"]
+    with pytest.raises(BlockError, match="no PRE row at layer 2, headline"):
+        make([str(tmp_path)], {"layers": "2"})
+
+
+def test_csv_shows_the_named_columns_of_each_folders_table(tmp_path):
+    for name, value in (("a", 4.0e-5), ("b", 0.25)):
+        (tmp_path / name).mkdir()
+        write_benchmark_table(
+            tmp_path / name, "bound", [{"model": name, "diff": value, "x": 1}], "cmd"
+        )
+    make = results_tables.GENERATORS["csv"].make
+    table, files = make(
+        [str(tmp_path / "a"), str(tmp_path / "b")],
+        {"file": "bound.csv", "columns": "model,diff", "headers": "model,graft - ref"},
+    )
+    assert table.splitlines() == [
+        "| model | graft - ref |",
+        "|---|---:|",
+        "| a | 4.0e-05 |",
+        "| b | 0.25 |",
+    ]
+    assert files == [tmp_path / "a" / "bound.csv", tmp_path / "b" / "bound.csv"]
+    with pytest.raises(BlockError, match="lacks the columns nope"):
+        make([str(tmp_path / "a")], {"file": "bound.csv", "columns": "nope"})

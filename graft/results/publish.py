@@ -25,8 +25,9 @@ holds ``sweep.csv``, ``findings.csv``, ... and a run folder per direction and me
 publishes its combined tables, with the provenance its first run recorded completed by the
 sweep's own record.
 
-:func:`write_benchmark_table` writes a benchmark's table (``<name>.csv``) into a results
-folder with the same provenance, measured by the process that calls it.
+:func:`graft.results.benchmark_tables.write_benchmark_table` writes a benchmark's table
+(``<name>.csv``) into a results folder with the same provenance, measured by the process
+that calls it.
 
 ``provenance.json``::
 
@@ -57,10 +58,6 @@ from graft.errors import ResultsError, first_line
 from graft.results.folder import RunFolder
 from graft.results.provenance import (
     command_line,
-    git_commit,
-    git_dirty,
-    machine_info,
-    package_versions,
 )
 from graft.results.run_config import CONFIG_FILE, read_config_file
 from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
@@ -75,7 +72,7 @@ RUN_STEMS = (SUMMARY_STEM, CONTRASTS_STEM, NAME_CONTRASTS_STEM)
 #: The table a finished sweep (``graft-exp patching``) writes instead of a summary.
 SWEEP_STEM = "sweep"
 #: Tables ``results/`` keeps under their own names (one experiment writes each).
-KEPT_NAMES = ("top1_kinds", "lens_summary")
+KEPT_NAMES = ("top1_kinds", "lens_summary", "lens_top_tokens")
 #: The fields of a run's ``config.json`` that say what computed it.
 REQUIRED_FIELDS = (
     "command",
@@ -401,63 +398,3 @@ def publish_run(
     record["experiments"][name] = experiment_entry(config, sources, str(run), missing)
     _write_provenance(out, record)
     return Published(out, name, sources, list(missing), replaced, removed)
-
-
-# ------------------------------------------------------------------ benchmarks
-
-
-def machine_label(machine: Mapping[str, Any]) -> str:
-    """A machine in a few words: the GPU's name, else ``<n>-core <CPU model>``."""
-    if machine.get("gpu"):
-        return str(machine["gpu"])
-    return f"{machine.get('cpu_count')}-core {machine.get('cpu')}"
-
-
-def write_benchmark_table(
-    out: str | os.PathLike[str],
-    name: str,
-    table: pl.DataFrame | Sequence[Mapping[str, Any]],
-    command: str,
-    device: Any = None,
-    settings: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a benchmark's table as ``out/<name>.csv`` and its provenance into
-    ``out/provenance.json`` (entry ``benchmarks.<name>``): ``command`` (the benchmark's
-    command line), the git commit and dirtiness of graft's checkout, package versions,
-    ``device``, this process's machine (:func:`~graft.results.provenance.machine_info`),
-    ``created``, and ``settings`` (the benchmark's own: prompts, batch size, ...). Return
-    the CSV's path.
-
-    Raises:
-        ResultsError: ``<name>.csv`` is held by an experiment entry of ``out``.
-        StorageError: ``out`` cannot be written.
-    """
-    _check_name(name)
-    out = Path(out)
-    frame = table if isinstance(table, pl.DataFrame) else pl.DataFrame([dict(r) for r in table])
-    file = f"{name}.csv"
-    record = read_provenance(out)
-    key = f"benchmarks:{name}"
-    owner = _owners(record).get(file, key)
-    if owner != key:
-        raise ResultsError(f"{out / file} is {owner.replace(':', ' ')}'s; choose another name")
-    machine = machine_info(device)
-    with storage_errors("a benchmark table", out / file):
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / file) as tmp:
-            frame.write_csv(tmp)
-    record["benchmarks"][name] = {
-        "kind": "benchmark",
-        "files": {file: None},
-        "command": command,
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
-        "packages": package_versions(),
-        "device": f"cuda ({machine['gpu']})" if machine.get("gpu") else str(device or "cpu"),
-        "machine": machine,
-        "created": _now(),
-        "settings": dict(settings or {}),
-        "missing": [],
-    }
-    _write_provenance(out, record)
-    return out / file

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks.real_model_bound import COLUMNS, main, model_names
+from graft.results.publish import read_provenance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -15,8 +16,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.slow
 def test_the_bound_of_a_tiny_model_is_measured_and_printed(tmp_path, capsys):
     out = tmp_path / "bound.json"
-    assert main(["--model", "tiny-gpt2", "--prompts", "1", "--json", str(out)]) == 0
+    args = ["--model", "tiny-gpt2", "--prompts", "1", "--json", str(out), "--out", str(tmp_path)]
+    assert main(args) == 0
     [result] = json.loads(out.read_text())
+    entry = read_provenance(tmp_path)["benchmarks"]["real_model_bound"]
+    assert entry["command"].startswith("python -m benchmarks.real_model_bound --model tiny-gpt2")
+    assert entry["machine"]["torch_threads"] == 1
+    assert (tmp_path / "real_model_bound.csv").read_text().startswith("model,dtype,")
     assert result["rows"] == 16  # 8 E1 grafts + 8 component sets on one prompt
     assert 0 < result["graft_vs_ref"] <= 1e-5  # float32 rounding, not 0: one pass vs cached
     assert result["graft_vs_ref"] == max(

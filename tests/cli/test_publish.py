@@ -16,13 +16,13 @@ import torch
 from click.testing import CliRunner, Result
 
 from graft.errors import ResultsError
+from graft.results.benchmark_tables import write_benchmark_table
 from graft.results.paper.agreement import read_results
 from graft.results.publish import (
     PROVENANCE_FILE,
     missing_fields,
     publish_run,
     read_provenance,
-    write_benchmark_table,
 )
 from graft_experiments.publish import publish
 
@@ -177,10 +177,12 @@ def test_publishing_again_replaces_the_entry_and_its_stale_files(tmp_path):
 
 
 def test_a_lens_run_keeps_lens_summary_and_its_own_tables_go_under_lens_run(tmp_path):
-    done = publish_run(make_run(tmp_path / "lens", "lens", extra=("lens_summary",)), tmp_path / "r")
+    run = make_run(tmp_path / "lens", "lens", extra=("lens_summary", "lens_top_tokens"))
+    done = publish_run(run, tmp_path / "r")
     assert done.files == {
         "lens_run_contrasts.csv": "contrasts.csv",
         "lens_summary.csv": "lens_summary.csv",
+        "lens_top_tokens.csv": "lens_top_tokens.csv",
         "lens_run_summary.csv": "summary.csv",
     }
 

@@ -374,3 +374,17 @@ def test_hybrid_and_component_figures_name_the_papers_numbers(tmp_path, monkeypa
     assert "O+FFN minus FFN = +0.29 in the reversal pair" in note
     draw_figures(_run_folder(tmp_path / "t", "component", summary, sets, "tiny-gemma"))
     assert "Paper (" not in " ".join(_texts(captured[-1]))
+
+
+def test_the_lens_layer_axis_labels_emb_apart_from_layer_0():
+    import matplotlib.pyplot as plt
+
+    from graft.results.plots.lens import _layer_axis
+
+    fig, ax = plt.subplots()
+    _layer_axis(ax, list(range(-1, 30)))  # the embeddings, then 30 layers
+    ticks = [round(t) for t in ax.get_xticks()]
+    assert ticks[0] == -1 and 0 not in ticks and ticks[-1] == 29
+    _layer_axis(ax, [-1, 0, 1])  # a tick per layer where there are few
+    assert [round(t) for t in ax.get_xticks()] == [-1, 0, 1]
+    plt.close(fig)

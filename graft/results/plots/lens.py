@@ -192,8 +192,8 @@ def _layer_axis(ax: Axes, layers: Sequence[int]) -> None:
     first = max(lo, 0)
     step = max(1, int(np.ceil((hi - first + 1) / 10)))
     ticks = [t for t in range(first, hi + 1, step) if hi - t >= step / 2] + [hi]
-    if lo < first:
-        ticks.insert(0, lo)
+    if lo < first:  # the "emb" tick; its label would overlap a "0" right beside it
+        ticks = [lo] + [t for t in ticks if t != first or step == 1]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: layer_label(round(v))))
