@@ -263,10 +263,10 @@ def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pa
 
 @generator(
     "csv",
-    "csv FOLDER ... file=NAME.csv columns=A,B,... [headers=a,b,...]: the named columns of "
-    "each FOLDER's benchmark table, rows one after another (floats as 2 significant digits, "
-    "or in e-notation below 0.01)",
-    ("file", "columns", "headers"),
+    "csv FOLDER ... file=NAME.csv columns=A,B,... [headers=a,b,...] [format=.2f]: the named "
+    "columns of each FOLDER's table, rows one after another (floats in FORMAT, by default 3 "
+    "significant digits or e-notation below 0.01; empty cells as —)",
+    ("file", "columns", "headers", "format"),
 )
 def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     if "file" not in keywords or "columns" not in keywords:
@@ -283,7 +283,17 @@ def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pat
     if len(headers) != len(columns):
         raise BlockError(f"{len(headers)} headers for {len(columns)} columns")
 
+    form = keywords.get("format")
+    try:
+        format(0.5, form or "")
+    except ValueError:
+        raise BlockError(f"format={form}: not a float format") from None
+
     def cell(value: object) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, float) and form:
+            return format(value, form)
         if isinstance(value, float):
             return f"{value:.1e}" if 0 < abs(value) < 0.01 else f"{value:,.3g}"
         return str(value)

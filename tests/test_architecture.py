@@ -156,3 +156,13 @@ def test_pyproject_installs_every_package_and_no_generic_name():
     assert listed - tree == {"graft_experiments"}
     assert config["package-dir"] == {"graft_experiments": "experiments"}
     assert "experiments" not in listed
+
+
+def test_the_readme_is_one_screen_and_links_the_docs_index():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "README.md over 150 lines: move the rest to docs/"
+    assert "(docs/index.md)" in readme
+    index = (ROOT / "docs" / "index.md").read_text()
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    missing = sorted(p for p in pages if f"]({p}" not in index)
+    assert not missing, f"docs/index.md does not link {', '.join(missing)}"

@@ -254,3 +254,7 @@ def test_csv_shows_the_named_columns_of_each_folders_table(tmp_path):
     assert files == [tmp_path / "a" / "bound.csv", tmp_path / "b" / "bound.csv"]
     with pytest.raises(BlockError, match="lacks the columns nope"):
         make([str(tmp_path / "a")], {"file": "bound.csv", "columns": "nope"})
+    table, _ = make(
+        [str(tmp_path / "a")], {"file": "bound.csv", "columns": "diff", "format": ".2f"}
+    )
+    assert table.splitlines()[-1] == "| 0.00 |"
