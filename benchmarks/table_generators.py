@@ -69,6 +69,15 @@ def _labelled(items: list[str]) -> list[tuple[str, Path]]:
     return pairs
 
 
+def _files_in(positional: list[str], name: str) -> list[Path]:
+    """The file ``name`` of each ``[LABEL=]FOLDER`` argument, every one present."""
+    files = [folder / name for _, folder in _labelled(positional)]
+    for file in files:
+        if not file.is_file():
+            raise BlockError(f"no {shown(file)}")
+    return files
+
+
 def _experiment_order(folder: Path, experiment: str) -> list[str] | None:
     """The grafts of ``experiment`` in run order, where ``folder``'s provenance records them."""
     for name, entry in provenance_entries(folder):
@@ -271,10 +280,7 @@ def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pa
 def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     if "file" not in keywords or "columns" not in keywords:
         raise BlockError("csv needs file= and columns=")
-    files = [folder / keywords["file"] for _, folder in _labelled(positional)]
-    for file in files:
-        if not file.is_file():
-            raise BlockError(f"no {shown(file)}")
+    files = _files_in(positional, keywords["file"])
     rows = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")
     columns = keywords["columns"].split(",")
     if missing := [c for c in columns if c not in rows.columns]:
@@ -321,10 +327,7 @@ SPEED_COLUMNS = (
 )
 def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     name = keywords.get("file", "paper_scale.csv")
-    files = [folder / name for _, folder in _labelled(positional)]
-    for file in files:
-        if not file.is_file():
-            raise BlockError(f"no {shown(file)}")
+    files = _files_in(positional, name)
     rows = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")
     need = {"machine", "shape", "params", "dtype", *(c for c, _ in SPEED_COLUMNS)}
     if not need <= set(rows.columns):
