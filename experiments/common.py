@@ -23,7 +23,7 @@ from graft.study import (
     VARIANT_ALIASES,
     ExperimentConfig,
     ExperimentRun,
-    Graft,
+    NamedGraft,
     RunSpecs,
     plan_experiment,
     print_summary,
@@ -318,7 +318,7 @@ def echo_plan(lines: list[str]) -> None:
         click.echo(in_user_words(GraftError(line)))
 
 
-def run_or_plan(cfg: RunSpecs, grafts: list[Graft], **options) -> ExperimentRun | None:
+def run_or_plan(cfg: RunSpecs, grafts: list[NamedGraft], **options) -> ExperimentRun | None:
     """:func:`run_and_report` of ``run_experiment(cfg, grafts, **options)``; under
     ``--dry-run`` its plan instead (:func:`graft.study.planning.run_plan.plan_experiment`: nothing
     loaded or written), and None."""

@@ -70,7 +70,7 @@ def _protocol_run_options(protocol: Protocol, sources: list[ModelSource]) -> dic
     multiple=True,
     required=True,
     help="Graft as NAME=SPEC or SPEC (repeatable), e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; "
-    "LT:h2:o'. A spec without head= gets --head-policy, one without protocol= is resolved "
+    "LT:h2:mlp'. A spec without head= gets --head-policy, one without protocol= is resolved "
     "under --protocol.",
 )
 @click.option(

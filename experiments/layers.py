@@ -9,8 +9,8 @@ from graft.errors import ExperimentError, SpecError
 from graft.models import load_model
 from graft.results import LAYER_SEP
 from graft.study import (
-    Graft,
     ModelSource,
+    NamedGraft,
     head_suffix,
     layer_windows,
     protocol_notes,
@@ -102,7 +102,7 @@ def layers(positions, windows, components, variant, cfg_options, remote):
                     raise click.BadParameter(
                         str(err), param_hint="'--positions' / '--components'"
                     ) from None
-                grafts.append(Graft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
+                grafts.append(NamedGraft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
     grafts = with_protocol(grafts, setup.protocol)
     notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
     run = run_from_sft(setup, grafts, variant, notes)

@@ -12,8 +12,8 @@ from graft.errors import SpecError
 from graft.study import (
     POSITIONS,
     ExperimentRun,
-    Graft,
     ModelSource,
+    NamedGraft,
     Protocol,
     RunSpecs,
     parse_variant,
@@ -64,7 +64,7 @@ FE_OPTION = click.option(
 
 def run_from_sft(
     setup: RunSpecs,
-    grafts: list[Graft],
+    grafts: list[NamedGraft],
     variant: str,
     notes: dict | None = None,
     out_tag: str = "",

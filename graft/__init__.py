@@ -35,10 +35,13 @@ _EXPORTS = {
     "RemoteError": "graft.errors",
     "UpstreamError": "graft.errors",
     "GraftSpec": "graft.core.spec",
+    "Graft": "graft.core.graft_object",
     "parse_spec": "graft.core.spec",
     "graft_texts": "graft.core.texts",
     "score_targets": "graft.core.texts",
     "trace": "graft.core.grafted_trace",
+    "generate": "graft.core.generate",
+    "Generation": "graft.core.generate",
     "run_grafts": "graft.core.engine",
     "GraftRow": "graft.core.plan",
     "tiny_pair": "graft.core.tiny",
@@ -48,7 +51,7 @@ _EXPORTS = {
     "example_metrics": "graft.results.metrics",
     "ExperimentConfig": "graft.study.running.runner",
     "ModelSource": "graft.study.running.runner",
-    "Graft": "graft.study.specs.grafts",
+    "NamedGraft": "graft.study.specs.grafts",
     "run_experiment": "graft.study.running.runner",
     "RunSpecs": "graft.study.specs.run",
     "resolve": "graft.study.specs.run",
@@ -61,10 +64,13 @@ __all__ = [
     "RemoteError",
     "UpstreamError",
     "GraftSpec",
+    "Graft",
     "parse_spec",
     "graft_texts",
     "score_targets",
     "trace",
+    "generate",
+    "Generation",
     "run_grafts",
     "GraftRow",
     "tiny_pair",
@@ -75,7 +81,7 @@ __all__ = [
     "target_metrics",
     "ExperimentConfig",
     "ModelSource",
-    "Graft",
+    "NamedGraft",
     "run_experiment",
     "RunSpecs",
     "resolve",
@@ -86,6 +92,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     import torch
 
     from graft.core.engine import run_grafts
+    from graft.core.generate import Generation, generate
+    from graft.core.graft_object import Graft
     from graft.core.grafted_trace import trace
     from graft.core.plan import GraftRow
     from graft.core.spec import GraftSpec, parse_spec
@@ -95,7 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.models import LoadedModel, load_model, tiny_tokenizer
     from graft.results.metrics import example_metrics
     from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
-    from graft.study.specs.grafts import Graft
+    from graft.study.specs.grafts import NamedGraft
     from graft.study.specs.run import RunSpecs, resolve
 
 

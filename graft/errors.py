@@ -8,6 +8,7 @@ graft (or an error of Python, torch or a library graft passes on unchanged). The
     GraftError                 graft's base: except GraftError catches every kind below
     ├── InputError             the user's input is wrong: a spec, option, dataset or model named
     │   ├── SpecError          a graft spec (or its use on a model or prompt) is invalid
+    │   ├── TraceError         a grafted trace used after its block, or asked what it was not opened for
     │   ├── ExperimentError    bad experiment input (options, seeds, grafts of one name)
     │   ├── DatasetError       bad dataset input (files, options, generated data)
     │   ├── FinetuneError      bad finetuning input (dataset, config, output folder)
@@ -69,6 +70,11 @@ class UnsupportedModelError(InputError):
 
 class SpecError(InputError):
     """A graft spec (or its use on a model or prompt) is invalid; the message names the part."""
+
+
+class TraceError(InputError):
+    """A grafted trace is used outside its life (after its block, entered twice) or asked for
+    what it was not opened for (attention probabilities without ``attention=True``)."""
 
 
 class ConfigMismatchError(InputError):

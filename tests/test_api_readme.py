@@ -135,7 +135,7 @@ def test_adapted_experiment_runs_with_its_own_grafts_and_metric(tmp_path, monkey
     assert score["graft"].to_list() == expected["graft"].to_list()
     assert (score["mean_logprob"] - expected["mean_logprob"]).abs().max() < 1e-12
     specs = dict(examples.select("graft", "spec").unique().iter_rows())
-    assert specs["LT"] == str(graft.parse_spec("LT:all:attn,o"))
+    assert specs["LT"] == str(graft.parse_spec("LT:all:attn"))
     # and it runs on its own, as a file
     help_text = subprocess.run(
         [sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=ROOT

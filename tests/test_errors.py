@@ -51,7 +51,7 @@ def test_the_check_sees_a_bare_raise(tmp_path, monkeypatch):
 #: Each class of graft.errors under its kind (graft/errors.py's docstring draws the tree).
 KINDS = {
     "InputError": [
-        "SpecError", "ExperimentError", "DatasetError", "FinetuneError", "UnsupportedModelError",
+        "SpecError", "TraceError", "ExperimentError", "DatasetError", "FinetuneError", "UnsupportedModelError",
         "ModelNotFoundError", "DeviceError", "ConfigMismatchError", "MemoryPlanError",
         "SpanError", "StatsError", "ResultsError",
     ],

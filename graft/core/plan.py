@@ -16,6 +16,7 @@ from typing import TypedDict
 import torch
 
 from graft.core.arch import Architecture, Site
+from graft.core.graft_object import as_spec
 from graft.core.spec import GraftSpec, ResolvedGraft
 from graft.errors import SpecError
 
@@ -32,7 +33,7 @@ class GraftRow:
     Args:
         input_ids: token ids of the prompt (BOS included if the model expects one).
         spans: named token positions, e.g. ``{"FE": [1, 2], "M": [5, 6, 7]}``.
-        spec: the graft to apply to this prompt.
+        spec: the graft to apply to this prompt (a spec text or a graft.Graft is parsed).
         prompt_length: when set, only ``input_ids[:prompt_length]`` is the prompt and the
             rest a continuation being scored: ``LT`` then covers every continuation position
             (see :func:`graft.core.selectors.position_set`). None: all of it is the prompt.
@@ -42,6 +43,10 @@ class GraftRow:
     spans: Mapping[str, Sequence[int]] = field(default_factory=dict)
     spec: GraftSpec = field(default_factory=GraftSpec)
     prompt_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, GraftSpec):  # a spec text or a graft.Graft
+            self.spec = as_spec(self.spec)
 
 
 @dataclass
@@ -235,10 +240,11 @@ def _row_layout(
             by_donor.setdefault(donor, []).append(pos)
         for donor, positions in by_donor.items():
             layout.add((path, donor), slice_index, positions)
+    read_out = list(range(length)) if res.head_everywhere else [length - 1]
     if res.final_norm_donor:
-        layout.add((arch.table.final_norm_path, res.final_norm_donor), None, [length - 1])
+        layout.add((arch.table.final_norm_path, res.final_norm_donor), None, read_out)
     if res.unembed_donor:
-        layout.add((arch.table.unembed_path, res.unembed_donor), None, [length - 1])
+        layout.add((arch.table.unembed_path, res.unembed_donor), None, read_out)
     return layout
 
 

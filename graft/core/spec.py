@@ -13,12 +13,15 @@ Text form (one line, usable on the command line)::
                 | k/n (the k-th of n equal groups, 1-based) | i (one layer, negative from the
                 end) | i-j (inclusive range)
     COMPONENTS := comma-separated component names (see graft.core.arch) or groups:
-                attn = q,k,v   ffn = gate,up,down   ffn_up = gate,up   ffn_down = down
+                attn = the attention block (q,k,v, q_norm,k_norm where present, o; under
+                protocol=paper q,k,v as the paper's ATTN)   qkv = q,k,v
+                ffn = mlp = gate,up,down   ffn_up = gate,up   ffn_down = down
                 norms = every per-layer norm   block = everything parameterised in a layer
                 all = embed, pos_embed and block
     DONOR    := a donor name (default 'sft')
-    POLICY   := base (default: the base's final norm and unembedding) | donor[@NAME]
-                | paper (as the paper's code did: a tied embedding grafted at the last token
+    POLICY   := base (default: the base's final norm and unembedding) | donor[@NAME][:all]
+                (':all': the donor's head reads out every position, not only the last one;
+                what a trace of all positions' logits shows) | paper (as the paper's code did: a tied embedding grafted at the last token
                 also swaps the unembedding)
     PROTOCOL := graft (default) | paper, written '; protocol=paper': resolve the spec as the
                 paper's code did: layer groups by its rule (q = L // 4, see
@@ -35,7 +38,8 @@ paper's code had an always-empty eighth); ``protocol=paper`` uses the paper's ru
 the layer field does not restrict them.
 
 Order rule: when two rules claim the same (position, layer, component) cell, the LATER rule
-wins. The head policy applies to the readout at the last position only.
+wins. The head policy applies to the readout at the last position only, unless written
+``head=donor:all``.
 
 This module holds the spec objects (:class:`Rule`, :class:`GraftSpec`, :class:`ResolvedGraft`);
 the component vocabulary and the protocols' resolution rules live in
@@ -61,6 +65,7 @@ from graft.core.selectors import (
 from graft.core.vocabulary import (
     COMPONENT_GROUPS,
     EMBEDDING_COMPONENTS,
+    GROUPS_HELP,
     KNOWN_COMPONENTS,
     PROTOCOLS,
     RESOLUTIONS,
@@ -112,7 +117,7 @@ class Rule:
             if c not in known:
                 raise SpecError(
                     f"unknown component {c!r}: use {', '.join(KNOWN_COMPONENTS)} or a group "
-                    "(attn, ffn, ffn_up, ffn_down, norms, block, all)"
+                    f"({GROUPS_HELP})"
                 )
         object.__setattr__(self, "components", comps)
         if not NAME_RE.match(self.donor):
@@ -150,11 +155,13 @@ class ResolvedGraft:
             ``pos_embed``.
         final_norm_donor: donor whose final norm reads out the last position (None = base).
         unembed_donor: donor whose unembedding reads out the last position (None = base).
+        head_everywhere: the head's donors read out every position, not only the last.
     """
 
     cells: dict[tuple[int, str], dict[int, str]]
     final_norm_donor: str | None = None
     unembed_donor: str | None = None
+    head_everywhere: bool = False
 
     def donors(self) -> set[str]:
         """Names of all donors this graft uses."""
@@ -185,6 +192,8 @@ class GraftSpec:
         name: optional label for tables and plots (defaults to the text form).
         protocol: ``"graft"`` (default) or ``"paper"``: how layer groups and ``all`` resolve
             (see module docstring).
+        head_everywhere: with ``head == "donor"``, the donor's head reads out every
+            position (``head=donor:all``), not only the last.
     """
 
     rules: tuple[Rule, ...] = ()
@@ -192,6 +201,7 @@ class GraftSpec:
     head_donor: str = DEFAULT_DONOR
     name: str | None = field(default=None, compare=False)
     protocol: str = "graft"
+    head_everywhere: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
@@ -199,6 +209,11 @@ class GraftSpec:
             raise SpecError(f"head policy {self.head!r} unknown: use base, donor or paper")
         if self.protocol not in PROTOCOLS:
             raise SpecError(f"protocol {self.protocol!r} unknown: use graft or paper")
+        if self.head_everywhere and self.head != "donor":
+            raise SpecError(
+                f"head={self.head}:all: only the donor's head reads out every position; "
+                "write head=donor:all (or head=donor@NAME:all)"
+            )
 
     # ------------------------------------------------------------------ text / JSON
     @classmethod
@@ -210,7 +225,7 @@ class GraftSpec:
                 f"{label}empty spec; write one such as LT:all:all, or 'none' for the base alone"
             )
         rules: list[Rule] = []
-        head, head_donor, protocol = "base", DEFAULT_DONOR, "graft"
+        head, head_donor, protocol, everywhere = "base", DEFAULT_DONOR, "graft", False
         parts = [p.strip() for p in text.split(";")]
         for part in parts:
             if not part or part.lower() in ("none", "pre"):
@@ -222,6 +237,9 @@ class GraftSpec:
                 continue
             if part.startswith("head="):
                 value = part[len("head=") :]
+                everywhere = value.endswith(":all")
+                if everywhere:
+                    value = value[: -len(":all")]
                 head, _, donor = value.partition("@")
                 if head not in HEAD_POLICIES:
                     raise SpecError(f"{part!r}: head policy must be base, donor or paper")
@@ -242,7 +260,7 @@ class GraftSpec:
                     pos, layers, tuple(c.strip() for c in comps.split(",")), donor or DEFAULT_DONOR
                 )
             )
-        return cls(tuple(rules), head, head_donor, name, protocol)
+        return cls(tuple(rules), head, head_donor, name, protocol, everywhere)
 
     def __str__(self) -> str:
         parts = [str(r) for r in self.rules] or ["none"]
@@ -250,6 +268,8 @@ class GraftSpec:
             head = self.head
             if self.head == "donor" and self.head_donor != DEFAULT_DONOR:
                 head += f"@{self.head_donor}"
+            if self.head_everywhere:
+                head += ":all"
             parts.append(f"head={head}")
         if self.protocol != PROTOCOLS[0]:  # graft's own protocol is the default, not written
             parts.append(f"protocol={self.protocol}")
@@ -267,6 +287,7 @@ class GraftSpec:
             "head": self.head,
             "head_donor": self.head_donor,
             "protocol": self.protocol,
+            **({"head_everywhere": True} if self.head_everywhere else {}),
             "rules": [
                 {
                     "positions": r.positions,
@@ -297,6 +318,7 @@ class GraftSpec:
                 data.get("head_donor", DEFAULT_DONOR),
                 data.get("name"),
                 data.get("protocol", "graft"),
+                bool(data.get("head_everywhere", False)),
             )
         except (KeyError, TypeError) as exc:
             raise SpecError(f"graft spec JSON is missing or mistypes a field: {exc}") from exc
@@ -355,7 +377,7 @@ class GraftSpec:
             final_norm = unembed = self.head_donor
         elif self.head == "paper" and arch.tied_embeddings:
             unembed = cells.get((-1, "embed"), {}).get(length - 1)
-        return ResolvedGraft(cells, final_norm, unembed)
+        return ResolvedGraft(cells, final_norm, unembed, self.head_everywhere)
 
 
 def parse_spec(text: str, name: str | None = None) -> GraftSpec:

@@ -12,6 +12,7 @@ import torch
 
 from graft.core.continuation import score_continuations
 from graft.core.engine import as_list, is_loaded, run_grafts
+from graft.core.graft_object import Graft, as_spec
 from graft.core.plan import GraftRow
 from graft.core.spec import GraftSpec
 from graft.errors import SpecError
@@ -26,11 +27,23 @@ def _text_list(texts: Sequence[str] | str) -> list[str]:
     return items
 
 
-def _spec_list(specs: Sequence[GraftSpec | str] | GraftSpec | str) -> list[GraftSpec]:
-    items = [specs] if isinstance(specs, str | GraftSpec) else as_list(specs)
-    if not items or not all(isinstance(s, str | GraftSpec) for s in items):
-        raise SpecError("specs must be a spec (string or GraftSpec) or a non-empty list of them")
-    return [GraftSpec.parse(s) if isinstance(s, str) else s for s in items]
+#: One graft: a spec text, a ``graft.Graft`` or a ``GraftSpec``.
+OneSpec = GraftSpec | Graft | str
+
+
+def _spec_list(specs: Sequence[OneSpec] | OneSpec) -> list[GraftSpec]:
+    items: list[Any] = [specs] if is_one_spec(specs) else list(as_list(specs) or [])
+    if not items or not all(is_one_spec(s) for s in items):
+        raise SpecError(
+            "specs must be a spec (a string, a graft.Graft or a GraftSpec) or a non-empty list "
+            "of them"
+        )
+    return [as_spec(s) for s in items]
+
+
+def is_one_spec(value: object) -> bool:
+    """Whether ``value`` is one graft (a spec text, a graft.Graft or a GraftSpec)."""
+    return isinstance(value, str | GraftSpec | Graft)
 
 
 def _field_list(
@@ -136,7 +149,7 @@ def _shaped(
     specs: Sequence[GraftSpec | str] | GraftSpec | str,
 ) -> torch.Tensor:
     """``values`` [texts, specs, ...] without the dimension of a single text or spec."""
-    if isinstance(specs, str | GraftSpec):
+    if is_one_spec(specs):
         values = values[:, 0]
     return values[0] if isinstance(texts, str) else values
 

@@ -213,6 +213,7 @@ def graft_trace_body(
     patches: Sequence[types.SimpleNamespace],
     donor_modules: DonorModules,
     split: Mapping[str, OwnCells] | None = None,
+    grad: bool = False,
 ) -> None:
     """Apply ``patches`` inside an open trace of ``model``.
 
@@ -227,17 +228,29 @@ def graft_trace_body(
     maps a module path to ``(the traced model's own torch module, bool [batch, positions]
     of the cells no patch covers, their flat indices)``: that module is skipped, its own
     weights run on those cells only, so every cell is computed once.
+
+    ``grad``: keep autograd's graph through the graft (a user's trace with gradients): the
+    donors run with gradients and write into a copy of each output, not into the output the
+    module's own backward may need.
     """
     # sites sharing an input tensor and a mask (q/k/v, gate/up) gather once
     gathered: _Gathered = {}
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         start = 0
         while start < len(patches):
             end = start + 1
             while end < len(patches) and patches[end].path == patches[start].path:
                 end += 1
             own = split.get(patches[start].path) if split else None
-            _graft_module(model, patches[start:end], donor_modules, own, gathered)
+            try:
+                _graft_module(model, patches[start:end], donor_modules, own, gathered, grad)
+            except Exception as exc:
+                donors = sorted({p.donor for p in patches[start:end]})
+                exc.add_note(
+                    f"graft: raised while grafting {patches[start].path} from donor(s) "
+                    f"{', '.join(donors)} (graft's part of the trace, not your block)"
+                )
+                raise
             start = end
 
 
@@ -328,9 +341,10 @@ def _graft_module(
     donor_modules: DonorModules,
     own: OwnCells | None,
     gathered: _Gathered,
+    grad: bool = False,
 ) -> None:
     """The patches of one module (:func:`graft_trace_body`); ``gathered``: see
-    :func:`_take_once`."""
+    :func:`_take_once`; ``grad``: write into a copy of the output."""
     env = model.get(patches[0].path)
     args, kwargs = env.inputs
     x_all = args[0] if len(args) > 0 else next(iter(kwargs.values()))
@@ -351,7 +365,7 @@ def _graft_module(
             _put(out_all, keep, keep_cells, kept)
             del kept  # written: free it before the donors' outputs
     else:
-        out_all = env.output
+        out_all = env.output.clone() if grad else env.output
     for patch in patches:
         x, new = x_all, out_all
         if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy

@@ -50,12 +50,34 @@ RESOLUTIONS = {
 }
 PROTOCOLS = tuple(RESOLUTIONS)
 EMBEDDING_COMPONENTS = ("embed", "pos_embed")
+#: Component groups under graft's protocol. ``attn`` is the attention block as nnsight and
+#: TransformerLens users read it (q, k, v, the q/k norms where a family has them, and o);
+#: ``qkv`` is the paper's ATTN (q, k, v only); ``mlp`` is ``ffn``.
 COMPONENT_GROUPS = {
-    "attn": ("q", "k", "v"),
+    "attn": ("q", "k", "v", "q_norm", "k_norm", "o"),
+    "qkv": ("q", "k", "v"),
     "ffn": ("gate", "up", "down"),
+    "mlp": ("gate", "up", "down"),
     "ffn_up": ("gate", "up"),
     "ffn_down": ("down",),
 }
+#: Where ``protocol=paper`` reads a group otherwise: the paper's ``attn`` is q, k and v.
+PAPER_GROUPS = {"attn": ("q", "k", "v")}
+#: The groups as an error message lists them.
+GROUPS_HELP = (
+    "groups: attn (the attention block: q, k, v, q/k norms, o; under protocol=paper q, k, v), "
+    "qkv, ffn = mlp, ffn_up, ffn_down, norms, block, all"
+)
+
+
+def group_members(name: str, protocol: str = "graft") -> tuple[str, ...]:
+    """The components of group ``name`` under ``protocol`` (before a family drops those it
+    lacks)."""
+    if protocol == "paper" and name in PAPER_GROUPS:
+        return PAPER_GROUPS[name]
+    return COMPONENT_GROUPS[name]
+
+
 # Every logical component any supported family has; a family may lack some (graft.core.arch).
 KNOWN_COMPONENTS = (
     "embed",
@@ -97,13 +119,13 @@ def expand_components(
             expanded = [c for c in layer_components if c.startswith("ln_") or c.endswith("_norm")]
         elif name in COMPONENT_GROUPS:
             # a group takes the members this family has (GPT-2 has no gate)
-            expanded = [c for c in COMPONENT_GROUPS[name] if c in available]
+            expanded = [c for c in group_members(name, protocol) if c in available]
         elif name in available:
             expanded = [name]
         else:
             raise SpecError(
                 f"component {name!r} does not exist in the {family} family; it has: "
-                f"{', '.join(available)} (groups: attn, ffn, ffn_up, ffn_down, norms, block, all)"
+                f"{', '.join(available)} ({GROUPS_HELP})"
             )
         out.extend(c for c in expanded if c not in out)
     return out

@@ -36,9 +36,18 @@ def _http_status_kind(status: int) -> str:
     return "server"
 
 
+#: How the note graft adds to an error raised while it grafts a module begins (a traceback
+#: prints it after the error's own line).
+GRAFT_NOTE = "graft: raised while grafting"
+
+
 def _last_line(text: str) -> str:
+    """The error's own line of a server's traceback text, with graft's note when it has one."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
+    notes = [ln for ln in lines if ln.startswith(GRAFT_NOTE)]
+    rest = [ln for ln in lines if not ln.startswith(GRAFT_NOTE)]
+    line = rest[-1] if rest else "no message"
+    return f"{line} ({notes[-1]})" if notes else line
 
 
 def unreachable(host: str, reason: object) -> RemoteError:

@@ -21,7 +21,7 @@ from graft.models.paper import PAPER_CONFIGS, meta_model
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-TABLE_SPECS = ("LT:all:all", "LT:q4:o,ffn", "FE:all:attn", "ALL:all:q")
+TABLE_SPECS = ("LT:all:all", "LT:q4:o,ffn", "FE:all:qkv", "ALL:all:q")
 
 
 def module_bytes(modules: Iterable[nn.Module], dtype: torch.dtype | None = None) -> int:

@@ -63,7 +63,7 @@ _EXPORTS = {
     "ModelSource": "graft.study.specs.config",
     "SHUFFLES": "graft.study.specs.config",
     "COMPONENT_SETS": "graft.study.specs.grafts",
-    "Graft": "graft.study.specs.grafts",
+    "NamedGraft": "graft.study.specs.grafts",
     "POSITIONS": "graft.study.specs.grafts",
     "check_layer_rule": "graft.study.specs.grafts",
     "component_grafts": "graft.study.specs.grafts",

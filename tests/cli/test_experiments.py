@@ -316,7 +316,7 @@ def test_hybrid(tmp_path, common):
     set_of = {f["fact_id"]: f["set"] for f in facts}
     assert {set_of[i] for i in read_examples(out)["fact_id"]} == {"B"}
     specs = dict(zip(*read_examples(out).select(["graft", "spec"]).unique(), strict=True))
-    assert specs["FE ATTN + LT hybrid"] == "FE:all:attn@task; LT:h2:attn@task; LT:h2:o,ffn@relation"
+    assert specs["FE ATTN + LT hybrid"] == "FE:all:qkv@task; LT:h2:qkv@task; LT:h2:o,ffn@relation"
 
 
 def test_layers(layers_run):

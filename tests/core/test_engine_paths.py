@@ -375,7 +375,7 @@ def test_sites_that_share_an_input_gather_it_once(setup, monkeypatch):
     import graft.core.trace as trace
 
     base, donors, arch, _, _ = setup("llama")
-    rows = prompt_rows(specs=["FE:all:attn"], lengths=(6,))
+    rows = prompt_rows(specs=["FE:all:qkv"], lengths=(6,))
     calls = []
     original = trace._take
 

@@ -221,7 +221,7 @@ def test_the_trace_leaves_no_gradients_and_frees_the_model(tiny_pairs, tok):
     with trace(base, donor, tok, TEXTS[0], "LT:all:all") as g:
         logits = g.logits.save()
     assert logits.shape == (1, base.config.vocab_size) and not logits.requires_grad
-    assert g.model is None and not g.donor_modules  # no hold on any weights after the block
+    assert g.envoy is None and not g.donor_modules  # no hold on any weights after the block
 
 
 @pytest.mark.parametrize(

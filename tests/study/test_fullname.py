@@ -16,8 +16,8 @@ from graft.models import load_model, tiny_tokenizer
 from graft.study.data.prompts import load_test_prompts
 from graft.study.running.runner import (
     ExperimentConfig,
-    Graft,
     ModelSource,
+    NamedGraft,
     load_examples,
     run_experiment,
 )
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 GRAFTS = [
     reference("PRE", None),
     reference("SFT", "sft"),
-    Graft("FE+LT", parse_spec("FE+LT:all:all")),
-    Graft("LT", parse_spec("LT:h2:o,ffn")),
+    NamedGraft("FE+LT", parse_spec("FE+LT:all:all")),
+    NamedGraft("LT", parse_spec("LT:h2:o,ffn")),
 ]
 NAME_COLUMNS = ["name_text", "name_tokens", "name_logprob", "name_exact"]
 

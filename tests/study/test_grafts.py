@@ -67,7 +67,7 @@ def test_component_grafts():
     assert [g.name for g in grafts] == ["PRE", "SFT", *COMPONENT_SETS]
     assert {g.group for g in grafts} == {"reversal"}
     specs = texts(grafts)
-    assert specs["ATTN+O+FFN"] == "LT:q4:attn,o,ffn"
+    assert specs["ATTN+O+FFN"] == "LT:q4:qkv,o,ffn"
     assert specs["O+FFN_down"] == "LT:q4:o,ffn_down"
     split = [g.name for g in component_grafts("h2", split_qkv=True)]
     assert split[-4:] == ["Q", "K", "V", "Q+K"]
@@ -82,8 +82,8 @@ def test_component_grafts_with_first_entity():
     assert specs["FE all only"] == "FE:all:all"
     assert specs["O"] == "FE:all:all; LT:q4:o"
     assert all(specs[name].startswith("FE:all:all; ") for name in COMPONENT_SETS)
-    with pytest.raises(SpecError, match="mlp"):
-        component_grafts("q4", fe="mlp")
+    with pytest.raises(SpecError, match="mpl"):
+        component_grafts("q4", fe="mpl")
 
 
 def test_hybrid_grafts():
@@ -94,7 +94,7 @@ def test_hybrid_grafts():
         f"FE {v} + LT hybrid" for v in ("none", "all", "ATTN", "FFN", "O+FFN", "ATTN+O")
     ]
     specs = texts(grafts)
-    lt = "LT:h2:attn@task; LT:h2:o,ffn@relation"
+    lt = "LT:h2:qkv@task; LT:h2:o,ffn@relation"
     assert specs["FE none + LT hybrid"] == lt
     assert specs["FE O+FFN + LT hybrid"] == f"FE:all:o,ffn@task; {lt}"
     assert grafts[-1].spec.donors() == {"task", "relation"}
@@ -146,7 +146,7 @@ def test_spec_graft(text, name, spec):
     assert graft.spec == parse_spec(spec)
 
 
-@pytest.mark.parametrize("text", ["garbage", "x=FE:all", "LT:all:mlp", "FE+:all:all"])
+@pytest.mark.parametrize("text", ["garbage", "x=FE:all", "LT:all:mpl", "FE+:all:all"])
 def test_spec_graft_rejects(text):
     with pytest.raises(SpecError):
         spec_graft(text)

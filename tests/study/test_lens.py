@@ -33,7 +33,7 @@ from graft.study.data.prompts import TestExample
 from graft.study.data.rows import graft_rows, plan_rows
 from graft.study.running.batches import check_analyses
 from graft.study.specs.config import ExperimentConfig
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -214,7 +214,7 @@ CAUSAL = {
 }
 
 
-def causal_run(base, tok) -> tuple[list[TestExample], list[Graft], list[tuple[int, int]]]:
+def causal_run(base, tok) -> tuple[list[TestExample], list[NamedGraft], list[tuple[int, int]]]:
     """The test texts as a run's examples (one template) with the :data:`CAUSAL` grafts."""
     prompts = _rows(tok, TEXTS, [parse_spec("none")], FIELDS)
     examples = [
@@ -230,7 +230,7 @@ def causal_run(base, tok) -> tuple[list[TestExample], list[Graft], list[tuple[in
         )
         for i, (text, row) in enumerate(zip(TEXTS, prompts, strict=True))
     ]
-    grafts = [Graft(name, parse_spec(spec)) for name, spec in CAUSAL.items()]
+    grafts = [NamedGraft(name, parse_spec(spec)) for name, spec in CAUSAL.items()]
     rows, _ = plan_rows(examples, grafts)
     return examples, grafts, rows
 

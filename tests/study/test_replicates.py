@@ -22,7 +22,7 @@ import graft.study.training.workspace as workspace_module
 from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
-from graft.study.running.runner import ExperimentConfig, Graft, ModelSource, run_experiment
+from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
 from graft.study.specs.grafts import reference
 from graft.study.specs.presets import resolve_config
@@ -36,8 +36,8 @@ N_FACTS = 4
 GRAFTS = [
     reference("PRE", None),
     reference("SFT", "sft"),
-    Graft("FE", parse_spec("FE:all:all")),
-    Graft("FE+LT", parse_spec("FE+LT:all:all")),
+    NamedGraft("FE", parse_spec("FE:all:all")),
+    NamedGraft("FE+LT", parse_spec("FE+LT:all:all")),
 ]
 
 
@@ -333,7 +333,7 @@ def test_batches_stored_before_rows_had_seeds_get_the_runs_seeds(workspace, seed
 
 
 def test_control_refuses_a_graft_already_named_as_a_twin(workspace, tmp_path):
-    grafts = [*GRAFTS, Graft("FE [control]", parse_spec("FE:all:all"))]
+    grafts = [*GRAFTS, NamedGraft("FE [control]", parse_spec("FE:all:all"))]
     with pytest.raises(ExperimentError, match="'FE \\[control\\]' ends in '\\[control\\]'"):
         run(config(workspace, tmp_path / "run", control=True), grafts)
     assert not (tmp_path / "run").exists()

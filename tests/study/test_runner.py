@@ -26,8 +26,8 @@ from graft.remote.config import RemoteConfig
 from graft.results.folder import MARKER_FILE, RunFolderError
 from graft.study.running.runner import (
     ExperimentConfig,
-    Graft,
     ModelSource,
+    NamedGraft,
     load_examples,
     run_experiment,
     sample_examples,
@@ -41,9 +41,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 GRAFTS = [
     reference("PRE", None),
     reference("SFT", "sft"),
-    Graft("FE", parse_spec("FE:all:all")),
-    Graft("LT", parse_spec("LT:h2:o,ffn")),
-    Graft("M", parse_spec("M:all:all")),
+    NamedGraft("FE", parse_spec("FE:all:all")),
+    NamedGraft("LT", parse_spec("LT:h2:o,ffn")),
+    NamedGraft("M", parse_spec("M:all:all")),
 ]
 
 
@@ -175,9 +175,9 @@ def test_bad_input_writes_nothing(dataset, donor_path, tmp_path):
     with pytest.raises(ExperimentError, match="no grafts"):
         run_experiment(cfg, [], donors=donors)
     with pytest.raises(ExperimentError, match=r"uses donor\(s\) \['task'\] not loaded"):
-        run_experiment(cfg, [Graft("x", parse_spec("LT:all:o@task"))], donors=donors)
+        run_experiment(cfg, [NamedGraft("x", parse_spec("LT:all:o@task"))], donors=donors)
     with pytest.raises(ExperimentError, match="names span.* Q that no test prompt has"):
-        run_experiment(cfg, [Graft("x", parse_spec("Q+LT:all:o"))], donors=donors)
+        run_experiment(cfg, [NamedGraft("x", parse_spec("Q+LT:all:o"))], donors=donors)
     bad_templates = dataclasses.replace(cfg, templates=("headline", "nope"))
     with pytest.raises(ExperimentError, match="templates nope.*available: headline, movie, qa"):
         run_experiment(bad_templates, GRAFTS, donors=donors)
@@ -217,18 +217,21 @@ def test_default_out():
     ("grafts", "message"),
     [
         (
-            [Graft("a", parse_spec("FE:all:all")), Graft("a", parse_spec("LT:all:all"))],
+            [NamedGraft("a", parse_spec("FE:all:all")), NamedGraft("a", parse_spec("LT:all:all"))],
             "two grafts are named 'a': 'FE:all:all' and 'LT:all:all'",
         ),
         (
-            [reference("PRE", None), Graft("PRE", parse_spec("FE+LT:all:all"))],
+            [reference("PRE", None), NamedGraft("PRE", parse_spec("FE+LT:all:all"))],
             "two grafts are named 'PRE': 'none' and 'FE+LT:all:all'",
         ),
         (
-            [Graft("FE", parse_spec("FE:all:all")), Graft("FE", parse_spec("FE:all:all"))],
+            [
+                NamedGraft("FE", parse_spec("FE:all:all")),
+                NamedGraft("FE", parse_spec("FE:all:all")),
+            ],
             "two grafts are named 'FE'",
         ),
-        ([Graft(" ", parse_spec("FE:all:all"))], "has no name"),
+        ([NamedGraft(" ", parse_spec("FE:all:all"))], "has no name"),
     ],
 )
 def test_grafts_of_one_name_are_refused_never_pooled(
@@ -242,7 +245,10 @@ def test_grafts_of_one_name_are_refused_never_pooled(
 
 
 def test_one_name_in_two_groups_is_two_results():
-    grafts = [Graft("PRE", parse_spec("none"), "sft"), Graft("PRE", parse_spec("none"), "rev")]
+    grafts = [
+        NamedGraft("PRE", parse_spec("none"), "sft"),
+        NamedGraft("PRE", parse_spec("none"), "rev"),
+    ]
     runner.check_grafts(grafts, {})  # the summary keys on (group, graft): nothing pooled
 
 
@@ -276,7 +282,7 @@ def bad_starts(dataset, donor_path, tmp_path) -> dict:
     (tmp_path / "file").write_text("x")
     unreachable = RemoteConfig(mode="remote", host=f"http://127.0.0.1:{closed_port()}", retries=0)
     return {
-        "layer out of range": ({}, [Graft("x", parse_spec("LT:9:o"))], donors),
+        "layer out of range": ({}, [NamedGraft("x", parse_spec("LT:9:o"))], donors),
         "donor of another family": ({}, GRAFTS, {"sft": ModelSource(path=str(gpt2))}),
         "unknown device": ({"device": "banana"}, GRAFTS, donors),
         "unreachable host": ({"remote": unreachable}, GRAFTS, donors),

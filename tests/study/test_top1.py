@@ -12,7 +12,7 @@ from graft.core.spec import parse_spec
 from graft.results.top1_kinds import KINDS, Top1Classifier
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
 from graft.study.data.datasets import load_facts
-from graft.study.running.runner import ExperimentConfig, Graft, ModelSource, run_experiment
+from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.grafts import reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,7 +31,7 @@ def test_a_runs_top1_kinds_are_classified_against_its_datasets_names(dataset, do
         out=str(tmp_path / "run"),
         progress=False,
     )
-    grafts = [reference("PRE", None), Graft("LT", parse_spec("LT:all:all"))]
+    grafts = [reference("PRE", None), NamedGraft("LT", parse_spec("LT:all:all"))]
     run = run_experiment(
         config, grafts, donors={"sft": ModelSource(path=donor_path)}, echo=lambda _: None
     )

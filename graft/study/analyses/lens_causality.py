@@ -14,7 +14,7 @@ from graft.errors import ExperimentError
 from graft.study.analyses.lens_trace import POSITIONS, own_model
 from graft.study.data.prompts import TestExample
 from graft.study.data.rows import graft_rows
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 
 
 def read_position(row: GraftRow, position: str) -> int | None:
@@ -57,7 +57,7 @@ def stream_key(row: GraftRow, arch: Architecture, position: str) -> Hashable | N
 
 def identical_lines(
     examples: Sequence[TestExample],
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     rows: Sequence[tuple[int, int]],
     arch: Architecture,
     positions: Sequence[str] = POSITIONS,

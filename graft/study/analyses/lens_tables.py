@@ -14,7 +14,7 @@ from graft.results.plots.lens import EMBEDDING_LAYER, layer_label
 from graft.results.summary import summarize
 from graft.study.analyses.lens_trace import POSITIONS, LensScores
 from graft.study.data.prompts import TestExample
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import AnalysisSpec
 
 #: The table of per-(row, layer, position) scores, and the stem of its summary.
@@ -40,7 +40,7 @@ def lens_frame(
     scores: LensScores,
     chunk: Sequence[tuple[int, int]],
     examples: Sequence[TestExample],
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     data_seed: int,
     tokenizer: Any,
 ) -> pl.DataFrame:
@@ -115,7 +115,7 @@ def first_prompts(examples: Sequence[TestExample], per_template: int) -> list[st
 
 def summarize_lens(
     table: pl.DataFrame,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     analysis: AnalysisSpec,
     same_as: Mapping[tuple[str, str, str, str], str] | None = None,
 ) -> pl.DataFrame:
@@ -149,7 +149,7 @@ def top_tokens_table(
     table: pl.DataFrame,
     prompt_ids: Sequence[str],
     texts: Mapping[str, str] | None = None,
-    grafts: Sequence[Graft] = (),
+    grafts: Sequence[NamedGraft] = (),
 ) -> pl.DataFrame:
     """The logit-lens table of a few prompts, one row per (template, prompt, graft, layer):
     at each position, the top-1 token (as Python writes the string, so spaces and newlines

@@ -42,7 +42,7 @@ from graft.study.analyses.patching_sweep import (
     split_name,
 )
 from graft.study.data.prompts import TestExample
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 
 #: One cell of the sweep: its direction, kind and unit, its layer (null for whole-depth).
 CELL = ("direction", "kind", "unit", "layer")
@@ -337,7 +337,7 @@ class SweepReport:
 
 
 def sweep_flags(
-    grafts: Mapping[tuple[str, str], Sequence[Graft]],
+    grafts: Mapping[tuple[str, str], Sequence[NamedGraft]],
     arch: Architecture,
     prompts: Sequence[TestExample],
 ) -> pl.DataFrame:
@@ -376,7 +376,7 @@ def sweep_flags(
 
 def write_sweep_report(
     root: str | Path,
-    grafts: Mapping[tuple[str, str], Sequence[Graft]],
+    grafts: Mapping[tuple[str, str], Sequence[NamedGraft]],
     references: Mapping[str, tuple[str, str]],
     arch: Architecture,
     prompts: Sequence[TestExample],

@@ -47,7 +47,7 @@ from graft.core.plan import GraftRow, resolve_rows
 from graft.core.spec import EMBEDDING_COMPONENTS, GraftSpec, ResolvedGraft, parse_spec
 from graft.errors import SpecError
 from graft.study.specs.config import ModelSource
-from graft.study.specs.grafts import Graft, head_suffix, reference
+from graft.study.specs.grafts import NamedGraft, head_suffix, reference
 
 SITE_KINDS = ("residual", "attn", "mlp")
 PATCH_MODES = ("restore", "break")
@@ -142,7 +142,7 @@ def sweep_grafts(
     kinds: Sequence[str] = SITE_KINDS,
     head_policy: str = "base",
     whole_depth: Sequence[str] = WHOLE_DEPTH,
-) -> list[Graft]:
+) -> list[NamedGraft]:
     """The grafts of one run (``method``: ``weights``, ``activation`` or ``residual``; see
     :data:`RUN_METHODS`) in ``direction``: the two references, each (kind, unit, layer
     window) cell named ``"<unit> | L<centre>"`` in group ``<kind>``, and (weights and
@@ -156,10 +156,10 @@ def sweep_grafts(
         for unit in units:
             for centre, layers in windows:
                 spec = parse_spec(f"{unit}:{layers}:{','.join(comps)}@{donor}{head}")
-                grafts.append(Graft(f"{unit}{LAYER_SEP}{centre}", spec, kind))
+                grafts.append(NamedGraft(f"{unit}{LAYER_SEP}{centre}", spec, kind))
     if method != "residual":
         for pos in whole_depth:
-            grafts.append(Graft(pos, parse_spec(f"{pos}:all:all@{donor}{head}"), WHOLE_GROUP))
+            grafts.append(NamedGraft(pos, parse_spec(f"{pos}:all:all@{donor}{head}"), WHOLE_GROUP))
     return grafts
 
 

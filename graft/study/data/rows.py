@@ -17,7 +17,7 @@ from graft.errors import ExperimentError, SpecError
 from graft.study.data.datasets import check_dataset_folder
 from graft.study.data.files import read_jsonl
 from graft.study.data.prompts import TestExample, load_test_prompts
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import DataSpec
 
 
@@ -80,13 +80,13 @@ def load_examples(
     return examples, drops
 
 
-def check_grafts(grafts: Sequence[Graft], donors: Mapping[str, Any]) -> None:
+def check_grafts(grafts: Sequence[NamedGraft], donors: Mapping[str, Any]) -> None:
     """Refuse grafts that would give a wrong or meaningless table: none at all, a nameless
     one, two of one name in one group (their rows would be pooled into one result), or one
     using a donor not in ``donors``."""
     if not grafts:
         raise ExperimentError("no grafts to run")
-    seen: dict[tuple[str, str], Graft] = {}
+    seen: dict[tuple[str, str], NamedGraft] = {}
     for g in grafts:
         if not isinstance(g.name, str) or not g.name.strip():
             raise ExperimentError(f"the graft {str(g.spec)!r} has no name; name every graft")
@@ -108,7 +108,7 @@ def check_grafts(grafts: Sequence[Graft], donors: Mapping[str, Any]) -> None:
             )
 
 
-def check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
+def check_span_names(grafts: Sequence[NamedGraft], data_path: Path) -> None:
     """Fail on a graft naming a span that no template of the dataset has (a typo, not M on
     the headline template, which is skipped there)."""
     known = set(ALIASES)
@@ -124,7 +124,7 @@ def check_span_names(grafts: Sequence[Graft], data_path: Path) -> None:
 
 
 def graft_rows(
-    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+    examples: Sequence[TestExample], grafts: Sequence[NamedGraft], rows: Sequence[tuple[int, int]]
 ) -> list[GraftRow]:
     """The engine rows of (example index, graft index) pairs."""
     return [
@@ -135,7 +135,7 @@ def graft_rows(
 def check_rows(
     model: nn.Module,
     examples: Sequence[TestExample],
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     rows: Sequence[tuple[int, int]],
     donors: Collection[str],
 ) -> None:
@@ -147,7 +147,7 @@ def check_rows(
 
 
 def plan_rows(
-    examples: Sequence[TestExample], grafts: Sequence[Graft]
+    examples: Sequence[TestExample], grafts: Sequence[NamedGraft]
 ) -> tuple[list[tuple[int, int]], dict[str, int]]:
     """Rows (example index, graft index): every example x every graft whose named spans the
     example has, shortest prompts first; and per graft the number of examples skipped."""

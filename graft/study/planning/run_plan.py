@@ -46,7 +46,7 @@ from graft.study.planning.memory import (
     model_size,
 )
 from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import RunSpecs, resolve
 from graft.study.training.sources import finetune_preset, needs_finetune
 
@@ -157,7 +157,7 @@ def check_fits(plan: ExperimentPlan | FinetunePlan, memory: DeviceMemory | None 
 
 def plan_experiment(
     cfg: ExperimentConfig | RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     *,
     base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
     donors: Mapping[str, ModelSource] | None = None,
@@ -213,7 +213,7 @@ def _bytes(dtype: str) -> int:
 
 def _rows(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     direction: str,
     data: Mapping[int, Path],
     ws: PlanWorkspace,
@@ -244,7 +244,7 @@ def _rows(
 
 def _prompt_rows(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     dataset: Path,
     tokenizer: Any,
     found: FoundConfig,

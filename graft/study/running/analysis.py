@@ -27,7 +27,7 @@ from graft.results.folder import RunFolder
 from graft.study.data.prompts import TestExample
 from graft.study.running.run_inputs import RunModels, RunPrompts
 from graft.study.specs.config import Replicate
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import RunSpecs
 
 
@@ -50,7 +50,7 @@ class AnalysisBatch:
     rows: Sequence[GraftRow]
     chunk: Sequence[tuple[int, int]]
     examples: Sequence[TestExample]
-    grafts: Sequence[Graft]
+    grafts: Sequence[NamedGraft]
     replicate: Replicate
 
 
@@ -71,7 +71,7 @@ class FinishedRun:
 
     run: RunSpecs
     folder: RunFolder
-    grafts: Sequence[Graft]
+    grafts: Sequence[NamedGraft]
     prompts: Mapping[int, RunPrompts]
     arch: Architecture
     computed: Mapping[str, list[str]]

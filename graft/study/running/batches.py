@@ -30,7 +30,7 @@ from graft.study.running.fullname import name_columns
 from graft.study.running.run_inputs import RunModels, RunPaths, RunPrompts, load_run_models
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import Replicate
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import ExecutionSpec, RunSpecs
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class _Plan:
     examples' and each analysis's) the batches to compute."""
 
     rep: Replicate
-    grafts: list[Graft]
+    grafts: list[NamedGraft]
     examples: list[TestExample]
     rows: list[tuple[int, int]]
     n_batches: int
@@ -75,7 +75,7 @@ class _Plan:
 def run_batches(
     run: RunSpecs,
     folder: RunFolder,
-    arms: Mapping[Replicate, list[Graft]],
+    arms: Mapping[Replicate, list[NamedGraft]],
     prompts: Mapping[int, RunPrompts],
     paths: Mapping[Replicate, RunPaths],
     loaded: dict[str, LoadedModel],
@@ -228,7 +228,7 @@ def _slice_scores(scores, start: int, end: int):
 
 def _plan_line(
     run: RunSpecs,
-    arms: Mapping[Replicate, list[Graft]],
+    arms: Mapping[Replicate, list[NamedGraft]],
     prompts: Mapping[int, RunPrompts],
     n_rows: int,
     n_batches: int,
@@ -254,7 +254,7 @@ def _batch_frame(
     scores: torch.Tensor | dict[str, torch.Tensor],
     chunk: Sequence[tuple[int, int]],
     examples: Sequence[TestExample],
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     tokenizer: Any,
     replicate: Replicate | None = None,
 ) -> pl.DataFrame:

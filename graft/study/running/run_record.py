@@ -15,7 +15,7 @@ from graft.study.data.datasets import load_manifest
 from graft.study.running.batches import group_batches
 from graft.study.running.run_inputs import RunModels, RunPaths
 from graft.study.specs.config import Replicate
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.sources import (
     finetune_record,
@@ -52,7 +52,7 @@ def _dataset_entry(data_path: Path) -> dict[str, Any]:
 
 def run_config(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     paths: Mapping[Replicate, RunPaths],
     data_paths: Mapping[int, Path],
     extra_config: dict[str, Any] | None,

@@ -69,7 +69,7 @@ from graft.study.running.run_record import KEY_OPTIONS, engine_entry, run_config
 from graft.study.running.summaries import print_summary, write_summaries
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import REPLICATE_OPTIONS, ExecutionSpec, RunSpecs, resolve
 from graft.study.training.sources import (
     dataset_dir,
@@ -85,7 +85,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ExperimentConfig",
     "ExperimentRun",
-    "Graft",
+    "NamedGraft",
     "ModelSource",
     "check_grafts",
     "default_out",
@@ -156,7 +156,7 @@ def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
 
 def run_experiment(
     cfg: ExperimentConfig | RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     *,
     base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
     donors: dict[str, ModelSource] | None = None,
@@ -220,7 +220,7 @@ def run_experiment(
 
 def _run_validated(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     base: ModelSource,
     donors: dict[str, ModelSource],
     folder: RunFolder,
@@ -283,7 +283,7 @@ def _run_validated(
 
 def _validate(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
     data_direction: str,
@@ -304,7 +304,7 @@ def _validate(
 
 def _check_replicates(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
 ) -> None:
@@ -335,7 +335,7 @@ def _check_replicates(
 
 def _plan(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
     data_paths: Mapping[int, Path],
@@ -363,7 +363,7 @@ def _plan(
 
 
 def check_row_keys(
-    examples: Sequence[TestExample], grafts: Sequence[Graft], rows: Sequence[tuple[int, int]]
+    examples: Sequence[TestExample], grafts: Sequence[NamedGraft], rows: Sequence[tuple[int, int]]
 ) -> None:
     """Raise unless every planned row has a key of its own: (group, graft, template,
     prompt_id), what the summary and the paired contrasts match prompts on (two rows of one
@@ -386,8 +386,8 @@ def check_row_keys(
 
 
 def control_twins(
-    grafts: Sequence[Graft], base: ModelSource, donors: Mapping[str, ModelSource]
-) -> list[Graft]:
+    grafts: Sequence[NamedGraft], base: ModelSource, donors: Mapping[str, ModelSource]
+) -> list[NamedGraft]:
     """The grafts that read a finetuned model (the base, or a donor the spec names), renamed
     ``<name> [control]``: what a control replicate runs (the others would repeat the real
     replicate's rows, e.g. PRE)."""
@@ -401,16 +401,18 @@ def control_twins(
 
 def _arms(
     run: RunSpecs,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     base: ModelSource,
     donors: Mapping[str, ModelSource],
-) -> dict[Replicate, list[Graft]]:
+) -> dict[Replicate, list[NamedGraft]]:
     """Replicate -> the grafts it runs (the control twins for a control replicate)."""
     twins = control_twins(grafts, base, donors) if run.donors.control else []
     return {r: twins if r.control else list(grafts) for r in run.replicates}
 
 
-def _graft_order(grafts: Sequence[Graft], arms: Mapping[Replicate, list[Graft]]) -> list[Graft]:
+def _graft_order(
+    grafts: Sequence[NamedGraft], arms: Mapping[Replicate, list[NamedGraft]]
+) -> list[NamedGraft]:
     """Every graft the run has, each control twin right after its graft."""
     twins = {(g.group, g.name): g for r, gs in arms.items() if r.control for g in gs}
     order = []

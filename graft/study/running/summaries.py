@@ -20,14 +20,14 @@ from graft.results.over_seeds import REPLICATE_COLUMNS, format_per_seed, summari
 from graft.results.summary import summarize
 from graft.study.running.batches import EXAMPLES_TABLE
 from graft.study.running.run_inputs import RunPrompts
-from graft.study.specs.grafts import Graft
+from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import AnalysisSpec, RunSpecs
 
 logger = logging.getLogger(__name__)
 
 
 def write_summaries(
-    run: RunSpecs, folder: RunFolder, grafts: Sequence[Graft], prompts: dict
+    run: RunSpecs, folder: RunFolder, grafts: Sequence[NamedGraft], prompts: dict
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Write ``examples.parquet``, the summary, the key contrasts (on whole names too when
     scored) and the drop report; return the examples and the summary."""
@@ -75,7 +75,7 @@ def _drops_report(run: RunSpecs, prompts: Mapping[int, RunPrompts]) -> dict[str,
 
 def summarize_run(
     table: pl.DataFrame,
-    grafts: Sequence[Graft],
+    grafts: Sequence[NamedGraft],
     drops: Mapping[int, Mapping[str, Mapping[str, int]]],
     analysis: AnalysisSpec,
 ) -> pl.DataFrame:

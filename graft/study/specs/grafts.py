@@ -1,4 +1,4 @@
-"""Named grafts: the :class:`Graft` of an experiment and the paper's grafts, built from specs."""
+"""Named grafts: the :class:`NamedGraft` of an experiment and the paper's grafts, built from specs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from graft.study.specs.protocol import Protocol, protocol_of
 
 
 @dataclass
-class Graft:
+class NamedGraft:
     """A named graft of an experiment.
 
     Args:
@@ -44,12 +44,12 @@ POSITIONS = (
     "FE+R",
     "R+LT",
 )
-#: Fig. 4 / C.5 component sets (ATTN = q,k,v; FFN = gate,up,down).
+#: Fig. 4 / C.5 component sets (the paper's ATTN = qkv = q,k,v; FFN = gate,up,down).
 COMPONENT_SETS = {
-    "ATTN+O+FFN": "attn,o,ffn",
-    "ATTN+O": "attn,o",
+    "ATTN+O+FFN": "qkv,o,ffn",
+    "ATTN+O": "qkv,o",
     "O+FFN": "o,ffn",
-    "ATTN+FFN": "attn,ffn",
+    "ATTN+FFN": "qkv,ffn",
     "O": "o",
     "FFN": "ffn",
     "O+FFN_up": "o,ffn_up",
@@ -61,10 +61,10 @@ QKV_SETS = {"Q": "q", "K": "k", "V": "v", "Q+K": "q,k"}
 HYBRID_FE = {
     "none": None,
     "all": "all",
-    "ATTN": "attn",
+    "ATTN": "qkv",
     "FFN": "ffn",
     "O+FFN": "o,ffn",
-    "ATTN+O": "attn,o",
+    "ATTN+O": "qkv,o",
 }
 
 
@@ -76,13 +76,13 @@ def head_suffix(policy: str, donor: str = DEFAULT_DONOR) -> str:
     return f"; head=donor@{donor}" if policy == "donor" else "; head=paper"
 
 
-def reference(name: str, donor: str | None) -> Graft:
+def reference(name: str, donor: str | None) -> NamedGraft:
     """PRE/SFT-style reference: the base alone, or the whole donor incl. its head."""
     text = "none" if donor is None else f"ALL:all:all@{donor}; head=donor@{donor}"
-    return Graft(name, parse_spec(text))
+    return NamedGraft(name, parse_spec(text))
 
 
-def _is_reference(graft: Graft) -> bool:
+def _is_reference(graft: NamedGraft) -> bool:
     """The base alone, or a whole donor with its own head (what :func:`reference` makes)."""
     spec = graft.spec
     if not spec.rules:
@@ -93,13 +93,15 @@ def _is_reference(graft: Graft) -> bool:
     return whole and spec.head == "donor" and spec.head_donor == spec.rules[0].donor
 
 
-def with_protocol(grafts: Sequence[Graft], protocol: str | Protocol = "graft") -> list[Graft]:
+def with_protocol(
+    grafts: Sequence[NamedGraft], protocol: str | Protocol = "graft"
+) -> list[NamedGraft]:
     """``grafts`` resolved under ``protocol`` (``paper``: the paper's layer groups, ``all``
     without ``pos_embed``; see :mod:`graft.core.spec`). References stay as they are: a whole
     donor is that model, position embedding included."""
     name = protocol_of(protocol).name
     return [
-        g if _is_reference(g) else Graft(g.name, replace(g.spec, protocol=name), g.group)
+        g if _is_reference(g) else NamedGraft(g.name, replace(g.spec, protocol=name), g.group)
         for g in grafts
     ]
 
@@ -111,13 +113,13 @@ def position_grafts(
     base_name: str = "PRE",
     donor_name: str = "SFT",
     protocol: str | Protocol = "graft",
-) -> list[Graft]:
+) -> list[NamedGraft]:
     """E1/E2: every component in every layer at each position set, plus the two references;
     ``protocol="paper"`` resolves them as the paper did (:func:`with_protocol`)."""
     grafts = [reference(base_name, None), reference(donor_name, donor)]
     for pos in positions:
         spec = parse_spec(f"{pos}:all:all@{donor}{head_suffix(head_policy, donor)}")
-        grafts.append(Graft(pos, spec))
+        grafts.append(NamedGraft(pos, spec))
     return with_protocol(grafts, protocol)
 
 
@@ -128,7 +130,7 @@ def component_grafts(
     group: str = "",
     fe: str | None = None,
     protocol: str | Protocol = "graft",
-) -> list[Graft]:
+) -> list[NamedGraft]:
     """E3: component sets at the last token over a layer group, plus PRE/SFT references.
 
     ``fe`` (components, e.g. ``"all"``) also grafts the first entity in every layer, in every
@@ -138,17 +140,17 @@ def component_grafts(
     """
     sets = dict(COMPONENT_SETS) | (QKV_SETS if split_qkv else {})
     grafts = [
-        Graft("PRE", parse_spec("none"), group),
-        Graft("SFT", reference("SFT", DEFAULT_DONOR).spec, group),
+        NamedGraft("PRE", parse_spec("none"), group),
+        NamedGraft("SFT", reference("SFT", DEFAULT_DONOR).spec, group),
     ]
     prefix = f"FE:all:{fe}; " if fe else ""
     if fe:
         grafts.append(
-            Graft(f"FE {fe} only", parse_spec(f"FE:all:{fe}{head_suffix(head_policy)}"), group)
+            NamedGraft(f"FE {fe} only", parse_spec(f"FE:all:{fe}{head_suffix(head_policy)}"), group)
         )
     for name, comps in sets.items():
         spec = parse_spec(f"{prefix}LT:{layers}:{comps}{head_suffix(head_policy)}")
-        grafts.append(Graft(name, spec, group))
+        grafts.append(NamedGraft(name, spec, group))
     return with_protocol(grafts, protocol)
 
 
@@ -162,13 +164,13 @@ def hybrid_lt(lt_layers: str | None = None, protocol: str | Protocol = "graft") 
     proto = protocol_of(protocol)
     lt_layers = lt_layers or proto.hybrid_layers
     if proto.hybrid_gate == "task":
-        return f"LT:{lt_layers}:attn,ffn@task; LT:{lt_layers}:o,up,down@relation"
-    return f"LT:{lt_layers}:attn@task; LT:{lt_layers}:o,ffn@relation"
+        return f"LT:{lt_layers}:qkv,ffn@task; LT:{lt_layers}:o,up,down@relation"
+    return f"LT:{lt_layers}:qkv@task; LT:{lt_layers}:o,ffn@relation"
 
 
 def hybrid_grafts(
     lt_layers: str | None = None, head_policy: str = "base", protocol: str | Protocol = "graft"
-) -> list[Graft]:
+) -> list[NamedGraft]:
     """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model;
     ``protocol="paper"``: the gate from the task model (:func:`hybrid_lt`) and the paper's
     layer groups (:func:`with_protocol`)."""
@@ -181,7 +183,7 @@ def hybrid_grafts(
     for name, comps in HYBRID_FE.items():
         fe = f"FE:all:{comps}@task; " if comps else ""
         spec = parse_spec(f"{fe}{lt}{head_suffix(head_policy, 'relation')}")
-        grafts.append(Graft(f"FE {name} + LT hybrid", spec))
+        grafts.append(NamedGraft(f"FE {name} + LT hybrid", spec))
     return with_protocol(grafts, protocol)
 
 
@@ -207,14 +209,16 @@ def necessity_grafts(
     positions: Sequence[str] = POSITIONS,
     head_policy: str = "base",
     protocol: str | Protocol = "graft",
-) -> list[Graft]:
+) -> list[NamedGraft]:
     """The other direction: PRE weights grafted into SFT at the same positions."""
     return position_grafts(
         positions, head_policy, donor="pre", base_name="SFT", donor_name="PRE", protocol=protocol
     )
 
 
-def spec_graft(text: str, head_policy: str = "base", protocol: str | Protocol = "graft") -> Graft:
+def spec_graft(
+    text: str, head_policy: str = "base", protocol: str | Protocol = "graft"
+) -> NamedGraft:
     """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line.
 
     ``head_policy`` and ``protocol`` are the run's defaults: a spec that writes no ``head=``
@@ -232,7 +236,7 @@ def spec_graft(text: str, head_policy: str = "base", protocol: str | Protocol = 
     parts = [p.strip() for p in spec.split(";")]
     if spec.strip() and not any(p.startswith("head=") for p in parts):
         spec += head_suffix(head_policy)  # an empty spec stays empty: parse refuses it
-    graft = Graft(label, GraftSpec.parse(spec, spec_name))
+    graft = NamedGraft(label, GraftSpec.parse(spec, spec_name))
     if any(p.startswith("protocol=") for p in parts):
         return graft
     return with_protocol([graft], protocol)[0]
@@ -260,10 +264,10 @@ FUSED_QKV_NOTE = (
 )
 
 
-def protocol_notes(grafts: Sequence[Graft], protocol: str | Protocol = "graft") -> list[str]:
+def protocol_notes(grafts: Sequence[NamedGraft], protocol: str | Protocol = "graft") -> list[str]:
     """What of the paper's protocol a run of ``grafts`` does not reproduce, one line each
     (empty under graft's protocol): today the fused q/k/v targets, when a graft names ``q``,
-    ``k`` or ``v`` on its own (``attn``, ``block`` and ``all`` graft all three either way)."""
+    ``k`` or ``v`` on its own (``qkv``, ``attn``, ``block`` and ``all`` graft all three either way)."""
     if not protocol_of(protocol).fused_qkv_note:
         return []
     single = {"q", "k", "v"}
@@ -306,7 +310,7 @@ NEAREST_PAPER_FAMILY = {
 
 def paper_token_graft(
     model: str, head_policy: str = "base", protocol: str | Protocol = "graft"
-) -> tuple[Graft, str]:
+) -> tuple[NamedGraft, str]:
     """The paper's token-table graft for ``model`` (a model name, hub id or folder), in every
     layer and component, and a line saying which table it follows and, for a model the
     paper has no table of, that it is the nearest family's.
