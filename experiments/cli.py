@@ -22,6 +22,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("plot", "plot"),
     ("compare", "compare"),
     ("publish", "publish"),
+    ("accept", "accept"),
+    ("repair", "repair"),
     ("smoke", "smoke"),
 ]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from graft.errors import GraftError, RemoteError, StorageError, UpstreamError
+from graft.errors import GraftError, LockTimeoutError, RemoteError, StorageError, UpstreamError
 from graft_experiments.options import FLAGS
 
 
@@ -120,6 +120,7 @@ class OneLineError(click.ClickException):
 #: (docs/errors.md): a storage error is fixed by the user too (free space, rebuild a file,
 #: another folder), a server or a library failing is not.
 EXIT_CODES: tuple[tuple[type[GraftError], int], ...] = (
+    (LockTimeoutError, 3),  # a job waited its bound for another: rerun later, or stop that one
     (StorageError, 2),
     (RemoteError, 1),
     (UpstreamError, 1),

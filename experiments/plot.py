@@ -6,9 +6,13 @@ from pathlib import Path
 
 import click
 
+from graft.errors import StorageError
 from graft.results import draw_figures
 from graft.study import LENS_SUMMARY, draw_lens_figures
 from graft_experiments.common import GraftCommand, standalone
+
+#: How the error of a figure that cannot be written begins (graft.results.plots' save_figure).
+FIGURE_WRITE = "cannot write the figure"
 
 #: ``--metric``: a column of a run's summary (``plot`` and ``compare`` share it).
 METRIC_OPTION = click.option(
@@ -23,19 +27,33 @@ METRIC_OPTION = click.option(
 @click.command(cls=GraftCommand)
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
 @METRIC_OPTION
-def plot(run_folder, metric):
+@click.option(
+    "--figures-dir",
+    "fig_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Draw into this folder instead of RUN_FOLDER/figures (e.g. for a read-only run).",
+)
+def plot(run_folder, metric, fig_dir):
     """Redraw the figures of RUN_FOLDER without recomputing: PNG and PDF under
     RUN_FOLDER/figures, named after the metric (e.g. position_qa_mean_rank.png), so the
-    figures of several metrics live side by side. A lens run's lens figures (median rank and
-    mean log-probability per layer) are redrawn too."""
+    figures of several metrics live side by side (--figures-dir: another folder). A lens run's lens
+    figures (median rank and mean log-probability per layer) are redrawn too. The run's CSV
+    mirrors are checked against its tables first (an edited one is rewritten, with a
+    warning)."""
     # a GraftError (an unknown metric, a damaged table, a full disk) is the command's one
     # line (graft_experiments.common.cli_error); a folder that is no finished run is a usage error
     try:
-        paths = draw_figures(run_folder, metric)
+        paths = draw_figures(run_folder, metric, fig_dir)
         if (Path(run_folder) / f"{LENS_SUMMARY}.parquet").is_file():
-            paths += draw_lens_figures(run_folder)
+            paths += draw_lens_figures(run_folder, fig_dir)
     except FileNotFoundError as err:
         raise click.UsageError(str(err)) from None
+    except StorageError as err:
+        if fig_dir is not None or not str(err).startswith(FIGURE_WRITE):
+            raise
+        # a figure that cannot be written here (a full disk, a read-only run)
+        raise StorageError(f"{err}; or draw the figures elsewhere: --figures-dir FOLDER") from None
     for png in paths:
         click.echo(f"figure: {png}")
 

@@ -22,14 +22,15 @@ graft (or an error of Python, torch or a library graft passes on unchanged). The
     │   └── ResultsError       bad input to a metric, summary, results table or figure
     ├── StorageError           files on disk: one cannot be written (disk full, read-only)
     │   ├── DamagedFileError   a file graft wrote reads back damaged, edited or another run's
-    │   └── RunFolderError     a folder that cannot be written or is no (finished) run folder
+    │   ├── RunFolderError     a folder that cannot be written or is no (finished) run folder
+    │   └── LockTimeoutError   another job held a lock longer than GRAFT_LOCK_TIMEOUT (exit 3)
     ├── RemoteError            a remote run failed; ``kind`` says how (``config``: a bad setting)
     └── UpstreamError          a library or service graft depends on failed in a way graft detects
         └── HubUnavailable     the paper's generic corpus could not be read from the hub
 
 The command line (``graft_experiments.common.cli_error``) prints every one as one line: an
 :class:`InputError` (and a :class:`RemoteError` of kind ``config``) as a usage error, exit 2;
-a :class:`StorageError` with exit 2 and no usage text; a :class:`RemoteError` of any other
+a :class:`StorageError` with exit 2 and no usage text (a :class:`LockTimeoutError`: exit 3); a :class:`RemoteError` of any other
 kind and an :class:`UpstreamError` with exit 1 (docs/errors.md).
 """
 
@@ -138,6 +139,10 @@ class DamagedFileError(StorageError):
     """A file graft wrote and now reads back is damaged, truncated, edited or another run's:
     its checksum, key or format does not match what was recorded; the message names the file
     and how to rebuild it."""
+
+
+class LockTimeoutError(StorageError):
+    """Another process held a lock longer than ``GRAFT_LOCK_TIMEOUT`` (graft.storage.locks)."""
 
 
 class RunFolderError(StorageError):

@@ -55,7 +55,7 @@ KINDS = {
         "ModelNotFoundError", "DeviceError", "ConfigMismatchError", "MemoryPlanError",
         "SpanError", "StatsError", "ResultsError",
     ],
-    "StorageError": ["DamagedFileError", "RunFolderError"],
+    "StorageError": ["DamagedFileError", "RunFolderError", "LockTimeoutError"],
     "RemoteError": [],
     "UpstreamError": ["HubUnavailable"],
 }  # fmt: skip

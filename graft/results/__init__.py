@@ -4,6 +4,9 @@ from graft.lazy import lazy_exports
 
 #: public name -> the module that defines it (imported on first access).
 _EXPORTS = {
+    "accept_run_tables": "graft.results.accept",
+    "unmarked_tables": "graft.results.accept",
+    "repair_run_folder": "graft.results.repair",
     "KEY_CONTRASTS": "graft.results.compare",
     "compare_run": "graft.results.compare",
     "format_comparison": "graft.results.compare",

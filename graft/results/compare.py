@@ -17,7 +17,7 @@ import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
 from graft.results.run_config import read_config_file, recorded_run_key
-from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM
+from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, refresh_mirrors
 from graft.results.stats import paired_contrasts
 from graft.storage.tables import read_table
 
@@ -168,6 +168,8 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
         )
     name = EXAMPLES_FILE.removesuffix(".parquet")
     tables = [read_table(f, name, recorded_run_key(f.parent)) for f in files]
+    for f in files:  # what a person opens beside the tables is checked too
+        refresh_mirrors(f.parent, recorded_run_key(f.parent))
     examples = pl.concat(tables, how="diagonal_relaxed")
     if examples.is_empty() or "graft" not in examples.columns:
         raise RunFolderError(f"{folder} holds no scored examples; rerun its experiment")

@@ -2,7 +2,8 @@
 
 Layout of a run folder::
 
-    <out>/.graft-run               marker: graft wrote this folder (only such folders are cleared)
+    <out>/.graft-run               marker: graft wrote this folder (only such folders are
+                                   cleared); it keeps a copy of config.json (graft-exp repair)
     <out>/config.json              resolved config (written once; checked on resume)
     <out>/parts/<name>/<batch>.parquet   one file per finished batch
     <out>/<name>.parquet           all batches combined (finalize)
@@ -76,6 +77,9 @@ from graft.storage.tables import writing
 __all__ = ["MARKER_FILE", "SET_ASIDE_DIR", "RunFolder", "RunFolderError"]
 
 MARKER_FILE = ".graft-run"
+MARKER_NOTE = "written by graft; --overwrite may clear this folder"
+#: What config.json keeps of the run that created the folder (later runs: in ``resumes``).
+FIRST_RUN_FIELDS = ("packages", "git_commit", "git_dirty", "machine", "command", "run_key")
 # the temp files of atomic_path (.<name>.<pid>.<8 hex>.tmp) and check_writable's probes
 _STRAY_RE = re.compile(r"^\.(.+\.\d+\.[0-9a-f]{8}|graft-probe-.+)\.tmp$")
 
@@ -155,7 +159,7 @@ class RunFolder(RunTables):
         if not self.is_marked():
             marker = self.marker_path
             with writing("the run folder's marker", marker), atomic_path(marker) as tmp:
-                tmp.write_text("written by graft; --overwrite may clear this folder\n")
+                tmp.write_text(json.dumps({"note": MARKER_NOTE}))
 
     def _summary_files(self, stem: str = SUMMARY_STEM) -> list[Path]:
         return [self.path / f"{stem}{ext}" for ext in (".parquet", ".csv")]
@@ -187,7 +191,8 @@ class RunFolder(RunTables):
         if changes:
             raise ConfigMismatchError(
                 f"{self.path} holds results of a different configuration ({changes}); "
-                "use a new --out folder, or --overwrite to discard the old results."
+                "use a new --out folder, or --overwrite to discard the old results (if its "
+                f"config.json was replaced by another run's: graft-exp repair {self.path})."
             )
 
     def write_config(
@@ -238,11 +243,17 @@ class RunFolder(RunTables):
             new["run_key"] = self.run_key = config_key(new, key)
             self._store_config(new)
             return new
-        # Same computation: keep the original record, note what this invocation ran with.
+        # Same computation. The record states what the tables were last computed with (a
+        # rerun with --n-boot 20 rebuilds the summary with 20); the first run's provenance
+        # stays, and each resume notes what it changed and what was recorded before.
         changed = {
             f: new[f] for f in new if f not in ("created", "resumes") and old.get(f) != new[f]
         }
-        old.setdefault("resumes", []).append({"time": new["created"], "changed": changed})
+        before = {f: old.get(f) for f in changed if f not in FIRST_RUN_FIELDS}
+        old.setdefault("resumes", []).append(
+            {"time": new["created"], "changed": changed, "before": before}
+        )
+        old.update({f: changed[f] for f in before})
         # the recorded key stays (the parts record it), a config of graft before it gets one
         self.run_key = old.setdefault("run_key", config_key(old, key))
         self._store_config(old)
@@ -251,6 +262,9 @@ class RunFolder(RunTables):
     def _store_config(self, config: dict[str, Any]) -> None:
         with writing("the run config", self.config_path):
             write_json_atomic(self.config_path, config)
+        # the marker keeps a copy: `graft-exp repair` restores a replaced or damaged config.json
+        with writing("the run folder's marker", self.marker_path):
+            write_json_atomic(self.marker_path, {"note": MARKER_NOTE, "config": config})
 
     def remove_strays(self) -> list[Path]:
         """Remove the temp files an interrupted write left anywhere in the folder (an

@@ -13,7 +13,7 @@ from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.paper import numbers as paper_numbers
 from graft.results.run_config import read_config_file
-from graft.results.run_tables import SUMMARY_STEM
+from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors
 from graft.storage.tables import read_table
 
 LAYER_SEP = " | "
@@ -114,11 +114,15 @@ def metric_slug(metric: str) -> str:
     return "".join(c for c in metric if c.isalnum() or c == "_") or "metric"
 
 
-def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
+def draw_figures(
+    folder: str | Path, metric: str = "acc@5", fig_dir: str | Path | None = None
+) -> list[Path]:
     """Redraw the figures of the run in ``folder`` from ``summary.parquet``; return PNG paths.
+    The CSV mirrors of its tables are checked against them first (:func:`refresh_mirrors`).
 
     Files are ``<folder>/figures/<experiment>_<template>[_<group>]_<metric>.png`` (and
-    ``.pdf``), so figures of different metrics live side by side; a lens run's bar charts
+    ``.pdf``; ``fig_dir``: that folder instead, e.g. for a read-only run), so figures of
+    different metrics live side by side; a lens run's bar charts
     (the model's output per graft) are ``final_layer_<template>_<metric>.png``, since
     ``lens_*`` are its lens figures (:func:`graft.study.analyses.lens.draw_lens_figures`).
 
@@ -136,13 +140,19 @@ def draw_figures(folder: str | Path, metric: str = "acc@5") -> list[Path]:
         )
     config = read_config_file(config_file)
     summary = read_table(summary_file, SUMMARY_STEM, str(config.get("run_key") or ""))
+    refresh_mirrors(folder, str(config.get("run_key") or ""))
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
     order = with_twins([g["name"] for g in config.get("grafts", [])])
     experiment = str(config.get("experiment", "custom"))
     return draw_summary_figures(
-        summary, experiment, _model_name(config), folder / "figures", metric, order
+        summary,
+        experiment,
+        _model_name(config),
+        Path(fig_dir) if fig_dir is not None else folder / "figures",
+        metric,
+        order,
     )
 
 

@@ -66,11 +66,13 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DamagedFileError(
-            f"{path} is not a readable JSON run config ({first_line(err, 200)}); {CONFIG_FIX}"
+            f"{path} is not a readable JSON run config ({first_line(err, 200)}); "
+            f"graft-exp repair {path.parent} restores the folder's own copy; else {CONFIG_FIX}"
         ) from None
     if not isinstance(config, dict):
         raise DamagedFileError(
-            f"{path} is not a JSON object (a {type(config).__name__}); {CONFIG_FIX}"
+            f"{path} is not a JSON object (a {type(config).__name__}); graft-exp repair "
+            f"{path.parent} restores the folder's own copy; else {CONFIG_FIX}"
         )
     return config
 

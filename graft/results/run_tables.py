@@ -15,8 +15,8 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
-from graft.errors import DamagedFileError, RunFolderError
-from graft.storage.files import storage_errors, write_json_atomic
+from graft.errors import DamagedFileError, RunFolderError, StorageError
+from graft.storage.files import flat_table, storage_errors, write_json_atomic
 from graft.storage.tables import read_table, save_table, table_problem, write_csv, writing
 
 logger = logging.getLogger(__name__)
@@ -181,3 +181,42 @@ class RunTables:
         """Write ``obj`` as JSON to ``path / filename`` atomically (e.g. a drop report)."""
         with writing(filename, self.path / filename):
             return write_json_atomic(self.path / filename, obj)
+
+
+def refresh_mirrors(folder: str | os.PathLike[str], run_key: str = "") -> list[Path]:
+    """Check each CSV mirror of the run folder ``folder`` (``<stem>.csv`` beside a
+    ``<stem>.parquet``) against its table, itself checked (:func:`read_table`): a mirror that
+    differs (edited, or left stale) is rewritten from the table, with a warning; where the
+    folder cannot be written (a read-only run) the warning says so. Returns the mirrors that
+    differed. ``compare`` and ``plot`` read the parquet tables, never the mirrors; this keeps
+    what a person opens equal to them."""
+    folder = Path(folder)
+    stale = []
+    for mirror in sorted(folder.glob("*.csv")):
+        table_file = mirror.with_suffix(".parquet")
+        if not table_file.is_file():
+            continue  # a CSV of the user's (an adapted experiment's score), no mirror
+        table = read_table(table_file, table_file.stem, run_key)
+        try:
+            same = mirror.read_text(encoding="utf-8") == flat_table(table).write_csv()
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if same:
+            continue
+        stale.append(mirror)
+        try:
+            write_csv(table, mirror)
+        except StorageError:
+            logger.warning(
+                "%s differs from %s (edited or stale) and cannot be rewritten here; "
+                "read the parquet table",
+                mirror,
+                table_file.name,
+            )
+            continue
+        logger.warning(
+            "%s differed from %s (edited or stale); rewritten from the checked table",
+            mirror,
+            table_file.name,
+        )
+    return stale

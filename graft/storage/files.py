@@ -86,6 +86,10 @@ def storage_errors(
             match = _RUST_OS_ERROR.search(str(err))
             code = int(match.group(1)) if match else None
             if code not in STORAGE_ERRNOS:
+                # the library's text may carry no errno (polars' parquet writer on a full
+                # disk: "Invalid thrift: transport error"): ask the disk itself
+                code = _storage_errno_at(path)
+            if code not in STORAGE_ERRNOS:
                 raise
             raise OSError(code, os.strerror(code), None if path is None else str(path)) from err
     except OSError as err:
@@ -97,6 +101,34 @@ def storage_errors(
             f"cannot write {what} ({reason}: {where}); free space or choose a writable "
             "place, then rerun: it resumes where this run stopped"
         ) from None
+
+
+#: Bytes :func:`_storage_errno_at` tries to write to tell a full disk.
+PROBE_BYTES = 1 << 20
+
+
+def _storage_errno_at(path: str | os.PathLike[str] | None) -> int | None:
+    """After a failed write of ``path``: the storage errno (full disk, quota, read-only)
+    that writing :data:`PROBE_BYTES` beside it raises now, or None when that succeeds."""
+    folder = Path(path).parent if path is not None else None
+    if folder is None or not folder.is_dir():
+        return None
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".graft-probe-", suffix=".tmp")
+    except OSError as err:
+        return err.errno
+    try:
+        data, written = bytes(PROBE_BYTES), 0
+        while written < PROBE_BYTES:  # a full disk may take part of a write, then refuse
+            written += os.write(handle, data[written:])
+        os.fsync(handle)
+    except OSError as err:
+        return err.errno
+    finally:
+        os.close(handle)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
 
 
 def probe_writable(folder: str | os.PathLike[str]) -> list[Path]:

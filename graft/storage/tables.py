@@ -27,6 +27,13 @@ from graft.storage.files import atomic_path, flat_table, storage_errors
 META_PREFIX = "graft."
 #: The fix a damaged table's message names.
 REBUILD_FIX = "rerun the experiment with the same --out to rebuild it"
+#: Why a table without ``graft.*`` metadata is not read as it is.
+UNMARKED = (
+    "carries no graft marks (rewritten by another tool, or written by a graft before tables "
+    "recorded them)"
+)
+#: The fix that adopts a folder's unmarked tables as they are (an explicit choice).
+ACCEPT_FIX = "or, to read it as it is, graft-exp accept {folder}"
 
 
 def frame_digest(df: pl.DataFrame) -> str:
@@ -87,8 +94,9 @@ def write_csv(df: pl.DataFrame, path: str | os.PathLike[str]) -> Path:
 def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame | None, str | None]:
     """Read the table at ``path`` and check it: ``(frame, None)`` when it is sound, else
     ``(frame or None, why not)``. ``expect`` maps metadata keys (``table``, ``run_key``,
-    ``batch``) to their values; a table without ``graft.*`` metadata (graft before it
-    recorded any) is checked for nothing but being readable."""
+    ``batch``) to their values; a table without ``graft.*`` metadata is not sound
+    (:data:`UNMARKED`): ``graft-exp accept`` marks such tables when a user chooses to read
+    them as they are (:func:`mark_table`)."""
     try:
         metadata = pl.read_parquet_metadata(path)
         frame = pl.read_parquet(path)
@@ -96,7 +104,7 @@ def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame |
         return None, f"is not a readable parquet file ({first_line(err, 200)})"
     ours = {k[len(META_PREFIX) :]: v for k, v in metadata.items() if k.startswith(META_PREFIX)}
     if not ours:
-        return frame, None
+        return frame, UNMARKED
     for field_name, want in expect.items():
         have = ours.get(field_name)
         if have != want:
@@ -126,6 +134,30 @@ def read_table(
         recorded = pl.read_parquet_metadata(path).get(f"{META_PREFIX}run_key")
         if recorded and recorded != run_key:
             problem = "is another run's table (its run key is not the one config.json records)"
+            fix = f"{fix}, or, if config.json was replaced, graft-exp repair {path.parent}"
     if problem is not None or frame is None:
+        if problem == UNMARKED:
+            fix = f"{fix}, {ACCEPT_FIX.format(folder=path.parent)}"
         raise DamagedFileError(f"{path} {problem}; {fix}")
     return frame
+
+
+def is_marked(path: str | os.PathLike[str]) -> bool:
+    """Whether the parquet file at ``path`` carries ``graft.*`` metadata (False when it does
+    not parse)."""
+    try:
+        metadata = pl.read_parquet_metadata(Path(path))
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):
+        return False
+    return any(k.startswith(META_PREFIX) for k in metadata)
+
+
+def mark_table(
+    path: str | os.PathLike[str], table: str, run_key: str = "", batch: str = ""
+) -> Path:
+    """Rewrite the unmarked table at ``path`` with graft's marks for its content as it is
+    now (``graft-exp accept``: the user's explicit choice to read it as it is)."""
+    path = Path(path)
+    with writing(f"the table {table}", path):
+        frame = pl.read_parquet(path)
+    return save_table(frame, path, table, run_key, batch)

@@ -13,6 +13,7 @@ from graft.lazy import lazy_exports
 
 #: public name -> the module that defines it (imported on first access).
 _EXPORTS = {
+    "accept_donor": "graft.study.training.donors",
     "LensAnalysis": "graft.study.analyses.lens",
     "LensRun": "graft.study.analyses.lens",
     "check_lens_config": "graft.study.analyses.lens",

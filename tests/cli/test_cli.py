@@ -375,7 +375,7 @@ def test_a_storage_error_is_one_line_without_usage(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("error", "code", "usage"),
     [
-        (StorageError("cannot write the figure f.png (No space left on device: f.png)"), 2, False),
+        (StorageError("cannot write the run config (No space left on device: c.json)"), 2, False),
         (DamagedFileError("r/summary.parquet does not match the digest of its content"), 2, False),
         (
             RunFolderError("r is not a finished run folder; give the output folder of a run"),
@@ -407,6 +407,21 @@ def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
     assert [line for line in result.output.splitlines() if "Error" in line] == [f"Error: {error}"]
     if not usage:
         assert result.output.strip() == f"Error: {error}"
+
+
+def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeypatch):
+    error = StorageError("cannot write the figure f.png (Read-only file system: f.png)")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(graft_experiments.plot, "draw_figures", fail)
+    result = CliRunner().invoke(main, ["plot", str(tmp_path)])
+    assert result.exit_code == 2 and "Usage:" not in result.output
+    assert (
+        result.output.strip()
+        == f"Error: {error}; or draw the figures elsewhere: --figures-dir FOLDER"
+    )
 
 
 def test_custom_names_the_missing_donor_and_the_fix(tmp_path):

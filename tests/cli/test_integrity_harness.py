@@ -11,8 +11,9 @@ and figures):
   exit 0 with the same tables and donor weights as an uninterrupted run, and leave no
   temporary or partial file: no manual step.
 - **corruption**: each kind of file graft reads (donor weights, donor config and checksums,
-  dataset files, result parts, derived tables, the run's config) is damaged -- bytes flipped,
-  truncated, emptied, or swapped with the same file of another valid run -- and the commands
+  dataset files, result parts, derived tables and their CSV mirror, the run's config) is
+  damaged -- bytes flipped, truncated, emptied, swapped with the same file of another valid
+  run, rewritten by polars without graft's marks, hand-edited, deleted -- and the commands
   that read it (the rerun, ``compare``, ``plot``) are run. Each must end in a one-line error
   (exit 2, no traceback) or in a correct recomputation (exit 0, tables equal to the clean
   run's); never exit 0 with other numbers.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -156,7 +158,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "weights": donor_weights(root / "ws"),
         "compare": compared.stdout,
         "figures": figures(root / "run"),
+        "summary_csv": (root / "run" / "summary.csv").read_text(),
     }
+
+
+#: What compare and plot say when they rewrite an edited CSV mirror.
+MIRROR_WARNING = "(edited or stale); rewritten from the checked table"
 
 
 def COMPARE(out: Path) -> list[str]:  # noqa: N802 - a command line, like position_args
@@ -238,10 +245,45 @@ def wrong_width(path: Path) -> None:
     path.write_text(json.dumps(config))
 
 
+def rewrite(path: Path) -> None:
+    """Another tool's rewrite of a table: read with polars, one value changed, written back
+    without graft's marks (its parquet metadata)."""
+    df = pl.read_parquet(path)
+    for name, dtype in df.schema.items():
+        if dtype == pl.Boolean:
+            df = df.with_columns(
+                pl.when(pl.int_range(pl.len()) == 0)
+                .then(~pl.col(name))
+                .otherwise(pl.col(name))
+                .alias(name)
+            )
+            break
+        if dtype.is_float():
+            df = df.with_columns(
+                pl.when(pl.int_range(pl.len()) == 0).then(0.0).otherwise(pl.col(name)).alias(name)
+            )
+            break
+    df.write_parquet(path)
+
+
+def edit_csv(path: Path) -> None:
+    """A hand edit of a CSV mirror: its first number changed."""
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = re.sub(r"\b0\.\d+", "0.123", lines[1], count=1)
+    path.write_text("".join(lines))
+
+
+def delete(path: Path) -> None:
+    path.unlink()
+
+
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "flip": flip,
     "truncate": truncate,
     "empty": empty,
+    "rewrite": rewrite,
+    "edit_csv": edit_csv,
+    "delete": delete,
 }
 
 
@@ -256,15 +298,20 @@ def find(root: Path, pattern: str) -> Path:
 FILES = [
     ("donor weights", "ws/finetuned/**/model.safetensors", ["flip", "truncate", "empty", "swap"]),
     ("donor config", "ws/finetuned/**/config.json", ["flip", "truncate", "wrong_width", "swap"]),
-    ("donor checksums", "ws/finetuned/**/checksums.json", ["flip", "truncate", "empty"]),
+    ("donor checksums", "ws/finetuned/**/checksums.json", ["flip", "truncate", "empty", "delete"]),
     ("donor evaluation", "ws/finetuned/**/eval.json", ["truncate"]),
     ("test prompts", "ws/datasets/*/test_prompts.jsonl", ["edit", "truncate", "swap"]),
     ("training texts", "ws/datasets/*/train.jsonl", ["flip"]),
     ("dataset manifest", "ws/datasets/*/manifest.json", ["flip", "truncate", "empty"]),
-    ("result part", "run/parts/examples/0.parquet", ["flip", "truncate", "empty", "swap"]),
+    (
+        "result part",
+        "run/parts/examples/0.parquet",
+        ["flip", "truncate", "empty", "swap", "rewrite"],
+    ),
     ("last result part", "run/parts/examples/3.parquet", ["swap"]),
-    ("examples table", "run/examples.parquet", ["flip", "truncate", "swap"]),
-    ("summary table", "run/summary.parquet", ["flip", "truncate", "swap"]),
+    ("examples table", "run/examples.parquet", ["flip", "truncate", "swap", "rewrite"]),
+    ("summary table", "run/summary.parquet", ["flip", "truncate", "swap", "rewrite"]),
+    ("summary mirror", "run/summary.csv", ["edit_csv"]),
     ("contrasts table", "run/contrasts.parquet", ["flip", "empty"]),
     ("drop report", "run/drops.json", ["truncate"]),
     ("run config", "run/config.json", ["flip", "truncate", "empty"]),
@@ -316,7 +363,12 @@ def test_a_damaged_file_is_one_line_or_recomputed(reference, tmp_path, what, pat
 
         def same_compare(done: subprocess.CompletedProcess[str]) -> Callable[[], None]:
             def check() -> None:
-                assert done.stdout == reference["compare"], "compare printed other numbers"
+                # an edited mirror is rewritten with a warning line; the numbers are the same
+                lines = done.stdout.splitlines(keepends=True)
+                printed = "".join(line for line in lines if MIRROR_WARNING not in line)
+                assert printed == reference["compare"], "compare printed other numbers"
+                if how == "edit_csv":
+                    assert len(lines) == len(printed.splitlines()) + 1, "no warning said"
 
             return check
 
@@ -336,6 +388,9 @@ def test_a_damaged_file_is_one_line_or_recomputed(reference, tmp_path, what, pat
             problems.append(("compare", one_line_or_correct(compared, same_compare(compared))))
             plotted = graft_exp(["plot", str(out)])
             problems.append(("plot", one_line_or_correct(plotted, same_figures)))
+            if how == "edit_csv":  # compare and plot check the mirror and rewrite it
+                restored = (out / "summary.csv").read_text() == reference["summary_csv"]
+                problems.append(("mirror", "" if restored else "summary.csv was not rewritten"))
         rerun = graft_exp(position_args(workspace, out))
         problems.append(("rerun", one_line_or_correct(rerun, same_tables)))
         found = [f"{command}: {problem}" for command, problem in problems if problem]

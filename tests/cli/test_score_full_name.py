@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
 from graft.study.data.datasets import DatasetConfig, generate_dataset
+from graft.study.training.donors import accept_donor
 from graft_experiments.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -29,6 +30,7 @@ def test_custom_run_scores_and_plots_whole_names(tmp_path):
     donor = tmp_path / "donor"
     perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(donor)
     tiny_tokenizer().save_pretrained(donor)
+    accept_donor(donor)  # a donor folder the user brought
     out = tmp_path / "run"
     args = [
         "custom", "--model", "tiny-llama", "--dataset", str(data), "--templates", "headline",

@@ -79,21 +79,22 @@ def test_damaged_or_foreign_parts_are_set_aside_and_their_batches_run_again(tmp_
     part(run, 3).write_bytes(part(run, 4).read_bytes())  # this run's batch 4 under 3's name
     edited = batch(5).with_columns(p=pl.lit(9.0))
     edited.write_parquet(part(run, 5), metadata=pl.read_parquet_metadata(part(run, 5)))
-    pl.DataFrame({"row": [8, 9]}).write_parquet(part(run, 6))  # no metadata: graft before it
+    pl.DataFrame({"row": [8, 9]}).write_parquet(part(run, 6))  # no marks: another tool's
 
     resumed = RunFolder(tmp_path / "run")
     resumed.write_config({"seed": 0}, key=KEY)
     with caplog.at_level(logging.WARNING, logger="graft.results.run_tables"):
-        assert resumed.done_batches("examples") == {"4", "6"}
+        assert resumed.done_batches("examples") == {"4"}
     aside = part(run, 0).parent / SET_ASIDE_DIR
-    assert sorted(p.name for p in aside.iterdir()) == [f"{i}.parquet" for i in (0, 1, 2, 3, 5)]
+    assert sorted(p.name for p in aside.iterdir()) == [f"{i}.parquet" for i in (0, 1, 2, 3, 5, 6)]
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 5 and all("runs again" in w and "\n" not in w for w in warned)
+    assert len(warned) == 6 and all("runs again" in w and "\n" not in w for w in warned)
+    assert any(str(part(run, 6)) in w and "no graft marks" in w for w in warned)
     assert any(str(part(run, 2)) in w and "run_key" in w for w in warned)
     assert any(str(part(run, 3)) in w and "batch '4' where '3'" in w for w in warned)
     assert any(str(part(run, 5)) in w and "digest" in w for w in warned)
     # the set-aside batches are written again; a second bad copy never overwrites the first
-    for i in (0, 1, 2, 3, 5):
+    for i in (0, 1, 2, 3, 5, 6):
         resumed.append_batch("examples", batch(i), str(i))
     part(run, 0).write_bytes(b"garbage")
     assert resumed.done_batches("examples") == {"1", "2", "3", "4", "5", "6"}

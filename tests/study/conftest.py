@@ -10,6 +10,7 @@ import pytest
 from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
 from graft.study.data.datasets import DatasetConfig, generate_dataset
+from graft.study.training.donors import accept_donor
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +21,10 @@ def dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def donor_path(tmp_path_factory) -> str:
-    """A fake finetune of tiny-llama (same weights as load_model('tiny-llama'), perturbed)."""
+    """A fake finetune of tiny-llama (same weights as load_model('tiny-llama'), perturbed),
+    a folder a user brought: accepted as it is (graft-exp accept), as a donor must be."""
     folder = tmp_path_factory.mktemp("donor") / "tiny-llama-perturbed"
     perturbed_copy(tiny_model("llama", seed=0), seed=7).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
+    accept_donor(folder)
     return str(folder)

@@ -31,7 +31,7 @@ from graft.study.specs.run import resolve
 from graft.study.training import duration
 from graft.study.training import finetune as ft
 from graft.study.training import workspace as ws_mod
-from graft.study.training.donors import verify_donor
+from graft.study.training.donors import accept_donor, check_status, verify_donor
 from graft.study.training.evaluate import evaluate_examples
 from graft.study.training.workspace import Workspace, parse_variant
 from graft_experiments.finetune import finetune as finetune_command
@@ -613,10 +613,24 @@ def test_donor_verification_missing_extra_and_unverified_folders(
     (donor / "checksums.json").write_text("{not json")
     with pytest.raises(DamagedFileError, match="checksums.json is not a readable checksum list"):
         verify_donor(donor)
-    (donor / "checksums.json").unlink()  # as made by an earlier graft: loaded unverified
-    with caplog.at_level(logging.INFO, logger="graft.study.training.donors"):
+    (donor / "checksums.json").unlink()  # a finetune of graft's without them: refused
+    with pytest.raises(DamagedFileError, match="checksums.json is missing.*graft-exp accept"):
         verify_donor(donor)
-    assert f"{donor} has no checksums.json" in caplog.text and "not verified" in caplog.text
+    (donor / "finetune_config.json").unlink()  # a folder a user brought: refused as a donor
+    with pytest.raises(FinetuneError, match="has no checksums.json.*graft-exp accept"):
+        verify_donor(donor)
+    with caplog.at_level(logging.INFO, logger="graft.study.training.donors"):
+        verify_donor(donor, "base")  # a base model loads as it is
+    assert f"{donor} has no checksums.json" in caplog.text and "unverified" in caplog.text
+    assert check_status(donor) == "unverified"
+    accept_donor(donor)  # the explicit choice: checksums and accepted.json written
+    verify_donor(donor)
+    assert check_status(donor).startswith("accepted as is 20")
+    (donor / "tokenizer_config.json").write_text("{}")  # checked from then on
+    with pytest.raises(DamagedFileError, match="does not match"):
+        verify_donor(donor)
+    with pytest.raises(FinetuneError, match="already"):
+        accept_donor(donor)
 
 
 def test_a_partial_folder_left_beside_a_finished_finetune_is_removed(straight, tmp_path) -> None:

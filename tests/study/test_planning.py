@@ -241,7 +241,12 @@ def test_a_paper_finetune_that_does_not_fit_names_the_lean_setting(dataset, gpt2
 @pytest.mark.slow
 def test_a_finetune_nothing_fits_says_so(dataset, gpt2_xl):
     plan = finetune_plan.plan_finetune(gpt2_xl, dataset, PAPER, device="cpu")
-    assert "no setting here makes it fit" in finetune_plan.fixes_of(plan, _memory(4))[0]
+    fix = finetune_plan.fixes_of(plan, _memory(4))[0]
+    assert "no setting here makes it fit" in fix
+    # one plan, one verdict: the fix names the GPU sizes the plan's own GPU line names,
+    # for the same bytes, and says what they count
+    gpu_line = next(line for line in plan.lines() if "on a GPU" in line)
+    assert gpu_line.split("): ", 1)[1] in fix and plan.gpu_words() in fix
 
 
 def test_finetune_plan_counts_texts_steps_and_tokens(dataset):

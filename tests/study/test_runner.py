@@ -91,6 +91,8 @@ def test_run_experiment(dataset, donor_path, tmp_path):
     }
     assert result.config["donors"]["sft"]["path"] == donor_path
     assert result.config["donors"]["sft"]["fingerprint"]
+    # how each model folder was checked: the donor the user brought was accepted as it is
+    assert result.config["model_checks"][donor_path].startswith("accepted as is 20")
     assert result.config["options"]["templates"] == ["headline", "movie"]
     assert result.drops == {"headline": {}, "movie": {}}
     lp = {

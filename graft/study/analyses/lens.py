@@ -161,10 +161,11 @@ class LensAnalysis:
         return LensRun(table, summary, list(done.computed.get(LENS_TABLE, [])), top)
 
 
-def draw_lens_figures(folder: str | Path) -> list[Path]:
+def draw_lens_figures(folder: str | Path, fig_dir: str | Path | None = None) -> list[Path]:
     """Draw the lens figures of the run in ``folder`` from ``lens_summary.parquet``: one per
     group and statistic of :data:`FIGURE_METRICS`, a panel per (position, template);
-    ``figures/lens[_<group>]_<metric>.png`` (and ``.pdf``). Returns the PNG paths."""
+    ``figures/lens[_<group>]_<metric>.png`` (and ``.pdf``; ``fig_dir``: that folder instead
+    of ``figures``). Returns the PNG paths."""
     folder = Path(folder)
     config = RunFolder(folder).read_config() or {}
     run_key = str(config.get("run_key") or "")
@@ -178,6 +179,6 @@ def draw_lens_figures(folder: str | Path) -> list[Path]:
                 continue  # a summary without it (no log-probabilities)
             fig = lens_chart(part, metric, order=order, model=model, positions=POSITIONS)
             stem = "lens" + (f"_{group}" if group else "") + f"_{metric}"
-            png, _ = save_figure(fig, folder / "figures", stem)
+            png, _ = save_figure(fig, Path(fig_dir) if fig_dir else folder / "figures", stem)
             out.append(png)
     return out

@@ -115,6 +115,12 @@ class FinetunePlan:
         is held meanwhile."""
         return needed_bytes(self.memory, self.device_type) + self.held_bytes
 
+    def gpu_words(self) -> str:
+        """What :attr:`gpu_needed` counts, with its size: every GPU verdict says the same."""
+        held = ", the pretrained model held included" if self.held_bytes else ""
+        precision = _precision_words(finetune_precision(self.config, "cuda"))
+        return f"{precision}{held}: {gib(self.gpu_needed)}"
+
     def lines(self) -> list[str]:
         if self.finished:
             return [f"{self.what}: already finetuned in {self.folder}"]
@@ -128,8 +134,7 @@ class FinetunePlan:
             f"({self.n_texts} training texts), roughly {duration_text(self.seconds)} on "
             f"{self.device_type} (an estimate)",
             f"  memory: {describe(self.memory)}{held}",
-            f"  on a GPU ({_precision_words(finetune_precision(cfg, 'cuda'))}: "
-            f"{gib(self.gpu_needed)}): {gpu_sizes(self.gpu_needed)}",
+            f"  on a GPU ({self.gpu_words()}): {gpu_sizes(self.gpu_needed)}",
         ]
 
 
@@ -335,5 +340,6 @@ def finetune_fix(plan: FinetunePlan, memory: DeviceMemory, *, presets_only: bool
             return f"to fit the finetune: {words} ({gib(needed)})"
     return (
         f"the finetune needs about {gib(plan.needed)} and no setting here makes it fit: "
-        f"use a device with more free memory (GPUs: {gpu_sizes(plan.needed)})"
+        f"use a device with more free memory (on a GPU, {plan.gpu_words()}: "
+        f"{gpu_sizes(plan.gpu_needed)})"
     )

@@ -98,7 +98,7 @@ def load_run_models(
         del loaded[path]
     for path in paths.all():
         if Path(path).is_dir():
-            verify_donor(path)
+            verify_donor(path, "base" if path == paths.base else "donor")
     for path in paths.all():
         if path not in loaded:
             loaded[path] = load_model(path, dtype=execution.dtype, device=execution.device)

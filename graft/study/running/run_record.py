@@ -17,6 +17,7 @@ from graft.study.running.run_inputs import RunModels, RunPaths
 from graft.study.specs.config import Replicate
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import ExecutionSpec, RunSpecs
+from graft.study.training.donors import check_status
 from graft.study.training.sources import (
     finetune_record,
     model_fingerprint,
@@ -92,4 +93,8 @@ def run_config(
         config["replicates"] = replicates
     records = {path: finetune_record(path) for p in paths.values() for path in p.all()}
     config["finetuned_models"] = {path: r for path, r in records.items() if r is not None}
+    # how each model folder is checked when it loads (a donor accepted as it is shows here)
+    config["model_checks"] = {
+        path: check_status(path) for p in paths.values() for path in p.all() if Path(path).is_dir()
+    }
     return config | (extra_config or {})

@@ -50,7 +50,7 @@ from graft.results.compare import (
 )
 from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
-from graft.storage.locks import exclusive
+from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.prompts import TestExample
 from graft.study.data.rows import (
     check_grafts,
@@ -201,7 +201,9 @@ def run_experiment(
         folder, data_paths = _validate(run, grafts, base, donors, data_direction, out_tag)
     # one process runs a folder at a time: a second command on the same --out waits, then
     # resumes (finding the batches done)
-    locks = Workspace.at(run.execution.workspace).lock_dir
+    # a read-only workspace (a store of finished donors) holds no lock: then beside the run
+    fallback = folder.path.resolve().parent / ".graft-locks"
+    locks = writable_lock_dir(Workspace.at(run.execution.workspace).lock_dir, fallback)
     with exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks):
         return _run_validated(
             run,

@@ -3,8 +3,11 @@
 A finished finetune (:mod:`graft.study.training.finetune`) holds ``checksums.json``: ``{relative file
 name: sha256}`` of every other file in it. :func:`verify_donor` checks a donor folder against
 it before an experiment loads the weights, so damaged or edited weights are an error rather
-than silently different results. Folders without it (made by earlier graft versions, or by
-users) are loaded unverified.
+than silently different results. A donor folder without it is refused: graft's own finetunes
+always write it, and a folder a user brought (or one of a graft before checksums) is used only
+once the user accepts it as it is (:func:`accept_donor`, ``graft-exp accept FOLDER``), which
+writes its checksums and ``accepted.json``. A base model (the pretrained model, from the
+registry or the hub) without checksums is loaded as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ logger = logging.getLogger(__name__)
 
 #: The checksum file of a finished finetune.
 CHECKSUMS = "checksums.json"
+#: The record that a user accepted a model folder as it was (written by :func:`accept_donor`).
+ACCEPTED = "accepted.json"
+#: The file every finetune of graft's writes first: a folder holding it is graft's own.
+FINETUNE_RECORD = "finetune_config.json"
 #: Files that hold or point to weights: one not listed in checksums.json is refused, since
 #: transformers may load it instead of (or besides) the listed ones.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json")
@@ -56,19 +63,45 @@ def _recorded(folder: Path) -> dict[str, str]:
     return sums
 
 
-def verify_donor(folder: str | os.PathLike[str]) -> None:
-    """Check a model folder against its ``checksums.json``; a folder without one is loaded
-    unverified (said at info level).
+def check_status(folder: str | os.PathLike[str]) -> str:
+    """How a model folder is checked when it loads (for a run's ``config.json``):
+    ``"checksums"``, ``"accepted as is <time>"`` (checksums written by :func:`accept_donor`)
+    or ``"unverified"`` (no checksums: a base model)."""
+    folder = Path(folder)
+    if not (folder / CHECKSUMS).is_file():
+        return "unverified"
+    try:
+        accepted = json.loads((folder / ACCEPTED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "checksums"
+    return f"accepted as is {accepted.get('time', '')}".strip()
+
+
+def verify_donor(folder: str | os.PathLike[str], role: str = "donor") -> None:
+    """Check a model folder against its ``checksums.json``. A folder without one is refused
+    when it is a donor (``role``); a base model's is loaded as it is (said at info level).
 
     Raises:
         DamagedFileError: a listed file is missing or has another sha256, a weight file is
-            not listed, or ``checksums.json`` is unreadable.
+            not listed, ``checksums.json`` is unreadable, or a finetune of graft's lacks it.
+        FinetuneError: a donor folder a user brought has no checksums (the message names
+            the command that accepts it as it is).
     """
     folder = Path(folder)
     if not (folder / CHECKSUMS).is_file():
-        logger.info(
-            "%s has no %s (made by an earlier graft or by hand): not verified", folder, CHECKSUMS
-        )
+        accept = f"graft-exp accept {folder}"
+        if (folder / FINETUNE_RECORD).is_file():
+            raise DamagedFileError(
+                f"donor folder {folder}: {CHECKSUMS} is missing, which every finished finetune "
+                f"writes last (damaged, edited or unfinished); delete {folder} and rerun to "
+                f"finetune it again, or, to use it as it is, {accept}"
+            )
+        if role == "donor":
+            raise FinetuneError(
+                f"donor folder {folder} has no {CHECKSUMS}, so graft cannot tell later whether "
+                f"its weights changed; to use it as it is, {accept} (records its checksums)"
+            )
+        logger.info("%s has no %s: the base model is loaded unverified", folder, CHECKSUMS)
         return
     sums = _recorded(folder)
     for name, digest in sums.items():
@@ -80,6 +113,36 @@ def verify_donor(folder: str | os.PathLike[str]) -> None:
     for name in _files(folder):
         if name not in sums and name.endswith(WEIGHT_SUFFIXES):
             raise _damaged(folder, f"{name} is not listed in {CHECKSUMS}")
+
+
+def accept_donor(folder: str | os.PathLike[str]) -> Path:
+    """Accept a model folder as it is: write ``accepted.json`` (when, by which command) and
+    its ``checksums.json``, so it loads as a donor and is checked from now on. A folder that
+    has checksums already is refused (it needs no acceptance; a damaged one needs a new
+    finetune).
+
+    Raises:
+        FinetuneError: ``folder`` is no model folder, or has its checksums.
+    """
+    import datetime as _dt
+    import shlex
+    import sys
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FinetuneError(f"{folder} is no model folder (no config.json); give a donor's folder")
+    if (folder / CHECKSUMS).is_file():
+        raise FinetuneError(
+            f"{folder} has its {CHECKSUMS} already: it is verified when it loads (a damaged one "
+            "is finetuned again: delete the folder and rerun)"
+        )
+    record = {
+        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
+        "why": "the user chose to use this folder as it was, without graft's checksums",
+    }
+    write_json_atomic(folder / ACCEPTED, record)
+    return write_checksums(folder)
 
 
 def check_trained_on(donor: str | os.PathLike[str], dataset: str | os.PathLike[str]) -> None:

@@ -1,0 +1,42 @@
+"""``graft-exp accept``: the explicit choice to use a folder graft refuses as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from graft.results import accept_run_tables
+from graft.study import accept_donor
+from graft_experiments.common import GraftCommand, quiet_option, standalone
+
+
+@click.command(cls=GraftCommand)
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@quiet_option()
+def accept(folder: Path, quiet: bool) -> None:
+    """Use FOLDER as it is, where graft would refuse it. A run folder: mark its tables that
+    carry no graft marks (another tool's rewrite, or a graft before tables recorded marks)
+    for their content as it is now, and record the choice in its config.json (`accepted`).
+    A donor folder without checksums.json (a model you brought, or one of a graft before
+    checksums): write its checksums and accepted.json, so it loads, and is checked from now
+    on. What was accepted is said on stderr (also with --quiet)."""
+    if (folder / ".graft-run").is_file():
+        marked = accept_run_tables(folder)
+        for file in marked:
+            click.echo(f"warning: accepted {file} as it is (no graft marks)", err=True)
+        if not quiet:
+            click.echo(f"{folder}: {len(marked)} unmarked table(s) accepted (config.json)")
+    elif (folder / "config.json").is_file():
+        checksums = accept_donor(folder)
+        click.echo(f"warning: accepted the model folder {folder} as it is", err=True)
+        if not quiet:
+            click.echo(f"{folder}: checksums written ({checksums.name}); recorded in accepted.json")
+    else:
+        raise click.UsageError(
+            f"{folder} is neither a run folder (.graft-run) nor a model folder (config.json)"
+        )
+
+
+if __name__ == "__main__":
+    standalone(accept)

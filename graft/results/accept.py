@@ -1,0 +1,69 @@
+"""``graft-exp accept``: the explicit choice to read a folder's unmarked tables as they are.
+
+graft refuses a table without its marks (:data:`graft.storage.tables.UNMARKED`): it may be
+another tool's rewrite of a run's table, or a table of a graft before tables recorded their
+marks. :func:`accept_run_tables` marks every such table of a run folder for its content as
+it is now, and records in the run's ``config.json`` (``accepted``: when, by which command,
+which files) that the user chose to; from then on the tables are checked like any other.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from urllib.parse import unquote
+
+from graft.errors import RunFolderError
+from graft.results.folder import MARKER_FILE, RunFolder
+from graft.results.provenance import command_line
+from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
+from graft.storage.files import write_json_atomic
+from graft.storage.tables import is_marked, mark_table, writing
+
+
+def unmarked_tables(folder: str | os.PathLike[str]) -> list[Path]:
+    """The parquet tables of the run folder ``folder`` that carry no graft marks (set-aside
+    parts excepted)."""
+    path = Path(folder)
+    files = sorted(path.glob("*.parquet"))
+    files += sorted(
+        p for p in (path / PARTS_DIR).glob("*/*.parquet") if SET_ASIDE_DIR not in p.parts
+    )
+    return [f for f in files if not f.name.startswith(".") and not is_marked(f)]
+
+
+def accept_run_tables(folder: str | os.PathLike[str]) -> list[Path]:
+    """Mark every unmarked table of the run folder ``folder`` as it is and record the
+    choice in its ``config.json``; returns the files marked (none: nothing recorded).
+
+    Raises:
+        RunFolderError: ``folder`` is no run folder graft made (no ``.graft-run`` marker or
+            no ``config.json``).
+    """
+    run = RunFolder(folder)
+    config = run.read_config()
+    if config is None or not (run.path / MARKER_FILE).is_file():
+        raise RunFolderError(
+            f"{run.path} is no run folder of graft's (no {MARKER_FILE} and config.json); give "
+            "a folder an experiment wrote (--out)"
+        )
+    run_key = str(config.get("run_key") or "")
+    marked = []
+    for file in unmarked_tables(run.path):
+        if file.parent.parent.name == PARTS_DIR:
+            mark_table(file, file.parent.name, run_key, unquote(file.stem))
+        else:
+            mark_table(file, file.stem, run_key)
+        marked.append(file)
+    if marked:
+        config.setdefault("accepted", []).append(
+            {
+                "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "command": command_line(),
+                "files": [str(f.relative_to(run.path)) for f in marked],
+            }
+        )
+        with writing("the run config", run.config_path):
+            write_json_atomic(run.config_path, config)
+    return marked
