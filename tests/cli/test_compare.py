@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from graft.errors import ExperimentError, RunFolderError
 from graft.results.compare import KEY_CONTRASTS, compare_run, key_contrasts
 from graft.results.stats import mcnemar_exact_p
+from graft.storage.tables import save_table
 from graft_experiments.cli import main
 
 pytestmark = pytest.mark.slow
@@ -183,7 +184,7 @@ def test_compare_needs_a_finished_run(run, tmp_path):
     (tmp_path / "config.json").write_text("{}")  # started, never finished
     assert "not a finished run" in invoke("compare", str(tmp_path), "FE", "PRE", code=2).output
     invoke("compare", str(tmp_path / "nope"), "FE", "PRE", code=2)
-    pl.DataFrame().write_parquet(tmp_path / "examples.parquet")  # a run of no rows
+    save_table(pl.DataFrame(), tmp_path / "examples.parquet", "examples")  # a run of no rows
     assert (
         "holds no scored examples" in invoke("compare", str(tmp_path), "FE", "PRE", code=2).output
     )
@@ -199,8 +200,10 @@ def test_compare_reads_every_pair_of_a_component_root(run, tmp_path):
     examples = _examples(run)
     for pair in ("sft", "reversal"):
         (tmp_path / pair).mkdir()
-        examples.with_columns(group=pl.lit(pair)).write_parquet(
-            tmp_path / pair / "examples.parquet"
+        save_table(  # as graft writes them: with its marks
+            examples.with_columns(group=pl.lit(pair)),
+            tmp_path / pair / "examples.parquet",
+            "examples",
         )
     (tmp_path / "config.json").write_text(json.dumps({"pairs": ["sft", "reversal"]}))
     table = compare_run(tmp_path, "FE", "PRE", n_boot=50)

@@ -24,6 +24,7 @@ from graft.results.plots import (
 )
 from graft.results.report import PAIR_LABELS, draw_figures
 from graft.results.summary import summarize
+from graft.storage.tables import save_table
 
 GRAFTS = ["PRE", "SFT", "FE:all:all", "LT:all:all", "FE+LT:all:all", "(FE+LT)^C:all:all"]
 
@@ -157,7 +158,7 @@ def test_component_chart(tmp_path):
 def _run_folder(tmp_path, experiment, summary, grafts, model="tiny-llama") -> str:
     folder = tmp_path / experiment
     folder.mkdir(parents=True)
-    summary.write_parquet(folder / "summary.parquet")
+    save_table(summary, folder / "summary.parquet", "summary")  # as graft writes it
     config = {"experiment": experiment, "options": {"model": model}}
     config["grafts"] = [{"name": g} for g in grafts]
     (folder / "config.json").write_text(json.dumps(config))

@@ -21,6 +21,7 @@ from graft.results.compare import (
 from graft.results.over_seeds import format_per_seed, summarize_over_seeds
 from graft.results.report import figure_rows
 from graft.results.summary import summarize
+from graft.storage.tables import save_table
 
 BY = ["group", "template", "graft"]
 
@@ -171,7 +172,7 @@ def test_compare_works_on_a_run_of_several_seeds(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    examples(seeds=(0, 1, 2)).write_parquet(folder / "examples.parquet")
+    save_table(examples(seeds=(0, 1, 2)), folder / "examples.parquet", "examples")
     table = compare_run(folder, "FE+LT", "SFT", n_boot=200)
     assert table["n"].item() == 18 and table["n_seeds"].item() == 3
     text = format_comparison(table)

@@ -22,6 +22,7 @@ import graft.study.training.workspace as workspace_module
 from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
+from graft.storage.tables import save_table
 from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
 from graft.study.specs.grafts import reference
@@ -323,7 +324,9 @@ def test_batches_stored_before_rows_had_seeds_get_the_runs_seeds(workspace, seed
     out = tmp_path / "run"
     first = run(config(workspace, out))
     part = out / "parts/examples/0.parquet"
-    pl.read_parquet(part).drop("data_seed", "finetune_seed").write_parquet(part)
+    older = pl.read_parquet(part).drop("data_seed", "finetune_seed")
+    marks = pl.read_parquet_metadata(part)  # an older graft's part: marked, without seeds
+    save_table(older, part, "examples", marks["graft.run_key"], marks["graft.batch"])
     again = run(config(workspace, out))
     key, columns = ["prompt_id", "graft"], first.examples.columns
     assert again.examples.select(columns).sort(key).equals(first.examples.sort(key))
