@@ -168,12 +168,14 @@ HELP = {
         "--variant",
     ],
     "custom": ["--spec", "--donor", "--base", "--directions", "--references"],
-    "plot": ["RUN_FOLDER", "--metric"],
+    "plot": ["RUN_FOLDER", "--metric", "--figures-dir"],
     "compare": ["RUN_FOLDER", "GRAFT_A", "GRAFT_B", "--metric", "--score", "McNemar"],
     "data": ["--dataset", "--n-facts", "--split"],
     "finetune": ["--model", "--preset", "--variant"],
     "smoke": ["--family"],
     "publish": ["RUN_FOLDER", "--to", "--as", "--allow-incomplete", "provenance.json"],
+    "accept": ["FOLDER", "checksums.json", "config.json", "--quiet"],
+    "repair": ["RUN_FOLDER", "config.json", "--overwrite"],
 }
 
 
@@ -191,7 +193,16 @@ def test_command_help(command):
     assert text.startswith(f"Usage: main {command}")
     for needle in HELP[command]:
         assert needle in text, f"{command} --help does not mention {needle}"
-    if command not in ("plot", "compare", "data", "finetune", "smoke", "publish"):
+    if command not in (
+        "plot",
+        "compare",
+        "data",
+        "finetune",
+        "smoke",
+        "publish",
+        "accept",
+        "repair",
+    ):
         for shared in ("--workspace", "--n-boot", "--templates", "--quiet"):
             assert shared in text
 
