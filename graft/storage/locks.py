@@ -123,14 +123,19 @@ def _holder_record(what: str) -> dict[str, object]:
     }
 
 
-def holder_text(lock: Path) -> str:
-    """Who holds ``lock`` as its ``.holder`` record says (``host pid N since T``), or
+def _record_text(record_file: Path) -> str:
+    """Who holds a lock as the record in ``record_file`` says (``host pid N since T``), or
     ``"holder unknown"``."""
     try:
-        record = json.loads(lock.with_name(lock.name + ".holder").read_text(encoding="utf-8"))
+        record = json.loads(record_file.read_text(encoding="utf-8"))
         return f"{record['host']} pid {record['pid']} since {record['since']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
+
+
+def holder_text(lock: Path) -> str:
+    """Who holds the ``os`` lock ``lock``, as its ``.holder`` record says."""
+    return _record_text(lock.with_name(lock.name + ".holder"))
 
 
 def _write_holder(lock: Path, what: str) -> None:
@@ -199,11 +204,8 @@ class LeaseLock:
             self.path.unlink()
 
     def holder(self) -> str:
-        try:
-            record = json.loads(self.path.read_text(encoding="utf-8"))
-            return f"{record['host']} pid {record['pid']} since {record['since']}"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "holder unknown"
+        """Who holds the lease: the lock file is its holder's record."""
+        return _record_text(self.path)
 
 
 @contextlib.contextmanager
