@@ -18,8 +18,7 @@ from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.provenance import command_line
 from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
-from graft.storage.files import write_json_atomic
-from graft.storage.tables import is_marked, mark_table, writing
+from graft.storage.tables import is_marked, mark_table
 
 
 def unmarked_tables(folder: str | os.PathLike[str]) -> list[Path]:
@@ -64,6 +63,5 @@ def accept_run_tables(folder: str | os.PathLike[str]) -> list[Path]:
                 "files": [str(f.relative_to(run.path)) for f in marked],
             }
         )
-        with writing("the run config", run.config_path):
-            write_json_atomic(run.config_path, config)
+        run.store_config(config)  # the marker's copy too: graft-exp repair restores this one
     return marked

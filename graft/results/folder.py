@@ -241,7 +241,7 @@ class RunFolder(RunTables):
         if old is None:
             self.mark()
             new["run_key"] = self.run_key = config_key(new, key)
-            self._store_config(new)
+            self.store_config(new)
             return new
         # Same computation. The record states what the tables were last computed with (a
         # rerun with --n-boot 20 rebuilds the summary with 20); the first run's provenance
@@ -256,10 +256,11 @@ class RunFolder(RunTables):
         old.update({f: changed[f] for f in before})
         # the recorded key stays (the parts record it), a config of graft before it gets one
         self.run_key = old.setdefault("run_key", config_key(old, key))
-        self._store_config(old)
+        self.store_config(old)
         return old
 
-    def _store_config(self, config: dict[str, Any]) -> None:
+    def store_config(self, config: dict[str, Any]) -> None:
+        """Write ``config`` as the folder's ``config.json``, and its copy into the marker."""
         with writing("the run config", self.config_path):
             write_json_atomic(self.config_path, config)
         # the marker keeps a copy: `graft-exp repair` restores a replaced or damaged config.json

@@ -14,11 +14,10 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import RunFolderError
-from graft.results.folder import MARKER_FILE
+from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.run_config import CONFIG_FILE
 from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
-from graft.storage.files import write_json_atomic
-from graft.storage.tables import META_PREFIX, writing
+from graft.storage.tables import META_PREFIX
 
 
 def tables_run_key(folder: str | os.PathLike[str]) -> str | None:
@@ -55,21 +54,19 @@ def repair_run_folder(folder: str | os.PathLike[str]) -> str:
             only a rerun with --overwrite, or a new --out, gets out).
     """
     path = Path(folder)
-    marker = _read(path / MARKER_FILE) if (path / MARKER_FILE).is_file() else None
-    if marker is None and not (path / MARKER_FILE).is_file():
+    if not (path / MARKER_FILE).is_file():
         raise RunFolderError(f"{path} is no run folder of graft's (no {MARKER_FILE})")
-    copy = (marker or {}).get("config")
+    copy = (_read(path / MARKER_FILE) or {}).get("config")
     config = _read(path / CONFIG_FILE)
     want = tables_run_key(path)
     if config is not None and (want is None or config.get("run_key") == want):
         return f"{path}: config.json fits the tables; nothing to repair"
+    state = "damaged" if config is None else "another run's"
     if not isinstance(copy, dict) or (want is not None and copy.get("run_key") != want):
         raise RunFolderError(
-            f"{path}: config.json is {'damaged' if config is None else 'another run' + chr(39) + 's'} and "
-            "the folder keeps no copy of its own (a folder of a graft before 2026-11-28); "
-            "rerun the experiment with --overwrite, or into a new --out"
+            f"{path}: config.json is {state} and the folder keeps no copy of its own (a folder "
+            "of a graft before 2026-11-28); rerun the experiment with --overwrite, or into a "
+            "new --out"
         )
-    with writing("the run config", path / CONFIG_FILE):
-        write_json_atomic(path / CONFIG_FILE, copy)
-    what = "damaged" if config is None else "another run's"
-    return f"{path}: config.json was {what}; restored the folder's own copy (run key {want})"
+    RunFolder(path).store_config(copy)
+    return f"{path}: config.json was {state}; restored the folder's own copy (run key {want})"

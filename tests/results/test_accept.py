@@ -57,6 +57,8 @@ def test_accepting_marks_the_tables_as_they_are_and_records_it(tmp_path):
     assert read_table(run.path / "summary.parquet", "summary", run.run_key)["acc@5"][0] == 0.0
     assert run.done_batches("examples") == {"0", "1", "2"}  # the part is this run's now
     record = json.loads((run.path / "config.json").read_text())["accepted"]
+    copy = json.loads((run.path / ".graft-run").read_text())["config"]  # repair's copy, in step
+    assert copy["accepted"] == record
     assert record[0]["files"] == ["summary.parquet", "parts/examples/1.parquet"]
     assert record[0]["command"].startswith("graft-exp accept") or record[0]["command"]
     assert accept_run_tables(run.path) == []  # nothing left to accept: nothing recorded
