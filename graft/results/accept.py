@@ -9,7 +9,6 @@ which files) that the user chose to; from then on the tables are checked like an
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from pathlib import Path
 from urllib.parse import unquote
@@ -18,6 +17,7 @@ from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.provenance import command_line
 from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
+from graft.storage.files import utc_timestamp
 from graft.storage.tables import is_marked, mark_table
 
 
@@ -58,7 +58,7 @@ def accept_run_tables(folder: str | os.PathLike[str]) -> list[Path]:
     if marked:
         config.setdefault("accepted", []).append(
             {
-                "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "time": utc_timestamp(),
                 "command": command_line(),
                 "files": [str(f.relative_to(run.path)) for f in marked],
             }

@@ -15,12 +15,11 @@ from graft.errors import ResultsError
 from graft.results.provenance import git_commit, git_dirty, machine_info, package_versions
 from graft.results.publish import (
     _check_name,
-    _now,
     _owners,
     _write_provenance,
     read_provenance,
 )
-from graft.storage.files import atomic_path, storage_errors
+from graft.storage.files import atomic_path, storage_errors, utc_timestamp
 
 
 def machine_label(machine: Mapping[str, Any]) -> str:
@@ -72,7 +71,7 @@ def write_benchmark_table(
         "packages": package_versions(),
         "device": f"cuda ({machine['gpu']})" if machine.get("gpu") else str(device or "cpu"),
         "machine": machine,
-        "created": _now(),
+        "created": utc_timestamp(),
         "settings": dict(settings or {}),
         "missing": [],
     }

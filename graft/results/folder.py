@@ -38,7 +38,6 @@ Nothing is written before the first :meth:`RunFolder.write_config` (constructing
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import re
@@ -69,6 +68,7 @@ from graft.storage.files import (
     probe_writable,
     remove_empty,
     to_json,
+    utc_timestamp,
     write_json_atomic,
 )
 from graft.storage.tables import writing
@@ -231,7 +231,7 @@ class RunFolder(RunTables):
         new.setdefault("git_dirty", git_dirty())
         new.setdefault("machine", machine_info())
         new.setdefault("command", command_line())
-        new.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+        new.setdefault("created", utc_timestamp())
         if overwrite:
             self.clear()
         else:

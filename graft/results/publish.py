@@ -42,7 +42,6 @@ Each entry's ``files`` maps a published file to its source (the run folder's fil
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
@@ -61,7 +60,7 @@ from graft.results.provenance import (
 )
 from graft.results.run_config import CONFIG_FILE, read_config_file
 from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
-from graft.storage.files import atomic_path, storage_errors, write_json_atomic
+from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -124,10 +123,6 @@ class Published:
     missing: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 # ------------------------------------------------------------------ provenance of a run
@@ -203,7 +198,7 @@ def experiment_entry(
         "replicates": [r.get("label") for r in config.get("replicates") or []],
         "grafts": list(dict.fromkeys(g.get("name") for g in config.get("grafts") or [])),
         "finetuned_models": config.get("finetuned_models"),
-        "published": {"time": _now(), "command": command_line()},
+        "published": {"time": utc_timestamp(), "command": command_line()},
         "missing": list(missing),
     }
     if config.get("pairs"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import errno
 import hashlib
 import json
@@ -62,6 +63,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def utc_timestamp() -> str:
+    """Now in UTC to the second (ISO 8601), as every record graft writes dates itself."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager

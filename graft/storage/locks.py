@@ -29,7 +29,6 @@ any finetune here) with one :class:`~graft.errors.LockTimeoutError` line naming 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import errno
 import hashlib
 import json
@@ -44,6 +43,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from graft.errors import LockTimeoutError, StorageError
+from graft.storage.files import utc_timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def _holder_record(what: str) -> dict[str, object]:
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "since": utc_timestamp(),
         "what": what,
     }
 

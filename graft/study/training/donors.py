@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 from graft.errors import DamagedFileError, FinetuneError
-from graft.storage.files import file_sha256, write_json_atomic
+from graft.results.provenance import command_line
+from graft.storage.files import file_sha256, utc_timestamp, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -124,10 +125,6 @@ def accept_donor(folder: str | os.PathLike[str]) -> Path:
     Raises:
         FinetuneError: ``folder`` is no model folder, or has its checksums.
     """
-    import datetime as _dt
-    import shlex
-    import sys
-
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FinetuneError(f"{folder} is no model folder (no config.json); give a donor's folder")
@@ -137,8 +134,8 @@ def accept_donor(folder: str | os.PathLike[str]) -> Path:
             "is finetuned again: delete the folder and rerun)"
         )
     record = {
-        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
+        "time": utc_timestamp(),
+        "command": command_line(),
         "why": "the user chose to use this folder as it was, without graft's checksums",
     }
     write_json_atomic(folder / ACCEPTED, record)
