@@ -357,13 +357,13 @@ def trace_rows(
     """:func:`trace` on ``GraftRow``s (token ids, token spans, spec), one batch in order."""
     executor = LocalExecutor() if executor is None else executor
     batch, donor_modules, spans, setup = _plan_rows(base, donors, rows, pad_id, executor)
-    switch = _check_options(base, setup, grad, attention)
+    switch = _check_options(base, setup.backend, grad, attention)
     return GraftedTrace(setup.model, batch, donor_modules, spans, setup.backend, grad, switch)
 
 
-def _check_options(base: Any, setup: Any, grad: bool, attention: bool) -> Any:
+def _check_options(base: Any, backend: Any, grad: bool, attention: bool) -> Any:
     """Refuse what a server's trace cannot do; switch the base to eager attention if asked."""
-    if setup.backend is not None and (grad or attention):
+    if backend is not None and (grad or attention):
         raise _trace_error(
             "grad=True and attention=True run locally: a server's trace returns saved "
             "values only; drop them or use the local executor"
@@ -421,7 +421,7 @@ def _invoke_trace(
         raise _trace_error("g.invoke(...) runs locally: give texts to trace on a server")
     if pad_id is None:
         pad_id = getattr(tokenizer, "pad_token_id", None)
-    switch = _check_options(base, types.SimpleNamespace(backend=None), grad, attention)
+    switch = _check_options(base, None, grad, attention)  # invokes run locally
     g = GraftedTrace(wrap(base), None, {}, [], None, grad, switch)
 
     def plan(rows: list[GraftRow]) -> tuple:
