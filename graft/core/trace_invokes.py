@@ -17,7 +17,7 @@ from nnsight.intervention.tracer import Invoker
 
 from graft.core.arch import architecture_of
 from graft.core.plan import GraftRow
-from graft.core.texts import _rows, _spec_list, _text_list
+from graft.core.texts import _rows, _spec_list, is_one_spec
 from graft.errors import TraceError
 
 #: Plans rows as one batch: the trace's batch, the donor modules and the padded spans.
@@ -62,7 +62,12 @@ class InvokeRows:
 
     def add(self, text: str, spec: Any, fields: Mapping[str, str] | None) -> int:
         """Tokenize one invoke's row now (bad input fails at the ``g.invoke`` line)."""
-        (row,) = _rows(self.tokenizer, _text_list(text)[:1], _spec_list(spec)[:1], [fields or {}])
+        if not isinstance(text, str) or not is_one_spec(spec):
+            raise TraceError(
+                "g.invoke(text, spec) adds one row: give one prompt string and one graft (a "
+                "spec text, a graft.Graft or a GraftSpec); use one invoke per row"
+            )
+        (row,) = _rows(self.tokenizer, [text], _spec_list(spec), [fields or {}])
         self.rows.append(row)
         return len(self.rows) - 1
 

@@ -164,6 +164,17 @@ def test_one_text_with_several_grafts_is_one_row_each(tiny_pairs, tok):
     assert logits.shape[0] == 3 and (logits - want).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize(
+    ("text", "spec"), [([TEXT, OTHER], "none"), (TEXT, ["none", "LT:all:all"])]
+)
+def test_an_invoke_is_one_row(tiny_pairs, tok, text, spec):
+    """A list given to g.invoke was cut to its first item without a word."""
+    base, donor = tiny_pairs("llama")
+    g = trace(base, {"sft": donor}, tok)
+    with pytest.raises(TraceError, match="one invoke per row"):
+        g.invoke(text, spec)
+
+
 def test_invoke_needs_a_trace_without_texts(tiny_pairs, tok):
     base, donor = tiny_pairs("llama")
     g = trace(base, {"sft": donor}, tok, TEXT, "none")
