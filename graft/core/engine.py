@@ -53,6 +53,7 @@ from graft.core.plan import (
     plan_batch,
     resolve_rows,
 )
+from graft.core.plan_cache import layouts_for
 from graft.core.prefix import prefix_plans
 from graft.core.routing import engine_path, route_rows
 from graft.core.spec import ResolvedGraft
@@ -84,11 +85,13 @@ def _plans(
     skip: set[str],
     targets: torch.Tensor | None = None,
     top_k: int = 0,
+    layouts: LayoutCache | None = None,
 ) -> Iterator[BatchPlan]:
     """One plan per batch of row indices. Donors in ``skip`` are the base itself: they
     compute what the base computes, so nothing is replaced (and calling the base's own
-    module inside its trace would recurse). ``targets`` (one id per row) go to each plan."""
-    layouts = LayoutCache()
+    module inside its trace would recurse). ``targets`` (one id per row) go to each plan.
+    ``layouts``: row layouts kept from earlier calls (:mod:`graft.core.plan_cache`)."""
+    layouts = LayoutCache() if layouts is None else layouts
     for idx in batches:
         plan = plan_batch(
             arch,
@@ -162,16 +165,25 @@ def _local_jobs(
     planning: dict,
 ) -> list[Job]:
     """(row batches, their results) per way of running (:func:`route_rows`), on this machine."""
-    routes = route_rows(arch, unwrap(base), rows, resolved, donors, same, batch_size)
+    routes = route_rows(
+        arch, unwrap(base), rows, resolved, donors, same, batch_size,
+        kept=lambda scope: layouts_for(unwrap(base), arch, donors, scope),
+    )  # fmt: skip
     on_donor = {**donors, BASE: base}  # a donor's run grafts the base's modules too
 
     def carried_by(carrier: str | None) -> tuple[Any, Mapping[str, Any]]:
         return (base, donors) if carrier is None else (donors[carrier], on_donor)
 
+    def kept(*scope: Any) -> LayoutCache:
+        return layouts_for(unwrap(base), arch, donors, scope)
+
     jobs: list[Job] = []
     for carrier, idx in routes.traced.items():
         batches = _batches(rows, batch_size, sort_by_length, idx)
-        plans = _plans(arch, rows, routes.resolved, batches, skip=set(), **planning)
+        plans = _plans(
+            arch, rows, routes.resolved, batches, skip=set(), layouts=kept("traced", carrier),
+            **planning,
+        )  # fmt: skip
         jobs.append((batches, executor.run(*carried_by(carrier), plans)))
     bare_rows = [GraftRow(r.input_ids) for r in rows] if routes.plain else []
     bare = [ResolvedGraft({})] * len(bare_rows)
@@ -189,6 +201,7 @@ def _local_jobs(
             pad_id=planning["pad_id"],
             targets=planning["targets"],
             top_k=planning["top_k"],
+            kept=(kept("step", carrier), kept("prefix", carrier)),
         )
         batches = [step_rows for step_rows, _ in steps]
         plans = (plan for _, plan in steps)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
 
+from graft.core.hooked import run_hooked
 from graft.core.plan import BatchPlan, SharedPrefix, SitePatch
 from graft.core.prefix import (
     cache_argument,
@@ -87,12 +88,21 @@ class LocalExecutor:
     takes (:func:`split_modules`). Without, every row is grafted whole on the base exactly
     as a remote executor does it, giving a remote run's numbers bit for bit.
 
+    With ``hooks`` (the default, with shortcuts) a batch runs as one plain forward of the
+    model with the grafted modules' forwards replaced for it (:mod:`graft.core.hooked`), not
+    in an nnsight trace: the same code at each grafted module, the same numbers bit for bit,
+    without the trace's per-module host work. Without shortcuts every batch runs in an nnsight
+    trace, as on a server.
+
     Args:
         shortcuts: compute each cell once (exact to rounding); False: the plain one-pass graft.
+        hooks: run batches as plain forwards with grafted module forwards (with shortcuts
+            only); False: in an nnsight trace.
     """
 
-    def __init__(self, shortcuts: bool = True) -> None:
+    def __init__(self, shortcuts: bool = True, hooks: bool = True) -> None:
         self.shortcuts = shortcuts
+        self.hooks = hooks
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
 
@@ -128,8 +138,9 @@ class LocalExecutor:
         return TraceParts(wrap(base), model_device(unwrap(base)), donor_modules(donors, patches))
 
     def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
-        """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``."""
-        model, mods = wrap(base), donor_modules(donors, batch.patches)
+        """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``, or with
+        ``hooks`` in one plain forward with grafted module forwards."""
+        mods = donor_modules(donors, batch.patches)
         split = None
         if getattr(self, "shortcuts", True):
             split = split_modules(unwrap(base), batch)
@@ -138,6 +149,9 @@ class LocalExecutor:
                 patch.rows, patch.cells = interned(patch.rows)
             for path, (module, keep, _) in split.items():
                 split[path] = (module, *interned(keep))
+        if split is not None and getattr(self, "hooks", True):
+            return run_hooked(unwrap(base), batch, mods, split)
+        model = wrap(base)
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods, split).save()  # type: ignore[attr-defined]  # nnsight's
         return logits
@@ -191,8 +205,17 @@ class _MaskInterner:
 
 
 #: A module's own computation is restricted to the cells no donor takes when donors take at
-#: least this share of the cells it sees (below, copying the rest costs more than it saves).
+#: least this share of the cells it sees (below, copying the rest costs more than it saves)
+#: and the module's input has at least :data:`SPLIT_MIN_FEATURES` features ...
 SPLIT_SHARE = 0.125
+#: ... A narrower product is split only when donors take at least :data:`SPLIT_SHARE_MOST`
+#: of its cells (below, its own work on the rest costs less than the gathers and the copy
+#: of its output the split adds: at 64 features, 2 of 15 positions grafted, a split
+#: Linear(64, 256) took 640 us and the whole product plus the donor's cells 360 us on the
+#: 2-core CPU); so is every product on a GPU, where one of these sizes costs about as much
+#: as launching the split's three extra kernels.
+SPLIT_MIN_FEATURES = 256
+SPLIT_SHARE_MOST = 0.5
 
 
 def _multiplies(module: nn.Module) -> bool:
@@ -204,6 +227,25 @@ def _multiplies(module: nn.Module) -> bool:
         and weight.dim() == 2
         and not isinstance(module, nn.Embedding)
     )
+
+
+def _in_features(module: nn.Module) -> int:
+    """Input features of a matrix product (:func:`_multiplies`): a Linear's weight is [out,
+    in], GPT-2's Conv1D's [in, out]."""
+    weight = cast(torch.Tensor, module.weight)
+    return int(weight.shape[1] if isinstance(module, nn.Linear) else weight.shape[0])
+
+
+def _split_share(module: nn.Module) -> float | None:
+    """The share of its cells donors must take for ``module``'s own work to be split off
+    (:data:`SPLIT_SHARE`, or :data:`SPLIT_SHARE_MOST` for a narrow product or on a GPU);
+    None: never (not a matrix product)."""
+    if not _multiplies(module):
+        return None
+    narrow = _in_features(module) < SPLIT_MIN_FEATURES
+    if narrow or cast(torch.Tensor, module.weight).device.type == "cuda":
+        return SPLIT_SHARE_MOST
+    return SPLIT_SHARE
 
 
 def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
@@ -219,25 +261,26 @@ def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
     for patch in batch.patches:
         groups.setdefault(patch.path, []).append(patch)
     split = {}
-    kept: dict[int, tuple] = {}  # cells taken by one patch: (that mask, keep, its indices)
+    kept: dict[tuple, tuple] = {}  # (mask id, share) -> (that mask, keep, its indices)
     for path, patches in groups.items():
         if any((p.fused and p.slices) or p.seq_dim != 1 for p in patches):
             continue
         module = torch_model.get_submodule(path)
-        if not _multiplies(module):
+        share = _split_share(module)
+        if share is None:
             continue
         taken = patches[0].rows
         for p in patches[1:]:
             taken = taken | p.rows
         if module is head and last_only:
             taken = taken[:, -1:]
-        known = kept.get(id(taken))
+        known = kept.get((id(taken), share))
         if known is None:
             keep = None
-            if taken.float().mean() >= SPLIT_SHARE:
+            if taken.float().mean() >= share:
                 keep = ~taken
                 keep = (keep, keep.flatten().nonzero().squeeze(1))
-            known = kept[id(taken)] = (taken, keep)
+            known = kept[id(taken), share] = (taken, keep)
         if known[1] is not None:
             split[path] = (module, *known[1])
     return split

@@ -9,9 +9,9 @@ the modules.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import torch
 
@@ -214,6 +214,8 @@ class _Layout:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]] = {}
+        #: (the key index it was made for, its :class:`_FlatLayout`): see :func:`_flat`
+        self.flat: tuple[_KeyIndex, _FlatLayout] | None = None
 
     def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]) -> None:
         pos, slices = self.entries.setdefault(key, ([], {}))
@@ -248,6 +250,13 @@ def _row_layout(
     return layout
 
 
+#: Most derived values a :class:`LayoutCache` keeps (:meth:`LayoutCache.remember`).
+MEMO_ENTRIES = 200_000
+
+_MISSING = object()
+_V = TypeVar("_V")
+
+
 class LayoutCache:
     """Row layouts (the marks of one spec on one prompt shape) kept across batches of a run:
     rows with the same spec, length and spans resolve to the same cells, so their layout is
@@ -260,8 +269,21 @@ class LayoutCache:
 
     def __init__(self, max_cells: int = 2_000_000) -> None:
         self.max_cells = max_cells
+        self.keys = _KeyIndex()  # the numbers of the layouts' flat forms (module, donor)
+        #: what else the planner derives from a row's graft alone, by (what, layout key)
+        #: (e.g. a shared prefix's signature); cleared when it holds :data:`MEMO_ENTRIES`
+        self.memo: dict[tuple[str, LayoutKey], object] = {}
         self._layouts: dict[LayoutKey, tuple[_Layout, int]] = {}
         self._cells = 0
+
+    def remember(self, what: str, key: LayoutKey, make: Callable[[], _V]) -> _V:
+        """``make()``, kept under ``(what, key)`` for the next row with the same layout key."""
+        hit = self.memo.get((what, key), _MISSING)
+        if hit is _MISSING:
+            if len(self.memo) >= MEMO_ENTRIES:
+                self.memo.clear()
+            hit = self.memo[what, key] = make()
+        return hit  # type: ignore[return-value]  # what make() returned
 
     def get(self, key: LayoutKey) -> _Layout | None:
         """The layout stored under ``key``, or None."""
@@ -283,10 +305,6 @@ def _layout_key(row: GraftRow) -> LayoutKey:
     return row.spec, len(row.input_ids), spans, row.prompt_length
 
 
-#: Masks built so far, by their (rows, columns) cells: equal masks are one tensor.
-_MaskCache = dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor]
-
-
 class _Entry(TypedDict):
     """One (module path, donor)'s masks: where its output is used, and per q/k/v slice."""
 
@@ -294,45 +312,114 @@ class _Entry(TypedDict):
     slices: dict[int, torch.Tensor]
 
 
-class _Masks:
-    """Per (module path, donor): the (row, position) cells where the donor's output is used,
-    and which q/k/v slices, collected as index lists and written into bool masks once."""
+class _KeyIndex:
+    """A number per (module path, donor), given in order of first sight (kept by a
+    :class:`LayoutCache` across the batches of a run, so cached layouts stay valid)."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
-        self.cells: dict[
-            tuple[str, str], tuple[list[int], list[int], dict[int, tuple[list[int], list[int]]]]
-        ] = {}
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, str]] = []
+        self._ids: dict[tuple[str, str], int] = {}
 
-    def add(self, row: int, offset: int, layout: _Layout) -> None:
-        for key, (positions, slices) in layout.entries.items():
-            rows, cols, slice_cells = self.cells.setdefault(key, ([], [], {}))
-            rows.extend([row] * len(positions))
-            cols.extend(p + offset for p in positions)
-            for k, pos in slices.items():
-                s_rows, s_cols = slice_cells.setdefault(k, ([], []))
-                s_rows.extend([row] * len(pos))
-                s_cols.extend(p + offset for p in pos)
+    def of(self, key: tuple[str, str]) -> int:
+        known = self._ids.get(key)
+        if known is None:
+            known = self._ids[key] = len(self.keys)
+            self.keys.append(key)
+        return known
 
-    def _mask(self, rows: list[int], cols: list[int], seen: _MaskCache) -> torch.Tensor:
-        key = (tuple(rows), tuple(cols))
-        mask = seen.get(key)
-        if mask is None:
-            mask = seen[key] = torch.zeros(self.shape, dtype=torch.bool)
-            mask[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
-        return mask
 
-    def entries(self) -> dict[tuple[str, str], _Entry]:
-        """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}``; equal masks
-        are one tensor (a graft of whole layers marks the same cells at every site)."""
-        seen: _MaskCache = {}
-        return {
-            key: {
-                "rows": self._mask(rows, cols, seen),
-                "slices": {k: self._mask(r, c, seen) for k, (r, c) in slices.items()},
-            }
-            for key, (rows, cols, slices) in self.cells.items()
-        }
+@dataclass
+class _FlatLayout:
+    """A layout as index tensors: every marked (key, position), and every marked (key,
+    q/k/v slice, position) as ``3 * key + slice``, in the layout's order.
+
+    Args:
+        keys: [cells] key numbers (:class:`_KeyIndex`).
+        positions: [cells] prompt positions.
+        slice_keys: [slice cells] ``3 * key + slice index``.
+        slice_positions: [slice cells] prompt positions.
+    """
+
+    keys: torch.Tensor
+    positions: torch.Tensor
+    slice_keys: torch.Tensor
+    slice_positions: torch.Tensor
+
+
+def _flat(layout: _Layout, index: _KeyIndex) -> _FlatLayout:
+    """``layout`` as a :class:`_FlatLayout` under ``index`` (made once per layout)."""
+    if layout.flat is not None and layout.flat[0] is index:
+        return layout.flat[1]
+    keys: list[int] = []
+    positions: list[int] = []
+    slice_keys: list[int] = []
+    slice_positions: list[int] = []
+    for key, (pos, slices) in layout.entries.items():
+        k = index.of(key)
+        keys += [k] * len(pos)
+        positions += pos
+        for s, spos in slices.items():
+            slice_keys += [3 * k + s] * len(spos)
+            slice_positions += spos
+    flat = _FlatLayout(*(torch.tensor(v, dtype=torch.long) for v in
+                         (keys, positions, slice_keys, slice_positions)))  # fmt: skip
+    layout.flat = (index, flat)
+    return flat
+
+
+def _first_seen(ids: torch.Tensor) -> torch.Tensor:
+    """The distinct values of ``ids`` in order of first occurrence."""
+    distinct, inverse = torch.unique(ids, return_inverse=True)
+    first = torch.full((len(distinct),), len(ids), dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(len(ids)), "amin")
+    return distinct[first.argsort()]
+
+
+def _stack_masks(
+    ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the distinct ids in order of first sight, bool [ids, *shape]: each id's cells)."""
+    order = _first_seen(ids)
+    lookup = torch.empty(int(order.max()) + 1 if len(order) else 0, dtype=torch.long)
+    lookup[order] = torch.arange(len(order))
+    masks = torch.zeros((len(order), *shape), dtype=torch.bool)
+    masks[lookup[ids], rows, cols] = True
+    return order, masks
+
+
+def _mask_entries(
+    layouts: Sequence[_Layout], offsets: Sequence[int], shape: tuple[int, ...], index: _KeyIndex
+) -> dict[tuple[str, str], _Entry]:
+    """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}`` of the rows whose
+    layouts and padding offsets are given, in order of first marking; built with a few tensor
+    operations per batch (no loop over cells), and equal masks are one tensor (a graft of
+    whole layers marks the same cells at every site)."""
+    flats = [_flat(layout, index) for layout in layouts]
+    offs = torch.tensor(list(offsets), dtype=torch.long)
+
+    def cells(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = [getattr(f, kind + "keys") for f in flats]
+        pos = [getattr(f, kind + "positions") for f in flats]
+        counts = torch.tensor([len(k) for k in ids], dtype=torch.long)
+        rows = torch.arange(len(flats)).repeat_interleave(counts)
+        if not len(rows):
+            empty = torch.empty(0, dtype=torch.long)
+            return empty, empty, empty
+        return torch.cat(ids), rows, torch.cat(pos) + offs.repeat_interleave(counts)
+
+    keys, key_masks = _stack_masks(*cells(""), shape)
+    slice_keys, slice_masks = _stack_masks(*cells("slice_"), shape)
+    every = torch.cat([key_masks, slice_masks]).flatten(1)
+    distinct, which = (torch.unique(every, dim=0, return_inverse=True) if len(every)
+                       else (every, torch.empty(0, dtype=torch.long)))  # fmt: skip
+    one = [m.reshape(shape).clone() for m in distinct]  # one tensor per distinct mask
+    entries: dict[tuple[str, str], _Entry] = {}
+    for j, k in enumerate(keys.tolist()):
+        entries[index.keys[k]] = {"rows": one[which[j]], "slices": {}}
+    for j, sk in enumerate(slice_keys.tolist()):
+        k, s = divmod(sk, 3)
+        entries[index.keys[k]]["slices"][s] = one[which[len(keys) + j]]
+    return entries
 
 
 def _mark_all(
@@ -341,11 +428,11 @@ def _mark_all(
     resolved: Sequence[ResolvedGraft] | None,
     padded: _Padded,
     layouts: LayoutCache,
-) -> _Masks:
+) -> dict[tuple[str, str], _Entry]:
     """Every row's marks. A spec resolves the same way on every prompt of one length and
     spans, so such rows share one layout (and, cached, need no resolving)."""
-    masks = _Masks(tuple(padded.input_ids.shape))
     sites: dict[tuple[int, str], tuple[str, Site]] = {}
+    row_layouts = []
     for i, row in enumerate(rows):
         key = _layout_key(row)
         layout = layouts.get(key)
@@ -353,8 +440,9 @@ def _mark_all(
             res = resolved[i] if resolved is not None else _resolve(arch, row)
             layout = _row_layout(arch, res, len(row.input_ids), sites)
             layouts.put(key, layout)
-        masks.add(i, padded.offsets[i], layout)
-    return masks
+        row_layouts.append(layout)
+    shape = tuple(padded.input_ids.shape)
+    return _mask_entries(row_layouts, padded.offsets, shape, layouts.keys)
 
 
 def _fused_slices(entry: _Entry) -> list[tuple[int, torch.Tensor]]:
@@ -366,9 +454,9 @@ def _fused_slices(entry: _Entry) -> list[tuple[int, torch.Tensor]]:
     return [] if full else [(k, m[rows_mask]) for k, m in sorted(slices.items())]
 
 
-def _patches(arch: Architecture, masks: _Masks) -> list[SitePatch]:
+def _patches(arch: Architecture, entries: dict[tuple[str, str], _Entry]) -> list[SitePatch]:
     by_path: dict[str, list[tuple[str, _Entry]]] = {}
-    for (path, donor), entry in masks.entries().items():
+    for (path, donor), entry in entries.items():
         by_path.setdefault(path, []).append((donor, entry))
     patches: list[SitePatch] = []
     for path, site in _site_order(arch):

@@ -24,13 +24,22 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from graft.core.arch import Architecture, model_config
-from graft.core.plan import BatchPlan, GraftRow, LayoutCache, SharedPrefix, SitePatch, plan_batch
+from graft.core.plan import (
+    BatchPlan,
+    GraftRow,
+    LayoutCache,
+    SharedPrefix,
+    SitePatch,
+    _layout_key,
+    plan_batch,
+)
 from graft.core.spec import ResolvedGraft
 
 if TYPE_CHECKING:
@@ -208,6 +217,7 @@ def prefix_plans(
     pad_id: int,
     targets: torch.Tensor | None = None,
     top_k: int = 0,
+    kept: tuple[LayoutCache, LayoutCache] | None = None,
 ) -> list[tuple[list[int], BatchPlan]]:
     """(row indices, step plan) for the rows ``indices`` (``resolved`` holds each row's graft
     on the model that runs it). Rows are keyed by prompt and :func:`prefix_signature`: one
@@ -218,18 +228,19 @@ def prefix_plans(
     without a trace) and its rows, a key's rows together, steps of one token per row: up to
     as many tokens as ``batch_size`` whole prompts of the group (at most :func:`step_rows`
     rows), so that the step's matrix products are wide enough to run efficiently and every
-    weight is read once per step."""
+    weight is read once per step. ``kept``: the steps' and the prefixes' row layouts
+    kept from earlier calls (:mod:`graft.core.plan_cache`); what is derived from a row's
+    graft alone (its prefix signature and graft) is kept with the steps' layouts."""
+    layouts, prefix_layouts = kept if kept is not None else (LayoutCache(), LayoutCache())
     by_key: dict[tuple[tuple[int, ...], Signature], list[int]] = {}
-    signatures: dict[tuple[int, int], Signature] = {}  # (id of a graft, length) -> signature
     for i in indices:
         ids = tuple(rows[i].input_ids)
-        known = (id(resolved[i]), len(ids))
-        if known not in signatures:
-            signatures[known] = prefix_signature(resolved[i], len(ids))
-        by_key.setdefault((ids, signatures[known]), []).append(i)
+        signature = layouts.remember(
+            "signature", _layout_key(rows[i]), partial(prefix_signature, resolved[i], len(ids))
+        )
+        by_key.setdefault((ids, signature), []).append(i)
     keys = sorted(by_key, key=lambda key: (len(key[0]), key[0]))
     size = step_rows(batch_size)
-    layouts, prefix_layouts = LayoutCache(), LayoutCache()
     steps = []
     for start in range(0, len(keys), size):
         # ungrafted prefixes first: chunks of them run without a trace
@@ -239,7 +250,14 @@ def prefix_plans(
             arch,
             [GraftRow(rows[i].input_ids[:-1], rows[i].spans, rows[i].spec) for i in firsts],
             pad_id=pad_id,
-            resolved=[before_last(resolved[i], len(rows[i].input_ids)) for i in firsts],
+            resolved=[
+                layouts.remember(
+                    "before_last",
+                    _layout_key(rows[i]),
+                    partial(before_last, resolved[i], len(rows[i].input_ids)),
+                )
+                for i in firsts
+            ],
             layouts=prefix_layouts,
         )
         n_plain = sum(not sig for _, sig in group)  # ungrafted and grafted rows apart

@@ -11,9 +11,10 @@ graft the same cells before its last token share that prefix (:mod:`graft.core.p
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from functools import partial
+from typing import Any, cast
 
 from torch import nn
 
@@ -30,7 +31,7 @@ from graft.core.carrier import (
     work_by_model,
 )
 from graft.core.inputs import as_donors, model_of
-from graft.core.plan import GraftRow, _layout_key
+from graft.core.plan import GraftRow, LayoutCache, _layout_key
 from graft.core.prefix import (
     CACHE_ARGUMENTS,
     accepts_cache,
@@ -85,6 +86,7 @@ class _Choice:
         carrier: the model that runs it (None: the base).
         kind: ``"traced"``, ``"plain"`` or ``"prefix"`` (see :class:`_Routes`).
         on_carrier: ``graft`` on the carrier.
+        key: the layout key of the rows it routes (:func:`graft.core.plan._layout_key`).
     """
 
     graft: ResolvedGraft
@@ -92,6 +94,7 @@ class _Choice:
     carrier: str | None = None
     kind: str = "traced"
     on_carrier: ResolvedGraft | None = None
+    key: Any = None
 
 
 #: What the local engine costs without the shared-prefix shortcut (SmolLM2-135M and a
@@ -181,11 +184,19 @@ class _Router:
         models = {None: torch_base} | {c: unwrap(donors[c]) for c in self.carriers}
         self.with_cache = {c: accepts_cache(m) for c, m in models.items()}
         no_prefix_reasons(models.values())
+        self.memo: LayoutCache | None = None  # set by route_rows
 
     def on(self, choice: _Choice, carrier: str | None, length: int) -> ResolvedGraft:
-        """``choice``'s graft on ``carrier``."""
+        """``choice``'s graft on ``carrier`` (kept in :attr:`memo` by the choice's key)."""
         if carrier is None:
             return choice.graft
+        if choice.key is not None and self.memo is not None:
+            return self.memo.remember(
+                f"on {carrier}", choice.key, partial(self._moved, choice, carrier, length)
+            )
+        return self._moved(choice, carrier, length)
+
+    def _moved(self, choice: _Choice, carrier: str, length: int) -> ResolvedGraft:
         moved = relative_to(choice.graft, length, carrier, self.every)
         return without(moved, self.same_models[carrier])
 
@@ -209,16 +220,22 @@ def route_rows(
     donors: Mapping[str, nn.Module | None],
     same: set[str],
     batch_size: int = 16,
+    kept: Callable[[Hashable], LayoutCache] | None = None,
 ) -> _Routes:
     """Each row's carrier, its graft there, and whether it runs whole, plain or on a shared
-    prefix. Rows with the same spec, length and spans route alike (computed once)."""
+    prefix. Rows with the same spec, length and spans route alike (computed once, and kept
+    for later calls in ``kept(scope)``, :func:`graft.core.plan_cache.layouts_for` on the same
+    models; the scope names what the routing depends on besides them)."""
     router = _Router(arch, torch_base, donors, same)
-    routes, seen, choices = _Routes([]), {}, []
+    scope = ("route", tuple(sorted(router.carriers)), tuple(sorted(router.with_cache.items(),
+             key=str)), tuple(sorted(same)))  # fmt: skip
+    memo = LayoutCache() if kept is None else kept(scope)
+    routes, choices = _Routes([]), []
+    router.memo = memo
     for i, (row, res) in enumerate(zip(rows, resolved, strict=True)):
         key = _layout_key(row)
-        if key not in seen:
-            seen[key] = router.choose(res, len(row.input_ids))
-        choice = seen[key]
+        choice = memo.remember("choice", key, partial(router.choose, res, len(row.input_ids)))
+        choice.key = key
         choices.append(choice)
         assert choice.on_carrier is not None  # choose() always sets it
         routes.resolved.append(choice.on_carrier)
@@ -272,17 +289,19 @@ def _share_grafted_prefixes(
     does most of their summed work, so that they fill the same batches instead of leaving
     part-filled ones on two models."""
     groups: dict[tuple, list[int]] = {}
-    signatures: dict[tuple[int, int], tuple] = {}
+    memo = router.memo if router.memo is not None else LayoutCache()
     for idx in routes.traced.values():
         for i in idx:
             ids, graft = tuple(rows[i].input_ids), choices[i].graft
             if len(ids) < 2 or is_empty(routes.resolved[i]):  # nothing: see _join_prefixes
                 continue
-            known = (id(graft), len(ids))
-            if known not in signatures:
-                signatures[known] = prefix_signature(graft, len(ids))
-            if signatures[known]:  # grafted before the last token (else already a step)
-                groups.setdefault((ids, signatures[known]), []).append(i)
+            signature = memo.remember(
+                "graft signature",
+                choices[i].key,
+                partial(prefix_signature, graft, len(ids)),
+            )
+            if signature:  # grafted before the last token (else already a step)
+                groups.setdefault((ids, signature), []).append(i)
     kinds: dict[tuple, list[int]] = {}  # the grafts of a group -> all its groups' rows
     for group in groups.values():
         if len(group) >= 2:

@@ -343,11 +343,39 @@ def _graft_module(
     gathered: _Gathered,
     grad: bool = False,
 ) -> None:
-    """The patches of one module (:func:`graft_trace_body`); ``gathered``: see
+    """The patches of one module inside an nnsight trace (:func:`graft_trace_body`):
+    :func:`graft_cells` on the module's input and output there; ``gathered``: see
     :func:`_take_once`; ``grad``: write into a copy of the output."""
     env = model.get(patches[0].path)
     args, kwargs = env.inputs
     x_all = args[0] if len(args) > 0 else next(iter(kwargs.values()))
+
+    def module_output() -> torch.Tensor:
+        return env.output.clone() if grad else env.output
+
+    out_all = graft_cells(patches, donor_modules, own, gathered, x_all, module_output, model.get)
+    if own is not None:
+        env.skip(out_all)
+    else:  # written in place; set it back too: a sandboxed server hands the trace a copy
+        env.output = out_all
+
+
+def graft_cells(
+    patches: Sequence[types.SimpleNamespace],
+    donor_modules: DonorModules,
+    own: OwnCells | None,
+    gathered: _Gathered,
+    x_all: torch.Tensor,
+    module_output: Callable[[], torch.Tensor],
+    envoy_of: Callable[[str], Any] | None = None,
+) -> torch.Tensor:
+    """One module's grafted output: the donors of ``patches`` run on ``x_all`` (the module's
+    input) at their cells and are written into the module's output there, which is
+    ``module_output()`` (written in place) or, with ``own``, the module's own weights on the
+    cells no donor takes (the module itself is not run). ``envoy_of`` resolves a donor given
+    as an envoy path (a hosted graft pair's). Run inside an nnsight trace by
+    :func:`_graft_module`, and by the local executor's module hooks
+    (:mod:`graft.core.hooked`)."""
     if own is not None:  # the module's own weights on the cells no donor takes
         module, keep, keep_cells = own
         if keep.shape[1] != x_all.shape[1]:
@@ -365,7 +393,7 @@ def _graft_module(
             _put(out_all, keep, keep_cells, kept)
             del kept  # written: free it before the donors' outputs
     else:
-        out_all = env.output.clone() if grad else env.output
+        out_all = module_output()
     for patch in patches:
         x, new = x_all, out_all
         if patch.seq_dim != 1:  # e.g. [batch, heads, positions, head_dim]: views, no copy
@@ -377,7 +405,8 @@ def _graft_module(
         rows = _fit(rows, new.shape[1])
         donor = donor_modules[patch.donor + ":" + patch.path]
         if isinstance(donor, str):  # a module of the served graft pair, via its envoy
-            donor = model.get(donor)
+            assert envoy_of is not None, "a donor given by envoy path needs a trace"
+            donor = envoy_of(donor)
         donor = placed(donor, x)
         donor_in = _take_once(gathered, x_all, rows, cells, patch.seq_dim)
         if not (patch.fused and patch.slices):
@@ -389,7 +418,4 @@ def _graft_module(
         _put(new, rows, cells, donor_out.to(new.dtype))
     if gathered.get("x") is out_all:  # a module that returns its input: its gathers are stale
         gathered.clear()
-    if own is not None:
-        env.skip(out_all)
-    else:  # written in place; set it back too: a sandboxed server hands the trace a copy
-        env.output = out_all
+    return out_all

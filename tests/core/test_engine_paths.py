@@ -141,6 +141,7 @@ def _off(out, refs, rows) -> dict:
 @pytest.mark.parametrize(("family", "tied"), CASES)
 def test_every_local_path_matches_the_reference(setup, family, tied, padding_side, monkeypatch):
     base, donors, _, rows, refs = setup(family, tied)
+    monkeypatch.setattr(executor, "SPLIT_MIN_FEATURES", 0)  # tiny models: split them too
     splits = []
     original = executor.split_modules
 
@@ -375,6 +376,7 @@ def test_sites_that_share_an_input_gather_it_once(setup, monkeypatch):
     import graft.core.trace as trace
 
     base, donors, arch, _, _ = setup("llama")
+    monkeypatch.setattr(executor, "SPLIT_MIN_FEATURES", 0)  # tiny models: split them too
     rows = prompt_rows(specs=["FE:all:qkv"], lengths=(6,))
     calls = []
     original = trace._take

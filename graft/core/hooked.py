@@ -1,0 +1,109 @@
+"""The local executor's graft without a trace: the grafted modules' forwards replaced for
+one forward pass, every other module left as it is.
+
+An nnsight trace serves every module of the model through its interleaver, grafted or not,
+and runs the graft's intervention code beside the forward; on a fast device that host work,
+not the kernels, sets the pace (the plain forward of a narrow or short batch is itself
+mostly host work). Locally graft needs none of it: :func:`grafted_forwards` puts, for the
+duration of one forward, a forward of its own on each grafted module only, which runs
+:func:`graft.core.trace.graft_cells` -- the very code the trace runs at that module -- on
+the module's input and output. The numbers are those of the traced graft bit for bit
+(tested); nnsight stays for ``graft.trace``, remote runs and what users script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from graft.core.trace import DonorModules, OwnCells, graft_cells, last_logits, row_metrics
+
+_ABSENT = object()
+
+
+def _groups(patches: Sequence[types.SimpleNamespace]) -> list[list[types.SimpleNamespace]]:
+    """The patches by module, in forward order (a module's patches are consecutive)."""
+    groups: list[list[types.SimpleNamespace]] = []
+    for patch in patches:
+        if groups and groups[-1][0].path == patch.path:
+            groups[-1].append(patch)
+        else:
+            groups.append([patch])
+    return groups
+
+
+def _grafting_forward(
+    inner: Any,
+    patches: list[types.SimpleNamespace],
+    donor_modules: DonorModules,
+    own: OwnCells | None,
+    gathered: dict,
+) -> Any:
+    """A forward for the module of ``patches``: the graft of :func:`graft_cells`, around the
+    module's own forward ``inner`` (not called where ``own`` computes its cells)."""
+
+    def forward(*args: Any, **kwargs: Any) -> torch.Tensor:
+        x_all = args[0] if args else next(iter(kwargs.values()))
+        try:
+            return graft_cells(
+                patches, donor_modules, own, gathered, x_all, lambda: inner(*args, **kwargs)
+            )
+        except Exception as exc:
+            donors = sorted({p.donor for p in patches})
+            exc.add_note(
+                f"graft: raised while grafting {patches[0].path} from donor(s) {', '.join(donors)}"
+            )
+            raise
+
+    return forward
+
+
+@contextlib.contextmanager
+def grafted_forwards(
+    model: nn.Module,
+    patches: Sequence[types.SimpleNamespace],
+    donor_modules: DonorModules,
+    split: Mapping[str, OwnCells] | None = None,
+) -> Iterator[None]:
+    """Within the block, a forward of ``model`` applies ``patches`` (a planned batch's, as
+    :func:`graft.core.trace.trace_batch` makes them; ``split`` as for
+    :func:`graft.core.trace.graft_trace_body`). Each grafted module's ``forward`` is set on
+    the instance for the block and put back after, whatever it was (nnsight keeps its own
+    controller there)."""
+    gathered: dict = {}  # shared by the modules: q/k/v and gate/up gather their input once
+    saved: list[tuple[nn.Module, Any]] = []
+    try:
+        for group in _groups(patches):
+            module = model.get_submodule(group[0].path)
+            saved.append((module, module.__dict__.get("forward", _ABSENT)))
+            own = split.get(group[0].path) if split else None
+            module.forward = _grafting_forward(module.forward, group, donor_modules, own, gathered)
+        yield
+    finally:
+        for module, before in reversed(saved):
+            if before is _ABSENT:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = before
+        gathered.clear()
+
+
+def run_hooked(
+    model: nn.Module,
+    batch: types.SimpleNamespace,
+    donor_modules: DonorModules,
+    split: Mapping[str, OwnCells] | None = None,
+) -> torch.Tensor:
+    """What :func:`graft.core.trace.graft_batch` returns for ``batch``, computed by one plain
+    forward of ``model`` with :func:`grafted_forwards`: each row's last-position logits, or
+    with ``batch.targets`` its metrics."""
+    with torch.no_grad(), grafted_forwards(model, batch.patches, donor_modules, split):
+        picked = last_logits(model(**batch.inputs).logits, batch)
+    if batch.targets is None:
+        return picked
+    return row_metrics(picked, batch.targets, batch.top_k)
