@@ -35,7 +35,6 @@ renders it where a document marks a ``speed`` table.
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
 import json
 import os
@@ -48,9 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from benchmarks import plan_check
 from benchmarks._graft_api import (
     architecture_of,
     machine_info,
@@ -58,7 +55,6 @@ from benchmarks._graft_api import (
     write_benchmark_table,
 )
 from benchmarks.measure import (
-    MIB,
     current_rss,
     environment,
     param_bytes,
@@ -67,66 +63,14 @@ from benchmarks.measure import (
     reset_peak_rss,
     write_json,
 )
+from benchmarks.paper_scale_table import GOALS, PROXY_GOALS, TABLE_HEAD, csv_row, report_line
+from benchmarks.paper_shapes import PROXY_HEAD_DIM, noisy_copy, random_model, shape_config
 from benchmarks.real_model_measures import measure_paper, measure_times
 from benchmarks.workload import graft_rows, headline_workload
 from graft.core import LocalExecutor, engine_path
 from graft.models import PAPER_CONFIGS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-GOALS = {"e1": 1.1, "e3": 0.4, "peak": 1.0}
-#: The goals of a host-bound proxy (``--width``): a narrow model's plain forward is almost
-#: all per-operation host work, as a GPU forward of short rows is.
-PROXY_GOALS = {"e1": 1.3, "e3": 0.6, "peak": 1.0}
-#: Depth field of each family's config (GPT-2 names it its own way).
-_DEPTH_FIELD = {"gpt2": "n_layer"}
-#: Width of one attention head in a narrowed config.
-PROXY_HEAD_DIM = 16
-
-
-def shape_config(name: str, layers: int | None = None, width: int | None = None):
-    """The published config of paper model ``name``, at ``layers`` layers if given, and
-    narrowed to a hidden size of ``width`` if given (heads of :data:`PROXY_HEAD_DIM`, the
-    same ratio of query to key/value heads, an MLP 4 x as wide; vocabulary unchanged)."""
-    config = PAPER_CONFIGS[name]()
-    if layers is not None:
-        setattr(config, _DEPTH_FIELD.get(config.model_type, "num_hidden_layers"), layers)
-    if width is not None:
-        heads = max(1, width // PROXY_HEAD_DIM)
-        if config.model_type == "gpt2":
-            config.n_embd, config.n_head, config.n_inner = width, heads, 4 * width
-        else:
-            kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-            groups = max(1, config.num_attention_heads // kv)
-            config.hidden_size, config.num_attention_heads = width, heads
-            config.intermediate_size = 4 * width
-            if hasattr(config, "num_key_value_heads"):
-                config.num_key_value_heads = max(1, heads // groups)
-            if getattr(config, "head_dim", None) is not None:
-                config.head_dim = width // heads
-    return config
-
-
-def random_model(
-    name: str,
-    dtype: torch.dtype,
-    device: torch.device,
-    layers: int | None,
-    width: int | None = None,
-):
-    """A random-weight causal LM of ``name``'s shape, built on ``device`` in ``dtype``."""
-    return plan_check.random_model(shape_config(name, layers, width), dtype, device).eval()
-
-
-@torch.no_grad()
-def noisy_copy(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
-    """A copy of ``model`` with seeded noise on every parameter, drawn on its device (at 2.8B
-    parameters, :func:`graft.core.tiny.perturbed_copy`'s CPU draw costs more than the run)."""
-    donor = copy.deepcopy(model)
-    for p in donor.parameters():
-        generator = torch.Generator(p.device).manual_seed(seed)
-        noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
-        p.add_(scale * p.abs().mean().clamp_min(0.02) * noise)
-    return donor.eval()
 
 
 def load_tokenizer(path: str | None):
@@ -286,65 +230,6 @@ def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict 
     except Exception as err:  # a planner that cannot size this run is reported, not fatal
         return {"error": f"{type(err).__name__}: {err}"}
     return {"peak_bytes": plan.peak_bytes, "plan": repr(plan)}
-
-
-def report_line(res: dict) -> str:
-    """One table row of a result (markdown)."""
-    m, r, mem = res["environment"]["model"], res["rows_per_s"], res["memory"]
-    ok = res["pass"]
-
-    def mark(key: str) -> str:
-        return " **FAIL**" if ok[key] is False else ""
-
-    goals = res.get("goals", GOALS)
-    return (
-        f"| {m['shape']} | {m['layers']} x {m.get('width', '')} | {m['params'] / 1e9:.3f} B "
-        f"| {m['dtype']} "
-        f"| {res['e1_engine_over_plain']:.2f} (<= {goals['e1']}){mark('e1')} "
-        f"| {r['e1_engine']:.1f} / {r['e1_plain']:.1f} "
-        f"| {res['e3_engine_over_plain']:.2f} (<= {goals['e3']}){mark('e3')} "
-        f"| {mem['peak_timed_runs'] / MIB:,.0f} MiB "
-        f"| {mem['param_bytes_base_plus_donor'] / MIB:,.0f} MiB "
-        f"| {mem['peak_over_bound']:.2f}{mark('peak')} |"
-    )
-
-
-TABLE_HEAD = (
-    "| shape | layers x width | params | dtype | E1 engine/plain (goal) | E1 rows/s engine / plain "
-    "| E3 engine/plain (goal) | peak | base + donor | peak / bound (<= 1) |\n"
-    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
-)
-
-
-def csv_row(res: dict, machine: str) -> dict:
-    """One result as a row of ``paper_scale.csv``: the machine (:func:`machine_label`), the
-    shape, the three ratios against their goals and what they are made of."""
-    m, r, mem, ok = res["environment"]["model"], res["rows_per_s"], res["memory"], res["pass"]
-    settings = res["settings"]
-    return {
-        "machine": machine,
-        "shape": m["shape"],
-        "layers": m["layers"],
-        "width": m.get("width"),
-        "params": m["params"],
-        "dtype": m["dtype"],
-        "e1_engine_over_plain": res["e1_engine_over_plain"],
-        "e3_engine_over_plain": res["e3_engine_over_plain"],
-        "peak_over_bound": mem["peak_over_bound"],
-        "pass_e1": ok["e1"],
-        "pass_e3": ok["e3"],
-        "pass_peak": ok["peak"],
-        "goal_e1": res.get("goals", GOALS)["e1"],
-        "goal_e3": res.get("goals", GOALS)["e3"],
-        "e1_rows_per_s_engine": r["e1_engine"],
-        "e1_rows_per_s_plain": r["e1_plain"],
-        "peak_bytes": mem["peak_timed_runs"],
-        "param_bytes_base_plus_donor": mem["param_bytes_base_plus_donor"],
-        "prompts": settings["prompts"],
-        "batch_size": settings["batch_size"],
-        "repeats": settings["repeats"],
-        "date_utc": res["environment"]["date_utc"],
-    }
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

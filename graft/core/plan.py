@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, TypeVar
+from typing import TypeVar
 
 import torch
 
 from graft.core.arch import Architecture, Site
 from graft.core.graft_object import as_spec
+from graft.core.masks import Entry, FlatLayout, KeyIndex, mask_entries
 from graft.core.spec import GraftSpec, ResolvedGraft
 from graft.errors import SpecError
 
@@ -214,8 +215,8 @@ class _Layout:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]] = {}
-        #: (the key index it was made for, its :class:`_FlatLayout`): see :func:`_flat`
-        self.flat: tuple[_KeyIndex, _FlatLayout] | None = None
+        #: (the key index it was made for, its flat form): :func:`graft.core.masks._flat`
+        self.flat: tuple[KeyIndex, FlatLayout] | None = None
 
     def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]) -> None:
         pos, slices = self.entries.setdefault(key, ([], {}))
@@ -269,7 +270,7 @@ class LayoutCache:
 
     def __init__(self, max_cells: int = 2_000_000) -> None:
         self.max_cells = max_cells
-        self.keys = _KeyIndex()  # the numbers of the layouts' flat forms (module, donor)
+        self.keys = KeyIndex()  # the numbers of the layouts' flat forms (module, donor)
         #: what else the planner derives from a row's graft alone, by (what, layout key)
         #: (e.g. a shared prefix's signature); cleared when it holds :data:`MEMO_ENTRIES`
         self.memo: dict[tuple[str, LayoutKey], object] = {}
@@ -305,130 +306,13 @@ def _layout_key(row: GraftRow) -> LayoutKey:
     return row.spec, len(row.input_ids), spans, row.prompt_length
 
 
-class _Entry(TypedDict):
-    """One (module path, donor)'s masks: where its output is used, and per q/k/v slice."""
-
-    rows: torch.Tensor
-    slices: dict[int, torch.Tensor]
-
-
-class _KeyIndex:
-    """A number per (module path, donor), given in order of first sight (kept by a
-    :class:`LayoutCache` across the batches of a run, so cached layouts stay valid)."""
-
-    def __init__(self) -> None:
-        self.keys: list[tuple[str, str]] = []
-        self._ids: dict[tuple[str, str], int] = {}
-
-    def of(self, key: tuple[str, str]) -> int:
-        known = self._ids.get(key)
-        if known is None:
-            known = self._ids[key] = len(self.keys)
-            self.keys.append(key)
-        return known
-
-
-@dataclass
-class _FlatLayout:
-    """A layout as index tensors: every marked (key, position), and every marked (key,
-    q/k/v slice, position) as ``3 * key + slice``, in the layout's order.
-
-    Args:
-        keys: [cells] key numbers (:class:`_KeyIndex`).
-        positions: [cells] prompt positions.
-        slice_keys: [slice cells] ``3 * key + slice index``.
-        slice_positions: [slice cells] prompt positions.
-    """
-
-    keys: torch.Tensor
-    positions: torch.Tensor
-    slice_keys: torch.Tensor
-    slice_positions: torch.Tensor
-
-
-def _flat(layout: _Layout, index: _KeyIndex) -> _FlatLayout:
-    """``layout`` as a :class:`_FlatLayout` under ``index`` (made once per layout)."""
-    if layout.flat is not None and layout.flat[0] is index:
-        return layout.flat[1]
-    keys: list[int] = []
-    positions: list[int] = []
-    slice_keys: list[int] = []
-    slice_positions: list[int] = []
-    for key, (pos, slices) in layout.entries.items():
-        k = index.of(key)
-        keys += [k] * len(pos)
-        positions += pos
-        for s, spos in slices.items():
-            slice_keys += [3 * k + s] * len(spos)
-            slice_positions += spos
-    flat = _FlatLayout(*(torch.tensor(v, dtype=torch.long) for v in
-                         (keys, positions, slice_keys, slice_positions)))  # fmt: skip
-    layout.flat = (index, flat)
-    return flat
-
-
-def _first_seen(ids: torch.Tensor) -> torch.Tensor:
-    """The distinct values of ``ids`` in order of first occurrence."""
-    distinct, inverse = torch.unique(ids, return_inverse=True)
-    first = torch.full((len(distinct),), len(ids), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(len(ids)), "amin")
-    return distinct[first.argsort()]
-
-
-def _stack_masks(
-    ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape: tuple[int, ...]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the distinct ids in order of first sight, bool [ids, *shape]: each id's cells)."""
-    order = _first_seen(ids)
-    lookup = torch.empty(int(order.max()) + 1 if len(order) else 0, dtype=torch.long)
-    lookup[order] = torch.arange(len(order))
-    masks = torch.zeros((len(order), *shape), dtype=torch.bool)
-    masks[lookup[ids], rows, cols] = True
-    return order, masks
-
-
-def _mask_entries(
-    layouts: Sequence[_Layout], offsets: Sequence[int], shape: tuple[int, ...], index: _KeyIndex
-) -> dict[tuple[str, str], _Entry]:
-    """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}`` of the rows whose
-    layouts and padding offsets are given, in order of first marking; built with a few tensor
-    operations per batch (no loop over cells), and equal masks are one tensor (a graft of
-    whole layers marks the same cells at every site)."""
-    flats = [_flat(layout, index) for layout in layouts]
-    offs = torch.tensor(list(offsets), dtype=torch.long)
-
-    def cells(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = [getattr(f, kind + "keys") for f in flats]
-        pos = [getattr(f, kind + "positions") for f in flats]
-        counts = torch.tensor([len(k) for k in ids], dtype=torch.long)
-        rows = torch.arange(len(flats)).repeat_interleave(counts)
-        if not len(rows):
-            empty = torch.empty(0, dtype=torch.long)
-            return empty, empty, empty
-        return torch.cat(ids), rows, torch.cat(pos) + offs.repeat_interleave(counts)
-
-    keys, key_masks = _stack_masks(*cells(""), shape)
-    slice_keys, slice_masks = _stack_masks(*cells("slice_"), shape)
-    every = torch.cat([key_masks, slice_masks]).flatten(1)
-    distinct, which = (torch.unique(every, dim=0, return_inverse=True) if len(every)
-                       else (every, torch.empty(0, dtype=torch.long)))  # fmt: skip
-    one = [m.reshape(shape).clone() for m in distinct]  # one tensor per distinct mask
-    entries: dict[tuple[str, str], _Entry] = {}
-    for j, k in enumerate(keys.tolist()):
-        entries[index.keys[k]] = {"rows": one[which[j]], "slices": {}}
-    for j, sk in enumerate(slice_keys.tolist()):
-        k, s = divmod(sk, 3)
-        entries[index.keys[k]]["slices"][s] = one[which[len(keys) + j]]
-    return entries
-
-
 def _mark_all(
     arch: Architecture,
     rows: Sequence[GraftRow],
     resolved: Sequence[ResolvedGraft] | None,
     padded: _Padded,
     layouts: LayoutCache,
-) -> dict[tuple[str, str], _Entry]:
+) -> dict[tuple[str, str], Entry]:
     """Every row's marks. A spec resolves the same way on every prompt of one length and
     spans, so such rows share one layout (and, cached, need no resolving)."""
     sites: dict[tuple[int, str], tuple[str, Site]] = {}
@@ -442,10 +326,10 @@ def _mark_all(
             layouts.put(key, layout)
         row_layouts.append(layout)
     shape = tuple(padded.input_ids.shape)
-    return _mask_entries(row_layouts, padded.offsets, shape, layouts.keys)
+    return mask_entries(row_layouts, padded.offsets, shape, layouts.keys)
 
 
-def _fused_slices(entry: _Entry) -> list[tuple[int, torch.Tensor]]:
+def _fused_slices(entry: Entry) -> list[tuple[int, torch.Tensor]]:
     """The q/k/v slices of a fused site; none when all three cover every marked cell."""
     rows_mask, slices = entry["rows"], entry["slices"]
     full = all(k in slices for k in range(3)) and all(
@@ -454,8 +338,8 @@ def _fused_slices(entry: _Entry) -> list[tuple[int, torch.Tensor]]:
     return [] if full else [(k, m[rows_mask]) for k, m in sorted(slices.items())]
 
 
-def _patches(arch: Architecture, entries: dict[tuple[str, str], _Entry]) -> list[SitePatch]:
-    by_path: dict[str, list[tuple[str, _Entry]]] = {}
+def _patches(arch: Architecture, entries: dict[tuple[str, str], Entry]) -> list[SitePatch]:
+    by_path: dict[str, list[tuple[str, Entry]]] = {}
     for (path, donor), entry in entries.items():
         by_path.setdefault(path, []).append((donor, entry))
     patches: list[SitePatch] = []
