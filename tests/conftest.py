@@ -57,3 +57,32 @@ def one_thread():
 def workspace(tmp_path_factory):
     """A workspace folder shared by a module's tests (datasets and donors are made once)."""
     return tmp_path_factory.mktemp("workspace")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--graft-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="build every test's models and tensors on this device (default cpu); cuda runs "
+        "the suite on a GPU in float32 without TF32, at the tests' own tolerances",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _graft_device(request):
+    """``--graft-device cuda``: torch's default device for the whole session (tiny models
+    built from configs, the tensors tests make), TF32 off so float32 keeps its tolerances."""
+    device = request.config.getoption("--graft-device")
+    if device == "cpu":
+        yield device
+        return
+    if not torch.cuda.is_available():
+        pytest.exit("--graft-device cuda: this machine has no CUDA device; drop the option", 2)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_default_device(device)
+    try:
+        yield device
+    finally:
+        torch.set_default_device(None)
