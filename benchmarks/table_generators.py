@@ -338,7 +338,8 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     titles = [h.split(" (")[0] + " (goal)" if own_goals and g else h for _, h, g in SPEED_COLUMNS]
     head = ["machine", "shape", "dtype", *titles]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * len(SPEED_COLUMNS)]
-    for (machine, shape), part in rows.group_by(["machine", "shape"], maintain_order=True):
+    keys = ["machine", "shape", *(k for k in ("layers", "width") if k in rows.columns)]
+    for (machine, shape, *_), part in rows.group_by(keys, maintain_order=True):
         size = f"{part['params'][0] / 1e9:.2f} B"
         if "width" in part.columns and part["width"][0] is not None:
             size = f"{part['layers'][0]} layers x d {part['width'][0]}, {size}"
