@@ -44,7 +44,7 @@ def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
         1.1 * mem["param_bytes_base_plus_donor"] + mem["activation_bytes_one_plain_batch"]
     )
     assert res["environment"]["command"].startswith("python -m benchmarks.paper_scale")
-    assert "| gpt2-xl | 1 |" in capsys.readouterr().out
+    assert "| gpt2-xl | 1 x 1600 |" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -82,3 +82,19 @@ def test_finetune_memory_one_layer(tmp_path, capsys):
     # float32 master weights, gradients and two AdamW moments: at least 16 bytes a parameter
     assert res["peak_bytes"] >= 16 * res["environment"]["model"]["params"] * 0.95
     assert "gpt2-xl (1 layers" in capsys.readouterr().out
+
+
+def test_the_host_bound_proxy_narrows_a_paper_shape_at_its_depth():
+    llama = paper_scale.shape_config("llama3.2-1b", 16, 64)
+    assert (llama.num_hidden_layers, llama.hidden_size, llama.intermediate_size) == (16, 64, 256)
+    # 32 query heads on 8 key/value heads: the same 4:1 at a width of 64
+    assert (llama.num_attention_heads, llama.num_key_value_heads, llama.head_dim) == (4, 1, 16)
+    gpt2 = paper_scale.shape_config("gpt2-xl", 48, 64)
+    assert (gpt2.n_layer, gpt2.n_embd, gpt2.n_head, gpt2.n_inner) == (48, 64, 4, 256)
+    args = paper_scale.parse_args(["--shapes", "gpt2-xl:48,llama3.2-1b:16", "--width", "64"])
+    assert args.shapes == ["gpt2-xl", "llama3.2-1b"]
+    assert args.depths == {"gpt2-xl": 48, "llama3.2-1b": 16}
+    for bad in (["--shapes", "gpt2-xl:x"], ["--width", "60"]):
+        with pytest.raises(SystemExit) as info:
+            paper_scale.parse_args(bad)
+        assert info.value.code == 2
