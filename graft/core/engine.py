@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -165,23 +165,24 @@ def _local_jobs(
     planning: dict,
 ) -> list[Job]:
     """(row batches, their results) per way of running (:func:`route_rows`), on this machine."""
+
+    def kept(scope: Hashable) -> LayoutCache:
+        return layouts_for(unwrap(base), arch, donors, scope)
+
     routes = route_rows(
         arch, unwrap(base), rows, resolved, donors, same, batch_size,
-        kept=lambda scope: layouts_for(unwrap(base), arch, donors, scope),
+        kept=kept,
     )  # fmt: skip
     on_donor = {**donors, BASE: base}  # a donor's run grafts the base's modules too
 
     def carried_by(carrier: str | None) -> tuple[Any, Mapping[str, Any]]:
         return (base, donors) if carrier is None else (donors[carrier], on_donor)
 
-    def kept(*scope: Any) -> LayoutCache:
-        return layouts_for(unwrap(base), arch, donors, scope)
-
     jobs: list[Job] = []
     for carrier, idx in routes.traced.items():
         batches = _batches(rows, batch_size, sort_by_length, idx)
         plans = _plans(
-            arch, rows, routes.resolved, batches, skip=set(), layouts=kept("traced", carrier),
+            arch, rows, routes.resolved, batches, skip=set(), layouts=kept(("traced", carrier)),
             **planning,
         )  # fmt: skip
         jobs.append((batches, executor.run(*carried_by(carrier), plans)))
@@ -201,7 +202,7 @@ def _local_jobs(
             pad_id=planning["pad_id"],
             targets=planning["targets"],
             top_k=planning["top_k"],
-            kept=(kept("step", carrier), kept("prefix", carrier)),
+            kept=(kept(("step", carrier)), kept(("prefix", carrier))),
         )
         batches = [step_rows for step_rows, _ in steps]
         plans = (plan for _, plan in steps)

@@ -21,20 +21,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from graft.core.trace import DonorModules, OwnCells, graft_cells, last_logits, row_metrics
+from graft.core.trace import (
+    DonorModules,
+    OwnCells,
+    graft_cells,
+    last_logits,
+    module_groups,
+    note_module_error,
+    row_metrics,
+)
 
 _ABSENT = object()
-
-
-def _groups(patches: Sequence[types.SimpleNamespace]) -> list[list[types.SimpleNamespace]]:
-    """The patches by module, in forward order (a module's patches are consecutive)."""
-    groups: list[list[types.SimpleNamespace]] = []
-    for patch in patches:
-        if groups and groups[-1][0].path == patch.path:
-            groups[-1].append(patch)
-        else:
-            groups.append([patch])
-    return groups
 
 
 def _grafting_forward(
@@ -54,10 +51,7 @@ def _grafting_forward(
                 patches, donor_modules, own, gathered, x_all, lambda: inner(*args, **kwargs)
             )
         except Exception as exc:
-            donors = sorted({p.donor for p in patches})
-            exc.add_note(
-                f"graft: raised while grafting {patches[0].path} from donor(s) {', '.join(donors)}"
-            )
+            note_module_error(exc, patches)
             raise
 
     return forward
@@ -78,7 +72,7 @@ def grafted_forwards(
     gathered: dict = {}  # shared by the modules: q/k/v and gate/up gather their input once
     saved: list[tuple[nn.Module, Any]] = []
     try:
-        for group in _groups(patches):
+        for group in module_groups(patches):
             module = model.get_submodule(group[0].path)
             saved.append((module, module.__dict__.get("forward", _ABSENT)))
             own = split.get(group[0].path) if split else None

@@ -236,22 +236,32 @@ def graft_trace_body(
     # sites sharing an input tensor and a mask (q/k/v, gate/up) gather once
     gathered: _Gathered = {}
     with torch.enable_grad() if grad else torch.no_grad():
-        start = 0
-        while start < len(patches):
-            end = start + 1
-            while end < len(patches) and patches[end].path == patches[start].path:
-                end += 1
-            own = split.get(patches[start].path) if split else None
+        for group in module_groups(patches):
+            own = split.get(group[0].path) if split else None
             try:
-                _graft_module(model, patches[start:end], donor_modules, own, gathered, grad)
+                _graft_module(model, group, donor_modules, own, gathered, grad)
             except Exception as exc:
-                donors = sorted({p.donor for p in patches[start:end]})
-                exc.add_note(
-                    f"graft: raised while grafting {patches[start].path} from donor(s) "
-                    f"{', '.join(donors)} (graft's part of the trace, not your block)"
-                )
+                note_module_error(exc, group, " (graft's part of the trace, not your block)")
                 raise
-            start = end
+
+
+def module_groups(patches: Sequence[Any]) -> list[list[Any]]:
+    """The patches by module, in forward order (a module's patches are consecutive)."""
+    groups: list[list[Any]] = []
+    for patch in patches:
+        if groups and groups[-1][0].path == patch.path:
+            groups[-1].append(patch)
+        else:
+            groups.append([patch])
+    return groups
+
+
+def note_module_error(exc: BaseException, patches: Sequence[Any], where: str = "") -> None:
+    """Add to ``exc`` the note naming the module of ``patches`` and its donors."""
+    donors = sorted({p.donor for p in patches})
+    exc.add_note(
+        f"graft: raised while grafting {patches[0].path} from donor(s) {', '.join(donors)}{where}"
+    )
 
 
 def _fit(mask: torch.Tensor, n: int) -> torch.Tensor:
