@@ -54,14 +54,19 @@ def every_cell(arch: Architecture) -> set[Cell]:
 def cell_costs(arch: Architecture, model: nn.Module) -> dict[Cell, float]:
     """Work per position of each cell: the parameters its module multiplies with (a fused
     module's count shared among its components; embeddings are a lookup, cost 0)."""
+    below: dict[str, int] = {}  # module path -> parameters at or under it (one walk)
+    for name, p in model.named_parameters():
+        path = name
+        while "." in path:
+            path = path.rpartition(".")[0]
+            below[path] = below.get(path, 0) + p.numel()
     costs: dict[Cell, float] = {}
     for layer, comp in every_cell(arch):
         if comp in EMBEDDING_COMPONENTS:
             costs[layer, comp] = 0.0
             continue
         path, site = arch.site_for(layer, comp)
-        n = sum(p.numel() for p in model.get_submodule(path).parameters())
-        costs[layer, comp] = n / len(site.components)
+        costs[layer, comp] = below.get(path, 0) / len(site.components)
     return costs
 
 

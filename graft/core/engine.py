@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -152,6 +153,13 @@ def _scatter(
 Job = tuple[list[list[int]], Iterator[torch.Tensor]]
 
 
+def _step_layouts(
+    kept: Callable[[Hashable], LayoutCache], carrier: str | None, model: str
+) -> LayoutCache:
+    """The kept layouts of steps on ``carrier``'s prefixes that ``model`` runs."""
+    return kept(("step", carrier, model))
+
+
 def _local_jobs(
     executor: LocalExecutor,
     base,
@@ -203,10 +211,14 @@ def _local_jobs(
             targets=planning["targets"],
             top_k=planning["top_k"],
             kept=(kept(("step", carrier)), kept(("prefix", carrier))),
+            steps_on=routes.steps,
+            step_layouts=partial(_step_layouts, kept, carrier),
         )
         batches = [step_rows for step_rows, _ in steps]
         plans = (plan for _, plan in steps)
-        jobs.append((batches, executor.run(*carried_by(carrier), plans)))
+        # every model by name: a step may run on another model than the prefixes' carrier
+        runner = base if carrier is None else donors[carrier]
+        jobs.append((batches, executor.run(runner, on_donor, plans)))
     return jobs
 
 

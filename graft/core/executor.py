@@ -6,7 +6,7 @@ Both run the same trace code (:mod:`graft.core.trace`), so they give the same nu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -41,10 +41,36 @@ class Executor(Protocol):
     ) -> Iterator[torch.Tensor]: ...
 
 
+ModuleTable = Mapping[str, nn.Module]
+
+
+def module_table(model: nn.Module) -> dict[str, nn.Module]:
+    """Every submodule of ``model`` by path (one walk of the tree, where ``get_submodule``
+    walks the path of each module asked for)."""
+    return dict(unwrap(model).named_modules())
+
+
+def _tables_once() -> Callable[[nn.Module], ModuleTable]:
+    """A :func:`module_table` lookup that walks each model's tree once."""
+    tables: dict[int, tuple[nn.Module, ModuleTable]] = {}
+
+    def table_of(model: nn.Module) -> ModuleTable:
+        hit = tables.get(id(model))
+        if hit is None:
+            hit = tables[id(model)] = (model, module_table(model))
+        return hit[1]
+
+    return table_of
+
+
 def donor_modules(
-    donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
+    donors: Mapping[str, nn.Module | None],
+    patches: Sequence[SitePatch],
+    table_of: Callable[[nn.Module], ModuleTable] | None = None,
 ) -> dict[str, nn.Module]:
-    """``{"donor:path": the donor's module at path}`` for every patch."""
+    """``{"donor:path": the donor's module at path}`` for every patch; ``table_of`` gives a
+    model's :func:`module_table` (default: each model's made once for this call)."""
+    lookup = table_of if table_of is not None else _tables_once()
     mods = {}
     for p in patches:
         key = f"{p.donor}:{p.path}"
@@ -54,7 +80,8 @@ def donor_modules(
                     f"the graft uses donor {p.donor!r} but its weights were not given; pass "
                     "the model in donors={...}"
                 )
-            mods[key] = unwrap(donors[p.donor]).get_submodule(p.path)
+            donor = unwrap(donors[p.donor])
+            mods[key] = lookup(donor)[p.path]
     return mods
 
 
@@ -105,22 +132,38 @@ class LocalExecutor:
         self.hooks = hooks
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
+        #: id(model) -> (model, :func:`module_table`), while :meth:`run` runs
+        self._tables: dict[int, tuple[nn.Module, ModuleTable]] | None = None
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
+        self._tables = {}  # the models' module trees are walked once per run, not per batch
         try:
             for plan in plans:
                 yield self.run_plan(base, donors, plan)
         finally:
             self._kept_prefix = None  # the last prefixes' cache
+            self._tables = None
+
+    def _table(self, model: nn.Module) -> ModuleTable:
+        """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
+        tables = getattr(self, "_tables", None)  # subclasses may skip __init__
+        if tables is None:
+            return module_table(model)
+        hit = tables.get(id(model))
+        if hit is None or hit[0] is not model:
+            hit = tables[id(model)] = (model, module_table(model))
+        return hit[1]
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
-        """Logits [batch, vocab] at each row's last token, on the base's device."""
-        torch_model = unwrap(base)
+        """Logits [batch, vocab] at each row's last token, on the base's device. A step with a
+        ``step_model`` runs on that model of ``donors`` over the prefixes ``base`` computed."""
+        runner = base if plan.step_model is None else donors[plan.step_model]
+        torch_model = unwrap(runner)
         device = model_device(torch_model)
         batch = trace_batch(plan, torch_model, device)
-        if plan.prefix is not None:
+        if plan.prefix is not None:  # the prefixes are the base's, whoever runs the step
             cache = self._prefix_cache(base, donors, plan.prefix, device)
             batch.inputs[cache_argument(torch_model)] = select_rows(
                 cache, plan.prefix.prompt_index.to(device)
@@ -128,7 +171,7 @@ class LocalExecutor:
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
-        return self._traced(base, donors, batch)
+        return self._traced(runner, donors, batch)
 
     def trace_parts(
         self, base, donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
@@ -140,17 +183,17 @@ class LocalExecutor:
     def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
         """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``, or with
         ``hooks`` in one plain forward with grafted module forwards."""
-        mods = donor_modules(donors, batch.patches)
+        mods = donor_modules(donors, batch.patches, self._table)
         split = None
         if getattr(self, "shortcuts", True):
-            split = split_modules(unwrap(base), batch)
+            split = split_modules(unwrap(base), batch, self._table(unwrap(base)))
             interned = _MaskInterner()
             for patch in batch.patches:  # flat indices: gathers that need no mask scan
                 patch.rows, patch.cells = interned(patch.rows)
             for path, (module, keep, _) in split.items():
                 split[path] = (module, *interned(keep))
         if split is not None and getattr(self, "hooks", True):
-            return run_hooked(unwrap(base), batch, mods, split)
+            return run_hooked(unwrap(base), batch, mods, split, self._table(unwrap(base)))
         model = wrap(base)
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods, split).save()  # type: ignore[attr-defined]  # nnsight's
@@ -248,11 +291,14 @@ def _split_share(module: nn.Module) -> float | None:
     return SPLIT_SHARE
 
 
-def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
+def split_modules(
+    torch_model: nn.Module, batch, table: ModuleTable | None = None
+) -> dict[str, tuple]:
     """``{path: (module, bool [batch, positions] of the cells no patch covers, their flat
     indices)}`` for the grafted matrix products of ``batch`` where donors take at least
     :data:`SPLIT_SHARE` of the cells: the trace skips them and runs them on those cells
-    only (:func:`graft.core.trace.graft_trace_body`).
+    only (:func:`graft.core.trace.graft_trace_body`). ``table``: the model's
+    :func:`module_table`, if at hand.
     Fused q/k/v sites grafted in slices keep the whole computation (the base's slices are
     needed at the grafted cells too)."""
     head = torch_model.get_output_embeddings()  # type: ignore[operator]  # a transformers model
@@ -265,7 +311,7 @@ def split_modules(torch_model: nn.Module, batch) -> dict[str, tuple]:
     for path, patches in groups.items():
         if any((p.fused and p.slices) or p.seq_dim != 1 for p in patches):
             continue
-        module = torch_model.get_submodule(path)
+        module = table[path] if table is not None else torch_model.get_submodule(path)
         share = _split_share(module)
         if share is None:
             continue

@@ -63,17 +63,19 @@ def grafted_forwards(
     patches: Sequence[types.SimpleNamespace],
     donor_modules: DonorModules,
     split: Mapping[str, OwnCells] | None = None,
+    table: Mapping[str, nn.Module] | None = None,
 ) -> Iterator[None]:
     """Within the block, a forward of ``model`` applies ``patches`` (a planned batch's, as
     :func:`graft.core.trace.trace_batch` makes them; ``split`` as for
     :func:`graft.core.trace.graft_trace_body`). Each grafted module's ``forward`` is set on
     the instance for the block and put back after, whatever it was (nnsight keeps its own
-    controller there)."""
+    controller there). ``table``: ``model``'s modules by path, if at hand."""
     gathered: dict = {}  # shared by the modules: q/k/v and gate/up gather their input once
     saved: list[tuple[nn.Module, Any]] = []
     try:
         for group in module_groups(patches):
-            module = model.get_submodule(group[0].path)
+            path = group[0].path
+            module = table[path] if table is not None else model.get_submodule(path)
             saved.append((module, module.__dict__.get("forward", _ABSENT)))
             own = split.get(group[0].path) if split else None
             module.forward = _grafting_forward(module.forward, group, donor_modules, own, gathered)
@@ -92,11 +94,12 @@ def run_hooked(
     batch: types.SimpleNamespace,
     donor_modules: DonorModules,
     split: Mapping[str, OwnCells] | None = None,
+    table: Mapping[str, nn.Module] | None = None,
 ) -> torch.Tensor:
     """What :func:`graft.core.trace.graft_batch` returns for ``batch``, computed by one plain
-    forward of ``model`` with :func:`grafted_forwards`: each row's last-position logits, or
-    with ``batch.targets`` its metrics."""
-    with torch.no_grad(), grafted_forwards(model, batch.patches, donor_modules, split):
+    forward of ``model`` with :func:`grafted_forwards` (``table``: its modules by path, if
+    at hand): each row's last-position logits, or with ``batch.targets`` its metrics."""
+    with torch.no_grad(), grafted_forwards(model, batch.patches, donor_modules, split, table):
         picked = last_logits(model(**batch.inputs).logits, batch)
     if batch.targets is None:
         return picked

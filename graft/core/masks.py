@@ -1,22 +1,30 @@
-"""A batch's masks from its rows' layouts, with a few tensor operations per batch: every
-row's marked (module, donor, position) cells are laid out flat once per layout
-(:func:`_flat`), offset by the row's padding, and written into one bool tensor per
-(module, donor) and q/k/v slice; equal masks become one tensor (:func:`mask_entries`)."""
+"""A batch's masks from its rows' layouts, with work proportional to the distinct layouts of
+the batch, not to its rows or cells.
+
+Rows with one layout (the same spec on the same prompt shape) and one padding offset mark the
+same columns. A (module, donor) key's mask is therefore fixed by the
+positions each distinct layout marks for it (its *signature*, :func:`_signature`); keys with
+equal signatures have equal masks and share one tensor (a graft of whole layers marks the
+same cells at every site), built once from a few index writes per layout."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, TypedDict
 
 import torch
 
+#: The positions a key marks in one layout (sorted, distinct); ``()`` where it marks none.
+Positions = tuple[int, ...]
+#: A mask's signature: its :data:`Positions` per distinct layout of the batch.
+Signature = tuple[Positions, ...]
+
 
 class Marks(Protocol):
-    """What :func:`_flat` reads of a row layout (``graft.core.plan.Marks``)."""
+    """What :func:`mask_entries` reads of a row layout (``graft.core.plan._Layout``)."""
 
     entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]]
-    flat: tuple[KeyIndex, FlatLayout] | None
+    normal: dict[tuple[tuple[str, str], int | None], Positions] | None
 
 
 class Entry(TypedDict):
@@ -26,111 +34,67 @@ class Entry(TypedDict):
     slices: dict[int, torch.Tensor]
 
 
-class KeyIndex:
-    """A number per (module path, donor), given in order of first sight (kept by a
-    :class:`LayoutCache` across the batches of a run, so cached layouts stay valid)."""
-
-    def __init__(self) -> None:
-        self.keys: list[tuple[str, str]] = []
-        self._ids: dict[tuple[str, str], int] = {}
-
-    def of(self, key: tuple[str, str]) -> int:
-        known = self._ids.get(key)
-        if known is None:
-            known = self._ids[key] = len(self.keys)
-            self.keys.append(key)
-        return known
-
-
-@dataclass
-class FlatLayout:
-    """A layout as index tensors: every marked (key, position), and every marked (key,
-    q/k/v slice, position) as ``3 * key + slice``, in the layout's order.
-
-    Args:
-        keys: [cells] key numbers (:class:`KeyIndex`).
-        positions: [cells] prompt positions.
-        slice_keys: [slice cells] ``3 * key + slice index``.
-        slice_positions: [slice cells] prompt positions.
-    """
-
-    keys: torch.Tensor
-    positions: torch.Tensor
-    slice_keys: torch.Tensor
-    slice_positions: torch.Tensor
+def _normal(layout: Marks) -> dict[tuple[tuple[str, str], int | None], Positions]:
+    """``{(key, None): positions, (key, slice index): positions}`` of ``layout``, positions
+    sorted and distinct, keys that mark no position left out (made once per layout)."""
+    if layout.normal is None:
+        normal: dict[tuple[tuple[str, str], int | None], Positions] = {}
+        for key, (pos, slices) in layout.entries.items():
+            if not pos:
+                continue
+            normal[key, None] = tuple(sorted(set(pos)))
+            for s, spos in slices.items():
+                normal[key, s] = tuple(sorted(set(spos)))
+        layout.normal = normal
+    return layout.normal
 
 
-def _flat(layout: Marks, index: KeyIndex) -> FlatLayout:
-    """``layout`` as a :class:`FlatLayout` under ``index`` (made once per layout)."""
-    if layout.flat is not None and layout.flat[0] is index:
-        return layout.flat[1]
-    keys: list[int] = []
-    positions: list[int] = []
-    slice_keys: list[int] = []
-    slice_positions: list[int] = []
-    for key, (pos, slices) in layout.entries.items():
-        k = index.of(key)
-        keys += [k] * len(pos)
-        positions += pos
-        for s, spos in slices.items():
-            slice_keys += [3 * k + s] * len(spos)
-            slice_positions += spos
-    flat = FlatLayout(*(torch.tensor(v, dtype=torch.long) for v in
-                         (keys, positions, slice_keys, slice_positions)))  # fmt: skip
-    layout.flat = (index, flat)
-    return flat
-
-
-def _first_seen(ids: torch.Tensor) -> torch.Tensor:
-    """The distinct values of ``ids`` in order of first occurrence."""
-    distinct, inverse = torch.unique(ids, return_inverse=True)
-    first = torch.full((len(distinct),), len(ids), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(len(ids)), "amin")
-    return distinct[first.argsort()]
-
-
-def _stack_masks(
-    ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape: tuple[int, ...]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the distinct ids in order of first sight, bool [ids, *shape]: each id's cells)."""
-    order = _first_seen(ids)
-    lookup = torch.empty(int(order.max()) + 1 if len(order) else 0, dtype=torch.long)
-    lookup[order] = torch.arange(len(order))
-    masks = torch.zeros((len(order), *shape), dtype=torch.bool)
-    masks[lookup[ids], rows, cols] = True
-    return order, masks
+def _signature(
+    normals: Sequence[dict[tuple[tuple[str, str], int | None], Positions]],
+    key: tuple[tuple[str, str], int | None],
+) -> Signature:
+    return tuple(n.get(key, ()) for n in normals)
 
 
 def mask_entries(
-    layouts: Sequence[Marks], offsets: Sequence[int], shape: tuple[int, ...], index: KeyIndex
+    layouts: Sequence[Marks], offsets: Sequence[int], shape: tuple[int, ...]
 ) -> dict[tuple[str, str], Entry]:
     """``{(path, donor): {"rows": mask, "slices": {slice index: mask}}}`` of the rows whose
-    layouts and padding offsets are given, in order of first marking; built with a few tensor
-    operations per batch (no loop over cells), and equal masks are one tensor (a graft of
-    whole layers marks the same cells at every site)."""
-    flats = [_flat(layout, index) for layout in layouts]
-    offs = torch.tensor(list(offsets), dtype=torch.long)
+    layouts and padding offsets are given, in order of first marking (row by row, each row's
+    keys in its layout's order); equal masks are one tensor."""
+    distinct: dict[tuple[int, int], int] = {}  # (id(layout), offset) -> number, first row first
+    kinds: list[Marks] = []
+    rows_of: list[list[int]] = []
+    offset_of: list[int] = []
+    for i, (layout, offset) in enumerate(zip(layouts, offsets, strict=True)):
+        u = distinct.get((id(layout), offset))
+        if u is None:
+            u = distinct[id(layout), offset] = len(kinds)
+            kinds.append(layout)
+            rows_of.append([])
+            offset_of.append(offset)
+        rows_of[u].append(i)
+    normals = [_normal(layout) for layout in kinds]
+    row_index = [torch.tensor(r, dtype=torch.long).unsqueeze(1) for r in rows_of]
+    masks: dict[Signature, torch.Tensor] = {}
 
-    def cells(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = [getattr(f, kind + "keys") for f in flats]
-        pos = [getattr(f, kind + "positions") for f in flats]
-        counts = torch.tensor([len(k) for k in ids], dtype=torch.long)
-        rows = torch.arange(len(flats)).repeat_interleave(counts)
-        if not len(rows):
-            empty = torch.empty(0, dtype=torch.long)
-            return empty, empty, empty
-        return torch.cat(ids), rows, torch.cat(pos) + offs.repeat_interleave(counts)
+    def mask(sig: Signature) -> torch.Tensor:
+        made = masks.get(sig)
+        if made is None:
+            made = masks[sig] = torch.zeros(shape, dtype=torch.bool)
+            for u, positions in enumerate(sig):
+                if positions:
+                    cols = torch.tensor(positions, dtype=torch.long) + offset_of[u]
+                    made[row_index[u], cols.unsqueeze(0)] = True
+        return made
 
-    keys, key_masks = _stack_masks(*cells(""), shape)
-    slice_keys, slice_masks = _stack_masks(*cells("slice_"), shape)
-    every = torch.cat([key_masks, slice_masks]).flatten(1)
-    distinct, which = (torch.unique(every, dim=0, return_inverse=True) if len(every)
-                       else (every, torch.empty(0, dtype=torch.long)))  # fmt: skip
-    one = [m.reshape(shape).clone() for m in distinct]  # one tensor per distinct mask
     entries: dict[tuple[str, str], Entry] = {}
-    for j, k in enumerate(keys.tolist()):
-        entries[index.keys[k]] = {"rows": one[which[j]], "slices": {}}
-    for j, sk in enumerate(slice_keys.tolist()):
-        k, s = divmod(sk, 3)
-        entries[index.keys[k]]["slices"][s] = one[which[len(keys) + j]]
+    for normal in normals:  # keys in order of first marking: the first row of each layout
+        for key, s in normal:
+            if s is None and key not in entries:
+                entries[key] = {"rows": mask(_signature(normals, (key, None))), "slices": {}}
+    slice_keys = dict.fromkeys(ks for normal in normals for ks in normal if ks[1] is not None)
+    for key, s in slice_keys:
+        assert s is not None
+        entries[key]["slices"][s] = mask(_signature(normals, (key, s)))
     return entries

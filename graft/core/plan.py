@@ -9,6 +9,7 @@ the modules.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -17,7 +18,7 @@ import torch
 
 from graft.core.arch import Architecture, Site
 from graft.core.graft_object import as_spec
-from graft.core.masks import Entry, FlatLayout, KeyIndex, mask_entries
+from graft.core.masks import Entry, Positions, mask_entries
 from graft.core.spec import GraftSpec, ResolvedGraft
 from graft.errors import SpecError
 
@@ -91,6 +92,9 @@ class BatchPlan:
         prefix: for a step on shared prefixes (local runs only): the prefixes it continues,
             :class:`SharedPrefix`. Its ids are then each row's last token [batch, 1] and its
             attention mask covers the prefix too [batch, prefix width + 1].
+        step_model: for a step, the model that runs it, by its name among the executor's
+            donors (the base as ``graft.core.carrier.BASE``), its patches relative to that
+            model; None: the model that computes the prefixes.
     """
 
     input_ids: torch.Tensor
@@ -102,6 +106,7 @@ class BatchPlan:
     targets: torch.Tensor | None = None
     top_k: int = 0
     prefix: SharedPrefix | None = None
+    step_model: str | None = None
 
 
 @dataclass
@@ -163,8 +168,21 @@ def resolve_rows(
 
 
 def _resolve(arch: Architecture, row: GraftRow) -> ResolvedGraft:
-    spans = {k: list(v) for k, v in row.spans.items()}
-    return row.spec.resolve(arch, len(row.input_ids), spans, row.prompt_length)
+    spec, length, spans, prompt_length = _layout_key(row)
+    return _resolved(spec, arch, length, spans, prompt_length)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved(
+    spec: GraftSpec,
+    arch: Architecture,
+    length: int,
+    spans: tuple[tuple[str, tuple[int, ...]], ...],
+    prompt_length: int | None,
+) -> ResolvedGraft:
+    """A spec resolved on a prompt shape, kept for the next rows and calls of that shape (a
+    resolved graft is never changed in place: routing makes new ones)."""
+    return spec.resolve(arch, length, {k: list(v) for k, v in spans}, prompt_length)
 
 
 def _site_order(arch: Architecture) -> list[tuple[str, Site | None]]:
@@ -186,6 +204,11 @@ class _Padded:
     last_index: torch.Tensor
 
 
+def _id_list(ids: Sequence[int]) -> list[int]:
+    """A row's token ids as a list of ints (a tensor's too)."""
+    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(i) for i in ids]
+
+
 def _pad(rows: Sequence[GraftRow], pad_id: int, padding_side: str) -> _Padded:
     """Pad the rows' ids to one width; positions count from each prompt's first token."""
     if padding_side not in ("left", "right"):
@@ -193,18 +216,21 @@ def _pad(rows: Sequence[GraftRow], pad_id: int, padding_side: str) -> _Padded:
     lengths = [len(r.input_ids) for r in rows]
     if min(lengths) < 1:
         raise SpecError("a prompt has no tokens")
-    batch, width = len(rows), max(lengths)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    position_ids = torch.zeros((batch, width), dtype=torch.long)
-    offsets = []
-    for i, (row, n) in enumerate(zip(rows, lengths, strict=True)):
-        off = width - n if padding_side == "left" else 0
-        offsets.append(off)
-        input_ids[i, off : off + n] = torch.as_tensor(list(row.input_ids), dtype=torch.long)
-        attention_mask[i, off : off + n] = 1
-        position_ids[i, off : off + n] = torch.arange(n)
-    last_index = torch.tensor([o + n - 1 for o, n in zip(offsets, lengths, strict=True)])
+    width = max(lengths)
+    left = padding_side == "left"
+    offsets = [width - n if left else 0 for n in lengths]
+    # one tensor from Python lists, then masks by comparison: no per-row tensor writes
+    pads = [[pad_id] * (width - n) for n in lengths]
+    given = [_id_list(r.input_ids) for r in rows]
+    ids = [p + g if left else g + p for g, p in zip(given, pads, strict=True)]
+    input_ids = torch.tensor(ids, dtype=torch.long)
+    n = torch.tensor(lengths, dtype=torch.long)[:, None]
+    off = torch.tensor(offsets, dtype=torch.long)[:, None]
+    position_ids = torch.arange(width, dtype=torch.long)[None, :] - off
+    inside = (position_ids >= 0) & (position_ids < n)
+    attention_mask = inside.long()
+    position_ids = position_ids.masked_fill_(~inside, 0)
+    last_index = (off + n - 1).squeeze(1)
     return _Padded(input_ids, attention_mask, position_ids, offsets, last_index)
 
 
@@ -215,14 +241,15 @@ class _Layout:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[list[int], dict[int, list[int]]]] = {}
-        #: (the key index it was made for, its flat form): :func:`graft.core.masks._flat`
-        self.flat: tuple[KeyIndex, FlatLayout] | None = None
+        #: its marks with positions sorted and distinct (:func:`graft.core.masks._normal`)
+        self.normal: dict[tuple[tuple[str, str], int | None], Positions] | None = None
 
     def add(self, key: tuple[str, str], slice_index: int | None, positions: Sequence[int]) -> None:
         pos, slices = self.entries.setdefault(key, ([], {}))
         pos.extend(positions)
         if slice_index is not None:
             slices.setdefault(slice_index, []).extend(positions)
+        self.normal = None
 
 
 def _row_layout(
@@ -270,7 +297,6 @@ class LayoutCache:
 
     def __init__(self, max_cells: int = 2_000_000) -> None:
         self.max_cells = max_cells
-        self.keys = KeyIndex()  # the numbers of the layouts' flat forms (module, donor)
         #: what else the planner derives from a row's graft alone, by (what, layout key)
         #: (e.g. a shared prefix's signature); cleared when it holds :data:`MEMO_ENTRIES`
         self.memo: dict[tuple[str, LayoutKey], object] = {}
@@ -326,7 +352,7 @@ def _mark_all(
             layouts.put(key, layout)
         row_layouts.append(layout)
     shape = tuple(padded.input_ids.shape)
-    return mask_entries(row_layouts, padded.offsets, shape, layouts.keys)
+    return mask_entries(row_layouts, padded.offsets, shape)
 
 
 def _fused_slices(entry: Entry) -> list[tuple[int, torch.Tensor]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -218,6 +218,8 @@ def prefix_plans(
     targets: torch.Tensor | None = None,
     top_k: int = 0,
     kept: tuple[LayoutCache, LayoutCache] | None = None,
+    steps_on: Mapping[int, tuple[str, ResolvedGraft]] | None = None,
+    step_layouts: Callable[[str], LayoutCache] | None = None,
 ) -> list[tuple[list[int], BatchPlan]]:
     """(row indices, step plan) for the rows ``indices`` (``resolved`` holds each row's graft
     on the model that runs it). Rows are keyed by prompt and :func:`prefix_signature`: one
@@ -230,8 +232,20 @@ def prefix_plans(
     rows), so that the step's matrix products are wide enough to run efficiently and every
     weight is read once per step. ``kept``: the steps' and the prefixes' row layouts
     kept from earlier calls (:mod:`graft.core.plan_cache`); what is derived from a row's
-    graft alone (its prefix signature and graft) is kept with the steps' layouts."""
+    graft alone (its prefix signature and graft) is kept with the steps' layouts.
+    ``steps_on``: rows whose step another model runs (``graft.core.routing``'s
+    ``_Routes.steps``), each (its name, the step's graft there); a step's rows are split by
+    the model that runs them (:attr:`BatchPlan.step_model`), their layouts kept in
+    ``step_layouts(name)``."""
     layouts, prefix_layouts = kept if kept is not None else (LayoutCache(), LayoutCache())
+    moved = steps_on or {}
+    own_layouts: dict[str, LayoutCache] = {}
+
+    def layouts_on(model: str) -> LayoutCache:
+        if step_layouts is not None:
+            return step_layouts(model)
+        return own_layouts.setdefault(model, LayoutCache())
+
     by_key: dict[tuple[tuple[int, ...], Signature], list[int]] = {}
     for i in indices:
         ids = tuple(rows[i].input_ids)
@@ -270,19 +284,25 @@ def prefix_plans(
         longest = max(len(ids) for ids, _ in group)
         per_step = min(size, batch_size * longest)
         for s in range(0, len(order), per_step):
-            part = order[s : s + per_step]
-            idx = [i for _, i in part]
-            full = plan_batch(
-                arch,
-                [rows[i] for i in idx],
-                pad_id=pad_id,
-                resolved=[resolved[i] for i in idx],
-                layouts=layouts,
-            )
-            if targets is not None:
-                full.targets, full.top_k = targets[torch.tensor(idx, dtype=torch.long)], top_k
-            prompt_index = torch.tensor([p for p, _ in part], dtype=torch.long)
-            steps.append((idx, _step_plan(full, prefix, prompt_index, parts)))
+            by_model: dict[str | None, list[tuple[int, int]]] = {}
+            for p, i in order[s : s + per_step]:
+                by_model.setdefault(moved[i][0] if i in moved else None, []).append((p, i))
+            for model, part in by_model.items():
+                idx = [i for _, i in part]
+                full = plan_batch(
+                    arch,
+                    [rows[i] for i in idx],
+                    pad_id=pad_id,
+                    resolved=[resolved[i] if model is None else moved[i][1] for i in idx],
+                    layouts=layouts if model is None else layouts_on(model),
+                )
+                if targets is not None:
+                    full.targets = targets[torch.tensor(idx, dtype=torch.long)]
+                    full.top_k = top_k
+                prompt_index = torch.tensor([p for p, _ in part], dtype=torch.long)
+                step = _step_plan(full, prefix, prompt_index, parts)
+                step.step_model = model
+                steps.append((idx, step))
     return steps
 
 

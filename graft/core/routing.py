@@ -57,12 +57,16 @@ class _Routes:
         prefix: carrier -> rows run as one-token steps on shared prefixes: rows that
             graft only their last token, and rows of one prompt grafting the same cells
             before it.
+        steps: row -> (the model that runs its step, by name, the base as ``BASE``; the
+            step's graft on that model) for a prefix row whose last token another model
+            computes most of (:meth:`_Router.step_on`); other rows step on their carrier.
     """
 
     resolved: list[ResolvedGraft]
     traced: dict[str | None, list[int]] = field(default_factory=dict)
     plain: dict[str, list[int]] = field(default_factory=dict)
     prefix: dict[str | None, list[int]] = field(default_factory=dict)
+    steps: dict[int, tuple[str, ResolvedGraft]] = field(default_factory=dict)
 
 
 def _carriers(arch: Architecture, torch_base: nn.Module, donors, same: set[str]) -> set[str]:
@@ -200,6 +204,33 @@ class _Router:
         moved = relative_to(choice.graft, length, carrier, self.every)
         return without(moved, self.same_models[carrier])
 
+    def step_on(
+        self, res: ResolvedGraft, length: int, carrier: str | None
+    ) -> tuple[str, ResolvedGraft] | None:
+        """For a step of a row grafted ``res`` on ``carrier``: the model that computes most of
+        its last token, by name (the base as ``BASE``), with the step's graft on it, when
+        that is not the carrier (its step then runs there on the carrier's prefix cache:
+        a row that grafts every module at its last token, LT or FE+LT, needs no patch but
+        the head's); else None."""
+        own = BASE if carrier is None else carrier
+        last = length - 1
+        source = {key: res.cells.get(key, {}).get(last, own) for key in self.every}
+        work: dict[str, float] = {}
+        for key, name in source.items():
+            work[name] = work.get(name, 0.0) + self.costs.get(key, 0.0)
+        candidates = {c for c in self.carriers if self.with_cache[c]}
+        if self.with_cache[None]:
+            candidates.add(BASE)
+        best = max(candidates & work.keys() - {own}, key=lambda n: (work[n], n), default=None)
+        if best is None or work[best] <= work.get(own, 0.0):
+            return None
+        cells = {key: {last: name} for key, name in source.items() if name != best}
+        final_norm, unembed = res.final_norm_donor or own, res.unembed_donor or own
+        step = ResolvedGraft(
+            cells, None if final_norm == best else final_norm, None if unembed == best else unembed
+        )
+        return best, without(step, self.same if best == BASE else self.same_models[best])
+
     def choose(self, res: ResolvedGraft, length: int) -> _Choice:
         graft = without(res, self.same)
         choice = _Choice(graft, work_by_model(graft, length, self.costs))
@@ -243,6 +274,15 @@ def route_rows(
     _share_grafted_prefixes(router, rows, choices, routes)
     _join_prefixes(rows, routes)
     _fill_batches(router, rows, choices, routes, batch_size)
+    for carrier, idx in routes.prefix.items():
+        for i in idx:
+            step = memo.remember(
+                f"step on {carrier}",
+                choices[i].key,
+                partial(router.step_on, routes.resolved[i], len(rows[i].input_ids), carrier),
+            )
+            if step is not None:
+                routes.steps[i] = step
     return routes
 
 

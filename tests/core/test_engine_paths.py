@@ -19,7 +19,7 @@ import torch
 import graft.core.executor as executor
 import graft.core.routing as routing
 from graft.core.arch import architecture_of
-from graft.core.carrier import BASE
+from graft.core.carrier import BASE, is_empty
 from graft.core.engine import GraftRow, LocalExecutor, run_grafts
 from graft.core.plan import resolve_rows
 from graft.core.prefix import CACHE_ARGUMENTS
@@ -118,13 +118,19 @@ class Spy(LocalExecutor):
         super().__init__()
         self.seen = []  # plans: (on a donor, a step on shared prefixes, grafted)
         self.prefixes = []  # prefix forwards: (on a donor, "plain" or "grafted")
+        self.moved_steps = []  # steps run on another model than their prefixes: on a donor
 
     def run_plan(self, base, donors, plan):
-        self.seen.append((BASE in donors, plan.prefix is not None, bool(plan.patches)))
+        runner = base if plan.step_model is None else donors[plan.step_model]
+        on_donor = BASE in donors and runner is not donors[BASE]
+        self.seen.append((on_donor, plan.prefix is not None, bool(plan.patches)))
+        if plan.step_model is not None:
+            self.moved_steps.append(on_donor)
         return super().run_plan(base, donors, plan)
 
     def _one_cache(self, base, donors, prefix, device):
-        self.prefixes.append((BASE in donors, "grafted" if prefix.patches else "plain"))
+        on_donor = BASE in donors and base is not donors[BASE]
+        self.prefixes.append((on_donor, "grafted" if prefix.patches else "plain"))
         return super()._one_cache(base, donors, prefix, device)
 
 
@@ -145,8 +151,8 @@ def test_every_local_path_matches_the_reference(setup, family, tied, padding_sid
     splits = []
     original = executor.split_modules
 
-    def spy_split(torch_model, batch):
-        found = original(torch_model, batch)
+    def spy_split(torch_model, batch, table=None):
+        found = original(torch_model, batch, table)
         splits.append(len(found))
         return found
 
@@ -159,6 +165,9 @@ def test_every_local_path_matches_the_reference(setup, family, tied, padding_sid
     kinds = set(spy.seen)
     assert {(False, True, True), (True, True, True), (True, False, True)} <= kinds
     assert set(spy.prefixes) == {(d, k) for d in (False, True) for k in ("plain", "grafted")}
+    # steps whose last token another model computes ran there: a donor on the base's
+    # prefixes (LT) and the base on a donor's (LT^C)
+    assert set(spy.moved_steps) == {False, True}
     assert any(splits)
     # and the reference is not trivially met: on every prompt every graft moves the logits
     per_prompt = refs.view(len(LENGTHS), len(SPECS), -1)
@@ -349,6 +358,34 @@ def test_which_model_carries_a_row():
     assert {p for cell in on_donor.cells.values() for p in cell} == {1, 2}
     assert {d for cell in on_donor.cells.values() for d in cell.values()} == {BASE}
     assert on_donor.final_norm_donor == BASE and on_donor.unembed_donor == BASE
+
+
+def test_a_step_runs_on_the_model_that_computes_its_last_token():
+    """LT grafts every module at the last token: its step is the donor's own over the base's
+    prefix cache, the base's head grafted back; LT^C's is the base's over the donor's. A
+    graft of some modules there stays on its carrier."""
+    base = tiny_model("llama", seed=0)
+    donors = {"sft": perturbed_copy(base, seed=1)}
+    arch = architecture_of(base)
+    specs = ["none", "LT:all:all", "LT:all:attn", "LT:all:all; head=donor", "LT^C:all:all"]
+    rows = prompt_rows(specs, lengths=(9, 6))
+    resolved = resolve_rows(arch, rows, donors)
+    routes = routing.route_rows(arch, base, rows, resolved, donors, set(), batch_size=8)
+    for prompt in (0, len(specs)):
+        assert set(routes.steps) & set(range(prompt, prompt + len(specs))) == {
+            prompt + 1,
+            prompt + 3,
+            prompt + 4,
+        }
+        model, step = routes.steps[prompt + 1]  # LT: the base's head, nothing else grafted
+        assert model == "sft" and not step.cells
+        assert step.final_norm_donor == step.unembed_donor == BASE
+        assert routes.steps[prompt + 3][0] == "sft" and is_empty(routes.steps[prompt + 3][1])
+        assert routes.steps[prompt + 4][0] == BASE and is_empty(routes.steps[prompt + 4][1])
+    spy = Spy()
+    out = run_grafts(base, donors, rows, batch_size=8, executor=spy)
+    assert set(spy.moved_steps) == {False, True}
+    assert (out - reference(base, donors, arch, rows)).abs().max() <= TOL
 
 
 def test_part_filled_batches_of_two_models_are_merged():

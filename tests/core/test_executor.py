@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import graft.core.trace as trace
+from graft.core.carrier import BASE
 from graft.core.engine import LocalExecutor, run_grafts
 from graft.core.plan import GraftRow
 from graft.core.spec import parse_spec
@@ -69,7 +70,9 @@ def test_a_donor_that_is_the_base_reaches_no_executor(llama):
         executor=executor,
     )
     donors = {p.donor for plan in executor.plans for p in plan.patches}
-    assert donors == {"task"}
+    # 'sft' never: its cells are the base's own. The LT step runs on 'task' (it computes the
+    # whole last token), with only the base's head grafted back, under the base's own name
+    assert donors == {BASE} and {plan.step_model for plan in executor.plans} == {"task"}
 
 
 @pytest.mark.parametrize("mode", ["local", "simulate"])

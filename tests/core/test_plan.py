@@ -111,6 +111,35 @@ def test_plans_equal_the_per_cell_marking(family, padding_side):
         padded = plan_module._pad(rows, 0, padding_side)
         assert plan.patches, "the random specs graft something"
         _same_patches(plan.patches, _reference_patches(arch, resolved, padded))
+        _equal_masks_are_one_tensor(plan.patches)
+
+
+def _equal_masks_are_one_tensor(patches: list[SitePatch]) -> None:
+    """The executor gathers a module input once per mask object: equal masks must be one."""
+    masks = [p.rows for p in patches]
+    for i, a in enumerate(masks):
+        for b in masks[i + 1 :]:
+            assert (a is b) == torch.equal(a, b)
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_padding_equals_the_row_by_row_writes(padding_side):
+    rng = random.Random(padding_side)
+    rows = [GraftRow([rng.randrange(3, 90) for _ in range(rng.randint(1, 9))]) for _ in range(17)]
+    rows.append(GraftRow(torch.tensor([5, 6, 7])))  # ids given as a tensor
+    padded = plan_module._pad(rows, 2, padding_side)
+    width = max(len(r.input_ids) for r in rows)
+    for i, row in enumerate(rows):
+        n = len(row.input_ids)
+        off = width - n if padding_side == "left" else 0
+        ids = torch.full((width,), 2)
+        ids[off : off + n] = torch.as_tensor(list(row.input_ids))
+        assert torch.equal(padded.input_ids[i], ids)
+        assert padded.attention_mask[i].tolist() == [int(off <= j < off + n) for j in range(width)]
+        expected = [j - off if off <= j < off + n else 0 for j in range(width)]
+        assert padded.position_ids[i].tolist() == expected
+        assert padded.offsets[i] == off and int(padded.last_index[i]) == off + n - 1
+    assert padded.input_ids.dtype == padded.attention_mask.dtype == torch.long
 
 
 def test_layout_cache_drops_the_oldest_beyond_its_budget():
