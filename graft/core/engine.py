@@ -217,8 +217,7 @@ def _local_jobs(
         batches = [step_rows for step_rows, _ in steps]
         plans = (plan for _, plan in steps)
         # every model by name: a step may run on another model than the prefixes' carrier
-        runner = base if carrier is None else donors[carrier]
-        jobs.append((batches, executor.run(runner, on_donor, plans)))
+        jobs.append((batches, executor.run(carried_by(carrier)[0], on_donor, plans)))
     return jobs
 
 

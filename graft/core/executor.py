@@ -51,7 +51,8 @@ def module_table(model: nn.Module) -> dict[str, nn.Module]:
 
 
 def _tables_once() -> Callable[[nn.Module], ModuleTable]:
-    """A :func:`module_table` lookup that walks each model's tree once."""
+    """A :func:`module_table` lookup that walks each model's tree once (it holds the models
+    it has seen, so their ids stay theirs)."""
     tables: dict[int, tuple[nn.Module, ModuleTable]] = {}
 
     def table_of(model: nn.Module) -> ModuleTable:
@@ -132,13 +133,13 @@ class LocalExecutor:
         self.hooks = hooks
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
-        #: id(model) -> (model, :func:`module_table`), while :meth:`run` runs
-        self._tables: dict[int, tuple[nn.Module, ModuleTable]] | None = None
+        #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
+        self._tables: Callable[[nn.Module], ModuleTable] | None = None
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
-        self._tables = {}  # the models' module trees are walked once per run, not per batch
+        self._tables = _tables_once()  # each model's tree walked once per run, not per batch
         try:
             for plan in plans:
                 yield self.run_plan(base, donors, plan)
@@ -149,12 +150,7 @@ class LocalExecutor:
     def _table(self, model: nn.Module) -> ModuleTable:
         """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
         tables = getattr(self, "_tables", None)  # subclasses may skip __init__
-        if tables is None:
-            return module_table(model)
-        hit = tables.get(id(model))
-        if hit is None or hit[0] is not model:
-            hit = tables[id(model)] = (model, module_table(model))
-        return hit[1]
+        return module_table(model) if tables is None else tables(model)
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
         """Logits [batch, vocab] at each row's last token, on the base's device. A step with a
@@ -185,15 +181,17 @@ class LocalExecutor:
         ``hooks`` in one plain forward with grafted module forwards."""
         mods = donor_modules(donors, batch.patches, self._table)
         split = None
+        torch_model = unwrap(base)
         if getattr(self, "shortcuts", True):
-            split = split_modules(unwrap(base), batch, self._table(unwrap(base)))
+            table = self._table(torch_model)
+            split = split_modules(torch_model, batch, table)
             interned = _MaskInterner()
             for patch in batch.patches:  # flat indices: gathers that need no mask scan
                 patch.rows, patch.cells = interned(patch.rows)
             for path, (module, keep, _) in split.items():
                 split[path] = (module, *interned(keep))
         if split is not None and getattr(self, "hooks", True):
-            return run_hooked(unwrap(base), batch, mods, split, self._table(unwrap(base)))
+            return run_hooked(torch_model, batch, mods, split, table)
         model = wrap(base)
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods, split).save()  # type: ignore[attr-defined]  # nnsight's
