@@ -25,6 +25,7 @@ is :mod:`graft.core.routing`):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from torch import nn
 from graft.core.arch import Architecture, architecture_of
 from graft.core.carrier import BASE
 from graft.core.executor import Executor, LocalExecutor, donor_modules
+from graft.core.head import DeferredLogits, HeadProducts
 from graft.core.inputs import (
     as_donors,
     as_list,
@@ -132,12 +134,19 @@ def _progress_bar(progress: bool | str, total: int):
 
 
 def _scatter(
-    batches: Sequence[list[int]], results: Iterable[torch.Tensor], n_rows: int, bar
+    batches: Sequence[list[int]],
+    results: Iterable[torch.Tensor | DeferredLogits],
+    n_rows: int,
+    bar,
 ) -> torch.Tensor:
     """Per-batch logits into one [n_rows, vocab] CPU tensor in input order (float32, or
-    float64 for a float64 model)."""
+    float64 for a float64 model); the logits of batches that kept their head's inputs
+    (:class:`graft.core.head.DeferredLogits`) computed after the last batch, into it."""
     out: torch.Tensor | None = None
+    products = HeadProducts()
     for idx, logits in zip(batches, results, strict=True):
+        if isinstance(logits, DeferredLogits):
+            logits = products(logits)  # valid until the next batch's: copied below
         if logits.dtype != torch.float64:
             logits = logits.float()
         logits = logits.cpu()
@@ -300,8 +309,16 @@ def run_grafts(
     all_batches = [idx for batches, _ in jobs for idx in batches]
     results = [result for _, result in jobs]
     bar = _progress_bar(progress, len(rows))
+    # grafted batches hand over their head's inputs where they can (graft.core.head): their
+    # logits are computed into one buffer, not a fresh allocation per batch
+    deferring = (
+        executor.deferring_head()
+        if isinstance(executor, LocalExecutor) and targets is None
+        else contextlib.nullcontext()
+    )
     try:
-        out = _scatter(all_batches, itertools.chain(*results), len(rows), bar)
+        with deferring:
+            out = _scatter(all_batches, itertools.chain(*results), len(rows), bar)
     finally:
         if bar is not None:
             bar.close()

@@ -6,6 +6,7 @@ Both run the same trace code (:mod:`graft.core.trace`), so they give the same nu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -13,6 +14,12 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
+from graft.core.head import (
+    DeferredLogits,
+    HeadOutputChanged,
+    deferrable_head,
+    note_head_changed,
+)
 from graft.core.hooked import run_hooked
 from graft.core.plan import BatchPlan, SharedPrefix, SitePatch
 from graft.core.prefix import (
@@ -135,10 +142,12 @@ class LocalExecutor:
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
         #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
         self._tables: Callable[[nn.Module], ModuleTable] | None = None
+        #: grafted batches yield their head's inputs (:meth:`deferring_head`)
+        self._defer_head = False
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
-    ) -> Iterator[torch.Tensor]:
+    ) -> Iterator[torch.Tensor | DeferredLogits]:
         self._tables = _tables_once()  # each model's tree walked once per run, not per batch
         try:
             for plan in plans:
@@ -146,6 +155,18 @@ class LocalExecutor:
         finally:
             self._kept_prefix = None  # the last prefixes' cache
             self._tables = None
+
+    @contextlib.contextmanager
+    def deferring_head(self) -> Iterator[None]:
+        """Within the block, a grafted plan whose head can be computed after it
+        (:mod:`graft.core.head`) yields its rows' head inputs (:class:`DeferredLogits`)
+        instead of logits: for a consumer that computes them, as :func:`run_grafts` does."""
+        before = getattr(self, "_defer_head", False)
+        self._defer_head = True
+        try:
+            yield
+        finally:
+            self._defer_head = before
 
     def _table(self, model: nn.Module) -> ModuleTable:
         """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
@@ -167,7 +188,31 @@ class LocalExecutor:
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
-        return self._traced(runner, donors, batch)
+        head = self._head_after(torch_model, batch)
+        if head is None:
+            return self._traced(runner, donors, batch)
+        try:
+            hidden = self._traced(runner, donors, batch, head)
+            return DeferredLogits(hidden.clone(), head)  # not a view of the whole batch
+        except HeadOutputChanged:
+            note_head_changed(torch_model)
+            return self.run_plan(base, donors, plan)  # now per batch, on fresh inputs
+
+    def _head_after(self, torch_model: nn.Module, batch) -> nn.Linear | None:
+        """The head of ``torch_model`` when ``batch``'s logits are computed after the batches
+        (in :meth:`deferring_head`; the hooked path; logits, not metrics; the last position
+        only; a head the batch does not graft): else None."""
+        if not getattr(self, "_defer_head", False) or batch.targets is not None:
+            return None
+        if "logits_to_keep" not in batch.inputs:  # the model's head sees every position
+            return None
+        if not (getattr(self, "shortcuts", True) and getattr(self, "hooks", True)):
+            return None
+        head = deferrable_head(torch_model)
+        if head is None:
+            return None
+        table = self._table(torch_model)
+        return None if any(table.get(p.path) is head for p in batch.patches) else head
 
     def trace_parts(
         self, base, donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
@@ -176,9 +221,12 @@ class LocalExecutor:
         (the shortcuts do not apply to a user's trace)."""
         return TraceParts(wrap(base), model_device(unwrap(base)), donor_modules(donors, patches))
 
-    def _traced(self, base, donors: Mapping[str, nn.Module | None], batch) -> torch.Tensor:
+    def _traced(
+        self, base, donors: Mapping[str, nn.Module | None], batch, head: nn.Module | None = None
+    ) -> torch.Tensor:
         """``batch`` (:func:`graft.core.trace.trace_batch`) in one trace of ``base``, or with
-        ``hooks`` in one plain forward with grafted module forwards."""
+        ``hooks`` in one plain forward with grafted module forwards (``head``: the rows' input
+        to it instead of logits, :func:`graft.core.hooked.run_hooked`; hooked path only)."""
         mods = donor_modules(donors, batch.patches, self._table)
         split = None
         torch_model = unwrap(base)
@@ -191,7 +239,7 @@ class LocalExecutor:
             for path, (module, keep, _) in split.items():
                 split[path] = (module, *interned(keep))
         if split is not None and getattr(self, "hooks", True):
-            return run_hooked(torch_model, batch, mods, split, table)
+            return run_hooked(torch_model, batch, mods, split, table, head)
         model = wrap(base)
         with torch.no_grad(), model.trace(**batch.inputs):
             logits = graft_batch(model, batch, mods, split).save()  # type: ignore[attr-defined]  # nnsight's

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graft.core.head import check_unchanged, head_inputs
 from graft.core.trace import (
     DonorModules,
     OwnCells,
@@ -95,12 +96,21 @@ def run_hooked(
     donor_modules: DonorModules,
     split: Mapping[str, OwnCells] | None = None,
     table: Mapping[str, nn.Module] | None = None,
+    head: nn.Module | None = None,
 ) -> torch.Tensor:
     """What :func:`graft.core.trace.graft_batch` returns for ``batch``, computed by one plain
     forward of ``model`` with :func:`grafted_forwards` (``table``: its modules by path, if
-    at hand): each row's last-position logits, or with ``batch.targets`` its metrics."""
-    with torch.no_grad(), grafted_forwards(model, batch.patches, donor_modules, split, table):
-        picked = last_logits(model(**batch.inputs).logits, batch)
+    at hand): each row's last-position logits, or with ``batch.targets`` its metrics.
+    ``head``: the model's head, which ``batch`` does not graft: return each row's input to it
+    at the last position instead of its logits (:mod:`graft.core.head`; raises
+    :class:`graft.core.head.HeadOutputChanged` where the model changes the head's output)."""
+    grafted = grafted_forwards(model, batch.patches, donor_modules, split, table)
+    capture = head_inputs(head) if head is not None else contextlib.nullcontext()
+    with torch.no_grad(), grafted, capture as seen:
+        full = model(**batch.inputs).logits
+    if seen is not None:
+        check_unchanged(full, seen)
+    picked = last_logits(full, batch)
     if batch.targets is None:
         return picked
     return row_metrics(picked, batch.targets, batch.top_k)

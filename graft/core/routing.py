@@ -30,6 +30,7 @@ from graft.core.carrier import (
     without,
     work_by_model,
 )
+from graft.core.head import deferrable_head
 from graft.core.inputs import as_donors, model_of
 from graft.core.plan import GraftRow, LayoutCache, _layout_key
 from graft.core.prefix import (
@@ -125,13 +126,16 @@ def engine_path(
     """How :func:`run_grafts` computes rows on these models, for a run's ``config.json``:
     ``executor`` (``local``/``remote``), ``shortcuts`` (each cell computed once, rows routed
     to carriers), ``shared_prefix`` (one-token steps on a shared key/value cache),
-    ``cache_argument`` (the base's forward argument taking that cache) and ``fallbacks``
-    (why a shortcut is off, and what that costs; warned once per cause). ``remote``: a
+    ``cache_argument`` (the base's forward argument taking that cache), ``fallbacks``
+    (why a shortcut is off, and what that costs; warned once per cause) and
+    ``logits_after_batches`` (grafted rows' logits computed by the base's head after the
+    batches, straight into the result: :mod:`graft.core.head`). ``remote``: a
     remote executor runs every row whole on the base by design; ``shortcuts``: the
     :class:`LocalExecutor`'s option."""
     if remote:
         return {"executor": "remote", "shortcuts": False, "shared_prefix": False,
-                "cache_argument": None, "fallbacks": []}  # fmt: skip
+                "cache_argument": None, "fallbacks": [],
+                "logits_after_batches": False}  # fmt: skip
     models = {"base": unwrap(model_of(base))}
     for name, donor in as_donors(donors or {}).items():
         if donor is not None:
@@ -144,6 +148,7 @@ def engine_path(
         "shared_prefix": shortcuts and not fallbacks,
         "cache_argument": argument,
         "fallbacks": fallbacks,
+        "logits_after_batches": shortcuts and deferrable_head(models["base"]) is not None,
     }
 
 
