@@ -115,6 +115,16 @@ def test_provenance_table_names_command_commit_machine_and_dates(tmp_path):
     assert sources == [out / "provenance.json"]
 
 
+def test_a_benchmarks_checkout_is_read_before_its_table_is_written(tmp_path, monkeypatch):
+    import graft.results.benchmark_tables as benchmark_tables
+
+    table = tmp_path / "results" / "paper_scale.csv"
+    seen = []
+    monkeypatch.setattr(benchmark_tables, "git_dirty", lambda: seen.append(table.exists()))
+    write_benchmark_table(table.parent, "paper_scale", [{"a": 1}], "python -m benchmarks.x")
+    assert seen == [False] and table.exists()
+
+
 def test_provenance_of_a_legacy_folder_says_what_was_not_recorded(tmp_path):
     import json
 

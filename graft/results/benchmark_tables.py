@@ -58,6 +58,8 @@ def write_benchmark_table(
     if owner != key:
         raise ResultsError(f"{out / file} is {owner.replace(':', ' ')}'s; choose another name")
     machine = machine_info(device)
+    # the checkout as the benchmark ran it: before this table changes a tracked file
+    commit, dirty = git_commit(), git_dirty()
     with storage_errors("a benchmark table", out / file):
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / file) as tmp:
@@ -66,8 +68,8 @@ def write_benchmark_table(
         "kind": "benchmark",
         "files": {file: None},
         "command": command,
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
+        "git_commit": commit,
+        "git_dirty": dirty,
         "packages": package_versions(),
         "device": f"cuda ({machine['gpu']})" if machine.get("gpu") else str(device or "cpu"),
         "machine": machine,
