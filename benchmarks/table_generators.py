@@ -318,6 +318,12 @@ SPEED_COLUMNS = (
     ("e3_engine_over_plain", "E3 mix (goal <= 0.4)", "goal_e3"),
     ("peak_over_bound", "peak / bound (goal <= 1)", None),
 )
+#: each column's pass/fail column in the CSV (a value that misses its goal is marked)
+SPEED_PASSES = {
+    "e1_engine_over_plain": "pass_e1",
+    "e3_engine_over_plain": "pass_e3",
+    "peak_over_bound": "pass_peak",
+}
 
 
 @generator(
@@ -352,6 +358,9 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
             values = " / ".join(f"{v:.2f}" for v in part[column])
             if own_goals and goal:
                 values += f" (<= {part[goal][0]:g})"
+            passed = SPEED_PASSES[column]
+            if passed in part.columns and (part[passed] == False).any():  # noqa: E712  # polars
+                values += " **not met**"
             cells.append(values)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), files

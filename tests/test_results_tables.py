@@ -166,9 +166,11 @@ def test_speed_table_keeps_a_proxy_apart_with_its_own_goals(tmp_path):
     common = {"machine": "cpu", "shape": "gpt2-xl", "dtype": "float32", "peak_over_bound": 0.9}
     rows = [
         {**common, "layers": 48, "width": 1600, "params": 1.56e9, "e1_engine_over_plain": 0.97,
-         "e3_engine_over_plain": 0.34, "pass_peak": True, "goal_e1": 1.1, "goal_e3": 0.4},
+         "e3_engine_over_plain": 0.34, "pass_peak": True, "goal_e1": 1.1, "goal_e3": 0.4,
+         "pass_e1": True, "pass_e3": True},
         {**common, "layers": 48, "width": 64, "params": 5.7e6, "e1_engine_over_plain": 1.56,
-         "e3_engine_over_plain": 0.51, "pass_peak": None, "goal_e1": 1.3, "goal_e3": 0.6},
+         "e3_engine_over_plain": 0.51, "pass_peak": None, "goal_e1": 1.3, "goal_e3": 0.6,
+         "pass_e1": False, "pass_e3": True},
     ]  # fmt: skip
     pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
     table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
@@ -179,8 +181,8 @@ def test_speed_table_keeps_a_proxy_apart_with_its_own_goals(tmp_path):
         "| 0.90 |"
     )
     assert lines[3] == (
-        "| cpu | gpt2-xl (48 layers x d 64, 0.01 B) | float32 | 1.56 (<= 1.3) | 0.51 (<= 0.6) "
-        "| n/a |"
+        "| cpu | gpt2-xl (48 layers x d 64, 0.01 B) | float32 | 1.56 (<= 1.3) **not met** | "
+        "0.51 (<= 0.6) | n/a |"
     )
 
 
