@@ -159,7 +159,7 @@ def _scatter(
     return out if out is not None else torch.empty((0, 0))
 
 
-Job = tuple[list[list[int]], Iterator[torch.Tensor]]
+Job = tuple[list[list[int]], Iterator[torch.Tensor | DeferredLogits]]
 
 
 def _step_layouts(
@@ -297,23 +297,23 @@ def run_grafts(
     planning: dict[str, Any] = dict(
         pad_id=pad_id, padding_side=padding_side, targets=targets, top_k=top_k
     )
-    executor = executor or LocalExecutor()
-    if isinstance(executor, LocalExecutor) and getattr(executor, "shortcuts", True):
+    runner: Executor = executor or LocalExecutor()
+    if isinstance(runner, LocalExecutor) and getattr(runner, "shortcuts", True):
         jobs = _local_jobs(
-            executor, base, donors, arch, rows, resolved, same, batch_size, sort_by_length, planning
+            runner, base, donors, arch, rows, resolved, same, batch_size, sort_by_length, planning
         )
     else:  # every row grafted whole on the base, as planned (as a remote executor does)
         batches = _batches(rows, batch_size, sort_by_length)
         plans = _plans(arch, rows, resolved, batches, skip=same, **planning)
-        jobs = [(batches, executor.run(base, donors, plans))]
+        jobs = [(batches, runner.run(base, donors, plans))]
     all_batches = [idx for batches, _ in jobs for idx in batches]
     results = [result for _, result in jobs]
     bar = _progress_bar(progress, len(rows))
     # grafted batches hand over their head's inputs where they can (graft.core.head): their
     # logits are computed into one buffer, not a fresh allocation per batch
     deferring = (
-        executor.deferring_head()
-        if isinstance(executor, LocalExecutor) and targets is None
+        runner.deferring_head()
+        if isinstance(runner, LocalExecutor) and targets is None
         else contextlib.nullcontext()
     )
     try:

@@ -40,12 +40,14 @@ class Executor(Protocol):
     (for a plan with ``targets``: its rows' metrics, :func:`graft.core.trace.row_metrics`).
 
     ``donors`` maps each donor name to its model, or to ``None`` where the executor needs no
-    weights (a server that holds the donors).
+    weights (a server that holds the donors). A :class:`LocalExecutor` yields a grafted
+    plan's head inputs (:class:`graft.core.head.DeferredLogits`) instead of logits, inside
+    its :meth:`LocalExecutor.deferring_head` block only.
     """
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
-    ) -> Iterator[torch.Tensor]: ...
+    ) -> Iterator[torch.Tensor | DeferredLogits]: ...
 
 
 ModuleTable = Mapping[str, nn.Module]

@@ -93,7 +93,7 @@ def head_inputs(head: nn.Module) -> Iterator[list[torch.Tensor]]:
         seen.append(x)
         return x
 
-    head.forward = forward  # type: ignore[method-assign]  # set on the instance for the block
+    head.forward = forward  # set on the instance for the block
     try:
         yield seen
     finally:
