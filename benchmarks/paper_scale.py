@@ -6,12 +6,15 @@ Run from the repository root::
 
     python -m benchmarks.paper_scale [--shapes gpt2-xl,llama3.2-1b] [--dtypes float32,bfloat16]
         [--prompts 12] [--batch-size 16] [--repeats 2] [--layers N] [--width D]
-        [--device cpu|cuda] [--tokenizer PATH] [--json out.json] [--out results/NAME]
+        [--threads N] [--device cpu|cuda] [--tokenizer PATH] [--json out.json]
+        [--out results/NAME]
 
 The host-bound proxy (``--width 64``, shapes at their own depth, e.g. ``--shapes
 gpt2-xl:48,llama3.2-1b:16``): the same depths at a hidden size of 64, where a plain forward
-is almost all per-operation host work, as a GPU forward of short rows is; its goals are E1
-<= 1.3 and E3 <= 0.6, and it has no memory goal (its peak is the interpreter's).
+is almost all per-operation host work, as a GPU forward of short rows is; it runs on one
+thread unless ``--threads`` says otherwise (the one host thread that drives a GPU); its
+goals are E1 <= 1.3 and E3 <= 0.6, and it has no memory goal (its peak is the
+interpreter's).
 
 Each (shape, dtype) runs in a child process of its own, so that its memory is measured alone.
 The workload is :mod:`benchmarks.real_model`'s (:mod:`benchmarks.workload`): headline prompts
@@ -253,6 +256,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a narrow model of this hidden size: the host-bound proxy (goals E1 <= 1.3, E3 <= 0.6)",
     )
     ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: 1 with --width, where one thread stands for the host "
+        "thread that drives a GPU; else torch's default)",
+    )
+    ap.add_argument(
         "--paper-examples", type=int, default=0, help="FE+LT examples for the paper's routine"
     )
     ap.add_argument(
@@ -291,6 +301,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error("--layers must be at least 1")
     if args.width is not None and (args.width < PROXY_HEAD_DIM or args.width % PROXY_HEAD_DIM):
         ap.error(f"--width must be a multiple of {PROXY_HEAD_DIM}, such as 64")
+    if args.threads is None and args.width is not None:
+        args.threads = 1
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be at least 1")
     if not 0 <= args.paper_examples <= args.prompts:
         ap.error("--paper-examples must be between 0 and --prompts")
     if args.device is None:
@@ -321,12 +335,16 @@ def _child_argv(args: argparse.Namespace, shape: str, dtype: str, out: Path) -> 
         argv += ["--width", str(args.width)]
     if args.tokenizer is not None:
         argv += ["--tokenizer", args.tokenizer]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
     return argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.threads is not None:  # here and in each child: the provenance records this one
+        torch.set_num_threads(args.threads)
     combos = [(s, d) for s in args.shapes for d in args.dtypes]
     results: list[dict] = []
     if len(combos) == 1:
@@ -382,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "repeats": args.repeats,
                 "shapes": args.shapes,
                 "dtypes": args.dtypes,
+                "threads": torch.get_num_threads(),
             },
         )
         print(f"wrote {path} and its provenance")

@@ -94,7 +94,12 @@ def test_the_host_bound_proxy_narrows_a_paper_shape_at_its_depth():
     args = paper_scale.parse_args(["--shapes", "gpt2-xl:48,llama3.2-1b:16", "--width", "64"])
     assert args.shapes == ["gpt2-xl", "llama3.2-1b"]
     assert args.depths == {"gpt2-xl": 48, "llama3.2-1b": 16}
-    for bad in (["--shapes", "gpt2-xl:x"], ["--width", "60"]):
+    assert args.threads == 1  # the proxy: one host thread, unless asked
+    assert paper_scale.parse_args(["--width", "64", "--threads", "2"]).threads == 2
+    assert paper_scale.parse_args([]).threads is None  # torch's default at real widths
+    child = paper_scale._child_argv(args, "gpt2-xl", "float32", paper_scale.Path("x.json"))
+    assert child[child.index("--threads") + 1] == "1"
+    for bad in (["--shapes", "gpt2-xl:x"], ["--width", "60"], ["--threads", "0"]):
         with pytest.raises(SystemExit) as info:
             paper_scale.parse_args(bad)
         assert info.value.code == 2
