@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from graft.errors import SlowPathWarning
+
 #: config attributes of transformers models that change the logits after the head's product
 _AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 #: model classes whose forward was seen to change the head's output (warned once each)
@@ -75,8 +77,10 @@ def note_head_changed(torch_model: nn.Module) -> None:
     if name not in _changed:
         _changed.add(name)
         warnings.warn(
-            f"graft: {name}'s forward changes its head's output; its logits are computed per "
-            "batch (the same numbers, a copy of each batch's logits more)",
+            f"graft: {name}'s forward changes its head's output, so its grafted batches' "
+            "logits come from its own forward: the same numbers, a fresh logits tensor per "
+            "batch (slower on the CPU)",
+            SlowPathWarning,
             stacklevel=3,
         )
 

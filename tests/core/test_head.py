@@ -15,6 +15,7 @@ from graft.core.engine import GraftRow, LocalExecutor, engine_path, run_grafts
 from graft.core.head import DeferredLogits, HeadProducts, deferrable_head
 from graft.core.spec import parse_spec
 from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from graft.errors import SlowPathWarning
 from tests.fast_tier import slow_except
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,7 +141,7 @@ def test_a_model_that_changes_its_heads_output_is_found_and_warned_once(
     donors = {"sft": perturbed_copy(tiny_model("llama", seed=0), seed=1)}
     rows = _rows()
     assert deferrable_head(base) is not None  # nothing in its config says so
-    with pytest.warns(UserWarning, match="changes its head's output"):
+    with pytest.warns(SlowPathWarning, match="changes its head's output"):
         out = run_grafts(base, donors, rows, batch_size=4)
     assert torch.equal(out, _per_batch(monkeypatch, base, donors, rows, batch_size=4))
     assert deferrable_head(base) is None and not counted
