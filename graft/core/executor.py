@@ -14,6 +14,8 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
+from graft.core.arch import family_of
+from graft.core.depth_share import expanding_from, shared_depth
 from graft.core.head import (
     DeferredLogits,
     HeadOutputChanged,
@@ -25,6 +27,7 @@ from graft.core.plan import BatchPlan, SharedPrefix, SitePatch
 from graft.core.prefix import (
     cache_argument,
     concat_caches,
+    gathers_per_layer,
     new_cache,
     prefix_cache,
     select_rows,
@@ -135,11 +138,16 @@ class LocalExecutor:
         shortcuts: compute each cell once (exact to rounding); False: the plain one-pass graft.
         hooks: run batches as plain forwards with grafted module forwards (with shortcuts
             only); False: in an nnsight trace.
+        share_depth: a step's rows that are identical up to their first grafted layer run
+            the layers below it once (:mod:`graft.core.depth_share`; hooked path only).
     """
 
-    def __init__(self, shortcuts: bool = True, hooks: bool = True) -> None:
+    def __init__(
+        self, shortcuts: bool = True, hooks: bool = True, share_depth: bool = True
+    ) -> None:
         self.shortcuts = shortcuts
         self.hooks = hooks
+        self.share_depth = share_depth
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
         #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
@@ -182,23 +190,57 @@ class LocalExecutor:
         torch_model = unwrap(runner)
         device = model_device(torch_model)
         batch = trace_batch(plan, torch_model, device)
+        sharing: contextlib.AbstractContextManager = contextlib.nullcontext()
         if plan.prefix is not None:  # the prefixes are the base's, whoever runs the step
             cache = self._prefix_cache(base, donors, plan.prefix, device)
-            batch.inputs[cache_argument(torch_model)] = select_rows(
-                cache, plan.prefix.prompt_index.to(device)
-            )
+            index = plan.prefix.prompt_index.to(device)
+            share = self._shared_depth(torch_model, plan, batch, cache)
+            below = None
+            if share is not None:  # the rows' first layers once per distinct row
+                distinct = share.distinct.to(device)
+                below = (share.layer, index.index_select(0, distinct))
+                for name in ("input_ids", "attention_mask", "position_ids"):
+                    batch.inputs[name] = batch.inputs[name].index_select(0, distinct)
+                layers = torch_model.get_submodule(family_of(torch_model).layers_path)
+                sharing = expanding_from(cast(Sequence[nn.Module], layers), share)
+            batch.inputs[cache_argument(torch_model)] = select_rows(cache, index, below)
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
         head = self._head_after(torch_model, batch)
-        if head is None:
-            return self._traced(runner, donors, batch)
         try:
-            hidden = self._traced(runner, donors, batch, head)
-            return DeferredLogits(hidden.clone(), head)  # not a view of the whole batch
+            with sharing:
+                out = self._traced(runner, donors, batch, head)
         except HeadOutputChanged:
             note_head_changed(torch_model)
             return self.run_plan(base, donors, plan)  # now per batch, on fresh inputs
+        if head is None:
+            return out
+        return DeferredLogits(out.clone(), head)  # not a view of the whole batch
+
+    def _shared_depth(self, torch_model: nn.Module, plan: BatchPlan, batch, cache):
+        """How ``plan``'s step shares its first layers (:mod:`graft.core.depth_share`), on
+        the hooked path with a cache gathered per layer; else None."""
+        if not plan.patches or not (
+            getattr(self, "shortcuts", True) and getattr(self, "hooks", True)
+        ):
+            return None
+        if getattr(self, "share_depth", True) is False or not gathers_per_layer(cache):
+            return None
+        if batch.inputs["input_ids"].shape[1] != 1:
+            return None
+        assert plan.prefix is not None
+        key = torch.stack(
+            [
+                plan.prefix.prompt_index.cpu(),
+                plan.input_ids[:, -1].cpu(),
+                plan.position_ids[:, -1].cpu(),
+            ],
+            dim=1,
+        )
+        family = family_of(torch_model)
+        n_layers = len(cast(Sequence[nn.Module], torch_model.get_submodule(family.layers_path)))
+        return shared_depth(key, [p.path for p in plan.patches], family.layers_path, n_layers)
 
     def _head_after(self, torch_model: nn.Module, batch) -> nn.Linear | None:
         """The head of ``torch_model`` when ``batch``'s logits are computed after the batches

@@ -331,28 +331,40 @@ def prefix_cache(model: nn.Module, prefix: BatchPlan, device: torch.device) -> C
     return cache
 
 
-def select_rows(cache, index: torch.Tensor):
+def gathers_per_layer(cache) -> bool:
+    """Whether :func:`select_rows` gathers ``cache``'s rows layer by layer (plain key/value
+    layers), so that layers may take different rows (its ``below``)."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    lazy = (DynamicLayer, DynamicSlidingWindowLayer)
+    return all(
+        type(layer) in lazy and not getattr(layer, "record_past", False) for layer in cache.layers
+    )
+
+
+def select_rows(cache, index: torch.Tensor, below: tuple[int, torch.Tensor] | None = None):
     """A cache holding ``cache``'s entries for the prompts ``index`` (one per row); ``cache``
     itself is left as it is, so every step of a group starts from the same prefixes.
+    ``below``: ``(layer, other_index)``: the layers below ``layer`` take the prompts
+    ``other_index`` instead (a step that runs them on fewer rows,
+    :mod:`graft.core.depth_share`; needs :func:`gathers_per_layer`).
 
     Plain key/value layers are not copied to the rows up front: each layer gathers its
     prompts' keys and values to the rows when the step reaches it and appends the new token,
     storing nothing (a step is the last forward on its cache), so a step holds one layer's
     rows at a time instead of all of them. Other layer kinds are selected as transformers
     does."""
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-
     selected = copy.copy(cache)
     selected.layers = [copy.copy(layer) for layer in cache.layers]
-    lazy = (DynamicLayer, DynamicSlidingWindowLayer)
-    if any(
-        type(layer) not in lazy or getattr(layer, "record_past", False) for layer in selected.layers
-    ):
+    if not gathers_per_layer(cache):
+        if below is not None:
+            raise ValueError("this cache's layers cannot take different rows")
         selected.batch_select_indices(index)
         return selected
-    for layer in selected.layers:
+    for i, layer in enumerate(selected.layers):
         if layer.get_seq_length() > 0:
-            layer.update = _gathering_update(layer.keys, layer.values, index)
+            rows = below[1] if below is not None and i < below[0] else index
+            layer.update = _gathering_update(layer.keys, layer.values, rows)
     return selected
 
 

@@ -53,8 +53,8 @@ def test_every_family_steps_on_prompt_keys_without_copying_them(family, monkeypa
     lazy = []
     original = executor.select_rows
 
-    def spying(cache, index):
-        selected = original(cache, index)
+    def spying(cache, index, below=None):
+        selected = original(cache, index, below)
         lazy.append(all("update" in vars(layer) for layer in selected.layers))
         return selected
 
