@@ -358,7 +358,7 @@ def select_rows(cache, index: torch.Tensor, below: tuple[int, torch.Tensor] | No
     selected.layers = [copy.copy(layer) for layer in cache.layers]
     if not gathers_per_layer(cache):
         if below is not None:
-            raise ValueError("this cache's layers cannot take different rows")
+            raise ValueError("these cache layers cannot take different rows")  # programming error
         selected.batch_select_indices(index)
         return selected
     for i, layer in enumerate(selected.layers):
