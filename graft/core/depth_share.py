@@ -40,31 +40,34 @@ class SharedDepth:
     expand: torch.Tensor
 
 
-def first_grafted_layer(paths: Sequence[str], layers_path: str, n_layers: int) -> int:
+def first_grafted_layer(
+    paths: Sequence[str], layers_path: str, n_layers: int, after: Sequence[str]
+) -> int:
     """The first decoder layer any of ``paths`` (grafted module paths) lies in: 0 for a module
-    before the layers (an embedding), ``n_layers`` where only modules after them are grafted
-    (the final norm, the head)."""
+    before the layers (an embedding), ``n_layers`` where only modules of ``after`` (the
+    family's final norm and head paths) are grafted."""
     prefix = layers_path + "."
     first = n_layers
     for path in paths:
         if path.startswith(prefix):
             first = min(first, int(path[len(prefix) :].split(".", 1)[0]))
-        elif not _after_layers(path):
+        elif path not in after:
             return 0
     return first
 
 
-def _after_layers(path: str) -> bool:
-    return path.endswith(("norm", "ln_f", "final_layer_norm", "lm_head"))
-
-
 def shared_depth(
-    step_key: torch.Tensor, paths: Sequence[str], layers_path: str, n_layers: int
+    step_key: torch.Tensor,
+    paths: Sequence[str],
+    layers_path: str,
+    n_layers: int,
+    after: Sequence[str],
 ) -> SharedDepth | None:
     """The sharing of a step whose rows are keyed by ``step_key`` [rows, k] (rows with equal
-    keys compute the same thing until a graft) and that grafts ``paths``; None where it
+    keys compute the same thing until a graft) and that grafts ``paths`` (``after``: as for
+    :func:`first_grafted_layer`); None where it
     does not pay (the first layer grafted, or too few repeated rows)."""
-    layer = first_grafted_layer(paths, layers_path, n_layers)
+    layer = first_grafted_layer(paths, layers_path, n_layers, after)
     if not 0 < layer < n_layers or step_key.shape[0] < 2:
         return None  # (past the last layer: nothing of the layer stack expands the rows)
     keys, expand = torch.unique(step_key, dim=0, return_inverse=True)

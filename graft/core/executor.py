@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from graft.core.arch import family_of
-from graft.core.depth_share import expanding_from, shared_depth
+from graft.core.depth_share import SharedDepth, expanding_from, shared_depth
 from graft.core.head import (
     DeferredLogits,
     HeadOutputChanged,
@@ -194,15 +194,15 @@ class LocalExecutor:
         if plan.prefix is not None:  # the prefixes are the base's, whoever runs the step
             cache = self._prefix_cache(base, donors, plan.prefix, device)
             index = plan.prefix.prompt_index.to(device)
-            share = self._shared_depth(torch_model, plan, batch, cache)
+            shared = self._shared_depth(torch_model, plan, batch, cache)
             below = None
-            if share is not None:  # the rows' first layers once per distinct row
+            if shared is not None:  # the rows' first layers once per distinct row
+                share, layers = shared
                 distinct = share.distinct.to(device)
                 below = (share.layer, index.index_select(0, distinct))
                 for name in ("input_ids", "attention_mask", "position_ids"):
                     batch.inputs[name] = batch.inputs[name].index_select(0, distinct)
-                layers = torch_model.get_submodule(family_of(torch_model).layers_path)
-                sharing = expanding_from(cast(Sequence[nn.Module], layers), share)
+                sharing = expanding_from(layers, share)
             batch.inputs[cache_argument(torch_model)] = select_rows(cache, index, below)
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
@@ -218,14 +218,17 @@ class LocalExecutor:
             return out
         return DeferredLogits(out.clone(), head)  # not a view of the whole batch
 
-    def _shared_depth(self, torch_model: nn.Module, plan: BatchPlan, batch, cache):
-        """How ``plan``'s step shares its first layers (:mod:`graft.core.depth_share`), on
-        the hooked path with a cache gathered per layer; else None."""
+    def _shared_depth(
+        self, torch_model: nn.Module, plan: BatchPlan, batch, cache
+    ) -> tuple[SharedDepth, Sequence[nn.Module]] | None:
+        """How ``plan``'s step shares its first layers (:mod:`graft.core.depth_share`) and
+        the model's decoder layers, on the hooked path with a cache gathered per layer; else
+        None."""
         if not plan.patches or not (
             getattr(self, "shortcuts", True) and getattr(self, "hooks", True)
         ):
             return None
-        if getattr(self, "share_depth", True) is False or not gathers_per_layer(cache):
+        if not getattr(self, "share_depth", True) or not gathers_per_layer(cache):
             return None
         if batch.inputs["input_ids"].shape[1] != 1:
             return None
@@ -239,8 +242,11 @@ class LocalExecutor:
             dim=1,
         )
         family = family_of(torch_model)
-        n_layers = len(cast(Sequence[nn.Module], torch_model.get_submodule(family.layers_path)))
-        return shared_depth(key, [p.path for p in plan.patches], family.layers_path, n_layers)
+        layers = cast(Sequence[nn.Module], self._table(torch_model)[family.layers_path])
+        after = (family.final_norm_path, family.unembed_path)
+        paths = [p.path for p in plan.patches]
+        share = shared_depth(key, paths, family.layers_path, len(layers), after)
+        return None if share is None else (share, layers)
 
     def _head_after(self, torch_model: nn.Module, batch) -> nn.Linear | None:
         """The head of ``torch_model`` when ``batch``'s logits are computed after the batches

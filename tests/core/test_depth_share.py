@@ -18,6 +18,8 @@ from tests.fast_tier import slow_except
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: E3-like: component sets at the last token in the upper layers, one row per set and prompt
+#: a Llama-family model's final norm and head paths
+AFTER = ("model.norm", "lm_head")
 SPECS = ["LT:h2:o", "LT:h2:ffn", "LT:h2:o,ffn", "LT:q4:attn", "LT:h2:q", "none"]
 
 
@@ -52,14 +54,19 @@ def test_the_first_grafted_layer():
     layers = "model.layers"
     assert (
         first_grafted_layer(
-            ["model.layers.3.mlp.up_proj", "model.layers.5.self_attn.o_proj"], layers, 8
+            ["model.layers.3.mlp.up_proj", "model.layers.5.self_attn.o_proj"], layers, 8, AFTER
         )
         == 3
     )
-    assert first_grafted_layer(["model.embed_tokens", "model.layers.5.mlp"], layers, 8) == 0
-    assert first_grafted_layer(["model.norm", "lm_head"], layers, 8) == 8
+    assert first_grafted_layer(["model.embed_tokens", "model.layers.5.mlp"], layers, 8, AFTER) == 0
+    assert first_grafted_layer(["model.norm", "lm_head"], layers, 8, AFTER) == 8
     assert (
-        first_grafted_layer(["transformer.ln_f", "transformer.h.2.attn.c_proj"], "transformer.h", 4)
+        first_grafted_layer(
+            ["transformer.ln_f", "transformer.h.2.attn.c_proj"],
+            "transformer.h",
+            4,
+            ("transformer.ln_f", "lm_head"),
+        )
         == 2
     )
 
@@ -67,14 +74,14 @@ def test_the_first_grafted_layer():
 def test_what_shares_and_what_does_not():
     paths = ["model.layers.6.self_attn.o_proj"]
     key = torch.tensor([[0, 7, 5], [1, 9, 4], [0, 7, 5], [1, 9, 4], [0, 7, 5], [1, 9, 4]])
-    share = shared_depth(key, paths, "model.layers", 8)
+    share = shared_depth(key, paths, "model.layers", 8, AFTER)
     assert share is not None and share.layer == 6
     assert share.distinct.tolist() == [0, 1] and share.expand.tolist() == [0, 1, 0, 1, 0, 1]
     assert torch.equal(key[share.distinct][share.expand], key)
-    assert shared_depth(key, ["model.embed_tokens"], "model.layers", 8) is None  # layer 0
-    assert shared_depth(key, ["lm_head"], "model.layers", 8) is None  # past the layers
-    assert shared_depth(key[:3], paths, "model.layers", 8) is None  # 2 distinct of 3 rows
-    assert shared_depth(key[[0, 2]], paths, "model.layers", 8) is None  # one distinct row
+    assert shared_depth(key, ["model.embed_tokens"], "model.layers", 8, AFTER) is None  # layer 0
+    assert shared_depth(key, ["lm_head"], "model.layers", 8, AFTER) is None  # past the layers
+    assert shared_depth(key[:3], paths, "model.layers", 8, AFTER) is None  # 2 distinct of 3 rows
+    assert shared_depth(key[[0, 2]], paths, "model.layers", 8, AFTER) is None  # one distinct row
 
 
 def test_batch_sized_arguments_are_expanded_and_nothing_else():
