@@ -1,0 +1,257 @@
+"""Table makers of the ``results-table`` markers that show a run's per-seed values, several
+metrics side by side, and the kinds of its top-1 tokens: ``seeds``, ``metrics`` and
+``kinds`` (registered in :data:`benchmarks.table_generators.GENERATORS`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from benchmarks._graft_api import provenance_entries, read_csv_table
+from benchmarks.summary_table import TEMPLATES
+from benchmarks.table_generators import (
+    BlockError,
+    _experiment_order,
+    _labelled,
+    _one_folder,
+    generator,
+    shown,
+)
+
+#: the columns of a ``top1_kinds.csv`` in the order the tables show them, with their headers
+KINDS = (
+    ("actor", "actor"),
+    ("actor_or_title", "actor or title"),
+    ("title", "title"),
+    ("punct_function", "punctuation or function word"),
+    ("other", "other"),
+)
+
+
+def _templates(frame: pl.DataFrame) -> list[str]:
+    seen = list(dict.fromkeys(frame["template"]))
+    return [t for t in TEMPLATES if t in seen] + [t for t in seen if t not in TEMPLATES]
+
+
+def _checked_format(form: str) -> str:
+    try:
+        format(0.5, form)
+    except ValueError:
+        raise BlockError(f"format {form}: not a float format") from None
+    return form
+
+
+def _order(keywords: dict[str, str], present: list[str], folders: list[Path], experiment: str):
+    if "grafts" in keywords:
+        order = keywords["grafts"].split(",")
+    else:
+        order = next((o for f in folders if (o := _experiment_order(f, experiment))), None)
+    return [g for g in (order or present) if g in set(present)]
+
+
+def _recorded_seeds(folder: Path, experiment: str = "position") -> list[int]:
+    """The finetune seeds ``folder``'s provenance records for ``experiment`` (none: [])."""
+    entry = dict(provenance_entries(folder)).get(experiment) or {}
+    listed = (entry.get("seeds") or {}).get("finetune_seeds")
+    if listed:
+        return [int(s) for s in listed]
+    # a run of one finetune: the seed its donors were trained with
+    donors = (entry.get("finetuned_models") or {}).values()
+    return sorted({int(d["seed"]) for d in donors if d.get("seed") is not None})
+
+
+def _per_seed_rows(path: Path) -> pl.DataFrame:
+    """The rows of one finetune seed each (a pooled row over seeds dropped)."""
+    summary = read_csv_table(path)
+    if "n_seeds" in summary.columns:
+        summary = summary.filter(pl.col("n_seeds").fill_null(1) <= 1)
+    if "finetune_seed" not in summary.columns:
+        raise BlockError(f"{shown(path)} has no finetune_seed column")
+    return summary.filter(pl.col("finetune_seed").is_not_null())
+
+
+@generator(
+    "seeds",
+    "seeds FOLDER ... [experiment=position] [metric=acc@5] [minus=GRAFT] [format=.2f] "
+    "[grafts=A,B,...]: grafts x templates, each cell the metric per finetune seed (of every "
+    "FOLDER, in seed order) and their mean in parentheses; minus= shows each seed's difference "
+    "from that graft's value",
+    ("experiment", "metric", "minus", "format", "grafts"),
+)
+def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    experiment = keywords.get("experiment", "position")
+    metric = keywords.get("metric", "acc@5")
+    form = _checked_format(keywords.get("format", "+.2f" if "minus" in keywords else ".2f"))
+    folders = [folder for _, folder in _labelled(positional)]
+    files = [folder / f"{experiment}_summary.csv" for folder in folders]
+    for file in files:
+        if not file.is_file():
+            raise BlockError(f"no {shown(file)}")
+    rows = pl.concat([_per_seed_rows(f) for f in files], how="diagonal_relaxed")
+    if metric not in rows.columns:
+        raise BlockError(f"{experiment}_summary.csv has no metric {metric!r}")
+    rows = rows.with_columns(pl.col("finetune_seed").cast(pl.Int64))
+    seeds = sorted(set(rows["finetune_seed"]))
+    if rows.select("template", "graft", "finetune_seed").is_duplicated().any():
+        raise BlockError(f"a finetune seed appears twice among {', '.join(map(shown, folders))}")
+    minus = keywords.get("minus")
+    present = list(dict.fromkeys(rows["graft"]))
+    if minus is not None and minus not in present:
+        raise BlockError(f"minus={minus}: no such graft")
+    order = [g for g in _order(keywords, present, folders, experiment) if g != minus]
+    templates = _templates(rows)
+    lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---|" * len(templates)]
+
+    def values(graft: str, template: str) -> list[float] | None:
+        part = rows.filter((pl.col("graft") == graft) & (pl.col("template") == template))
+        if part.is_empty():
+            return None
+        by_seed = dict(zip(part["finetune_seed"], part[metric], strict=True))
+        if set(by_seed) != set(seeds):
+            raise BlockError(f"{graft} on {template} lacks finetune seeds")
+        return [by_seed[s] for s in seeds]
+
+    for graft in order:
+        cells = []
+        for template in templates:
+            got = values(graft, template)
+            if got is None:
+                cells.append("—")
+                continue
+            if minus is not None:
+                base = values(minus, template)
+                if base is None:
+                    raise BlockError(f"no {minus} row on {template}")
+                got = [g - b for g, b in zip(got, base, strict=True)]
+            mean = sum(got) / len(got)
+            each = " / ".join(format(v, form) for v in got)
+            cells.append(each if len(got) == 1 else f"{each} ({format(mean, form)})")
+        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), files
+
+
+@generator(
+    "metrics",
+    "metrics FOLDER metrics=A,B,... [experiment=position] [formats=.2f,.1f,...] "
+    "[grafts=A,B,...]: one finetune's grafts x metrics, each cell the metric on every template "
+    "(headline / qa / movie)",
+    ("metrics", "experiment", "formats", "grafts"),
+)
+def _metrics(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    folder = _one_folder("metrics", positional)
+    if "metrics" not in keywords:
+        raise BlockError("metrics needs metrics=")
+    experiment = keywords.get("experiment", "position")
+    path = folder / f"{experiment}_summary.csv"
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    rows = _per_seed_rows(path)
+    if len(set(rows["finetune_seed"])) != 1:
+        raise BlockError(f"{shown(path)} holds several finetune seeds: use seeds or summary")
+    metrics = keywords["metrics"].split(",")
+    if missing := [m for m in metrics if m not in rows.columns]:
+        raise BlockError(f"{shown(path)} has no metric {', '.join(missing)}")
+    forms = [
+        _checked_format(f)
+        for f in keywords.get("formats", ",".join(".2f" for _ in metrics)).split(",")
+    ]
+    if len(forms) != len(metrics):
+        raise BlockError(f"{len(forms)} formats for {len(metrics)} metrics")
+    templates = _templates(rows)
+    order = _order(keywords, list(dict.fromkeys(rows["graft"])), [folder], experiment)
+    shown_templates = " / ".join(templates)
+    lines = [
+        "| graft | " + " | ".join(f"{m} {shown_templates}" for m in metrics) + " |",
+        "|---|" + "---|" * len(metrics),
+    ]
+    for graft in order:
+        cells = []
+        for metric, form in zip(metrics, forms, strict=True):
+            values = []
+            for template in templates:
+                row = rows.filter((pl.col("graft") == graft) & (pl.col("template") == template))
+                values.append("—" if row.is_empty() else format(row[metric][0], form))
+            cells.append(" / ".join(values))
+        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), [path]
+
+
+@generator(
+    "kinds",
+    "kinds FOLDER [template=T] [finetune_seed=S] [grafts=A,B,...]: the kinds of the top-1 "
+    "tokens (FOLDER/top1_kinds.csv), rows of each kind out of n; with template=, grafts x "
+    "kinds on that template with each finetune seed's count; without it, grafts x templates "
+    "for one finetune seed, each cell the counts of every kind",
+    ("template", "finetune_seed", "grafts"),
+)
+def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    folder = _one_folder("kinds", positional)
+    path = folder / "top1_kinds.csv"
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    rows = read_csv_table(path)
+    if "finetune_seed" not in rows.columns:  # a run of one finetune: its seed is recorded
+        recorded = _recorded_seeds(folder)
+        if len(recorded) != 1:
+            raise BlockError(f"{shown(path)} has no finetune_seed column and no one recorded seed")
+        rows = rows.with_columns(pl.lit(recorded[0]).alias("finetune_seed"))
+    rows = rows.with_columns(pl.col("finetune_seed").cast(pl.Int64))
+    seeds = sorted(set(rows["finetune_seed"]))
+    if "finetune_seed" in keywords:
+        try:
+            seed = int(keywords["finetune_seed"])
+        except ValueError:
+            raise BlockError(f"finetune_seed={keywords['finetune_seed']}: not a number") from None
+        if seed not in seeds:
+            raise BlockError(f"{shown(path)} has no finetune seed {seed} (it has {seeds})")
+        rows, seeds = rows.filter(pl.col("finetune_seed") == seed), [seed]
+    order = _order(keywords, list(dict.fromkeys(rows["graft"])), [folder], "position")
+
+    def count(graft: str, template: str, kind: str, seed: int) -> int | None:
+        row = rows.filter(
+            (pl.col("graft") == graft)
+            & (pl.col("template") == template)
+            & (pl.col("kind") == kind)
+            & (pl.col("finetune_seed") == seed)
+        )
+        return None if row.is_empty() else int(row["count"][0])
+
+    n = sorted(set(rows["n"]))
+    if "template" in keywords:
+        template = keywords["template"]
+        if template not in set(rows["template"]):
+            raise BlockError(f"{shown(path)} has no template {template}")
+        per = " / ".join(f"seed {s}" for s in seeds)
+        lines = [
+            f"| graft (of {'/'.join(map(str, n))} rows, {per}) | "
+            + " | ".join(h for _, h in KINDS)
+            + " |",
+            "|---|" + "---:|" * len(KINDS),
+        ]
+        for graft in order:
+            cells = []
+            for kind, _ in KINDS:
+                got = [count(graft, template, kind, s) for s in seeds]
+                cells.append("—" if None in got else " / ".join(map(str, got)))
+            if set(cells) != {"—"}:  # a graft the template has no row of (M on qa)
+                lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+        return "\n".join(lines), [path]
+    if len(seeds) != 1:
+        raise BlockError(f"{shown(path)} holds finetune seeds {seeds}: name one (finetune_seed=)")
+    templates = _templates(rows)
+    lines = [
+        "| graft ("
+        + " / ".join(h for _, h in KINDS)
+        + f", of {'/'.join(map(str, n))} rows) | "
+        + " | ".join(templates)
+        + " |",
+        "|---|" + "---:|" * len(templates),
+    ]
+    for graft in order:
+        cells = []
+        for template in templates:
+            got = [count(graft, template, kind, seeds[0]) for kind, _ in KINDS]
+            cells.append("—" if None in got else " / ".join(map(str, got)))
+        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), [path]
