@@ -1,6 +1,7 @@
 """Table makers of the ``results-table`` markers that show a run's per-seed values, several
-metrics side by side, and the kinds of its top-1 tokens: ``seeds``, ``metrics`` and
-``kinds`` (registered in :data:`benchmarks.table_generators.GENERATORS`)."""
+metrics side by side, the kinds of its top-1 tokens and its top tokens: ``seeds``,
+``metrics``, ``kinds`` and ``examples`` (registered in
+:data:`benchmarks.table_generators.GENERATORS`)."""
 
 from __future__ import annotations
 
@@ -254,4 +255,43 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
             got = [count(graft, template, kind, seeds[0]) for kind, _ in KINDS]
             cells.append("—" if None in got else " / ".join(map(str, got)))
         lines.append(f"| {graft} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), [path]
+
+
+@generator(
+    "examples",
+    "examples FOLDER [file=tokens_paper_top_tokens.csv] [k=3]: the first example of each "
+    "template in FOLDER's top-tokens table, each graft's top k next tokens with their "
+    "probabilities and the target's rank (0 = top)",
+    ("file", "k"),
+)
+def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    path = _one_folder("examples", positional) / keywords.get("file", "tokens_paper_top_tokens.csv")
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    try:
+        k = int(keywords.get("k", "3"))
+    except ValueError:
+        raise BlockError(f"k={keywords['k']}: not a whole number") from None
+    rows = read_csv_table(path)
+    need = {"template", "graft", "prompt_id", "rank", "token", "prob", "target_rank", "text"}
+    if missing := sorted(need - set(rows.columns)):
+        raise BlockError(f"{shown(path)} lacks the columns {', '.join(missing)}")
+    lines = [
+        f"| prompt (target) | graft | top {k} next tokens (probability) | target rank |",
+        "|---|---|---|---:|",
+    ]
+    for template in _templates(rows):
+        part = rows.filter(pl.col("template") == template)
+        example = part.filter(pl.col("prompt_id") == part["prompt_id"][0])
+        first = example.row(0, named=True)
+        target = f' ("{first["target_text"]}")' if "target_text" in example.columns else ""
+        label = f'"{first["text"]}"{target}'
+        for graft in dict.fromkeys(example["graft"]):
+            top = example.filter(pl.col("graft") == graft).sort("rank").head(k)
+            tokens = ", ".join(
+                f'"{t}" {p:.2f}' for t, p in zip(top["token"], top["prob"], strict=True)
+            )
+            lines.append(f"| {label} | {graft} | {tokens} | {top['target_rank'][0]} |")
+            label = ""
     return "\n".join(lines), [path]

@@ -1,7 +1,7 @@
 """The named table makers of the ``results-table`` markers (:mod:`benchmarks.results_tables`):
 ``summary``, ``contrasts``, ``provenance``, ``paper``, ``across``, ``lens``, ``csv`` and ``speed``, each reading a results
-folder and returning a markdown table and the files it read (``seeds``, ``metrics`` and
-``kinds`` are in :mod:`benchmarks.run_tables`)."""
+folder and returning a markdown table and the files it read (``seeds``, ``metrics``,
+``kinds`` and ``examples`` are in :mod:`benchmarks.run_tables`)."""
 
 from __future__ import annotations
 

@@ -155,3 +155,29 @@ def test_kinds_of_one_finetune_take_the_seed_its_provenance_records(tmp_path):
     (folder / "provenance.json").write_text(json.dumps(record))
     table, _ = make([str(folder)], {"template": "headline"})
     assert table.splitlines()[0].startswith("| graft (of 4 rows, seed 3) |")
+
+
+def test_examples_shows_the_first_prompt_of_each_template_with_its_top_tokens(tmp_path):
+    rows = [
+        {"template": t, "graft": g, "prompt_id": f"{i}:{t}", "rank": r, "token": f" {g}{r}",
+         "prob": 0.5 / (r + 1), "target_rank": 7 if g == "PRE" else 0,
+         "text": f"prompt {i} {t}", "target_text": " X"}
+        for t in ("movie", "headline")
+        for i in (1, 2)
+        for g in ("PRE", "SFT")
+        for r in (2, 0, 1)
+    ]  # fmt: skip
+    pl.DataFrame(rows).write_csv(tmp_path / "tokens_paper_top_tokens.csv")
+    make = results_tables.GENERATORS["examples"].make
+    table, files = make([str(tmp_path)], {"k": "2"})
+    assert table.splitlines() == [
+        "| prompt (target) | graft | top 2 next tokens (probability) | target rank |",
+        "|---|---|---|---:|",
+        '| "prompt 1 headline" (" X") | PRE | " PRE0" 0.50, " PRE1" 0.25 | 7 |',
+        '|  | SFT | " SFT0" 0.50, " SFT1" 0.25 | 0 |',
+        '| "prompt 1 movie" (" X") | PRE | " PRE0" 0.50, " PRE1" 0.25 | 7 |',
+        '|  | SFT | " SFT0" 0.50, " SFT1" 0.25 | 0 |',
+    ]
+    assert files == [tmp_path / "tokens_paper_top_tokens.csv"]
+    with pytest.raises(BlockError, match="k=x: not a whole number"):
+        make([str(tmp_path)], {"k": "x"})
