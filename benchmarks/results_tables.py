@@ -34,8 +34,8 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks._graft_api import GraftError
 from benchmarks import run_tables  # noqa: F401  # registers its generators
+from benchmarks._graft_api import GraftError
 from benchmarks.table_generators import GENERATORS, ROOT, BlockError, Generator, shown
 
 # the generators and the error as the tests import them from here
