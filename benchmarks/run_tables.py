@@ -10,12 +10,13 @@ from pathlib import Path
 import polars as pl
 
 from benchmarks._graft_api import provenance_entries, read_csv_table
-from benchmarks.summary_table import TEMPLATES
+from benchmarks.summary_table import template_order
 from benchmarks.table_generators import (
     BlockError,
     _experiment_order,
-    _labelled,
-    _one_folder,
+    _files_in,
+    _float_format,
+    _one_file,
     generator,
     shown,
 )
@@ -28,19 +29,6 @@ KINDS = (
     ("punct_function", "punctuation or function word"),
     ("other", "other"),
 )
-
-
-def _templates(frame: pl.DataFrame) -> list[str]:
-    seen = list(dict.fromkeys(frame["template"]))
-    return [t for t in TEMPLATES if t in seen] + [t for t in seen if t not in TEMPLATES]
-
-
-def _checked_format(form: str) -> str:
-    try:
-        format(0.5, form)
-    except ValueError:
-        raise BlockError(f"format {form}: not a float format") from None
-    return form
 
 
 def _order(keywords: dict[str, str], present: list[str], folders: list[Path], experiment: str):
@@ -83,12 +71,9 @@ def _per_seed_rows(path: Path) -> pl.DataFrame:
 def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     experiment = keywords.get("experiment", "position")
     metric = keywords.get("metric", "acc@5")
-    form = _checked_format(keywords.get("format", "+.2f" if "minus" in keywords else ".2f"))
-    folders = [folder for _, folder in _labelled(positional)]
-    files = [folder / f"{experiment}_summary.csv" for folder in folders]
-    for file in files:
-        if not file.is_file():
-            raise BlockError(f"no {shown(file)}")
+    form = _float_format("format", keywords.get("format", "+.2f" if "minus" in keywords else ".2f"))
+    files = _files_in(positional, f"{experiment}_summary.csv")
+    folders = [file.parent for file in files]
     rows = pl.concat([_per_seed_rows(f) for f in files], how="diagonal_relaxed")
     if metric not in rows.columns:
         raise BlockError(f"{experiment}_summary.csv has no metric {metric!r}")
@@ -101,7 +86,7 @@ def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     if minus is not None and minus not in present:
         raise BlockError(f"minus={minus}: no such graft")
     order = [g for g in _order(keywords, present, folders, experiment) if g != minus]
-    templates = _templates(rows)
+    templates = template_order(rows)
     lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---|" * len(templates)]
 
     def values(graft: str, template: str) -> list[float] | None:
@@ -140,13 +125,11 @@ def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     ("metrics", "experiment", "formats", "grafts"),
 )
 def _metrics(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
-    folder = _one_folder("metrics", positional)
     if "metrics" not in keywords:
         raise BlockError("metrics needs metrics=")
     experiment = keywords.get("experiment", "position")
-    path = folder / f"{experiment}_summary.csv"
-    if not path.is_file():
-        raise BlockError(f"no {shown(path)}")
+    path = _one_file("metrics", positional, f"{experiment}_summary.csv")
+    folder = path.parent
     rows = _per_seed_rows(path)
     if len(set(rows["finetune_seed"])) != 1:
         raise BlockError(f"{shown(path)} holds several finetune seeds: use seeds or summary")
@@ -154,12 +137,12 @@ def _metrics(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
     if missing := [m for m in metrics if m not in rows.columns]:
         raise BlockError(f"{shown(path)} has no metric {', '.join(missing)}")
     forms = [
-        _checked_format(f)
+        _float_format("formats", f)
         for f in keywords.get("formats", ",".join(".2f" for _ in metrics)).split(",")
     ]
     if len(forms) != len(metrics):
         raise BlockError(f"{len(forms)} formats for {len(metrics)} metrics")
-    templates = _templates(rows)
+    templates = template_order(rows)
     order = _order(keywords, list(dict.fromkeys(rows["graft"])), [folder], experiment)
     shown_templates = " / ".join(templates)
     lines = [
@@ -187,10 +170,8 @@ def _metrics(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
     ("template", "finetune_seed", "grafts"),
 )
 def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
-    folder = _one_folder("kinds", positional)
-    path = folder / "top1_kinds.csv"
-    if not path.is_file():
-        raise BlockError(f"no {shown(path)}")
+    path = _one_file("kinds", positional, "top1_kinds.csv")
+    folder = path.parent
     rows = read_csv_table(path)
     if "finetune_seed" not in rows.columns:  # a run of one finetune: its seed is recorded
         recorded = _recorded_seeds(folder)
@@ -240,7 +221,7 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         return "\n".join(lines), [path]
     if len(seeds) != 1:
         raise BlockError(f"{shown(path)} holds finetune seeds {seeds}: name one (finetune_seed=)")
-    templates = _templates(rows)
+    templates = template_order(rows)
     lines = [
         "| graft ("
         + " / ".join(h for _, h in KINDS)
@@ -266,9 +247,7 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     ("file", "k"),
 )
 def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
-    path = _one_folder("examples", positional) / keywords.get("file", "tokens_paper_top_tokens.csv")
-    if not path.is_file():
-        raise BlockError(f"no {shown(path)}")
+    path = _one_file("examples", positional, keywords.get("file", "tokens_paper_top_tokens.csv"))
     try:
         k = int(keywords.get("k", "3"))
     except ValueError:
@@ -281,7 +260,7 @@ def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, lis
         f"| prompt (target) | graft | top {k} next tokens (probability) | target rank |",
         "|---|---|---|---:|",
     ]
-    for template in _templates(rows):
+    for template in template_order(rows):
         part = rows.filter(pl.col("template") == template)
         example = part.filter(pl.col("prompt_id") == part["prompt_id"][0])
         first = example.row(0, named=True)

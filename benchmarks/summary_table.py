@@ -20,6 +20,12 @@ import polars as pl
 TEMPLATES = ("headline", "qa", "movie")
 
 
+def template_order(frame: pl.DataFrame) -> list[str]:
+    """The templates of ``frame``'s ``template`` column in the order the tables show them."""
+    seen = list(dict.fromkeys(frame["template"]))
+    return [t for t in TEMPLATES if t in seen] + [t for t in seen if t not in TEMPLATES]
+
+
 def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
     """The table of the run folder ``folder`` (its ``summary.parquet``; grafts in the order
     of its ``config.json``)."""
@@ -57,8 +63,7 @@ def markdown(
         summary = summary.filter(pl.col("n_seeds") > 1)
     present = list(dict.fromkeys(summary["graft"]))
     order = [g for g in (order or present) if g in set(present)]
-    seen = list(dict.fromkeys(summary["template"]))
-    templates = [t for t in TEMPLATES if t in seen] + [t for t in seen if t not in TEMPLATES]
+    templates = template_order(summary)
     lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
     for graft in order:
         cells = []

@@ -58,6 +58,23 @@ def _one_folder(name: str, positional: list[str]) -> Path:
     return _folder(positional[0])
 
 
+def _one_file(name: str, positional: list[str], file: str) -> Path:
+    """The file ``file`` of the one FOLDER ``name`` takes, present."""
+    path = _one_folder(name, positional) / file
+    if not path.is_file():
+        raise BlockError(f"no {shown(path)}")
+    return path
+
+
+def _float_format(key: str, form: str) -> str:
+    """``form`` (the value of the keyword ``key``), where it is a float format."""
+    try:
+        format(0.5, form)
+    except ValueError:
+        raise BlockError(f"{key}={form}: not a float format") from None
+    return form
+
+
 def _labelled(items: list[str]) -> list[tuple[str, Path]]:
     """``LABEL=FOLDER`` or ``FOLDER`` (labelled by its name) arguments."""
     if not items:
@@ -95,11 +112,9 @@ def _experiment_order(folder: Path, experiment: str) -> list[str] | None:
     ("experiment", "metric", "group", "grafts"),
 )
 def _summary(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
-    folder = _one_folder("summary", positional)
     experiment = keywords.get("experiment", "position")
-    path = folder / f"{experiment}_summary.csv"
-    if not path.is_file():
-        raise BlockError(f"no {shown(path)}")
+    path = _one_file("summary", positional, f"{experiment}_summary.csv")
+    folder = path.parent
     summary = read_csv_table(path)
     group = keywords.get("group")
     groups = sorted(set(summary["group"])) if "group" in summary.columns else []
@@ -228,9 +243,7 @@ def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[
     ("position", "layers", "metric", "grafts"),
 )
 def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
-    path = _one_folder("lens", positional) / "lens_summary.csv"
-    if not path.is_file():
-        raise BlockError(f"no {shown(path)}")
+    path = _one_file("lens", positional, "lens_summary.csv")
     position = keywords.get("position", "LT")
     metric = keywords.get("metric", "median_rank")
     try:
@@ -291,10 +304,8 @@ def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pat
         raise BlockError(f"{len(headers)} headers for {len(columns)} columns")
 
     form = keywords.get("format")
-    try:
-        format(0.5, form or "")
-    except ValueError:
-        raise BlockError(f"format={form}: not a float format") from None
+    if form:
+        _float_format("format", form)
 
     def cell(value: object) -> str:
         if value is None:

@@ -66,7 +66,7 @@ def test_seeds_puts_every_folders_seeds_in_order_with_their_mean(tmp_path):
         make([str(gpu), str(gpu)], {})
     with pytest.raises(BlockError, match="minus=LT: no such graft"):
         make([str(gpu)], {"minus": "LT"})
-    with pytest.raises(BlockError, match="format x: not a float format"):
+    with pytest.raises(BlockError, match="format=x: not a float format"):
         make([str(gpu)], {"format": "x"})
 
 
