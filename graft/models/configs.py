@@ -2,10 +2,11 @@
 
 What a plan needs before anything heavy is loaded (:mod:`graft.study.planning.run_plan`): the
 config of a ``tiny-*`` model is built, an embedded model's is read from its converted copy
-(or from its GGUF file's header), a folder's (``--model DIR``, ``$GRAFT_MODELS``) and a hub
+(or from its GGUF file's header; a package shipped in chunks is assembled from its installed
+chunks first, the one thing written here, as the first load would), a folder's (``--model DIR``, ``$GRAFT_MODELS``) and a hub
 model's in the hub cache are read from disk, and the four paper models fall back to their
-published configs (:data:`graft.models.paper.PAPER_CONFIGS`). Nothing is downloaded,
-converted or written.
+published configs (:data:`graft.models.paper.PAPER_CONFIGS`). Nothing is downloaded or
+converted.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from graft.core.tiny import tiny_config
-from graft.models.embedded import embedded_cache_dir
+from graft.errors import ModelNotFoundError
+from graft.models.embedded import embedded_cache_dir, embedded_gguf
 from graft.models.loading import _finish_tokenizer, _in_hub_cache, tiny_tokenizer
 from graft.models.paper import PAPER_CONFIGS
-from graft.models.registry import EMBEDDED_MODELS, HUB_MODELS, resolve_model_name
+from graft.models.registry import HUB_MODELS, resolve_model_name
 
 logger = logging.getLogger(__name__)
 
@@ -78,21 +80,17 @@ def _local_folder(source: str, location: str) -> Path | None:
 
 
 def _gguf_config(name: str) -> FoundConfig | None:
-    """An embedded model's config from its GGUF header, where the file is installed whole (a
-    chunked one is assembled on first load: None until then)."""
-    import importlib.util
-
+    """An embedded model's config from its GGUF header, where its package is installed (a
+    chunked package is assembled once from its installed chunks, as loading it would: nothing
+    is downloaded); None when the package is not installed."""
     from transformers import AutoConfig
 
-    spec = importlib.util.find_spec(EMBEDDED_MODELS[name].package)
-    if spec is None or not spec.submodule_search_locations:
+    try:
+        gguf = embedded_gguf(name)
+    except ModelNotFoundError:
         return None
-    for root in spec.submodule_search_locations:
-        gguf = Path(root) / EMBEDDED_MODELS[name].gguf_name
-        if gguf.is_file():
-            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            return FoundConfig(config, str(gguf))
-    return None
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return FoundConfig(config, str(gguf))
 
 
 def local_tokenizer(name: str) -> Any | None:

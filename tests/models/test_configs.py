@@ -1,7 +1,10 @@
 """A model's config without its weights (graft.models.configs): built, read from a folder, or
-the published one; nothing downloaded or written."""
+the published one; nothing downloaded (a chunked embedded model is assembled from its
+installed chunks)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +49,15 @@ def test_other_hub_models_offline_have_no_config(tmp_path, monkeypatch):
     assert model_config("EleutherAI/pythia-160m") is None
     with pytest.raises(ModelNotFoundError):
         model_config("no-such-model")
+
+
+@pytest.mark.slow
+def test_a_chunked_embedded_model_is_planned_on_a_fresh_machine(tmp_path, monkeypatch):
+    # gemma3-270m ships its GGUF in chunks: on a machine where it was never loaded (an empty
+    # $GRAFT_HOME) the plan still finds its config, from the chunks assembled on the spot
+    monkeypatch.setenv("GRAFT_HOME", str(tmp_path / "home"))
+    found = model_config("gemma3-270m")
+    assert found is not None and found.local
+    assert found.origin == str(tmp_path / "home" / "gguf" / Path(found.origin).name)
+    assert found.config.num_hidden_layers == 18
+    assert not (tmp_path / "home" / "models").exists()  # assembled, not converted
