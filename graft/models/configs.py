@@ -3,10 +3,10 @@
 What a plan needs before anything heavy is loaded (:mod:`graft.study.planning.run_plan`): the
 config of a ``tiny-*`` model is built, an embedded model's is read from its converted copy
 (or from its GGUF file's header; a package shipped in chunks is assembled from its installed
-chunks first, the one thing written here, as the first load would), a folder's (``--model DIR``, ``$GRAFT_MODELS``) and a hub
-model's in the hub cache are read from disk, and the four paper models fall back to their
-published configs (:data:`graft.models.paper.PAPER_CONFIGS`). Nothing is downloaded or
-converted.
+chunks first, the one thing written here, as the first load would), a folder's (``--model
+DIR``, ``$GRAFT_MODELS``) and a hub model's in the hub cache are read from disk, and the four
+paper models fall back to their published configs (:data:`graft.models.paper.PAPER_CONFIGS`).
+Nothing is downloaded or converted.
 """
 
 from __future__ import annotations
