@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from graft.core.host_memory import empty_huge
 from graft.errors import SlowPathWarning
 
 #: config attributes of transformers models that change the logits after the head's product
@@ -134,7 +135,7 @@ class HeadProducts:
             or buffer.shape[1] != vocab
             or (buffer.shape[0] < rows)
         ):
-            buffer = self._buffer = torch.empty((rows, vocab), dtype=weight.dtype)
+            buffer = self._buffer = empty_huge((rows, vocab), weight.dtype)
         out = buffer[:rows]
         with torch.no_grad():
             if bias is None:
