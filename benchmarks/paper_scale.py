@@ -29,10 +29,6 @@ parameter. Measured side by side after one whole untimed round, medians over ``-
 (c) peak memory during the timed runs (CUDA max allocated on a GPU, peak RSS on the CPU)
     against 1.1 x (base + donor parameter bytes) + one plain batch of activations.
 
-Beside (a) and (b), without a goal: the same ratios against a plain forward whose result is
-allocated as the engine's is (transparent huge pages where the kernel offers them:
-:mod:`graft.core.host_memory`), i.e. what the engine gains beyond how it allocates its result.
-
 ``--out results/NAME`` also writes the table as ``results/NAME/paper_scale.csv`` (one row per
 shape and dtype: :func:`csv_row`) with its provenance in ``results/NAME/provenance.json``
 (command, commit, versions, machine, threads); ``python -m benchmarks.results_tables``
@@ -149,9 +145,9 @@ def measure_one(
     activations = max(_device_peak(device) - held_loaded, 0)
     # warm-up: one whole untimed round (the first run of each batch shape pays for
     # allocating and faulting in its memory: up to 3x the steady time on the CPU)
-    measure_times(w, 1, same_pages=True)
+    measure_times(w, 1)
     _reset_peak(device)
-    times = measure_times(w, repeats, same_pages=True)
+    times = measure_times(w, repeats)
     peak = _device_peak(device)
     med = {k: statistics.median(v) for k, v in times.items()}
     pre_rows = graft_rows(ps, {"PRE": "none"})
@@ -164,12 +160,6 @@ def measure_one(
     n1, n3 = len(w.e1), len(w.e3)
     e1 = med["e1_engine"] / med["e1_plain"]
     e3 = med["e3_engine"] / med["e3_plain"]
-    # the same ratios against a plain loop whose result is allocated as the engine's is
-    # (huge pages where the kernel offers them): what the engine gains beyond its allocation
-    same_pages = {
-        "e1": med["e1_engine"] / med["e1_plain_huge"],
-        "e3": med["e3_engine"] / med["e3_plain_huge"],
-    }
     peak_ratio = (peak - fixed) / bound
     model_info = {
         "shape": shape,
@@ -200,7 +190,6 @@ def measure_one(
         },
         "e1_engine_over_plain": e1,
         "e3_engine_over_plain": e3,
-        "engine_over_plain_same_pages": same_pages,
         "memory": {
             "method": "CUDA max allocated" if device.type == "cuda" else "peak RSS (VmHWM)",
             "param_bytes_base_plus_donor": weights,

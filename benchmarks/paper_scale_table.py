@@ -28,7 +28,6 @@ def report_line(res: dict) -> str:
         f"| {res['e1_engine_over_plain']:.2f} (<= {goals['e1']}){mark('e1')} "
         f"| {r['e1_engine']:.1f} / {r['e1_plain']:.1f} "
         f"| {res['e3_engine_over_plain']:.2f} (<= {goals['e3']}){mark('e3')} "
-        f"| {_same_pages(res)} "
         f"| {mem['peak_timed_runs'] / MIB:,.0f} MiB "
         f"| {mem['param_bytes_base_plus_donor'] / MIB:,.0f} MiB "
         f"| {mem['peak_over_bound']:.2f}{mark('peak')} |"
@@ -37,15 +36,9 @@ def report_line(res: dict) -> str:
 
 TABLE_HEAD = (
     "| shape | layers x width | params | dtype | E1 engine/plain (goal) | E1 rows/s engine / plain "
-    "| E3 engine/plain (goal) | E1 / E3 vs plain, same pages | peak | base + donor "
-    "| peak / bound (<= 1) |\n"
-    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    "| E3 engine/plain (goal) | peak | base + donor | peak / bound (<= 1) |\n"
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
 )
-
-
-def _same_pages(res: dict) -> str:
-    same = res.get("engine_over_plain_same_pages")
-    return "n/a" if same is None else f"{same['e1']:.2f} / {same['e3']:.2f}"
 
 
 def csv_row(res: dict, machine: str) -> dict:
@@ -53,7 +46,6 @@ def csv_row(res: dict, machine: str) -> dict:
     shape, the three ratios against their goals and what they are made of."""
     m, r, mem, ok = res["environment"]["model"], res["rows_per_s"], res["memory"], res["pass"]
     settings = res["settings"]
-    same = res.get("engine_over_plain_same_pages") or {}
     return {
         "machine": machine,
         "shape": m["shape"],
@@ -63,8 +55,6 @@ def csv_row(res: dict, machine: str) -> dict:
         "dtype": m["dtype"],
         "e1_engine_over_plain": res["e1_engine_over_plain"],
         "e3_engine_over_plain": res["e3_engine_over_plain"],
-        "e1_engine_over_plain_same_pages": same.get("e1"),
-        "e3_engine_over_plain_same_pages": same.get("e3"),
         "peak_over_bound": mem["peak_over_bound"],
         "pass_e1": ok["e1"],
         "pass_e3": ok["e3"],

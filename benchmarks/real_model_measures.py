@@ -31,10 +31,8 @@ def check(name: str, value: float) -> dict:
     return {"value": value, "goal": f"{op} {goal}", "pass": bool(ok)}
 
 
-def measure_times(w: Workload, repeats: int, *, same_pages: bool = False) -> dict[str, list[float]]:
-    """Wall seconds per repeat of the engine and the plain forward over E1, E3 and FE+LT rows;
-    ``same_pages``: also the plain forward with its result allocated as the engine's is
-    (``e1_plain_huge``, ``e3_plain_huge``: :mod:`graft.core.host_memory`)."""
+def measure_times(w: Workload, repeats: int) -> dict[str, list[float]]:
+    """Wall seconds per repeat of the engine and the plain forward over E1, E3 and FE+LT rows."""
     jobs = {
         "e1_engine": lambda: w.engine(w.e1),
         "e1_plain": lambda: w.plain(w.e1),
@@ -42,9 +40,6 @@ def measure_times(w: Workload, repeats: int, *, same_pages: bool = False) -> dic
         "e3_plain": lambda: w.plain(w.e3),
         "fe_lt_engine": lambda: w.engine(w.fe_lt),
     }
-    if same_pages:
-        jobs["e1_plain_huge"] = lambda: w.plain(w.e1, huge_result=True)
-        jobs["e3_plain_huge"] = lambda: w.plain(w.e3, huge_result=True)
     times: dict[str, list[float]] = {k: [] for k in jobs}
     for _ in range(repeats):  # interleaved, so that load drifts hit both sides alike
         for name, job in jobs.items():

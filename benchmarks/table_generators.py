@@ -338,20 +338,6 @@ SPEED_PASSES = {
 }
 
 
-#: the ratios against a plain forward whose result is allocated as the engine's is (no goal;
-#: benchmarks.paper_scale's docstring), shown where a CSV has them
-SAME_PAGES_COLUMNS = ("e1_engine_over_plain_same_pages", "e3_engine_over_plain_same_pages")
-
-
-def _same_pages_cell(part: pl.DataFrame) -> str:
-    """Per dtype, "E1 / E3" against the same-pages plain forward; "n/a" where not measured."""
-    cells = []
-    for row in part.iter_rows(named=True):
-        e1, e3 = (row.get(c) for c in SAME_PAGES_COLUMNS)
-        cells.append("n/a" if e1 is None or e3 is None else f"{e1:.2f} / {e3:.2f}")
-    return "; ".join(cells)
-
-
 @generator(
     "speed",
     "speed FOLDER ... [file=paper_scale.csv]: per machine and shape, engine time over a "
@@ -368,12 +354,8 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         raise BlockError(f"{name} lacks the columns {', '.join(sorted(need - set(rows.columns)))}")
     own_goals = all(g in rows.columns for _, _, g in SPEED_COLUMNS if g)
     titles = [h.split(" (")[0] + " (goal)" if own_goals and g else h for _, h, g in SPEED_COLUMNS]
-    same = [c for c in SAME_PAGES_COLUMNS if c in rows.columns]
-    head = ["machine", "shape", "dtype", *titles] + (
-        ["E1 / E3 vs plain, same pages"] if same else []
-    )
-    n_numbers = len(SPEED_COLUMNS) + bool(same)
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * n_numbers]
+    head = ["machine", "shape", "dtype", *titles]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * len(SPEED_COLUMNS)]
     keys = ["machine", "shape", *(k for k in ("layers", "width") if k in rows.columns)]
     for (machine, shape, *_), part in rows.group_by(keys, maintain_order=True):
         size = f"{part['params'][0] / 1e9:.2f} B"
@@ -392,8 +374,6 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
             if passed in part.columns and (part[passed] == False).any():  # noqa: E712  # polars
                 values += " **not met**"
             cells.append(values)
-        if same:
-            cells.append(_same_pages_cell(part))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), files
 

@@ -15,7 +15,6 @@ from torch import nn
 from benchmarks._graft_api import (
     GraftRow,
     default_pad_id,
-    empty_huge,
     parse_spec,
     perturbed_copy,
     run_grafts,
@@ -99,17 +98,9 @@ def batches_of(rows: Sequence[GraftRow], batch_size: int) -> list[list[int]]:
 
 @torch.no_grad()
 def plain_forward(
-    model: nn.Module,
-    rows: Sequence[GraftRow],
-    batch_size: int,
-    pad_id: int,
-    *,
-    huge_result: bool = False,
+    model: nn.Module, rows: Sequence[GraftRow], batch_size: int, pad_id: int
 ) -> torch.Tensor:
-    """Last-token logits of the base alone over ``rows``: left padding, the engine's batches.
-    ``huge_result``: the result allocated as the engine allocates its own (transparent huge
-    pages where the kernel offers them: :mod:`graft.core.host_memory`), not as a plain loop
-    does (``torch.empty``)."""
+    """Last-token logits of the base alone over ``rows``: left padding, the engine's batches."""
     device = next(model.parameters()).device
     out: torch.Tensor | None = None
     for idx in batches_of(rows, batch_size):
@@ -130,12 +121,7 @@ def plain_forward(
         ).logits[:, -1]
         logits = logits.cpu() if logits.dtype == torch.float64 else logits.float().cpu()
         if out is None:
-            shape = (len(rows), logits.shape[-1])
-            out = (
-                empty_huge(shape, logits.dtype)
-                if huge_result
-                else torch.empty(shape, dtype=logits.dtype)
-            )
+            out = torch.empty((len(rows), logits.shape[-1]), dtype=logits.dtype)
         out[torch.tensor(idx)] = logits
     assert out is not None
     return out
@@ -179,8 +165,8 @@ class Workload:
             executor=self.executor,  # type: ignore[arg-type]
         )
 
-    def plain(self, rows: Sequence[GraftRow], *, huge_result: bool = False) -> torch.Tensor:
-        return plain_forward(self.base, rows, self.batch_size, self.pad_id, huge_result=huge_result)
+    def plain(self, rows: Sequence[GraftRow]) -> torch.Tensor:
+        return plain_forward(self.base, rows, self.batch_size, self.pad_id)
 
     def widest_batch(self, rows: Sequence[GraftRow]) -> list[GraftRow]:
         return [rows[i] for i in batches_of(rows, self.batch_size)[-1]]

@@ -186,32 +186,6 @@ def test_speed_table_keeps_a_proxy_apart_with_its_own_goals(tmp_path):
     )
 
 
-def test_speed_table_shows_the_same_pages_ratios_where_measured(tmp_path):
-    common = {
-        "machine": "cpu",
-        "shape": "llama3.2-1b",
-        "dtype": "float32",
-        "params": 9e6,
-        "peak_over_bound": 3.4,
-        "e1_engine_over_plain": 1.0,
-        "e3_engine_over_plain": 0.4,
-    }
-    (tmp_path / "new").mkdir()
-    (tmp_path / "old").mkdir()
-    pl.DataFrame([{**common, "e1_engine_over_plain_same_pages": 1.21,
-                   "e3_engine_over_plain_same_pages": 0.634}]).write_csv(
-        tmp_path / "new" / "paper_scale.csv"
-    )  # fmt: skip
-    pl.DataFrame([{**common, "machine": "older"}]).write_csv(tmp_path / "old" / "paper_scale.csv")
-    table, _ = results_tables.GENERATORS["speed"].make(
-        [str(tmp_path / "new"), str(tmp_path / "old")], {}
-    )
-    lines = table.splitlines()
-    assert lines[0].endswith("| E1 / E3 vs plain, same pages |")
-    assert lines[2].endswith("| 1.21 / 0.63 |") and lines[3].endswith("| n/a |")
-    assert all(line.count("|") == lines[0].count("|") for line in lines)
-
-
 def test_paper_generator_calls_paper_table_markdown_where_it_exists(tmp_path, monkeypatch):
     make = results_tables.GENERATORS["paper"].make
     monkeypatch.delattr(paper_table, "paper_table_markdown", raising=False)

@@ -11,8 +11,6 @@ _EXPORTS = {
     "run_grafts": "graft.core.engine",
     "LocalExecutor": "graft.core.executor",
     "GraftRow": "graft.core.plan",
-    "empty_huge": "graft.core.host_memory",
-    "huge_pages_available": "graft.core.host_memory",
     "default_pad_id": "graft.core.plan",
     "cache_argument": "graft.core.prefix",
     "COUNT": "graft.core.ranges",

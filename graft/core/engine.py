@@ -39,7 +39,6 @@ from graft.core.arch import Architecture, architecture_of
 from graft.core.carrier import BASE
 from graft.core.executor import Executor, LocalExecutor, donor_modules
 from graft.core.head import DeferredLogits, HeadProducts
-from graft.core.host_memory import empty_huge
 from graft.core.inputs import (
     as_donors,
     as_list,
@@ -152,7 +151,7 @@ def _scatter(
             logits = logits.float()
         logits = logits.cpu()
         if out is None:
-            out = empty_huge((n_rows, logits.shape[-1]), logits.dtype)
+            out = torch.empty((n_rows, logits.shape[-1]), dtype=logits.dtype)
         out[torch.tensor(idx)] = logits
         del logits  # not held while the next batch runs
         if bar is not None:

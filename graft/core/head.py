@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from graft.core.host_memory import empty_huge
 from graft.errors import SlowPathWarning
 
 #: config attributes of transformers models that change the logits after the head's product
@@ -135,7 +134,7 @@ class HeadProducts:
             or buffer.shape[1] != vocab
             or (buffer.shape[0] < rows)
         ):
-            buffer = self._buffer = empty_huge((rows, vocab), weight.dtype)
+            buffer = self._buffer = torch.empty((rows, vocab), dtype=weight.dtype)
         out = buffer[:rows]
         with torch.no_grad():
             if bias is None:

@@ -31,7 +31,6 @@ from graft.core.carrier import (
     work_by_model,
 )
 from graft.core.head import deferrable_head
-from graft.core.host_memory import huge_pages_available
 from graft.core.inputs import as_donors, model_of
 from graft.core.plan import GraftRow, LayoutCache, _layout_key
 from graft.core.prefix import (
@@ -130,16 +129,13 @@ def engine_path(
     ``cache_argument`` (the base's forward argument taking that cache), ``fallbacks``
     (why a shortcut is off, and what that costs; warned once per cause) and
     ``logits_after_batches`` (grafted rows' logits computed by the base's head after the
-    batches, straight into the result: :mod:`graft.core.head`) and ``result_huge_pages``
-    (the logits result and the head's buffer backed by transparent huge pages:
-    :mod:`graft.core.host_memory`; speed only, the numbers are the same). ``remote``: a
+    batches, straight into the result: :mod:`graft.core.head`). ``remote``: a
     remote executor runs every row whole on the base by design; ``shortcuts``: the
     :class:`LocalExecutor`'s option."""
     if remote:
         return {"executor": "remote", "shortcuts": False, "shared_prefix": False,
                 "cache_argument": None, "fallbacks": [],
-                "logits_after_batches": False,
-                "result_huge_pages": huge_pages_available()}  # fmt: skip
+                "logits_after_batches": False}  # fmt: skip
     models = {"base": unwrap(model_of(base))}
     for name, donor in as_donors(donors or {}).items():
         if donor is not None:
@@ -153,7 +149,6 @@ def engine_path(
         "cache_argument": argument,
         "fallbacks": fallbacks,
         "logits_after_batches": shortcuts and deferrable_head(models["base"]) is not None,
-        "result_huge_pages": huge_pages_available(),
     }
 
 

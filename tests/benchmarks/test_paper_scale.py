@@ -24,12 +24,6 @@ def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
     (row,) = pl.read_csv(results / "paper_scale.csv").to_dicts()
     assert row["shape"] == "gpt2-xl" and row["dtype"] == "float32" and row["layers"] == 1
     assert row["e1_engine_over_plain"] == pytest.approx(res["e1_engine_over_plain"])
-    # beside the goals: the ratios against a plain loop whose result is allocated as the
-    # engine's is, from the same run's medians
-    med, same = res["medians_s"], res["engine_over_plain_same_pages"]
-    assert same["e3"] == pytest.approx(med["e3_engine"] / med["e3_plain_huge"])
-    assert row["e1_engine_over_plain_same_pages"] == pytest.approx(same["e1"])
-    assert res["settings"]["engine_path"]["result_huge_pages"] in (True, False)
     entry = json.loads((results / "provenance.json").read_text())["benchmarks"]["paper_scale"]
     assert entry["command"] == " ".join(
         ["python", "-m", "benchmarks.paper_scale", *argv, "--json", str(out), "--out", str(results)]
