@@ -141,21 +141,25 @@ def _scatter(
 ) -> torch.Tensor:
     """Per-batch logits into one [n_rows, vocab] CPU tensor in input order (float32, or
     float64 for a float64 model); the logits of batches that kept their head's inputs
-    (:class:`graft.core.head.DeferredLogits`) computed after the last batch, into it."""
+    (:class:`graft.core.head.DeferredLogits`) computed into the head's kept buffer
+    (:class:`graft.core.head.HeadProducts`) and copied into it."""
     out: torch.Tensor | None = None
     products = HeadProducts()
-    for idx, logits in zip(batches, results, strict=True):
-        if isinstance(logits, DeferredLogits):
-            logits = products(logits)  # valid until the next batch's: copied below
-        if logits.dtype != torch.float64:
-            logits = logits.float()
-        logits = logits.cpu()
-        if out is None:
-            out = torch.empty((n_rows, logits.shape[-1]), dtype=logits.dtype)
-        out[torch.tensor(idx)] = logits
-        del logits  # not held while the next batch runs
-        if bar is not None:
-            bar.update(len(idx))
+    try:
+        for idx, logits in zip(batches, results, strict=True):
+            if isinstance(logits, DeferredLogits):
+                logits = products(logits)  # valid until the next batch's: copied below
+            if logits.dtype != torch.float64:
+                logits = logits.float()
+            logits = logits.cpu()
+            if out is None:
+                out = torch.empty((n_rows, logits.shape[-1]), dtype=logits.dtype)
+            out[torch.tensor(idx)] = logits
+            del logits  # not held while the next batch runs
+            if bar is not None:
+                bar.update(len(idx))
+    finally:
+        products.close()
     return out if out is not None else torch.empty((0, 0))
 
 

@@ -1,5 +1,5 @@
 """The logits of grafted batches computed by the engine from the head's inputs, into one
-buffer reused across batches.
+buffer per head, kept across calls.
 
 On the CPU a batch's last-position logits are ``rows x vocabulary`` floats (64 MB for 128
 rows of Llama-3.2's 128,256 tokens) that the engine only copies into its result; made by
@@ -7,8 +7,9 @@ the model's forward they are a fresh allocation each batch, whose page faults co
 as much as the copy. Where the model's logits are exactly its head's output (a linear
 layer; no soft-capping or scaling after it), a grafted batch hands over each row's *input*
 to the head instead (:func:`head_inputs`, a few hundred floats a row) and the engine
-computes the same product, with the same rows, into a buffer it reuses
-(:class:`HeadProducts`): the same numbers bit for bit.
+computes the same product, with the same rows, into a buffer kept with the head across
+calls (:class:`HeadProducts`; :func:`release_buffers` frees them): the same numbers bit for
+bit.
 
 Batches that graft nothing keep the model's own forward, and so do batches that graft the
 head itself, runs with targets (metrics), runs on a GPU and reduced-precision heads.
@@ -17,7 +18,9 @@ head itself, runs with targets (metrics), runs on a GPU and reduced-precision he
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -114,13 +117,54 @@ def check_unchanged(logits: torch.Tensor, seen: Sequence[torch.Tensor]) -> None:
         raise HeadOutputChanged
 
 
+#: per head module, the buffer its deferred logits were last computed into, kept across
+#: :func:`graft.core.engine.run_grafts` calls (freed with the model, or by
+#: :func:`release_buffers`), and the lock that gives it to one call at a time
+_kept: weakref.WeakKeyDictionary[nn.Module, torch.Tensor] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
+_locks_lock = threading.Lock()
+
+
+def release_buffers() -> None:
+    """Free the buffers kept for every head (``rows x vocabulary`` floats each: 64 MB for a
+    128-row batch of Llama-3.2's 128,256 tokens); the next call allocates afresh."""
+    _kept.clear()
+
+
+def _lock_of(head: nn.Module) -> threading.Lock:
+    with _locks_lock:
+        lock = _locks.get(head)
+        if lock is None:
+            lock = _locks[head] = threading.Lock()
+        return lock
+
+
 class HeadProducts:
-    """Computes :class:`DeferredLogits` into one buffer reused across batches (grown when a
-    batch has more rows), so that a batch's logits cost the head's product and one copy into
-    the result, not a fresh allocation each. A result is valid until the next call."""
+    """Computes :class:`DeferredLogits` into one buffer per head, so that a batch's logits
+    cost the head's product and one copy into the result, not a fresh allocation each.
+
+    The buffer is kept across calls with the head (grown when a batch has more rows): a
+    fresh one costs its page faults every call (about a third of a Llama-shaped E3 call's
+    own time on the host-bound proxy). One user at a time: while another call (a thread)
+    holds a head's buffer, this one uses a buffer of its own. A result is valid until the
+    next call; :meth:`close` gives the kept buffers back."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
+        self._head: nn.Module | None = None
+        self._held: list[threading.Lock] = []
+
+    def _buffer_for(self, head: nn.Module, rows: int, vocab: int, dtype: torch.dtype):
+        lock = _lock_of(head)
+        if lock not in self._held and lock.acquire(blocking=False):
+            self._held.append(lock)
+        if lock not in self._held:  # another call holds this head's buffer
+            return torch.empty((rows, vocab), dtype=dtype)
+        kept = _kept.get(head)
+        if kept is None or kept.dtype != dtype or kept.shape[1] != vocab or kept.shape[0] < rows:
+            _kept.pop(head, None)  # the old one freed before the new one is allocated
+            kept = _kept[head] = torch.empty((rows, vocab), dtype=dtype)
+        return kept
 
     def __call__(self, deferred: DeferredLogits) -> torch.Tensor:
         """``deferred``'s logits [rows, vocab]: the head's product on the rows' inputs, the
@@ -130,11 +174,13 @@ class HeadProducts:
         buffer = self._buffer
         if (
             buffer is None
+            or self._head is not deferred.head
             or buffer.dtype != weight.dtype
             or buffer.shape[1] != vocab
             or (buffer.shape[0] < rows)
         ):
-            buffer = self._buffer = torch.empty((rows, vocab), dtype=weight.dtype)
+            buffer = self._buffer = self._buffer_for(deferred.head, rows, vocab, weight.dtype)
+            self._head = deferred.head
         out = buffer[:rows]
         with torch.no_grad():
             if bias is None:
@@ -142,3 +188,10 @@ class HeadProducts:
             else:
                 torch.addmm(bias, deferred.hidden, weight.t(), out=out)
         return out
+
+    def close(self) -> None:
+        """Give back the kept buffers this object held (the results it returned are then
+        no longer valid)."""
+        self._buffer = self._head = None
+        while self._held:
+            self._held.pop().release()

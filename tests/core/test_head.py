@@ -156,3 +156,49 @@ def test_the_run_record_says_where_logits_are_made():
     assert engine_path(base, shortcuts=False)["logits_after_batches"] is False
     assert engine_path(base, remote=True)["logits_after_batches"] is False
     assert engine_path(tiny_model("gemma2", seed=0))["logits_after_batches"] is False
+
+
+def _kept_llama():
+    base = tiny_model("llama", seed=0)
+    return base, {"sft": perturbed_copy(base, seed=1)}
+
+
+def test_the_heads_buffer_is_kept_across_calls_and_given_back(counted):
+    base, donors = _kept_llama()
+    rows = _rows()
+    first = run_grafts(base, donors, rows, batch_size=4)
+    kept = head._kept[base.lm_head]
+    pointer = kept.data_ptr()
+    second = run_grafts(base, donors, rows, batch_size=4)
+    assert counted and torch.equal(first, second)
+    assert head._kept[base.lm_head].data_ptr() == pointer  # the same buffer, not a fresh one
+    assert not head._lock_of(base.lm_head).locked()  # given back at the end of the call
+    head.release_buffers()
+    assert base.lm_head not in head._kept
+
+
+def test_while_another_call_holds_the_buffer_a_call_uses_its_own(counted):
+    base, donors = _kept_llama()
+    rows = _rows()
+    expected = run_grafts(base, donors, rows, batch_size=4)
+    kept = head._kept[base.lm_head]
+    kept.fill_(float("nan"))  # what the holder would have written
+    lock = head._lock_of(base.lm_head)
+    assert lock.acquire(blocking=False)
+    try:
+        assert torch.equal(run_grafts(base, donors, rows, batch_size=4), expected)
+    finally:
+        lock.release()
+    assert counted and kept.isnan().all()  # untouched by the second call
+
+
+def test_the_kept_buffer_goes_with_its_model():
+    import gc
+
+    base, donors = _kept_llama()
+    run_grafts(base, donors, _rows(), batch_size=4)
+    heads = len(head._kept)
+    assert base.lm_head in head._kept
+    del base, donors
+    gc.collect()
+    assert len(head._kept) == heads - 1
