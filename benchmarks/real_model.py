@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks.real_model [--model smollm2-135m] [--prompts 32] [--batch-size 32]
-        [--repeats 3] [--paper-examples 2] [--json out.json]
+        [--repeats 3] [--paper-examples 2] [--json out.json] [--out results/NAME]
 
 Workload: headline prompts ("<actor> starred in a movie with") for real actor names, the first
 actor as the FE span, left padding, last-token logits; the donor is the base plus seeded
@@ -16,12 +16,17 @@ first, medians over ``--repeats``:
 (c) the paper's routine (benchmarks.paper_routine) vs the engine per FE+LT example;
 (d) peak memory (RSS; CUDA max allocated on a GPU) vs base + donor parameter bytes.
 
-Every ratio is printed with its goal and PASS/FAIL; ``--json`` writes every number.
+Every ratio is printed with its goal and PASS/FAIL; ``--json`` writes every number;
+``--out results/NAME`` writes the ratios as ``results/NAME/real_model.csv`` (one row:
+:func:`csv_row`) with their provenance in ``results/NAME/provenance.json`` (command, commit,
+versions, machine, threads), which ``python -m benchmarks.results_tables`` renders where a
+document marks a ``csv`` table of it.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 from collections.abc import Sequence
@@ -29,7 +34,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._graft_api import architecture_of
+from benchmarks._graft_api import (
+    architecture_of,
+    machine_info,
+    machine_label,
+    write_benchmark_table,
+)
 from benchmarks.measure import (
     MIB,
     current_rss,
@@ -122,6 +132,39 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     }
 
 
+def csv_row(res: dict, machine: str) -> dict:
+    """One result as the row of ``real_model.csv``: the machine (:func:`machine_label`), the
+    model, the ratios (None where not measured) and what they are made of."""
+    env, st, mem, paper = res["environment"], res["settings"], res["memory"], res["paper"]
+
+    def value(entry: dict | None) -> float | None:
+        return None if entry is None else entry["value"]
+
+    return {
+        "machine": machine,
+        "threads": env["torch_threads"],
+        "model": env["model"]["name"],
+        "dtype": env["model"]["dtype"],
+        "e1_engine_over_plain": res["e1"]["value"],
+        "e3_engine_over_plain": res["e3"]["value"],
+        "paper_over_engine_per_example": value(paper.get("ratio")),
+        "peak_over_bound": value(mem.get("ratio")),
+        "peak_minus_fixed_costs_over_bound": value(mem.get("ratio_without_fixed_costs")),
+        "e1_rows_per_s_engine": res["rows_per_s"]["e1_engine"],
+        "e1_rows_per_s_plain": res["rows_per_s"]["e1_plain"],
+        "paper_s_per_example": paper.get("paper_s_per_example"),
+        "engine_s_per_row": paper.get("engine_s_per_row"),
+        "peak_bytes": mem["peak_rss_timed_runs"],
+        "fixed_cost_bytes": mem["rss_fixed_costs"],
+        "param_bytes_base_plus_donor": mem["param_bytes_base_plus_donor"],
+        "pre_engine_vs_plain_max_abs_diff": res["pre_engine_vs_plain_max_abs_diff"],
+        "prompts": st["prompts"],
+        "batch_size": st["batch_size"],
+        "repeats": st["repeats"],
+        "date_utc": env["date_utc"],
+    }
+
+
 def _verdict(result: dict) -> str:
     return f"{result['value']:.3g} (goal {result['goal']}): {'PASS' if result['pass'] else 'FAIL'}"
 
@@ -194,6 +237,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the donor's noise")
     ap.add_argument("--json", type=Path, default=None, help="write every number here")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results folder: write real_model.csv and its provenance there",
+    )
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     for name in ("prompts", "batch_size", "repeats"):
@@ -212,6 +261,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
     if args.json is not None and args.json.is_dir():
         ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out} is a file; give a results folder such as results/NAME")
     return args
 
 
@@ -227,6 +278,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         write_json(args.json, result)
         print(f"wrote {args.json}")
+    if args.out is not None:
+        path = write_benchmark_table(
+            args.out,
+            "real_model",
+            [csv_row(result, machine_label(machine_info(args.device)))],
+            command=shlex.join(["python", "-m", "benchmarks.real_model", *args.argv]),
+            device=args.device,
+            settings={
+                "model": args.model,
+                "prompts": args.prompts,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "paper_examples": args.paper_examples,
+                "threads": torch.get_num_threads(),
+            },
+        )
+        print(f"wrote {path} and its provenance")
     return 0
 
 
