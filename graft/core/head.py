@@ -117,6 +117,9 @@ def check_unchanged(logits: torch.Tensor, seen: Sequence[torch.Tensor]) -> None:
         raise HeadOutputChanged
 
 
+#: the largest buffer kept for a head between calls (64 MiB: 128 rows of Llama-3.2's
+#: 128,256-token vocabulary fit, Gemma 3's 262,144 do not); a larger one is allocated per call
+KEEP_MAX_BYTES = 64 << 20
 #: per head module, the buffer its deferred logits were last computed into, kept across
 #: :func:`graft.core.engine.run_grafts` calls (freed with the model, or by
 #: :func:`release_buffers`), and the lock that gives it to one call at a time
@@ -143,11 +146,11 @@ class HeadProducts:
     """Computes :class:`DeferredLogits` into one buffer per head, so that a batch's logits
     cost the head's product and one copy into the result, not a fresh allocation each.
 
-    The buffer is kept across calls with the head (grown when a batch has more rows): a
-    fresh one costs its page faults every call (about a third of a Llama-shaped E3 call's
-    own time on the host-bound proxy). One user at a time: while another call (a thread)
-    holds a head's buffer, this one uses a buffer of its own. A result is valid until the
-    next call; :meth:`close` gives the kept buffers back."""
+    The buffer is kept across calls with the head (grown when a batch has more rows, up to
+    :data:`KEEP_MAX_BYTES`; a larger one is allocated per call): a fresh one costs its page
+    faults every call (about 30 ms of a Llama-vocabulary E3 call on the CPU). One user at a
+    time: while another call (a thread) holds a head's buffer, this one uses a buffer of its
+    own. A result is valid until the next call; :meth:`close` gives the kept buffers back."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
@@ -155,6 +158,8 @@ class HeadProducts:
         self._held: list[threading.Lock] = []
 
     def _buffer_for(self, head: nn.Module, rows: int, vocab: int, dtype: torch.dtype):
+        if rows * vocab * dtype.itemsize > KEEP_MAX_BYTES:  # too much to hold while idle
+            return torch.empty((rows, vocab), dtype=dtype)
         lock = _lock_of(head)
         if lock not in self._held and lock.acquire(blocking=False):
             self._held.append(lock)

@@ -202,3 +202,13 @@ def test_the_kept_buffer_goes_with_its_model():
     del base, donors
     gc.collect()
     assert len(head._kept) == heads - 1
+
+
+def test_a_buffer_larger_than_the_cap_is_not_kept(counted, monkeypatch):
+    base, donors = _kept_llama()
+    rows = _rows()
+    expected = run_grafts(base, donors, rows, batch_size=4)
+    head.release_buffers()
+    monkeypatch.setattr(head, "KEEP_MAX_BYTES", 0)
+    assert torch.equal(run_grafts(base, donors, rows, batch_size=4), expected)
+    assert counted and base.lm_head not in head._kept
