@@ -184,7 +184,7 @@ class HeadProducts:
             or buffer.shape[1] != vocab
             or (buffer.shape[0] < rows)
         ):
-            self._buffer = None  # a kept buffer being grown is freed before its successor
+            buffer = self._buffer = None  # a kept buffer being grown is freed before its successor
             buffer = self._buffer = self._buffer_for(deferred.head, rows, vocab, weight.dtype)
             self._head = deferred.head
         out = buffer[:rows]
