@@ -31,10 +31,16 @@ def _row(lines, start, run):
 def test_table_of_the_committed_results():
     lines = paper_table.table(RUNS).splitlines()
     assert lines[0].startswith("| paper's finding") and "verdict" in lines[0]
-    # LT over three seeds of Gemma3, [0.00, 1.00]: cannot fail, so undecided
-    lt = _row(lines, "Fig. 2: LT |", "D")
-    assert "0.53 (paper: Gemma-1.1-2B)" in lt and "LT 0.56 [0.00, 1.00]" in lt
+    # LT over three seeds of Gemma3 under graft's protocol, [0.00, 1.00]: cannot fail, so
+    # undecided
+    lt = _row(lines, "Fig. 2: LT |", "C")
+    assert "0.53 (paper: Gemma-1.1-2B)" in lt and "LT 0.51 [0.00, 1.00]" in lt
     assert "| undecided (" in lt and "[0.00, 1.00] is too wide to test against ±0.10" in lt
+    # under the paper's protocol the interval holds the paper's 0.53 but is 0.31 wide: still
+    # too wide for an equivalence at ±0.10, so undecided, not "agrees"
+    lt = _row(lines, "Fig. 2: LT |", "D")
+    assert "LT 0.57 [0.41, 0.72]" in lt
+    assert "| undecided (" in lt and "[0.41, 0.72] is too wide to test against ±0.10" in lt
     # A's FE+LT falls short of SFT (Holm p = 0.012): the "≈ SFT" statement fails
     fe_lt = _row(lines, "Fig. 2: FE+LT ≈ SFT", "A")
     assert "(paper: Llama-3.2-1B)" in fe_lt and "**disagrees**" in fe_lt and "p = 0.012)" in fe_lt
