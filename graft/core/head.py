@@ -134,6 +134,11 @@ def release_buffers() -> None:
     _kept.clear()
 
 
+def _fits(buffer: torch.Tensor, rows: int, vocab: int, dtype: torch.dtype) -> bool:
+    """Whether ``buffer`` can hold ``rows`` rows of ``vocab`` logits in ``dtype``."""
+    return buffer.dtype == dtype and buffer.shape[1] == vocab and buffer.shape[0] >= rows
+
+
 def _lock_of(head: nn.Module) -> threading.Lock:
     with _locks_lock:
         lock = _locks.get(head)
@@ -157,7 +162,9 @@ class HeadProducts:
         self._head: nn.Module | None = None
         self._held: list[threading.Lock] = []
 
-    def _buffer_for(self, head: nn.Module, rows: int, vocab: int, dtype: torch.dtype):
+    def _buffer_for(
+        self, head: nn.Module, rows: int, vocab: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         if rows * vocab * dtype.itemsize > KEEP_MAX_BYTES:  # too much to hold while idle
             return torch.empty((rows, vocab), dtype=dtype)
         lock = _lock_of(head)
@@ -166,7 +173,7 @@ class HeadProducts:
         if lock not in self._held:  # another call holds this head's buffer
             return torch.empty((rows, vocab), dtype=dtype)
         kept = _kept.get(head)
-        if kept is None or kept.dtype != dtype or kept.shape[1] != vocab or kept.shape[0] < rows:
+        if kept is None or not _fits(kept, rows, vocab, dtype):
             _kept.pop(head, None)  # the old one freed before the new one is allocated
             kept = _kept[head] = torch.empty((rows, vocab), dtype=dtype)
         return kept
@@ -180,9 +187,7 @@ class HeadProducts:
         if (
             buffer is None
             or self._head is not deferred.head
-            or buffer.dtype != weight.dtype
-            or buffer.shape[1] != vocab
-            or (buffer.shape[0] < rows)
+            or not _fits(buffer, rows, vocab, weight.dtype)
         ):
             buffer = self._buffer = None  # a kept buffer being grown is freed before its successor
             buffer = self._buffer = self._buffer_for(deferred.head, rows, vocab, weight.dtype)
