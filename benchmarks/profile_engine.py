@@ -3,8 +3,12 @@
 Run from the repository root::
 
     python -m benchmarks.profile_engine [--model smollm2-135m] [--prompts 16] [--batch-size 16]
+    python -m benchmarks.profile_engine --proxy llama3.2-1b:16 --prompts 32 --batch-size 32
 
-Two views, one short run (warm-up first):
+(``--proxy SHAPE:LAYERS``: the host-bound proxy of ``benchmarks.paper_scale --width``, a
+random model of a paper shape at that depth and ``--width`` 64, one thread by default.)
+
+Three views, one short run (warm-up first):
 
 1. per graft: the engine over one graft's rows vs a plain batched forward over the same rows
    (PRE, a graft of nothing, is the engine's fixed cost; SFT and the complements show what
@@ -15,7 +19,11 @@ Two views, one short run (warm-up first):
    bucket: planning (spec resolution, masks), base forward compute, donor module calls,
    gather / scatter / clone in the trace body, nnsight on the worker side (envoy access),
    nnsight on the model side (hooks, interleaving, trace setup), module-call machinery,
-   other.
+   other;
+3. planning timed alone: ``run_grafts`` over the E1 and the E3 rows with an executor that
+   plans every batch and runs none (:class:`PlanOnly`), against the engine's own time over
+   the same rows (medians of ``--plan-repeats``): the checks, routing and every batch's
+   plan, without the work an executor does per batch (module tables, split products).
 """
 
 from __future__ import annotations
@@ -33,9 +41,22 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import timed, write_json
-from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows
+from benchmarks.paper_scale import PROXY_HEAD_DIM, load_tokenizer
+from benchmarks.paper_shapes import noisy_copy, random_model
+from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows, headline_workload
+from graft.core import LocalExecutor, run_grafts
+from graft.models import PAPER_CONFIGS
 
-_PLANNING = {"plan_batch", "resolve_rows", "check_compatible", "donor_modules", "resolve"}
+_PLANNING = {
+    "checked_inputs",
+    "route_rows",
+    "prefix_plans",
+    "plan_batch",
+    "resolve_rows",
+    "check_compatible",
+    "donor_modules",
+    "resolve",
+}
 
 Frame = tuple[str, str, int]  # (file, function, line)
 
@@ -157,6 +178,44 @@ def per_graft(w, grafts: dict[str, str], repeats: int = 1) -> dict[str, dict[str
     return out
 
 
+class PlanOnly(LocalExecutor):
+    """A :class:`graft.core.LocalExecutor` that plans every batch and runs none: each plan's
+    rows come back as one zero logit, so :func:`graft.core.run_grafts` with it costs the
+    engine's planning alone (checks, routing, every batch's plan, collecting the rows)."""
+
+    def run(self, base, donors, plans):
+        for plan in plans:
+            yield torch.zeros((plan.input_ids.shape[0], 1))
+
+
+def planning_alone(w, rows, repeats: int) -> dict[str, float]:
+    """Median wall seconds of the engine over ``rows`` and of its planning alone
+    (:class:`PlanOnly`), the plans kept across calls as in a run (a warm-up call first)."""
+    plan_only = PlanOnly()
+
+    def planned() -> object:
+        return run_grafts(w.base, w.donors, rows, batch_size=w.batch_size, pad_id=w.pad_id,
+                          executor=plan_only)  # fmt: skip
+
+    planned()
+    w.engine(rows)
+    plan_s = statistics.median(timed(planned, w.device) for _ in range(repeats))
+    engine_s = statistics.median(timed(lambda: w.engine(rows), w.device) for _ in range(repeats))
+    return {"planning_s": plan_s, "engine_s": engine_s, "share": plan_s / engine_s}
+
+
+def proxy_workload(proxy: str, width: int, prompts: int, batch_size: int, tokenizer):
+    """The host-bound proxy's workload (``benchmarks.paper_scale --width``): a random model
+    of paper shape ``proxy`` (``NAME:LAYERS``) at hidden size ``width``, on the CPU, with a
+    noisy copy as its donor."""
+    name, _, layers = proxy.partition(":")
+    cpu = torch.device("cpu")
+    base = random_model(name, torch.float32, cpu, int(layers), width)
+    donor = noisy_copy(base, seed=1)
+    tok = load_tokenizer(tokenizer)
+    return headline_workload(base, donor, tok, prompts, batch_size, device=cpu)
+
+
 def profile(fn: Callable[[], object], interval: float) -> tuple[float, dict]:
     """Wall seconds of one call of ``fn`` under the sampler, and the summary."""
     start = time.perf_counter()
@@ -182,18 +241,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=2.0, help="sampling interval, ms")
     ap.add_argument("--repeats", type=int, default=1, help="per-graft timings: median of this")
     ap.add_argument("--no-e3", action="store_true", help="skip the per-graft E3 timings")
+    ap.add_argument(
+        "--plan-repeats", type=int, default=20, help="planning timed alone: median of this"
+    )
+    ap.add_argument(
+        "--proxy",
+        default=None,
+        help="the host-bound proxy instead of --model: a paper shape at a depth, NAME:LAYERS "
+        "(such as llama3.2-1b:16)",
+    )
+    ap.add_argument("--width", type=int, default=64, help="the proxy's hidden size")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: 1 with --proxy)"
+    )
+    ap.add_argument("--tokenizer", default=None, help="the proxy's tokenizer (default SmolLM2's)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    if min(args.prompts, args.batch_size, args.repeats) < 1 or args.interval <= 0:
-        ap.error("--prompts, --batch-size and --repeats must be at least 1, --interval above 0")
-    _, w = build_workload(args.model, args.prompts, args.batch_size)
+    if min(args.prompts, args.batch_size, args.repeats, args.plan_repeats) < 1:
+        ap.error("--prompts, --batch-size, --repeats and --plan-repeats must be at least 1")
+    if args.interval <= 0:
+        ap.error("--interval must be above 0")
+    if args.proxy is not None:
+        name, _, layers = args.proxy.partition(":")
+        if name not in PAPER_CONFIGS or not layers.isdigit() or int(layers) < 1:
+            ap.error(f"--proxy {args.proxy!r}: write NAME:LAYERS, NAME one of "
+                     f"{', '.join(PAPER_CONFIGS)} (such as llama3.2-1b:16)")  # fmt: skip
+        if args.width < PROXY_HEAD_DIM or args.width % PROXY_HEAD_DIM:
+            ap.error(f"--width must be a multiple of {PROXY_HEAD_DIM}, such as 64")
+        if args.threads is None:
+            args.threads = 1
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
+    if args.proxy is not None:
+        label = f"proxy {args.proxy} x d {args.width}"
+        w = proxy_workload(args.proxy, args.width, args.prompts, args.batch_size, args.tokenizer)
+    else:
+        label = args.model
+        _, w = build_workload(args.model, args.prompts, args.batch_size)
     w.engine(w.widest_batch(w.e1))  # warm-up
     w.plain(w.widest_batch(w.e1))
     plain_s = timed(lambda: w.plain(w.e1), w.device)
     engine_s, summary = profile(lambda: w.engine(w.e1), args.interval / 1e3)
     grafts = per_graft(w, E1_GRAFTS | ({} if args.no_e3 else E3_GRAFTS), args.repeats)
+    planning = {"e1": planning_alone(w, w.e1, args.plan_repeats)}
+    if not args.no_e3:
+        planning["e3"] = planning_alone(w, w.e3, args.plan_repeats)
     print(
-        f"{args.model}, {args.prompts} prompts, batch {args.batch_size}, "
+        f"{label}, {args.prompts} prompts, batch {args.batch_size}, "
         f"{torch.get_num_threads()} threads; E1 {len(w.e1)} rows: engine {engine_s:.2f} s "
         f"(sampled, {summary['samples']} samples), plain {plain_s:.2f} s"
     )
@@ -203,9 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     print("per graft (engine / plain over the same rows):")
     for name, t in grafts.items():
         print(f"  {name:12s} {t['engine_s']:7.3f} s / {t['plain_s']:7.3f} s = {t['ratio']:5.2f}")
+    print(f"planning timed alone (medians of {args.plan_repeats}; no forward, no executor work):")
+    for mix, t in planning.items():
+        print(
+            f"  {mix.upper()} {len(getattr(w, mix))} rows: planning {t['planning_s'] * 1e3:7.1f} ms"
+            f" of the engine's {t['engine_s'] * 1e3:7.1f} ms ({t['share'] * 100:4.1f}%)"
+        )
     if args.json is not None:
         result = {
-            "model": args.model,
+            "model": label,
             "prompts": args.prompts,
             "batch_size": args.batch_size,
             "threads": torch.get_num_threads(),
@@ -214,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             "e1_plain_s": plain_s,
             "profile": summary,
             "per_graft": grafts,
+            "planning_alone": planning,
         }
         write_json(args.json, result)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import profile_engine
 
 ENGINE = "/x/graft/engine.py"
@@ -56,3 +58,56 @@ def test_smoke_run(tmp_path, capsys):
     assert abs(sum(data["profile"]["buckets"].values()) - 1) < 1e-9
     assert set(data["per_graft"]) == set(profile_engine.E1_GRAFTS)
     assert "engine time by kind of work" in capsys.readouterr().out
+
+
+def test_buckets_count_routing_and_step_plans_as_planning():
+    for func in ("checked_inputs", "route_rows", "prefix_plans"):
+        stack = [(ENGINE, "helper", 1), (ENGINE, func, 2), (ENGINE, "run_grafts", 3)]
+        assert profile_engine.bucket(stack) == "planning (spec resolution, masks, checks)"
+
+
+def test_plan_only_executor_plans_every_row_and_runs_nothing():
+    """run_grafts with PlanOnly returns one zero per row, in order: every batch was planned
+    (routing, steps and traced batches alike) and no model ran."""
+    from graft.core import run_grafts
+
+    _, w = profile_engine.build_workload("tiny-llama", 3, 8)
+    calls = []
+    for model in (w.base, *w.donors.values()):
+        model.register_forward_hook(lambda *a: calls.append(1))
+    for rows in (w.e1, w.e3):
+        out = run_grafts(w.base, w.donors, rows, batch_size=8, executor=profile_engine.PlanOnly())
+        assert out.shape == (len(rows), 1) and not out.any()
+    assert calls == []
+    timing = profile_engine.planning_alone(w, w.e3, repeats=2)
+    assert timing["planning_s"] > 0 and timing["share"] == timing["planning_s"] / timing["engine_s"]
+
+
+@pytest.mark.slow
+def test_smoke_run_on_the_host_bound_proxy(tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    out = tmp_path / "profile.json"
+    argv = ["--proxy", "llama3.2-1b:1", "--prompts", "2", "--batch-size", "8", "--no-e3"]
+    argv += ["--plan-repeats", "1"]
+    try:
+        assert profile_engine.main([*argv, "--json", str(out)]) == 0
+        assert torch.get_num_threads() == 1  # one host thread by default with --proxy
+    finally:
+        torch.set_num_threads(threads)
+    data = json.loads(out.read_text())
+    assert data["model"] == "proxy llama3.2-1b:1 x d 64"
+    assert set(data["planning_alone"]) == {"e1"}
+    assert "planning timed alone" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "bad", [["--proxy", "llama3.2-1b"], ["--proxy", "gpt5:2"], ["--proxy", "gpt2-xl:2", "--width", "60"],
+            ["--plan-repeats", "0"], ["--threads", "0"]],
+)  # fmt: skip
+def test_bad_input_exits_2(bad, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        profile_engine.main(bad)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
