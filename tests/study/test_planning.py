@@ -264,6 +264,34 @@ def test_finetune_plan_counts_texts_steps_and_tokens(dataset):
     assert plan.length.counted and longest // 2 <= plan.length.tokens <= longest + 1
     assert plan.precision == "float32"
     assert needed_bytes(plan.memory, "cpu") > plan.memory.peak_bytes  # the heap's share
+    # the duration grows with the texts' mean length, not only with the parameters
+    mean = sum(len(t) + 1 for t in texts) / len(texts)
+    assert mean / 2 <= plan.length.mean <= mean + 1 <= plan.length.tokens + 1
+
+
+def test_finetune_plan_weighs_generic_passages_as_the_mix_holds_them(dataset):
+    """The gentle preset mixes one generic passage per fact text: the mean length is half the
+    fact texts' and half the passages', however many passages the corpus has."""
+    from graft.study.data.files import load_generic_texts
+    from graft.study.data.training_data import load_fact_dataset
+    from graft.study.specs.presets import GENTLE
+
+    texts = [r["text"] for r in load_fact_dataset(dataset).train]
+    generic = load_generic_texts()
+    cfg = dataclasses.replace(GENTLE, max_length=512)
+    plan = finetune_plan.plan_finetune("tiny-llama", dataset, cfg, device="cpu")
+    lengths, _ = finetune_plan.token_lengths(texts + generic, finetune_plan.local_tokenizer(
+        "tiny-llama"), 512)  # fmt: skip
+    fact, passage = lengths[: len(texts)], lengths[len(texts) :]
+    n_train = len(texts) - round(0.2 * len(texts))
+    n_generic = plan.n_texts - n_train
+    want = (sum(fact) / len(fact) * n_train + sum(passage) / len(passage) * n_generic) / (
+        n_train + n_generic
+    )
+    assert n_generic == round(GENTLE.generic_ratio * n_train) > 0
+    assert plan.length.mean == pytest.approx(want)
+    unweighted = sum(lengths) / len(lengths)
+    assert abs(plan.length.mean - unweighted) > 1  # 61 passages against 8 texts: it matters
 
 
 def test_finetune_precision_follows_the_preset_and_device():

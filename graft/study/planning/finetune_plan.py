@@ -19,7 +19,12 @@ from graft.models import resolve_device
 from graft.models.configs import FoundConfig, local_tokenizer, model_config
 from graft.study.data.files import load_generic_texts
 from graft.study.data.generic_corpus import settle
-from graft.study.data.training_data import TokenisedTexts, generic_texts, load_fact_dataset
+from graft.study.data.training_data import (
+    TokenisedTexts,
+    generic_texts,
+    load_fact_dataset,
+    split_texts,
+)
 from graft.study.planning.device_memory import (
     FIT_SHARE,
     DeviceMemory,
@@ -46,28 +51,42 @@ CHARS_PER_TOKEN = 3.0
 
 @dataclass(frozen=True)
 class Lengths:
-    """The longest text of a set, in tokens.
+    """The longest text of a set, in tokens, and the set's mean.
 
     Args:
-        tokens: its length.
+        tokens: the longest text's length.
         counted: counted with the model's tokenizer (else estimated from characters).
+        mean: the mean length of a text (what a training step's time grows with).
     """
 
     tokens: int
     counted: bool
+    mean: float = 1.0
 
     def words(self) -> str:
         return f"{self.tokens} tokens" + ("" if self.counted else " (estimated from characters)")
 
 
-def longest(texts: Sequence[str], tokenizer: Any, limit: int) -> Lengths:
-    if not texts:
-        return Lengths(1, tokenizer is not None)
+def token_lengths(texts: Sequence[str], tokenizer: Any, limit: int) -> tuple[list[int], bool]:
+    """Each text's length in tokens, cut at ``limit``, and whether the tokenizer counted them
+    (without one: estimated from characters, :data:`CHARS_PER_TOKEN`)."""
     if tokenizer is None:
-        longest = max(math.ceil(len(t) / CHARS_PER_TOKEN) + 1 for t in texts)
-        return Lengths(min(longest, limit), False)
-    items = TokenisedTexts(texts, tokenizer, limit).items
-    return Lengths(max(1, *(len(ids) for ids in items)), True)
+        return [min(math.ceil(len(t) / CHARS_PER_TOKEN) + 1, limit) for t in texts], False
+    return [len(ids) for ids in TokenisedTexts(texts, tokenizer, limit).items], True
+
+
+def longest(
+    texts: Sequence[str], tokenizer: Any, limit: int, weights: Sequence[float] | None = None
+) -> Lengths:
+    """The longest of ``texts`` and their mean (weighted by ``weights`` when given: how often
+    each text is trained on)."""
+    lengths, counted = token_lengths(texts, tokenizer, limit)
+    if not lengths:
+        return Lengths(1, tokenizer is not None)
+    if weights is None or sum(weights) <= 0:
+        weights = [1.0] * len(lengths)
+    mean = sum(n * w for n, w in zip(lengths, weights, strict=True)) / sum(weights)
+    return Lengths(max(1, *lengths), counted, max(1.0, mean))
 
 
 @dataclass(frozen=True)
@@ -188,12 +207,18 @@ def plan_finetune(
     found = found_config(model)
     data = load_fact_dataset(dataset_dir, train_set)
     generic, _ = generic_texts(config, data.path, corpus_dir, fetch=False)
-    generic = generic or load_generic_texts()  # the hub's, not downloaded yet: lengths alike
+    if config.generic_ratio > 0 and not generic:
+        generic = load_generic_texts()  # the hub's, not downloaded yet: lengths alike
     texts = [r["text"] for r in data.train]
     steps = finetune_steps(config, len(texts))
     positions = getattr(found.config, "n_positions", None)  # GPT-2's learned positions
     limit = min(config.max_length, positions) if positions else config.max_length
-    length = longest(texts + generic, local_tokenizer(model), limit)
+    # the mean as trained: the fact texts' training part and the generic passages mixed in
+    n_fact = len(split_texts([""] * len(texts), config.val_fraction, config.seed)[0])
+    n_generic = training_texts(config, len(texts)) - n_fact
+    weights = [n_fact / max(1, len(texts))] * len(texts)
+    weights += [n_generic / len(generic)] * len(generic) if generic else []
+    length = longest(texts + generic, local_tokenizer(model), limit, weights)
     precision = finetune_precision(config, device_type)
 
     def memory_in(dtype: str) -> MemoryPlan:
@@ -213,7 +238,7 @@ def plan_finetune(
         n_texts=training_texts(config, len(texts)),
         steps=steps,
         length=length,
-        seconds=estimate_seconds(n_params, config.batch_size, steps, device_type),
+        seconds=estimate_seconds(n_params, config.batch_size, steps, device_type, length.mean),
         device_type=device_type,
         memory=memory,
         held_bytes=held_bytes,

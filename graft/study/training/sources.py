@@ -25,6 +25,7 @@ from graft.study.data.training_data import load_fact_dataset, split_texts
 from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.run import DonorSpec, RunSpecs
+from graft.study.training.duration import tokens_per_text
 from graft.study.training.finetune import duration_text, estimate_seconds, training_steps
 from graft.study.training.workspace import DonorLocation, Workspace
 
@@ -119,13 +120,15 @@ def pending_finetune(
     donor = _donor(run, source, replicate)
     if donor.finished:
         return None
-    n_texts = len(load_fact_dataset(donor.dataset_dir, donor.train_set).train)
-    steps = finetune_steps(donor.config, n_texts)
+    texts = [row["text"] for row in load_fact_dataset(donor.dataset_dir, donor.train_set).train]
+    steps = finetune_steps(donor.config, len(texts))
     device = resolve_device(run.execution.device).type
     rep = replicate or run.replicates[0]
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     which = which if run.replicated else ""
-    seconds = estimate_seconds(n_params, donor.config.batch_size, steps, device)
+    seconds = estimate_seconds(
+        n_params, donor.config.batch_size, steps, device, tokens_per_text(texts)
+    )
     gpu_work = device == "cpu" and seconds > 3 * 3600
     return (
         f"the {source.variant!r} model{which} of {run.donors.model} is not in the workspace yet; it "

@@ -116,7 +116,9 @@ def build_trainer(
     max_length = min(cfg.max_length, positions) if positions else cfg.max_length
     train_ds = TokenisedTexts(train_texts, tok, max_length)
     steps_per_epoch = max(1, -(-len(train_ds) // cfg.batch_size))
-    warn_if_long(loaded.model, cfg.batch_size, training_steps(cfg, steps_per_epoch), device.type)
+    tokens = sum(map(len, train_ds.items)) / max(1, len(train_ds))
+    steps = training_steps(cfg, steps_per_epoch)
+    warn_if_long(loaded.model, cfg.batch_size, steps, device.type, tokens)
     half = mixed_precision(cfg, device, loaded.model.config.model_type)
     args = _training_arguments(cfg, device, ckpt_dir, steps_per_epoch, quiet, half)
     trainer = transformers.Trainer(
