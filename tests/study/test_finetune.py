@@ -653,7 +653,7 @@ def test_a_partial_folder_left_beside_a_finished_finetune_is_removed(straight, t
     [
         (134_515_008, 16, 32.8, 4.85),  # SmolLM2-135M, cpu preset, graft's texts
         (134_515_008, 16, 44.9, 7.3),  # SmolLM2-135M, cpu preset, the paper protocol's texts
-        (134_515_008, 4, 32.0, 1.4),  # SmolLM2-135M, gentle preset (half generic passages)
+        (134_515_008, 4, 32.0, 1.4),  # SmolLM2-135M, gentle preset (half generic); a progress bar
         (268_098_176, 16, 42.4, 16.5),  # Gemma3-270M, cpu preset, the paper protocol's texts
     ],
 )
