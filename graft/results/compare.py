@@ -35,13 +35,18 @@ __all__ = [
 
 #: The paper's key contrasts ``(A, B)``, A minus B: does grafting FE+LT recover the
 #: finetuned model (E1); does FE or LT alone do anything (E1); does O matter beside the FFN,
-#: and does attention matter beside O+FFN (E3, component sets at the last token).
+#: and does attention matter beside O+FFN (E3, component sets at the last token); does the
+#: task model's attention or FFN at FE add to the hybrid at LT (E4).
 KEY_CONTRASTS: tuple[tuple[str, str], ...] = (
     ("FE+LT", "SFT"),
     ("FE", "PRE"),
     ("LT", "PRE"),
     ("O+FFN", "FFN"),
     ("ATTN+O+FFN", "O+FFN"),
+    # E4 (graft.study's hybrid grafts): the task model's attention, or its FFN, at FE
+    # against no FE graft, the paper's Fig. 5 comparisons
+    ("FE ATTN + LT hybrid", "FE none + LT hybrid"),
+    ("FE FFN + LT hybrid", "FE none + LT hybrid"),
 )
 EXAMPLES_FILE = "examples.parquet"
 #: One prompt within a (group, template) cell of a run's examples table.

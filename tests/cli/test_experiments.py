@@ -328,6 +328,12 @@ def test_hybrid(tmp_path, common):
     assert {set_of[i] for i in read_examples(out)["fact_id"]} == {"B"}
     specs = dict(zip(*read_examples(out).select(["graft", "spec"]).unique(), strict=True))
     assert specs["FE ATTN + LT hybrid"] == "FE:all:qkv@task; LT:h2:qkv@task; LT:h2:o,ffn@relation"
+    # the paper's Fig. 5 comparisons, paired per prompt (the paper table reads them)
+    contrasts = pl.read_csv(out / "contrasts.csv")
+    assert contrasts.select("graft_a", "graft_b").rows() == [
+        ("FE ATTN + LT hybrid", "FE none + LT hybrid"),
+        ("FE FFN + LT hybrid", "FE none + LT hybrid"),
+    ]
 
 
 def test_layers(layers_run):
