@@ -37,7 +37,7 @@ from benchmarks.measure import (
     reset_peak_rss,
     write_json,
 )
-from benchmarks.paper_scale import random_model, shape_config
+from benchmarks.paper_shapes import random_model, shape_config
 from benchmarks.plan_check import train_steps
 from graft.models import PAPER_CONFIGS
 

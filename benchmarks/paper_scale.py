@@ -67,9 +67,9 @@ from benchmarks.measure import (
     write_json,
 )
 from benchmarks.paper_scale_table import GOALS, PROXY_GOALS, TABLE_HEAD, csv_row, report_line
-from benchmarks.paper_shapes import PROXY_HEAD_DIM, noisy_copy, random_model, shape_config
+from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload, shape_config
 from benchmarks.real_model_measures import measure_paper, measure_times
-from benchmarks.workload import graft_rows, headline_workload
+from benchmarks.workload import graft_rows
 from graft.core import LocalExecutor, engine_path
 from graft.models import PAPER_CONFIGS
 
@@ -128,13 +128,12 @@ def measure_one(
     gc.collect()
     release_free_heap()
     held_before = _held(device)
-    base = random_model(shape, dtype, device, layers, width)
-    donor = noisy_copy(base, seed=1)
-    weights = param_bytes(base) + param_bytes(donor)
-    w = headline_workload(
-        base, donor, tok, prompts, batch_size, device=device,
+    w = random_workload(
+        shape, dtype, device, layers, width, tok, prompts, batch_size,
         executor=LocalExecutor(shortcuts=shortcuts),
     )  # fmt: skip
+    base, donor = w.base, w.donors["sft"]
+    weights = param_bytes(base) + param_bytes(donor)
     ps = w.prompts
     gc.collect()
     release_free_heap()

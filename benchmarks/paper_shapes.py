@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from benchmarks import plan_check
+from benchmarks.workload import Workload, headline_workload
 from graft.models import PAPER_CONFIGS
 
 #: Depth field of each family's config (GPT-2 names it its own way).
@@ -62,3 +63,23 @@ def noisy_copy(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
         noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
         p.add_(scale * p.abs().mean().clamp_min(0.02) * noise)
     return donor.eval()
+
+
+def random_workload(
+    name: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    layers: int | None,
+    width: int | None,
+    tokenizer,
+    prompts: int,
+    batch_size: int,
+    executor: object | None = None,
+) -> Workload:
+    """The headline workload of a random model of ``name``'s shape (:func:`random_model`)
+    with its noisy copy (seed 1) as the donor."""
+    base = random_model(name, dtype, device, layers, width)
+    donor = noisy_copy(base, seed=1)
+    return headline_workload(
+        base, donor, tokenizer, prompts, batch_size, device=device, executor=executor
+    )

@@ -41,9 +41,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import timed, write_json
-from benchmarks.paper_scale import PROXY_HEAD_DIM, load_tokenizer
-from benchmarks.paper_shapes import noisy_copy, random_model
-from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows, headline_workload
+from benchmarks.paper_scale import load_tokenizer
+from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload
+from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows
 from graft.core import LocalExecutor, run_grafts
 from graft.models import PAPER_CONFIGS
 
@@ -209,11 +209,9 @@ def proxy_workload(proxy: str, width: int, prompts: int, batch_size: int, tokeni
     of paper shape ``proxy`` (``NAME:LAYERS``) at hidden size ``width``, on the CPU, with a
     noisy copy as its donor."""
     name, _, layers = proxy.partition(":")
-    cpu = torch.device("cpu")
-    base = random_model(name, torch.float32, cpu, int(layers), width)
-    donor = noisy_copy(base, seed=1)
     tok = load_tokenizer(tokenizer)
-    return headline_workload(base, donor, tok, prompts, batch_size, device=cpu)
+    cpu = torch.device("cpu")
+    return random_workload(name, torch.float32, cpu, int(layers), width, tok, prompts, batch_size)
 
 
 def profile(fn: Callable[[], object], interval: float) -> tuple[float, dict]:

@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from benchmarks import finetune_memory, paper_scale
+from benchmarks import finetune_memory, paper_scale, paper_shapes
 from graft.models.paper import PAPER_CONFIGS
 
 
@@ -49,8 +49,8 @@ def test_paper_scale_one_layer_of_gpt2_xl(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_noisy_copy_moves_every_parameter():
-    base = paper_scale.random_model("llama3.2-1b", paper_scale.DTYPES["float32"], "cpu", 1)
-    donor = paper_scale.noisy_copy(base, seed=1)
+    base = paper_shapes.random_model("llama3.2-1b", paper_scale.DTYPES["float32"], "cpu", 1)
+    donor = paper_shapes.noisy_copy(base, seed=1)
     for (name, p), q in zip(base.named_parameters(), donor.parameters(), strict=True):
         assert not p.equal(q), name
 

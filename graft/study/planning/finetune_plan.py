@@ -19,12 +19,7 @@ from graft.models import resolve_device
 from graft.models.configs import FoundConfig, local_tokenizer, model_config
 from graft.study.data.files import load_generic_texts
 from graft.study.data.generic_corpus import settle
-from graft.study.data.training_data import (
-    TokenisedTexts,
-    generic_texts,
-    load_fact_dataset,
-    split_texts,
-)
+from graft.study.data.training_data import TokenisedTexts, generic_texts, load_fact_dataset
 from graft.study.planning.device_memory import (
     FIT_SHARE,
     DeviceMemory,
@@ -40,7 +35,7 @@ from graft.study.planning.memory import (
 )
 from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
-from graft.study.training.sources import finetune_steps, training_texts
+from graft.study.training.sources import finetune_steps, trained_mix
 from graft.study.training.workspace import Workspace, parse_variant
 
 #: Free memory of common GPU sizes once their CUDA context is up (GiB), for "needs ...".
@@ -214,8 +209,7 @@ def plan_finetune(
     positions = getattr(found.config, "n_positions", None)  # GPT-2's learned positions
     limit = min(config.max_length, positions) if positions else config.max_length
     # the mean as trained: the fact texts' training part and the generic passages mixed in
-    n_fact = len(split_texts([""] * len(texts), config.val_fraction, config.seed)[0])
-    n_generic = training_texts(config, len(texts)) - n_fact
+    n_fact, n_generic = trained_mix(config, len(texts))
     weights = [n_fact / max(1, len(texts))] * len(texts)
     weights += [n_generic / len(generic)] * len(generic) if generic else []
     length = longest(texts + generic, local_tokenizer(model), limit, weights)
@@ -235,7 +229,7 @@ def plan_finetune(
         what=what or f"{model} on {Path(dataset_dir).name}",
         config=config,
         precision=precision,
-        n_texts=training_texts(config, len(texts)),
+        n_texts=n_fact + n_generic,
         steps=steps,
         length=length,
         seconds=estimate_seconds(n_params, config.batch_size, steps, device_type, length.mean),

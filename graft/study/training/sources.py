@@ -94,12 +94,18 @@ def resolve_model_path(
     return str(workspace.finetune_donor(donor, device=run.execution.device, quiet=quiet))
 
 
-def training_texts(preset: FinetuneConfig, n_fact_texts: int) -> int:
-    """Texts a finetune with ``preset`` trains on, of ``n_fact_texts`` fact texts: the
-    split's training part and the generic passages mixed in."""
+def trained_mix(preset: FinetuneConfig, n_fact_texts: int) -> tuple[int, int]:
+    """``(fact texts, generic passages)`` a finetune with ``preset`` trains on, of
+    ``n_fact_texts`` fact texts: the split's training part and the passages mixed in."""
     # only the split's sizes matter here: placeholder texts
     train, _ = split_texts([""] * n_fact_texts, preset.val_fraction, preset.seed)
-    return len(train) + (round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0)
+    return len(train), round(preset.generic_ratio * len(train)) if preset.generic_ratio else 0
+
+
+def training_texts(preset: FinetuneConfig, n_fact_texts: int) -> int:
+    """Texts a finetune with ``preset`` trains on, of ``n_fact_texts`` fact texts
+    (:func:`trained_mix`, both parts)."""
+    return sum(trained_mix(preset, n_fact_texts))
 
 
 def finetune_steps(preset: FinetuneConfig, n_fact_texts: int) -> int:
