@@ -7,6 +7,7 @@ Run from the repository root::
         [--prompts 3] [--dtype float32] [--device cpu] [--seed 1] [--json out.json]
         [--out results/FOLDER]
     python -m benchmarks.real_model_bound --model tiny          # every tiny family
+    python -m benchmarks.real_model_bound --model gemma3-270m --dtype float64   # rounding?
 
 Workload: the first ``--prompts`` headline prompts ("<actor> starred in a movie with",
 real actor names, the first actor as FE), each under the E1 position grafts (PRE, SFT, FE,
@@ -35,6 +36,7 @@ graft's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -142,15 +144,25 @@ def model_names(given: Sequence[str]) -> list[str]:
     return names
 
 
-def run(args: argparse.Namespace) -> list[dict]:
-    """Load each model (and its donor), measure, and return one result per model."""
+def load(name: str, dtype: str, device: str):
+    """``graft.models.load_model``, and for ``float64`` the float32 model cast up: graft
+    loads no model in float64, but the same computation in float64 tells rounding (which
+    shrinks by about 1e-9) from a wrong graft (which does not)."""
     from graft.models import load_model
 
+    if dtype != "float64":
+        return load_model(name, dtype=dtype, device=device)
+    loaded = load_model(name, dtype="float32", device=device)
+    return dataclasses.replace(loaded, model=loaded.model.to(torch.float64), dtype=torch.float64)
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Load each model (and its donor), measure, and return one result per model."""
     results = []
     for name in model_names(args.model):
-        loaded = load_model(name, dtype=args.dtype, device=args.device)
+        loaded = load(name, args.dtype, args.device)
         if args.donor:
-            donor = load_model(args.donor, dtype=args.dtype, device=args.device).model
+            donor = load(args.donor, args.dtype, args.device).model
         else:
             donor = perturbed_copy(loaded.model, seed=args.seed)
         numbers = measure(loaded.model, donor, loaded.tokenizer, args.prompts)
@@ -188,7 +200,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--donor", help="donor model folder [default: a perturbed copy]")
     parser.add_argument("--prompts", type=int, default=3, help="headline prompts [3]")
-    parser.add_argument("--dtype", default="float32", help="model dtype [float32]")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        help="model dtype; float64 casts the float32 model up [float32]",
+    )
     parser.add_argument("--device", default="cpu", help="device [cpu]")
     parser.add_argument("--seed", type=int, default=1, help="perturbed_copy seed [1]")
     parser.add_argument("--json", type=Path, help="also write every number here")

@@ -42,3 +42,15 @@ def test_tiny_names_every_family_and_a_donor_goes_with_one_model(capsys):
     assert len(model_names(["tiny"])) == 8
     assert main(["--model", "tiny", "--donor", "somewhere"]) == 2
     assert "--donor goes with one --model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_float64_casts_the_model_up_and_the_bound_falls_to_rounding_of_float64(tmp_path, capsys):
+    out = tmp_path / "bound.json"
+    args = ["--model", "tiny-llama", "--prompts", "1", "--dtype", "float64", "--json", str(out)]
+    assert main(args) == 0
+    [result] = json.loads(out.read_text())
+    assert result["dtype"] == "float64"
+    assert 0 <= result["graft_vs_ref"] <= 1e-10  # float32's ~1e-6 gone: it was rounding
+    assert result["ref_none_vs_plain"] <= 1e-10
+    assert "| tiny-llama | float64 | 16 |" in capsys.readouterr().out
