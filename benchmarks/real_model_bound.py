@@ -7,7 +7,7 @@ Run from the repository root::
         [--prompts 3] [--dtype float32] [--device cpu] [--seed 1] [--json out.json]
         [--out results/FOLDER]
     python -m benchmarks.real_model_bound --model tiny          # every tiny family
-    python -m benchmarks.real_model_bound --model gemma3-270m --dtype float64   # rounding?
+    python -m benchmarks.real_model_bound --model gemma3-270m --dtype float64 [--norms-in-dtype]
 
 Workload: the first ``--prompts`` headline prompts ("<actor> starred in a movie with",
 real actor names, the first actor as FE), each under the E1 position grafts (PRE, SFT, FE,
@@ -28,6 +28,11 @@ per model, in the model's dtype (logits as float32, float64 for a float64 model)
 - ``max |logit|``: the largest plain-forward logit (the scale); ``rel.``: ``graft - ref``
   over it.
 
+``--dtype float64`` casts the float32 model up, where rounding shrinks by about 1e-9 and a
+wrong graft would not; ``--norms-in-dtype`` also makes the RMSNorms compute in float64
+(transformers' compute in float32 whatever the dtype, so float64 alone still rounds to
+float32 at every norm).
+
 graft is one full-sequence pass: where the two token-by-token routines differ from a plain
 forward by more than ``graft - ref``, the bound is the reference's own rounding, not
 graft's.
@@ -40,6 +45,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -156,6 +162,39 @@ def load(name: str, dtype: str, device: str):
     return dataclasses.replace(loaded, model=loaded.model.to(torch.float64), dtype=torch.float64)
 
 
+def _llama_form(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
+def _gemma_form(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self._norm(x) * (1.0 + self.weight)
+
+
+def keep_norms_in_dtype(model: nn.Module) -> int:
+    """Make every RMSNorm of ``model`` compute in the model's dtype; return how many.
+
+    transformers' RMSNorms compute in float32 whatever the model's dtype (Llama, Qwen:
+    ``x.to(float32)``; Gemma: ``x.float()``), so a float64 model still rounds to float32
+    at every norm. Two forms are known: ``weight * normed`` (a ``variance_epsilon``) and
+    Gemma's ``normed * (1 + weight)``; another RMSNorm is refused rather than guessed.
+    """
+    count = 0
+    for module in model.modules():
+        name = type(module).__name__
+        if not name.endswith("RMSNorm"):
+            continue
+        if hasattr(module, "variance_epsilon"):
+            module.forward = types.MethodType(_llama_form, module)
+        elif name.startswith("Gemma") and hasattr(module, "_norm"):
+            module.forward = types.MethodType(_gemma_form, module)
+        else:
+            raise GraftError(
+                f"--norms-in-dtype knows the Llama and Gemma RMSNorms, not {name}; drop it"
+            )
+        count += 1
+    return count
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Load each model (and its donor), measure, and return one result per model."""
     results = []
@@ -165,6 +204,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             donor = load(args.donor, args.dtype, args.device).model
         else:
             donor = perturbed_copy(loaded.model, seed=args.seed)
+        if args.norms_in_dtype:
+            keep_norms_in_dtype(loaded.model)
+            keep_norms_in_dtype(donor)
         numbers = measure(loaded.model, donor, loaded.tokenizer, args.prompts)
         results.append(
             {
@@ -172,6 +214,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 "dtype": str(loaded.dtype).removeprefix("torch."),
                 "device": str(loaded.device),
                 "donor": args.donor or f"perturbed_copy(seed={args.seed})",
+                "norms": "in dtype" if args.norms_in_dtype else "transformers'",
                 **numbers,
             }
         )
@@ -206,6 +249,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="model dtype; float64 casts the float32 model up [float32]",
     )
     parser.add_argument("--device", default="cpu", help="device [cpu]")
+    parser.add_argument(
+        "--norms-in-dtype",
+        action="store_true",
+        help="with --dtype float64: RMSNorms compute in float64 too (transformers' compute in "
+        "float32 whatever the dtype)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="perturbed_copy seed [1]")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument(
@@ -219,6 +268,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.norms_in_dtype and args.dtype != "float64":
+        print(
+            "--norms-in-dtype goes with --dtype float64 (other dtypes' norms already compute in float32 or wider)",
+            file=sys.stderr,
+        )
+        return 2
     if args.donor and len(model_names(args.model)) > 1:
         print("--donor goes with one --model", file=sys.stderr)
         return 2
@@ -239,7 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             results,
             command=shlex.join(["python", "-m", "benchmarks.real_model_bound", *argv]),
             device=args.device,
-            settings={"prompts": args.prompts, "dtype": args.dtype, "seed": args.seed},
+            settings={
+                "prompts": args.prompts,
+                "dtype": args.dtype,
+                "seed": args.seed,
+                "norms_in_dtype": args.norms_in_dtype,
+            },
         )
         print(f"wrote {path}")
     return 0

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from benchmarks.real_model_bound import COLUMNS, main, model_names
+from benchmarks.real_model_bound import COLUMNS, keep_norms_in_dtype, main, model_names
+from graft.core.tiny import tiny_model
+from graft.errors import GraftError
 from graft.results.publish import read_provenance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -54,3 +57,35 @@ def test_float64_casts_the_model_up_and_the_bound_falls_to_rounding_of_float64(t
     assert 0 <= result["graft_vs_ref"] <= 1e-10  # float32's ~1e-6 gone: it was rounding
     assert result["ref_none_vs_plain"] <= 1e-10
     assert "| tiny-llama | float64 | 16 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "qwen3"])
+def test_norms_in_dtype_compute_the_same_function_in_float64(family):
+    model = tiny_model(family, seed=0).to(torch.float64)
+    ids = torch.tensor([[3, 7, 11, 5, 2]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        assert keep_norms_in_dtype(model) >= 2 * model.config.num_hidden_layers + 1
+        after = model(input_ids=ids).logits
+    assert 0 < (after - before).abs().max() <= 1e-5  # float32 rounding at the norms, gone
+
+
+def test_norms_in_dtype_go_with_float64_and_refuse_an_unknown_norm(capsys):
+    assert main(["--model", "tiny-llama", "--norms-in-dtype"]) == 2
+    assert "--norms-in-dtype goes with --dtype float64" in capsys.readouterr().err
+
+    class OddRMSNorm(torch.nn.Module):
+        pass
+
+    with pytest.raises(GraftError, match="knows the Llama and Gemma RMSNorms, not OddRMSNorm"):
+        keep_norms_in_dtype(torch.nn.Sequential(OddRMSNorm()))
+
+
+@pytest.mark.slow
+def test_norms_in_dtype_take_a_gemma_bound_to_float64_rounding(tmp_path):
+    out = tmp_path / "bound.json"
+    args = ["--model", "tiny-gemma3", "--prompts", "1", "--dtype", "float64", "--norms-in-dtype"]
+    assert main([*args, "--json", str(out)]) == 0
+    [result] = json.loads(out.read_text())
+    assert result["norms"] == "in dtype"
+    assert result["graft_vs_ref"] <= 1e-12
