@@ -292,3 +292,27 @@ def test_csv_shows_the_named_columns_of_each_folders_table(tmp_path):
         [str(tmp_path / "a")], {"file": "bound.csv", "columns": "diff", "format": ".2f"}
     )
     assert table.splitlines()[-1] == "| 0.00 |"
+
+
+def test_every_results_folder_records_what_made_it():
+    """Each folder of results/ carries its command, a clean graft commit, package versions,
+    device, machine with thread count, and date: no number stands on a folder that cannot
+    say what made it (republish with ``graft-exp publish`` or the benchmark's ``--out``)."""
+    import json
+    from pathlib import Path
+
+    folders = sorted(p for p in (Path(__file__).parents[1] / "results").iterdir() if p.is_dir())
+    assert len(folders) >= 20
+    for folder in folders:
+        record = json.loads((folder / "provenance.json").read_text())
+        entries = {**record["experiments"], **record["benchmarks"]}
+        assert entries, f"{folder.name}: provenance.json names nothing"
+        for name, entry in entries.items():
+            where = f"{folder.name}: {name}"
+            assert not entry.get("legacy") and not entry.get("missing"), where
+            assert entry["command"].startswith(("graft-exp ", "python -m benchmarks.")), where
+            assert len(entry["git_commit"]) == 40 and entry["git_dirty"] is False, where
+            assert entry["packages"]["torch"] and entry["packages"]["graft"], where
+            assert entry["device"] and entry["machine"]["cpu"], where
+            assert entry["machine"]["torch_threads"] >= 1, where
+            assert entry["created"], where
