@@ -28,10 +28,10 @@ per model, in the model's dtype (logits as float32, float64 for a float64 model)
 - ``max |logit|``: the largest plain-forward logit (the scale); ``rel.``: ``graft - ref``
   over it.
 
-``--dtype float64`` casts the float32 model up, where rounding shrinks by about 1e-9 and a
-wrong graft would not; ``--norms-in-dtype`` also makes the RMSNorms compute in float64
-(transformers' compute in float32 whatever the dtype, so float64 alone still rounds to
-float32 at every norm).
+``--dtype float64`` casts the float32 model up, where rounding shrinks with the precision
+(float64's epsilon is 5e8 times smaller than float32's) and a wrong graft would not;
+``--norms-in-dtype`` also makes the RMSNorms compute in float64 (transformers' compute in
+float32 whatever the dtype, so float64 alone still rounds to float32 at every norm).
 
 graft is one full-sequence pass: where the two token-by-token routines differ from a plain
 forward by more than ``graft - ref``, the bound is the reference's own rounding, not
@@ -153,7 +153,7 @@ def model_names(given: Sequence[str]) -> list[str]:
 def load(name: str, dtype: str, device: str):
     """``graft.models.load_model``, and for ``float64`` the float32 model cast up: graft
     loads no model in float64, but the same computation in float64 tells rounding (which
-    shrinks by about 1e-9) from a wrong graft (which does not)."""
+    shrinks with the precision) from a wrong graft (which does not)."""
     from graft.models import load_model
 
     if dtype != "float64":
