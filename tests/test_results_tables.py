@@ -9,7 +9,7 @@ import pytest
 from benchmarks import paper_table, results_tables
 from benchmarks.results_tables import BlockError, find_blocks, main
 from graft.results.benchmark_tables import write_benchmark_table
-from graft.results.publish import publish_run
+from graft.results.publish import provenance_entries, publish_run
 from tests.cli.test_publish import make_run, summary_frame
 
 CLOSE = "<!-- /results-table -->"
@@ -298,16 +298,12 @@ def test_every_results_folder_records_what_made_it():
     """Each folder of results/ carries its command, a clean graft commit, package versions,
     device, machine with thread count, and date: no number stands on a folder that cannot
     say what made it (republish with ``graft-exp publish`` or the benchmark's ``--out``)."""
-    import json
-    from pathlib import Path
-
-    folders = sorted(p for p in (Path(__file__).parents[1] / "results").iterdir() if p.is_dir())
+    folders = sorted(p for p in (results_tables.ROOT / "results").iterdir() if p.is_dir())
     assert len(folders) >= 20
     for folder in folders:
-        record = json.loads((folder / "provenance.json").read_text())
-        entries = {**record["experiments"], **record["benchmarks"]}
-        assert entries, f"{folder.name}: provenance.json names nothing"
-        for name, entry in entries.items():
+        entries = provenance_entries(folder)
+        assert entries, f"{folder.name}: no provenance.json, or it names nothing"
+        for name, entry in entries:
             where = f"{folder.name}: {name}"
             assert not entry.get("legacy") and not entry.get("missing"), where
             assert entry["command"].startswith(("graft-exp ", "python -m benchmarks.")), where
