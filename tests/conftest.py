@@ -16,6 +16,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# pytest-xdist workers (scripts/test.sh runs the slow tier on two) share the cores: each gets
+# its share of torch threads instead of all of them, which would oversubscribe the machine
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    )
+
 
 @pytest.fixture(autouse=True)
 def _seed_everything():

@@ -56,10 +56,17 @@ def test_the_lock_covers_what_pyproject_requires():
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    command = re.search(r"\n    (bash scripts/setup.sh && [^\n]*pytest[^\n]*)", readme)
+    command = re.search(r"\*\*Tests\*\*[^\n]*\n(?:[^\n]+\n)*\n    ([^\n]+)\n", readme)
     assert command, "the README's test command is missing"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command[1] in ci
+    # the command runs every stage, the setup and both tiers included
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    assert command[1] == "bash scripts/test.sh"
+    stages = re.search(r'GRAFT_TEST_STAGES:-([^}"]+)', script)
+    assert stages and stages[1].split() == ["setup", "checks", "fast", "slow", "newest", "ndif"]
+    for stage in stages[1].split():
+        assert re.search(rf"^run_stage {stage} ", script, re.M), stage
 
 
 def test_a_locked_setup_installed_exactly_the_lock():
@@ -82,3 +89,46 @@ def _installed(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _newest_differs():
+    """scripts/newest_differs.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "newest_differs", ROOT / "scripts" / "newest_differs.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(tmp_path: Path, *packages: tuple[str, str]) -> str:
+    path = tmp_path / "report.json"
+    install = [{"metadata": {"name": name, "version": version}} for name, version in packages]
+    path.write_text(json.dumps({"install": install}))
+    return str(path)
+
+
+def test_the_newest_stage_runs_when_a_run_time_package_differs(tmp_path, capsys):
+    differs = _newest_differs()
+    transformers = importlib.metadata.version("transformers")
+    differs.main(_report(tmp_path, ("graft", "0.1.0"), ("transformers", "999.0")))
+    out, err = capsys.readouterr()
+    assert out == f"transformers {transformers} -> 999.0\n" and err == ""
+    # a dependency of a dependency counts too (tokenizers comes with transformers)
+    differs.main(_report(tmp_path, ("tokenizers", "999.0")))
+    assert capsys.readouterr().out.startswith("tokenizers ")
+
+
+def test_the_newest_stage_skips_when_only_dev_tools_or_nothing_differ(tmp_path, capsys):
+    differs = _newest_differs()
+    mypy = importlib.metadata.version("mypy")
+    transformers = importlib.metadata.version("transformers")
+    differs.main(
+        _report(tmp_path, ("graft", "0.1.0"), ("mypy", "999.0"), ("transformers", transformers))
+    )
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"mypy {mypy} -> 999.0 (not a run-time package of graft)\n"
+    differs.main(_report(tmp_path))
+    assert capsys.readouterr() == ("", "")

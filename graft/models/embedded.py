@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from graft.errors import ModelNotFoundError
 from graft.models.registry import EMBEDDED_MODELS
+from graft.storage.locks import exclusive
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +109,22 @@ def embedded_source(directory: Path) -> dict[str, Any]:
 def ensure_embedded(name: str) -> Path:
     """Convert embedded model ``name`` to an unquantised safetensors copy once; return its directory."""
     out = embedded_cache_dir(name)
-    if (out / SOURCE_FILE).exists() and embedded_source(out).get("format") == _CACHE_FORMAT:
+    if _converted(out):
         return out
+    # one converter at a time (parallel test workers, a job array on one $GRAFT_HOME): a
+    # second one would replace, under a reader's feet, the copy the first just put in place
+    with exclusive(out, f"converting the embedded model {name}", graft_home() / ".locks"):
+        if _converted(out):  # another process converted it while this one waited
+            return out
+        _convert_into(name, out)
+    return out
+
+
+def _converted(out: Path) -> bool:
+    return (out / SOURCE_FILE).exists() and embedded_source(out).get("format") == _CACHE_FORMAT
+
+
+def _convert_into(name: str, out: Path) -> None:
     gguf = embedded_gguf(name)
     logger.info(
         "converting embedded model %s (%s) to safetensors in %s (once)", name, gguf.name, out
@@ -121,14 +136,9 @@ def ensure_embedded(name: str) -> Path:
         _convert(name, gguf, tmp)
         if out.exists():  # a stale or unfinished copy from an older format
             shutil.rmtree(out)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if not (out / SOURCE_FILE).exists():  # not another process winning the race
-                raise
+        os.rename(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _convert(name: str, gguf: Path, folder: Path) -> None:

@@ -31,12 +31,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 import pytest
+
+from tests.warm import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -94,23 +96,10 @@ def position_args(workspace: Path, out: Path, *extra: str) -> list[str]:
 def graft_exp(
     args: list[str], *, env: dict[str, str] | None = None, kill_after: float | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``graft-exp args`` through the driver (one torch thread: bit-identical reruns)."""
+    """Run ``graft-exp args`` through the driver (one torch thread: bit-identical reruns), in
+    a process of its own started warm (tests/warm.py): a SIGKILL still kills a real process."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    job = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, *args],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    if kill_after is not None:
-        try:
-            job.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            job.send_signal(signal.SIGKILL)
-    output, _ = job.communicate(timeout=600)
-    return subprocess.CompletedProcess(job.args, job.returncode, output)
+    return run_python(DRIVER, args, env=full_env, cwd=ROOT, kill_after=kill_after)
 
 
 def tables(out: Path) -> dict[str, pl.DataFrame]:
@@ -139,9 +128,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (another data seed and donor seed) whose files the corruption harness swaps in."""
     root = tmp_path_factory.mktemp("reference")
     counts = root / "counts.json"
+    start = time.monotonic()
     done = graft_exp(
         position_args(root / "ws", root / "run"), env={"GRAFT_COUNT_FILE": str(counts)}
     )
+    seconds = time.monotonic() - start
     assert done.returncode == 0, done.stdout
     other = graft_exp(
         position_args(
@@ -154,6 +145,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {
         "root": root,
         "counts": json.loads(counts.read_text()),
+        "seconds": seconds,
         "tables": tables(root / "run"),
         "weights": donor_weights(root / "ws"),
         "compare": compared.stdout,
@@ -175,15 +167,16 @@ def figures(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((out / "figures").glob("*.png"))}
 
 
-def crash_trials(counts: dict[str, int], n: int) -> list[tuple[str, int | float]]:
-    """``n`` seeded (point, n-th call) or ("delay", seconds) kill moments."""
+def crash_trials(counts: dict[str, int], n: int, seconds: float) -> list[tuple[str, int | float]]:
+    """``n`` seeded (point, n-th call) or ("delay", seconds) kill moments; a delay falls
+    within the 5-95% of ``seconds``, an uninterrupted run's wall time."""
     rng = random.Random(SEED)
     trials: list[tuple[str, int | float]] = []
     for _ in range(n):
         points = [p for p in POINTS if counts.get(p)]
         choice = rng.choice([*points, "delay"])
         if choice == "delay":
-            trials.append(("delay", round(rng.uniform(2.0, 12.0), 2)))
+            trials.append(("delay", round(rng.uniform(0.05, 0.95) * seconds, 2)))
         else:
             trials.append((choice, rng.randint(1, counts[choice])))
     return trials
@@ -193,7 +186,7 @@ def test_killed_at_random_moments_the_rerun_gives_the_same_tables(reference, tmp
     counts = reference["counts"]
     assert all(counts.get(p) for p in POINTS), counts  # every save point was reached
     n = int(os.environ.get("GRAFT_HARNESS_TRIALS", "8"))
-    for i, (point, when) in enumerate(crash_trials(counts, n)):
+    for i, (point, when) in enumerate(crash_trials(counts, n, reference["seconds"])):
         workspace, out = tmp_path / f"ws{i}", tmp_path / f"run{i}"
         args = position_args(workspace, out)
         if point == "delay":

@@ -301,6 +301,33 @@ def test_interrupted_conversion_leaves_nothing(tmp_path, monkeypatch) -> None:
     assert list((tmp_path / "models").iterdir()) == []
 
 
+def test_a_second_converter_waits_and_uses_the_first_ones_copy(tmp_path, monkeypatch) -> None:
+    """Two processes (test workers, a job array) converting at once: the second waits for
+    the first and takes its copy instead of converting again and replacing it under a
+    reader's feet."""
+    import threading
+    import time
+
+    from graft.models import embedded
+    from graft.storage.locks import exclusive
+
+    monkeypatch.setenv("GRAFT_HOME", str(tmp_path))
+    converted: list[object] = []
+    monkeypatch.setattr(embedded, "_convert", lambda *args: converted.append(args))
+    out = embedded.embedded_cache_dir("smollm2-135m")
+    got: list[object] = []
+    with exclusive(out, "converting (the first process)", tmp_path / ".locks"):
+        second = threading.Thread(target=lambda: got.append(models.ensure_embedded("smollm2-135m")))
+        second.start()
+        time.sleep(0.5)
+        assert second.is_alive(), "the second converter did not wait for the first"
+        out.mkdir(parents=True)  # the first one's copy, put in place
+        record = {"format": embedded._CACHE_FORMAT}
+        (out / embedded.SOURCE_FILE).write_text(json.dumps(record))
+    second.join(30)
+    assert got == [out] and converted == []
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     return load_model("smollm2-135m", device="cpu")
