@@ -66,7 +66,7 @@ def verdict(check: Check) -> str:
     """The verdict cell: ``**disagrees** (test): reason; note``."""
     agreement = check.agreement
     if agreement is None:
-        return "not tested"
+        return check.note or "not tested"
     word = "**disagrees**" if agreement.verdict == "disagrees" else agreement.verdict
     text = f"{word} ({agreement.test}): {agreement.reason}"
     return text + (f"; {check.note}" if check.note else "")

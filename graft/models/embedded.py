@@ -26,7 +26,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from graft.errors import ModelNotFoundError
 from graft.models.registry import EMBEDDED_MODELS
-from graft.storage.locks import exclusive
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +111,11 @@ def ensure_embedded(name: str) -> Path:
     if _converted(out):
         return out
     # one converter at a time (parallel test workers, a job array on one $GRAFT_HOME): a
-    # second one would replace, under a reader's feet, the copy the first just put in place
+    # second one would replace, under a reader's feet, the copy the first just put in place.
+    # Imported here: the NDIF server's venv imports this module without graft's storage
+    # requirements (polars).
+    from graft.storage.locks import exclusive
+
     with exclusive(out, f"converting the embedded model {name}", graft_home() / ".locks"):
         if _converted(out):  # another process converted it while this one waited
             return out

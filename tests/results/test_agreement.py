@@ -166,6 +166,36 @@ def test_floor_and_ceiling_cannot_show_a_difference():
     assert mcnemar_agreement(1.0, (140, 2, 3, 5)).verdict == "agrees"
 
 
+@pytest.mark.parametrize(("k_a", "k_b"), [(0, 15), (15, 0), (3, 15), (15, 3)])
+def test_the_floor_does_not_hide_a_significant_difference(k_a, k_b):
+    # 0/150 vs 15/150 (McNemar p = 6e-5) and 3/150 vs 15/150 (p = 0.004 paired as below):
+    # both within the margin of the floor, and yet plainly different
+    both = min(k_a, k_b)
+    cells = (both, k_a - both, k_b - both, 150 - max(k_a, k_b))
+    p = _mcnemar_p(cells[1], cells[2])
+    paired = mcnemar_agreement(p, cells)
+    assert p < 0.005 and paired.verdict == "disagrees"
+    assert "within 0.10 of the floor" in paired.reason and "but A and B differ" in paired.reason
+    counts = mcnemar_range_agreement(k_a, k_b, 150)
+    assert counts.verdict == "disagrees" and "but A and B differ" in counts.reason
+
+
+def test_near_the_floor_nothing_but_a_significant_difference_is_decided():
+    # not significant near the floor: undecided, both directions of the pair
+    for cells in ((0, 1, 0, 149), (0, 0, 1, 149), (12, 3, 0, 135)):
+        p = _mcnemar_p(cells[1], cells[2])
+        assert p >= 0.05 and mcnemar_agreement(p, cells).verdict == "undecided"
+    # significant but smaller than the margin (0/150 vs 8/150, p = 0.008): away from the
+    # floor it would agree; at the floor an equivalence of two grafts that recover nothing
+    # tests nothing
+    p = _mcnemar_p(0, 8)
+    near = mcnemar_agreement(p, (0, 0, 8, 142))
+    assert p < 0.05 and near.verdict == "undecided" and "of the floor" in near.reason
+    assert mcnemar_range_agreement(0, 8, 150).verdict == "undecided"
+    away = mcnemar_agreement(p, (70, 0, 8, 72))
+    assert away.verdict == "agrees"
+
+
 def test_mcnemar_rule():
     # A ≈ B: the 90% Newcombe interval of A − B within ±δ
     close = mcnemar_agreement(1.0, (140, 2, 3, 5))
@@ -267,10 +297,14 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
         for r, g in zip(_summary_rows(), ["PRE", "SFT", "FFN", "O+FFN", "ATTN+O+FFN"], strict=True)
     ]
     pl.DataFrame(sets).write_csv(tmp_path / "component_summary.csv")
-    # FFN 35/50 (the 0.7 row), O+FFN 49/50: stored as FFN vs O+FFN
-    pl.DataFrame([_contrast("FFN", "O+FFN", 35, 49, 0, 14, 0.001, "sft")]).write_csv(
-        tmp_path / "component_contrasts.csv"
-    )
+    # FFN 35/50 (the 0.7 row), O+FFN 49/50: stored as FFN vs O+FFN, on the paper's pair
+    # (reversal) and on graft's (sft)
+    pl.DataFrame(
+        [
+            _contrast("FFN", "O+FFN", 35, 49, 0, 14, 0.001, "reversal"),
+            _contrast("FFN", "O+FFN", 35, 49, 0, 14, 0.001, "sft"),
+        ]
+    ).write_csv(tmp_path / "component_contrasts.csv")
     # a necessity table's rows mean other things and are never read
     pl.DataFrame(_summary_rows()).write_csv(tmp_path / "necessity_summary.csv")
     checks = {
@@ -300,8 +334,21 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
     newcombe = newcombe_paired_interval(35, 14, 0, 1, 0.95)
     assert o.graft == f"+0.28 [{newcombe.lo:+.2f}, {newcombe.hi:+.2f}]"
     assert (o.agreement.lo, o.agreement.hi) == (newcombe.lo, newcombe.hi)
-    assert o.agreement.verdict == "undecided"
-    assert o.note == "graft's sft pair; the paper's is the reversal pair"
+    assert o.agreement.verdict == "undecided" and o.note == ""
+    # on graft's pair only, the same numbers are another quantity: shown, no verdict
+    pl.DataFrame([_contrast("FFN", "O+FFN", 35, 49, 0, 14, 0.001, "sft")]).write_csv(
+        tmp_path / "component_contrasts.csv"
+    )
+    (other,) = [
+        c
+        for c in check_run(read_results(tmp_path, "gemma3-270m", "D"))
+        if (c.number.graft, c.number.kind) == ("O+FFN", "difference")
+    ]
+    assert other.graft == o.graft and other.agreement is None
+    assert other.note == (
+        "no verdict: another quantity (graft's sft pair; the paper's number is on the "
+        "reversal pair)"
+    )
     assert ("hybrid", "FE ATTN + LT hybrid", "value") not in checks  # no hybrid run
     assert not [c for c in checks.values() if c.number.paper_model != "Gemma-1.1-2B"]
     # the same tables as a Llama-family model's: no Gemma number applies
@@ -357,3 +404,46 @@ def test_read_results_needs_a_summary_and_a_model(tmp_path):
     pl.DataFrame(_summary_rows()).write_csv(tmp_path / "position_summary.csv")
     with pytest.raises(GraftError, match="which model"):
         read_results(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("ffn", "o_ffn", "p_holm", "verdict"),
+    [
+        (0, 0, 1.0, "undecided"),  # both at the floor: A − B = 0 measures nothing
+        (0, 2, 0.5, "undecided"),  # both within the margin of the floor, no difference found
+        (50, 50, 1.0, "undecided"),  # both at the ceiling
+        (0, 15, 6e-5, "disagrees"),  # near the floor, but the two differ: +0.10 vs +0.41
+        (20, 80, 1e-6, "agrees"),  # away from the floor: +0.40, its interval within 0.41 ± 0.10
+    ],
+)
+def test_a_difference_at_the_floor_is_undecided_unless_the_two_differ(
+    tmp_path, ffn, o_ffn, p_holm, verdict
+):
+    """Llama's O+FFN − FFN = +0.41 (the reversal pair) against contrasts of n prompts."""
+    n = 50 if ffn == 50 else 150
+    rows = [
+        {**r, "graft": g, "group": "reversal", "n": n}
+        for r, g in zip(_summary_rows(), ["PRE", "SFT", "FFN", "O+FFN", "ATTN+O+FFN"], strict=True)
+    ]
+    pl.DataFrame(rows).write_csv(tmp_path / "component_summary.csv")
+    diff = (o_ffn - ffn) / n
+    contrast = {
+        **_contrast("O+FFN", "FFN", 0, 0, o_ffn - ffn, 0, p_holm, "reversal"),
+        "n": n,
+        "acc@5_a": o_ffn / n,
+        "acc@5_b": ffn / n,
+        "acc@5_diff": diff,
+        "acc@5_diff_lo": diff - 0.01,
+        "acc@5_diff_hi": diff + 0.01,
+    }
+    pl.DataFrame([contrast]).write_csv(tmp_path / "component_contrasts.csv")
+    (check,) = [
+        c
+        for c in check_run(read_results(tmp_path, "smollm2-135m"))
+        if (c.number.graft, c.number.kind) == ("O+FFN", "difference")
+    ]
+    assert check.agreement.verdict == verdict, check.agreement.reason
+    if verdict == "undecided":
+        assert "floor" in check.agreement.reason or "ceiling" in check.agreement.reason
+    if verdict == "disagrees":
+        assert "but A and B differ" in check.agreement.reason

@@ -16,7 +16,12 @@ from graft.results.paper import numbers as paper_numbers
 from graft.results.paper.numbers import PaperNumber
 from graft.results.stats.agreement import binomial_agreement, interval_agreement, seeds_agreement
 from graft.results.stats.intervals import paired_interval
-from graft.results.stats.paired_agreement import mcnemar_agreement, mcnemar_range_agreement
+from graft.results.stats.paired_agreement import (
+    floor_or_ceiling,
+    guarded,
+    mcnemar_agreement,
+    mcnemar_range_agreement,
+)
 from graft.results.stats.verdict import ALPHA, MARGIN, Agreement
 
 logger = logging.getLogger(__name__)
@@ -236,16 +241,24 @@ def _cells(row: dict) -> tuple[int, int, int, int]:
 def _setting_note(number: PaperNumber, other_group: str) -> str:
     if not other_group:
         return ""
-    return f"graft's {other_group} pair; the paper's is the {number.group or 'SFT'} pair"
+    return (
+        f"no verdict: another quantity (graft's {other_group} pair; the paper's number is on "
+        f"the {number.group or 'SFT'} pair)"
+    )
 
 
 def _check_difference(
     number: PaperNumber, row: dict, summary: pl.DataFrame, alpha: float, margin: float
 ) -> tuple[str, Agreement]:
     """The paper's difference against the contrast's paired interval (Newcombe on the
-    pooled table, widened over seeds to the t interval and, at 95%, the run's own)."""
+    pooled table, widened over seeds to the t interval and, at 95%, the run's own), under
+    the floor and ceiling guard of "≈": where both grafts recover nothing (or everything)
+    their difference is no measure of the paper's, unless the run's McNemar test finds
+    that they differ."""
     assert number.value is not None
     cells = _cells(row)
+    both, b, c, _ = cells
+    stuck = floor_or_ceiling(both + b, both + c, int(row["n"]), margin)
     diffs = _seed_diffs(summary, number.graft, number.versus, number.template, str(row["group"]))
     ours = paired_interval(cells, 1 - alpha, diffs)
     lo = min(ours.lo, row[f"{METRIC}_diff_lo"])
@@ -256,6 +269,8 @@ def _check_difference(
     verdict = interval_agreement(number.value, (lo, hi), tost, name, alpha, margin)
     how = "Newcombe's paired interval" + (", widened to the t over seeds" if diffs else "")
     verdict = replace(verdict, test=f"{verdict.test}; {how}, and to the run's own 95% {own}")
+    p = float(row["mcnemar_p_holm"])
+    verdict = guarded(stuck, p < alpha, verdict)
     return f"{row[f'{METRIC}_diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]", verdict
 
 
@@ -280,7 +295,8 @@ def check_number(
         if row is None or number.value is None:
             return Check(number, run.label, "contrast not in this run", None)
         text, verdict = _check_difference(number, row, summary, alpha, margin)
-        return Check(number, run.label, text, verdict, note)
+        # a number of another pair is shown, labelled, and tested against nothing
+        return Check(number, run.label, text, None if other else verdict, note)
     if row is not None:
         text = (
             f"{number.graft} {row[f'{METRIC}_a']:.2f} vs {number.versus} {row[f'{METRIC}_b']:.2f}"
@@ -294,7 +310,7 @@ def check_number(
             seed_diffs=diffs,
             test="exact McNemar, Holm-adjusted",
         )
-        return Check(number, run.label, text, verdict, note)
+        return Check(number, run.label, text, None if other else verdict, note)
     group = number.group
     a_rows = _cell_rows(summary, number.graft, number.template, group)
     b_rows = _cell_rows(summary, number.versus, number.template, group)

@@ -14,9 +14,11 @@ two tests of scipy or statsmodels (no statistics of our own beyond combining int
   "A ≈ B" (paper value 0), the 90% Newcombe paired interval of A − B, widened over seeds
   to the 90% t interval of the per-seed differences. A difference both tests find (graft
   significantly off the paper, but by less than δ) agrees: δ is the stated tolerance.
-- **undecided**: otherwise; and always when both sides of an "≈" sit at the floor (no
-  hits) or the ceiling (every hit), where acc@5 cannot show a difference, or both within
-  the margin of the floor, where neither graft recovers the answer; and when graft's
+- **undecided**: otherwise; and when both sides of an "≈" or of a difference sit at the
+  floor (no hits) or the ceiling (every hit), where acc@5 cannot show a difference, or
+  both within the margin of the floor, where neither graft recovers the answer, unless
+  the McNemar test of A against B rejects (a significant difference is a disagreement
+  wherever it lies; an agreement there is never given); and when graft's
   95% interval is wider than ``max_width`` (default 2δ: too imprecise to compare with the
   paper at ±δ) and the two-sided test does not reject (a significant difference disagrees
   however wide the interval).
@@ -91,11 +93,13 @@ def rules_text(alpha: float = ALPHA, margin: float = MARGIN, max_width: float | 
         f"lies within the paper's value ± δ (one finetune: the exact binomial TOST; "
         f'"A ≈ B": the {tost} paired Newcombe interval of A − B within ±δ); a significant '
         f"difference smaller than δ still agrees. **undecided**: neither; always when both "
-        f'sides of an "≈" sit at the floor (no hits) or the ceiling (every hit), where acc@5 '
-        f"cannot show a difference, or both within δ of the floor, where neither recovers "
-        f"the answer, or when the verdict depends on how two hit counts pair "
-        f"up; and when graft's {two} interval is wider than {width:.2f} (too imprecise to "
-        f"compare at ±δ) and the two-sided test does not reject. "
+        f'sides of an "≈" or of a difference sit at the floor (no hits) or the ceiling (every '
+        f"hit), where acc@5 cannot show a difference, or both within δ of the floor, where "
+        f"neither recovers the answer, unless the McNemar test finds that the two differ (then "
+        f"a disagreement stands, nothing else); when the verdict depends on how two hit "
+        f"counts pair up; and when graft's {two} interval is wider than {width:.2f} (too "
+        f"imprecise to compare at ±δ) and the two-sided test does not reject. A number of "
+        f"another pair of donors than the paper's is shown with no verdict. "
         f"Intervals over seeds: the t interval over the per-seed values widened to the pooled "
         f"Wilson interval; of a paired difference: Newcombe's interval on the pooled 2x2 table "
         f"widened to the t interval over the per-seed differences (at {two}, also to the "

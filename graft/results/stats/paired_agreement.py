@@ -23,11 +23,14 @@ from graft.results.stats.verdict import (
 )
 
 
-def _stuck(k_a: int, k_b: int, n: int, margin: float = 0.0) -> str:
-    """Why acc@5 cannot test "A ≈ B" here, or "": both at the floor or the ceiling (no
-    difference can show), or both within ``margin`` of the floor (neither graft recovers
-    the answer, so their equivalence says nothing about what each adds). Near the ceiling
-    an "≈" stays testable: a graft that falls short of a donor at the ceiling shows."""
+def floor_or_ceiling(k_a: int, k_b: int, n: int, margin: float = 0.0) -> str:
+    """Why acc@5 cannot test "A ≈ B" (or A − B against a value) here, or "": both at the
+    floor or the ceiling (no difference can show), or both within ``margin`` of the floor
+    (neither graft recovers the answer, so their equivalence says nothing about what each
+    adds). Near the ceiling an "≈" stays testable: a graft that falls short of a donor at
+    the ceiling shows. The guard only keeps a verdict from being read off the floor: a
+    difference that the two-sided test finds (0/150 against 15/150) is decided as anywhere
+    else (:func:`guarded`)."""
     counts = f"({k_a}/{n} and {k_b}/{n})"
     if k_a == k_b == 0:
         return f"both at the floor {counts}: acc@5 cannot show a difference here"
@@ -36,9 +39,23 @@ def _stuck(k_a: int, k_b: int, n: int, margin: float = 0.0) -> str:
     if max(k_a, k_b) <= margin * n:
         return (
             f"both within {margin:.2f} of the floor {counts}: neither graft recovers the "
-            "answer, so their equivalence tests nothing"
+            "answer, so comparing the two tests nothing"
         )
     return ""
+
+
+def guarded(stuck: str, rejected: bool, decision: Agreement) -> Agreement:
+    """``decision`` under the floor and ceiling guard. Where the sides sit at the floor or
+    the ceiling (``stuck`` not empty) only a disagreement backed by the two-sided test of A
+    against B (``rejected``) stands, its reason noting the floor; anything else there is
+    undecided, with ``stuck`` as the reason (an equivalence of two grafts that recover
+    nothing tests nothing)."""
+    if not stuck:
+        return decision
+    if rejected and decision.verdict == "disagrees":
+        note = stuck.split(":")[0]
+        return replace(decision, reason=f"{decision.reason} ({note}, but A and B differ)")
+    return replace(decision, verdict="undecided", reason=stuck)
 
 
 def _cells(both: int, b: int, c: int, neither: int) -> tuple[int, int, int, int]:
@@ -74,7 +91,7 @@ def mcnemar_agreement(
         if p < alpha
         else f"no significant difference ({test} {format_p(p)})"
     )
-    return decide(
+    decision = decide(
         test=f"{test}; TOST on A − B, ±{margin:.2f}",
         target=0.0,
         ci=paired_interval(cells, 1 - alpha, seed_diffs),
@@ -86,9 +103,9 @@ def mcnemar_agreement(
         margin=margin,
         width=width,
         signed=True,
-        stuck=_stuck(both + b, both + c, n, margin),
         p=p,
     )
+    return guarded(floor_or_ceiling(both + b, both + c, n, margin), p < alpha, decision)
 
 
 def mcnemar_p_range(k_a: int, k_b: int, n: int) -> tuple[float, float]:
@@ -128,7 +145,7 @@ def mcnemar_range_agreement(
     _check_counts(k_a, k_b, n)
     k_a, k_b, n = int(k_a), int(k_b), int(n)
     test = "exact McNemar, any pairing of the hit counts"
-    stuck = _stuck(k_a, k_b, n, margin)
+    stuck = floor_or_ceiling(k_a, k_b, n, margin)
     verdicts = [
         mcnemar_agreement(
             mcnemar_exact_p(k_a - x, k_b - x),
@@ -160,9 +177,9 @@ def mcnemar_range_agreement(
         margin=margin,
         alpha=alpha,
     )
-    if stuck:
-        return replace(base, reason=stuck)
     kinds = {v.verdict for v in verdicts}
+    if stuck and kinds == {"undecided"}:
+        return replace(base, reason=stuck)
     mcnemar = f"McNemar {format_p(low)}" if low == high else f"McNemar p = {low:.2g} to {high:.2g}"
     every = "for every pairing of the hit counts"
     tost = f"graft's {pct(1 - 2 * alpha)} interval of A − B"
@@ -172,6 +189,8 @@ def mcnemar_range_agreement(
         return replace(base, verdict="agrees", reason=reason)
     if kinds == {"disagrees"}:
         reason = f"significantly different {every} ({mcnemar})"
+        if stuck:
+            reason += f" ({stuck.split(':')[0]}, but A and B differ)"
         return replace(base, verdict="disagrees", reason=reason)
     if kinds == {"undecided"}:
         if all("too wide" in v.reason for v in verdicts):
