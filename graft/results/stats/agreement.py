@@ -12,7 +12,9 @@ two tests of scipy or statsmodels (no statistics of our own beyond combining int
   interval); over seeds, the 90% t interval over seeds widened to the pooled 90% Wilson
   interval (the construction of :mod:`graft.results.over_seeds`); for a difference or
   "A ≈ B" (paper value 0), the 90% Newcombe paired interval of A − B, widened over seeds
-  to the 90% t interval of the per-seed differences. A difference both tests find (graft
+  to the 90% t interval of the per-seed differences, and the exact unconditional TOST of
+  the paired difference (:func:`graft.results.stats.paired.paired_tost_p`), which the
+  asymptotic interval alone passes where discordant pairs are few. A difference both tests find (graft
   significantly off the paper, but by less than δ) agrees: δ is the stated tolerance.
 - **undecided**: otherwise; and when both sides of an "≈" or of a difference sit at the
   floor (no hits) or the ceiling (every hit), where acc@5 cannot show a difference, or
@@ -91,8 +93,10 @@ def rules_text(alpha: float = ALPHA, margin: float = MARGIN, max_width: float | 
         f"a paired table, the exact McNemar test for every pairing the two hit counts allow). "
         f"**agrees**: the equivalence test passes (TOST, α per side): graft's {tost} interval "
         f"lies within the paper's value ± δ (one finetune: the exact binomial TOST; "
-        f'"A ≈ B": the {tost} paired Newcombe interval of A − B within ±δ); a significant '
-        f"difference smaller than δ still agrees. **undecided**: neither; always when both "
+        f'"A ≈ B": the {tost} paired Newcombe interval of A − B within ±δ and the exact '
+        f"unconditional TOST of the paired difference rejecting at α, its nuisance rate "
+        f"bounded as Berger and Boos do); a significant difference smaller than δ still "
+        f"agrees. **undecided**: neither; always when both "
         f'sides of an "≈" or of a difference sit at the floor (no hits) or the ceiling (every '
         f"hit), where acc@5 cannot show a difference, or both within δ of the floor, where "
         f"neither recovers the answer, unless the McNemar test finds that the two differ (then "

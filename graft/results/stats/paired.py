@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.proportion import proportion_confint
 
 from graft.errors import StatsError
 from graft.results.stats.intervals import check_level, newcombe_paired_interval
@@ -33,6 +35,53 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     if b + c == 0:
         return 1.0
     return float(mcnemar([[0, int(b)], [int(c), 0]], exact=True).pvalue)
+
+
+#: Berger and Boos's γ: the nuisance parameter's confidence level is 1 - γ, and γ is added
+#: to the p-value (so the test stays exact at its level).
+BERGER_BOOS_GAMMA = 0.001
+#: Discordance rates at which the unconditional tail is maximised (evenly spaced over the
+#: rate's interval, its ends included).
+_NUISANCE_GRID = 401
+
+
+def _upper_tail(d: int, n: int, rate: np.ndarray, delta: float) -> np.ndarray:
+    """P(B - C >= d) for each discordance rate s in ``rate`` when B, C are the discordant
+    counts of ``n`` pairs with P(only A) - P(only B) = -``delta``: given m = B + C ~
+    Binomial(n, s), B ~ Binomial(m, (s - delta) / (2 s))."""
+    m = np.arange(n + 1)
+    only_a = np.clip((rate - delta) / (2 * rate), 0.0, 1.0)[:, None]
+    weights = binom.pmf(m[None, :], n, rate[:, None])
+    need = np.ceil((m[None, :] + d) / 2)  # B >= (m + d) / 2
+    tails = binom.sf(need - 1, m[None, :], only_a)
+    return np.asarray((weights * tails).sum(axis=1))
+
+
+def paired_tost_p(b: int, c: int, n: int, margin: float) -> float:
+    """Exact unconditional TOST p-value of |P(A) - P(B)| < ``margin`` on ``n`` paired
+    examples with ``b`` and ``c`` discordant (only A, only B hit).
+
+    Each one-sided null (difference <= -margin, >= +margin) is tested with the difference of
+    the discordant counts, its p-value maximised over the nuisance parameter, the discordance
+    rate, within the rate's 1 - γ Clopper-Pearson interval, plus γ (Berger and Boos 1994;
+    γ = ``BERGER_BOOS_GAMMA``). Exact at any n: where discordant pairs are few, the paired
+    Newcombe interval is not (its coverage is asymptotic). The TOST p is the larger of the
+    two one-sided p-values.
+    """
+    if any(int(v) != v or v < 0 for v in (b, c, n)) or b + c > n or n < 1:
+        raise StatsError(f"need whole counts b, c >= 0 with b + c <= n >= 1; got {b}, {c}, {n}")
+    if not 0.0 < margin < 1.0:
+        raise StatsError(f"the margin must lie strictly between 0 and 1, got {margin}")
+    b, c, n = int(b), int(c), int(n)
+    lo, hi = proportion_confint(b + c, n, alpha=BERGER_BOOS_GAMMA, method="beta")
+    # on either null's boundary the discordance rate is at least the margin
+    lo = max(float(lo), margin)
+    if hi < lo:
+        return BERGER_BOOS_GAMMA  # no rate this plausible lets |difference| reach the margin
+    rate = np.linspace(lo, float(hi), _NUISANCE_GRID)
+    below = _upper_tail(b - c, n, rate, margin).max()  # null: difference <= -margin
+    above = _upper_tail(c - b, n, rate, margin).max()  # null: difference >= +margin
+    return float(min(1.0, max(below, above) + BERGER_BOOS_GAMMA))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from graft.errors import StatsError
 from graft.results.stats.intervals import paired_interval
-from graft.results.stats.paired import mcnemar_exact_p
+from graft.results.stats.paired import mcnemar_exact_p, paired_tost_p
 from graft.results.stats.verdict import (
     ALPHA,
     MARGIN,
@@ -77,9 +77,11 @@ def mcnemar_agreement(
     """ "A ≈ B" on paired hits: ``p`` is the two-sided exact McNemar p of A against B (e.g.
     a run's Holm-adjusted contrast; disagrees when p < ``alpha``); ``cells`` = (both hit,
     only A, only B, neither) give the paired interval of A − B
-    (:func:`~graft.results.stats.intervals.paired_interval`,
-    with ``seed_diffs`` the per-seed differences; agrees when its 90% version lies within
-    ±``margin``)."""
+    (:func:`~graft.results.stats.intervals.paired_interval`, with ``seed_diffs`` the
+    per-seed differences). Agrees when its 90% version lies within ±``margin`` and the exact
+    unconditional TOST (:func:`~graft.results.stats.paired.paired_tost_p`) rejects both
+    one-sided nulls at ``alpha``: Newcombe's interval is asymptotic, and with few discordant
+    pairs it passes where an exact test does not (2 and 1 discordant of 50)."""
     width = check_settings(alpha, margin, max_width)
     if not 0 <= p <= 1:
         raise StatsError(f"a p-value lies in [0, 1], got {p}")
@@ -91,11 +93,15 @@ def mcnemar_agreement(
         if p < alpha
         else f"no significant difference ({test} {format_p(p)})"
     )
+    ci_tost = paired_interval(cells, 1 - 2 * alpha, seed_diffs)
+    inside = -margin - 1e-12 <= ci_tost.lo and ci_tost.hi <= margin + 1e-12
+    p_exact = paired_tost_p(b, c, n, margin)
+    exact = f"exact unconditional TOST {format_p(p_exact)}"
     decision = decide(
-        test=f"{test}; TOST on A − B, ±{margin:.2f}",
+        test=f"{test}; TOST on A − B, ±{margin:.2f} (interval and exact unconditional)",
         target=0.0,
         ci=paired_interval(cells, 1 - alpha, seed_diffs),
-        ci_tost=paired_interval(cells, 1 - 2 * alpha, seed_diffs),
+        ci_tost=ci_tost,
         name="interval of A − B" + (" (Newcombe, widened over seeds)" if several else ""),
         rejected=p < alpha,
         rejection=rejection,
@@ -103,8 +109,21 @@ def mcnemar_agreement(
         margin=margin,
         width=width,
         signed=True,
+        equivalent=inside and p_exact < alpha,
+        equivalence=f" and the {exact}",
         p=p,
+        p_equivalence=p_exact,
     )
+    if decision.verdict == "undecided" and inside and "too wide" not in decision.reason:
+        # the interval passes, the exact test does not: say which
+        decision = replace(
+            decision,
+            reason=(
+                f"neither test decides: {rejection}; graft's {pct(1 - 2 * alpha)} interval of "
+                f"A − B lies within ±{margin:.2f}, but the {exact} does not reject (with "
+                f"{b} and {c} discordant of {n}, the asymptotic interval is not enough)"
+            ),
+        )
     return guarded(floor_or_ceiling(both + b, both + c, n, margin), p < alpha, decision)
 
 
