@@ -17,10 +17,7 @@ import json
 import sys
 
 from packaging.requirements import Requirement
-
-
-def normal(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+from packaging.utils import canonicalize_name as normal
 
 
 def runtime_closure(root: str = "graft") -> set[str]:

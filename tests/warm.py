@@ -1,10 +1,11 @@
-"""Python subprocesses that start warm: a fork server that imported graft's command line once.
+"""Python subprocesses that start warm: a fork server that imported graft and its commands once.
 
 A cold ``python -c ...`` of ``graft-exp`` spends seconds importing torch, transformers, scipy,
 statsmodels and matplotlib before a tiny model's few seconds of work; the crash and
 corruption harnesses start hundreds of them. ``run_python`` starts each one as a child of
-multiprocessing's fork server instead (stdlib ``forkserver``, its preload importing
-``graft_experiments.cli`` and so everything the commands use). The child is still a process
+multiprocessing's fork server instead (stdlib ``forkserver``, its preload
+``tests/warm_preload.py`` importing every module of graft and what commands import late). The
+child is still a process
 of its own: its own pid, working directory, environment, ``sys.argv``, file descriptors and
 exit status, a real SIGKILL kills it, and its stdout and stderr go to one file as with
 ``stderr=STDOUT``. What it shares with a cold start is what importing did, nothing more: the

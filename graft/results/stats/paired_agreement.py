@@ -111,19 +111,14 @@ def mcnemar_agreement(
         signed=True,
         equivalent=inside and p_exact < alpha,
         equivalence=f" and the {exact}",
+        shortfall=(
+            f"graft's {pct(1 - 2 * alpha)} interval of A − B lies within ±{margin:.2f}, but the "
+            f"{exact} does not reject (with {b} and {c} discordant of {n}, the asymptotic "
+            "interval is not enough)"
+        ),
         p=p,
         p_equivalence=p_exact,
     )
-    if decision.verdict == "undecided" and inside and "too wide" not in decision.reason:
-        # the interval passes, the exact test does not: say which
-        decision = replace(
-            decision,
-            reason=(
-                f"neither test decides: {rejection}; graft's {pct(1 - 2 * alpha)} interval of "
-                f"A − B lies within ±{margin:.2f}, but the {exact} does not reject (with "
-                f"{b} and {c} discordant of {n}, the asymptotic interval is not enough)"
-            ),
-        )
     return guarded(floor_or_ceiling(both + b, both + c, n, margin), p < alpha, decision)
 
 
@@ -208,9 +203,7 @@ def mcnemar_range_agreement(
         return replace(base, verdict="agrees", reason=reason)
     if kinds == {"disagrees"}:
         reason = f"significantly different {every} ({mcnemar})"
-        if stuck:
-            reason += f" ({stuck.split(':')[0]}, but A and B differ)"
-        return replace(base, verdict="disagrees", reason=reason)
+        return guarded(stuck, True, replace(base, verdict="disagrees", reason=reason))
     if kinds == {"undecided"}:
         if all("too wide" in v.reason for v in verdicts):
             reason = (

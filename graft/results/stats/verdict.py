@@ -124,6 +124,7 @@ def decide(
     signed: bool,
     equivalent: bool | None = None,
     equivalence: str = "",
+    shortfall: str = "",
     stuck: str = "",
     p: float | None = None,
     p_high: float | None = None,
@@ -131,7 +132,9 @@ def decide(
 ) -> Agreement:
     """The verdict from a two-sided test (``rejected``, said by ``rejection``) and the TOST
     (``equivalent``; by default: ``ci_tost`` within ``target`` ± ``margin``), with the two
-    guards (``stuck``: floor or ceiling; ``ci`` wider than ``width``)."""
+    guards (``stuck``: floor or ceiling; ``ci`` wider than ``width``). ``shortfall`` says why
+    an equivalence test given as ``equivalent`` fails although ``ci_tost`` lies within the
+    margin (the reason of that undecided verdict)."""
     base = Agreement(
         "undecided",
         test,
@@ -173,5 +176,7 @@ def decide(
         return replace(base, verdict="agrees", reason=reason)
     if rejected:
         return replace(base, verdict="disagrees", reason=rejection)
+    if inside and shortfall:
+        return replace(base, reason=f"neither test decides: {rejection}; {shortfall}")
     reason = f"neither test decides: {rejection}, and {tost_span} reaches outside {around}"
     return replace(base, reason=reason)
