@@ -34,7 +34,7 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks import run_tables  # noqa: F401  # registers its generators
+from benchmarks import prose, run_tables  # noqa: F401  # register their generators
 from benchmarks._graft_api import GraftError
 from benchmarks.table_generators import GENERATORS, ROOT, BlockError, Generator, shown
 
@@ -161,7 +161,9 @@ def render(block: Block) -> list[str]:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BlockError(f"{block.where}: {block.generator.name}: {first}") from None
     files = ", ".join(f"`{shown(p)}`" for p in dict.fromkeys(sources))
-    note = f"*Generated from {files} by `{COMMAND}`; edit the marker above, not the table.*"
+    edit = block.generator.edit
+    what = edit(block.positional) if edit else "the marker above, not the table"
+    note = f"*Generated from {files} by `{COMMAND}`; edit {what}.*"
     return ["", *table.splitlines(), "", note, ""]
 
 

@@ -24,22 +24,29 @@ class BlockError(Exception):
 @dataclass(frozen=True)
 class Generator:
     """A named table maker: ``make(positional, keywords)`` returns the markdown table and
-    the files it read (relative to the root, named under the table)."""
+    the files it read (relative to the root, named under the table); ``edit(positional)``,
+    where given, names what to edit instead of the generated text (default: the marker)."""
 
     name: str
     usage: str
     keywords: tuple[str, ...]
     make: Callable[[list[str], dict[str, str]], tuple[str, list[Path]]]
+    edit: Callable[[list[str]], str] | None = None
 
 
 GENERATORS: dict[str, Generator] = {}
 
 
-def generator(name: str, usage: str, keywords: Sequence[str] = ()) -> Callable:
+def generator(
+    name: str,
+    usage: str,
+    keywords: Sequence[str] = (),
+    edit: Callable[[list[str]], str] | None = None,
+) -> Callable:
     """Register the decorated function as the generator ``name``."""
 
     def register(make: Callable[[list[str], dict[str, str]], tuple[str, list[Path]]]):
-        GENERATORS[name] = Generator(name, usage, tuple(keywords), make)
+        GENERATORS[name] = Generator(name, usage, tuple(keywords), make, edit)
         return make
 
     return register

@@ -31,10 +31,11 @@ LONGEST_ADAPTED_EXPERIMENT = 30
 
 
 def readme_block(section: str, path: Path = README) -> str:
-    """The first ```python block of section ``section`` (a ``## `` heading) of ``path``."""
+    """The first ```python block of section ``section`` (a ``## `` heading, up to the next
+    one or the end) of ``path``."""
     text = path.read_text()
     start = text.index(f"\n## {section}\n")
-    end = text.index("\n## ", start + 1)
+    end = text.find("\n## ", start + 1) % (len(text) + 1)  # the next section or the end
     match = re.search(r"```python\n(.*?)```", text[start:end], re.DOTALL)
     assert match, f"{path.name} section {section!r} has no python block"
     return match.group(1)

@@ -33,7 +33,7 @@ def _doc(tmp_path, body: str):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, examples, kinds, lens, metrics, paper, provenance, seeds, speed, summary"),
+        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, examples, kinds, lens, metrics, paper, prose, provenance, seeds, speed, summary"),
         ("<!-- results-table: summary results/x -->\n| a |", "doc.md:5: results-table marker never closed"),
         (f"| a |\n{CLOSE}", f"doc.md:6: {CLOSE} without an opening marker"),
         ("<!-- results-table: summary a -->\n<!-- results-table: summary b -->", "doc.md:6: a results-table marker inside the block opened at line 5"),

@@ -32,6 +32,8 @@ _EXPORTS = {
     "ALPHA": "graft.results.stats.agreement",
     "MARGIN": "graft.results.stats.agreement",
     "rules_text": "graft.results.stats.agreement",
+    "format_p": "graft.results.stats.verdict",
+    "seed_level_p": "graft.results.stats.paired",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

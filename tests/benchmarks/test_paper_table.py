@@ -41,9 +41,12 @@ def test_table_of_the_committed_results():
     lt = _row(lines, "Fig. 2: LT |", "D")
     assert "LT 0.57 [0.41, 0.72]" in lt
     assert "| undecided (" in lt and "[0.41, 0.72] is too wide to test against ±0.10" in lt
-    # A's FE+LT falls short of SFT (Holm p = 0.012): the "≈ SFT" statement fails
+    # A's FE+LT falls short of SFT in the pooled table (McNemar p = 0.0015 over 150 pairs),
+    # but the 3 seeds share their 50 prompts: the seed-level t test (p = 0.049), Holm over
+    # Fig. 2's two claims (0.099), does not reject, and the interval reaches past -0.10
     fe_lt = _row(lines, "Fig. 2: FE+LT ≈ SFT", "A")
-    assert "(paper: Llama-3.2-1B)" in fe_lt and "**disagrees**" in fe_lt and "p = 0.012)" in fe_lt
+    assert "(paper: Llama-3.2-1B)" in fe_lt and "| undecided (" in fe_lt and "p = 0.099)" in fe_lt
+    assert "Holm over the 2 Fig. 2 claims on this run" in fe_lt
     # floor against floor is no agreement
     floor = _row(lines, "Fig. 2: (FE+LT)^C ≈ PRE", "A")
     assert "0/150 vs PRE 0/150" in floor and "| undecided (" in floor
@@ -55,9 +58,9 @@ def test_table_of_the_committed_results():
     # discordant of 50) Newcombe's interval passes, the exact test does not; F's two grafts
     # sit near the floor, so it tests nothing there
     ffn = "Fig. 5: FE FFN + LT hybrid ≈ FE none + LT hybrid"
-    assert "| undecided (exact McNemar, Holm-adjusted" in _row(lines, ffn, "G")
+    assert "| undecided (exact McNemar; " in _row(lines, ffn, "G")
     assert "exact unconditional TOST p = 0.16 does not reject" in _row(lines, ffn, "G")
-    assert "| undecided (exact McNemar, Holm-adjusted" in _row(lines, ffn, "F")
+    assert "| undecided (exact McNemar; " in _row(lines, ffn, "F")
     assert "within 0.10 of the floor" in _row(lines, ffn, "F")
     assert not any("any pairing of the hit counts" in _row(lines, ffn, r) for r in "FG")
     # numbers no run tests: one "not run" row (GPT2-XL's FE)

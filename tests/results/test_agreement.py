@@ -452,3 +452,83 @@ def test_a_difference_at_the_floor_is_undecided_unless_the_two_differ(
         assert "floor" in check.agreement.reason or "ceiling" in check.agreement.reason
     if verdict == "disagrees":
         assert "but A and B differ" in check.agreement.reason
+
+
+def test_seed_level_p_is_scipys_t_test_and_the_larger_test_decides_over_seeds():
+    from scipy.stats import ttest_1samp
+
+    from graft.results.stats.paired import over_seeds_p, seed_level_p
+
+    # run A's FE+LT vs SFT per seed: -0.06 / -0.10 / -0.14 (headline, 50 prompts each)
+    diffs = [-0.06, -0.10, -0.14]
+    assert seed_level_p(diffs) == pytest.approx(ttest_1samp(diffs, 0.0).pvalue)
+    assert seed_level_p(diffs) == pytest.approx(0.0494, abs=1e-4)
+    assert seed_level_p([0.0, 0.0, 0.0]) == 1.0 and seed_level_p([0.1, 0.1]) == 0.0
+    # the pooled McNemar (150 pairs, 3 prompts counted thrice) alone is far smaller
+    assert over_seeds_p(0.0015, diffs) == pytest.approx(0.0494, abs=1e-4)
+    # identical per-seed differences have no spread: the pooled test decides
+    assert over_seeds_p(0.3, [0.02, 0.02, 0.02]) == 0.3
+    assert over_seeds_p(0.0015, None) == over_seeds_p(0.0015, [0.1]) == 0.0015
+    with pytest.raises(GraftError, match=">= 2 finite"):
+        seed_level_p([0.1])
+
+
+def _seeded_fig2(folder: Path, per_seed: tuple[float, float, float], complement: bool) -> None:
+    """Run A's headline FE+LT vs SFT over 3 seeds x the same 50 prompts (pooled 3 and 18
+    discordant of 150, FE+LT 122/150, SFT 137/150), with the per-seed FE+LT values
+    ``per_seed`` (SFT 0.92 / 0.88 / 0.94), and (``complement``) Fig. 2's second claim."""
+    sft = [0.92, 0.88, 0.94]
+    rows = []
+    for graft, values in (("FE+LT", list(per_seed)), ("SFT", sft)):
+        mean = sum(values) / 3
+        rows.append(
+            {"group": "", "template": "headline", "graft": graft, "n": 50, "n_seeds": 3,
+             "acc@5": mean, "acc@5_lo": mean - 0.05, "acc@5_hi": mean + 0.05,
+             "acc@5_per_seed": str(values), "per_seed_of": "finetune_seed"}
+        )  # fmt: skip
+    if complement:
+        for graft in ("(FE+LT)^C", "PRE"):
+            rows.append(
+                {"group": "", "template": "headline", "graft": graft, "n": 50, "n_seeds": 3,
+                 "acc@5": 0.0, "acc@5_lo": 0.0, "acc@5_hi": 0.02,
+                 "acc@5_per_seed": "[0.0, 0.0, 0.0]", "per_seed_of": "finetune_seed"}
+            )  # fmt: skip
+    pl.DataFrame(rows).write_csv(folder / "position_summary.csv")
+    contrast = {**_contrast("FE+LT", "SFT", 0, 0, 3, 18, 0.012), "n": 150}
+    contrast.update({"acc@5_a": 122 / 150, "acc@5_b": 137 / 150, "acc@5_diff": -0.1})
+    pl.DataFrame([contrast]).write_csv(folder / "position_contrasts.csv")
+
+
+def _fe_lt(folder: Path):
+    (check,) = [
+        c
+        for c in check_run(read_results(folder, "smollm2-135m", "A"))
+        if (c.number.graft, c.number.kind) == ("FE+LT", "approx")
+    ]
+    return check.agreement
+
+
+def test_seeds_sharing_prompts_need_the_seed_level_test_too(tmp_path):
+    # pooled McNemar p = 0.0015 counts 50 prompts three times; per-seed differences
+    # -0.06 / -0.10 / -0.14 give t p = 0.049: alone (a family of one) it still disagrees
+    _seeded_fig2(tmp_path, (0.86, 0.78, 0.80), complement=False)
+    alone = _fe_lt(tmp_path)
+    assert alone.verdict == "disagrees" and alone.p == pytest.approx(0.0494, abs=1e-4)
+    assert "seed-level t test (both must reject)" in alone.test and "Holm" not in alone.test
+    # per-seed differences that disagree in size: the seed-level test does not reject
+    _seeded_fig2(tmp_path, (0.90, 0.68, 0.86), complement=False)
+    spread = _fe_lt(tmp_path)
+    assert spread.verdict == "undecided" and spread.p > 0.05
+
+
+def test_holm_families_are_the_claims_of_one_figure_on_one_run(tmp_path):
+    # with Fig. 2's second claim on the run, the family has two: p = 2 x 0.049 = 0.099
+    _seeded_fig2(tmp_path, (0.86, 0.78, 0.80), complement=True)
+    family = _fe_lt(tmp_path)
+    assert family.verdict == "undecided" and family.p == pytest.approx(2 * 0.0494, abs=2e-4)
+    assert "Holm over the 2 Fig. 2 claims on this run" in family.test
+    # the stored contrast's Holm p (0.012, a family of whatever the command ran) is not read
+    assert "0.012" not in family.reason
+    # the same claim, seeds that agree closely: it survives the family
+    _seeded_fig2(tmp_path, (0.82, 0.78, 0.84), complement=True)
+    assert _fe_lt(tmp_path).verdict == "disagrees"

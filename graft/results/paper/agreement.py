@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -16,17 +17,27 @@ from graft.results.paper import numbers as paper_numbers
 from graft.results.paper.numbers import PaperNumber
 from graft.results.stats.agreement import binomial_agreement, interval_agreement, seeds_agreement
 from graft.results.stats.intervals import paired_interval
+from graft.results.stats.paired import holm, mcnemar_exact_p, over_seeds_p
 from graft.results.stats.paired_agreement import (
     floor_or_ceiling,
     guarded,
     mcnemar_agreement,
+    mcnemar_p_range,
     mcnemar_range_agreement,
 )
 from graft.results.stats.verdict import ALPHA, MARGIN, Agreement
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Check", "RunResults", "check_number", "check_run", "read_csv_table", "read_results"]
+__all__ = [
+    "Check",
+    "RunResults",
+    "check_number",
+    "check_run",
+    "read_csv_table",
+    "read_results",
+    "two_sided_p",
+]
 
 METRIC = "acc@5"
 _INTERVAL_NAMES = {"newcombe": "Newcombe interval", "cluster-bootstrap": "cluster bootstrap"}
@@ -248,7 +259,12 @@ def _setting_note(number: PaperNumber, other_group: str) -> str:
 
 
 def _check_difference(
-    number: PaperNumber, row: dict, summary: pl.DataFrame, alpha: float, margin: float
+    number: PaperNumber,
+    row: dict,
+    summary: pl.DataFrame,
+    alpha: float,
+    margin: float,
+    adjust: Callable[[float], float],
 ) -> tuple[str, Agreement]:
     """The paper's difference against the contrast's paired interval (Newcombe on the
     pooled table, widened over seeds to the t interval and, at 95%, the run's own), under
@@ -269,22 +285,69 @@ def _check_difference(
     verdict = interval_agreement(number.value, (lo, hi), tost, name, alpha, margin)
     how = "Newcombe's paired interval" + (", widened to the t over seeds" if diffs else "")
     verdict = replace(verdict, test=f"{verdict.test}; {how}, and to the run's own 95% {own}")
-    p = float(row["mcnemar_p_holm"])
+    p = adjust(over_seeds_p(mcnemar_exact_p(b, c), diffs))
     verdict = guarded(stuck, p < alpha, verdict)
     return f"{row[f'{METRIC}_diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]", verdict
 
 
+def _test_words(several: bool, family: str, pairings: bool = False) -> str:
+    return (
+        "exact McNemar"
+        + (" and seed-level t test (both must reject)" if several else "")
+        + (", any pairing of the hit counts" if pairings else "")
+        + (f", Holm over {family}" if family else "")
+    )
+
+
+def two_sided_p(number: PaperNumber, run: RunResults) -> float | None:
+    """The two-sided p of A against B that the verdict on ``number`` reads, before its
+    family's adjustment: the exact McNemar p of the run's paired table (without one, the
+    largest over the pairings the hit counts allow), over seeds the larger of it and the
+    seed-level t test (:func:`~graft.results.stats.paired.over_seeds_p`). None for a value,
+    a claim the run lacks, or one on another donor pair (no verdict)."""
+    summary = run.summaries.get(number.experiment)
+    if number.kind == "value" or summary is None:
+        return None
+    if paper_numbers.paper_model_of(run.model) != number.paper_model:
+        return None
+    contrasts = run.contrasts.get(number.experiment)
+    row, other = _contrast(contrasts, number.graft, number.versus, number.template, number.group)
+    if other:
+        return None
+    if row is not None:
+        _, b, c, _ = _cells(row)
+        diffs = _seed_diffs(summary, number.graft, number.versus, number.template, row["group"])
+        return over_seeds_p(mcnemar_exact_p(b, c), diffs)
+    a_rows = _cell_rows(summary, number.graft, number.template, number.group)
+    b_rows = _cell_rows(summary, number.versus, number.template, number.group)
+    if number.kind == "difference" or a_rows.is_empty() or b_rows.is_empty():
+        return None
+    (k_a, n_a), (k_b, n_b) = _hits(a_rows), _hits(b_rows)
+    if n_a != n_b:
+        return None
+    diffs = _seed_diffs(summary, number.graft, number.versus, number.template, number.group)
+    return over_seeds_p(mcnemar_p_range(k_a, k_b, n_a)[1], diffs)
+
+
 def check_number(
-    number: PaperNumber, run: RunResults, alpha: float = ALPHA, margin: float = MARGIN
+    number: PaperNumber,
+    run: RunResults,
+    alpha: float = ALPHA,
+    margin: float = MARGIN,
+    adjust: Callable[[float], float] | None = None,
+    family: str = "",
 ) -> Check | None:
     """Test ``number`` on ``run`` (significance level ``alpha``, equivalence margin
     ``margin``); None when it is about another paper model or an experiment the run does
-    not have."""
+    not have. ``adjust`` maps the claim's two-sided p (:func:`two_sided_p`) to its value
+    adjusted within ``family`` (the claims tested with it, named in the verdict's test;
+    :func:`check_run` passes Holm's); by default the claim stands alone."""
     if paper_numbers.paper_model_of(run.model) != number.paper_model:
         return None
     summary = run.summaries.get(number.experiment)
     if summary is None:
         return None
+    adjust = adjust or (lambda p: p)
     contrasts = run.contrasts.get(number.experiment)
     if number.kind == "value":
         text, verdict = _check_value(number, summary, alpha, margin)
@@ -294,21 +357,22 @@ def check_number(
     if number.kind == "difference":
         if row is None or number.value is None:
             return Check(number, run.label, "contrast not in this run", None)
-        text, verdict = _check_difference(number, row, summary, alpha, margin)
+        text, verdict = _check_difference(number, row, summary, alpha, margin, adjust)
         # a number of another pair is shown, labelled, and tested against nothing
         return Check(number, run.label, text, None if other else verdict, note)
     if row is not None:
         text = (
             f"{number.graft} {row[f'{METRIC}_a']:.2f} vs {number.versus} {row[f'{METRIC}_b']:.2f}"
         )
+        cells = _cells(row)
         diffs = _seed_diffs(summary, number.graft, number.versus, number.template, row["group"])
         verdict = mcnemar_agreement(
-            float(row["mcnemar_p_holm"]),
-            _cells(row),
+            adjust(over_seeds_p(mcnemar_exact_p(cells[1], cells[2]), diffs)),
+            cells,
             alpha,
             margin,
             seed_diffs=diffs,
-            test="exact McNemar, Holm-adjusted",
+            test=_test_words(diffs is not None and len(diffs) > 1, family),
         )
         return Check(number, run.label, text, None if other else verdict, note)
     group = number.group
@@ -321,11 +385,35 @@ def check_number(
         raise ResultsError(f"{number.graft} and {number.versus} have {n_a} and {n_b} prompts")
     text = f"{number.graft} {k_a}/{n_a} vs {number.versus} {k_b}/{n_b}"
     diffs = _seed_diffs(summary, number.graft, number.versus, number.template, group)
-    verdict = mcnemar_range_agreement(k_a, k_b, n_a, alpha, margin, seed_diffs=diffs)
+    verdict = mcnemar_range_agreement(
+        k_a, k_b, n_a, alpha, margin, seed_diffs=diffs, adjust=adjust, family=family
+    )
     return Check(number, run.label, text, verdict, note)
 
 
+def _holm_within(others: list[float]) -> Callable[[float], float]:
+    """p -> its Holm-adjusted value in a family with the fixed p-values ``others``."""
+    return lambda p: float(holm([p, *others])[0])
+
+
 def check_run(run: RunResults, alpha: float = ALPHA, margin: float = MARGIN) -> list[Check]:
-    """Every paper number that applies to ``run``, tested."""
-    checks = [check_number(n, run, alpha, margin) for n in paper_numbers.PAPER_NUMBERS]
+    """Every paper number that applies to ``run``, tested. The two-sided tests of A
+    against B (the "≈" claims and the floor guard of a difference) are Holm-adjusted within
+    the question they answer: the claims of one paper figure on this run (Fig. 2's "FE+LT
+    ≈ SFT" and "(FE+LT)^C ≈ PRE" together), whatever other contrasts the run's command
+    computed."""
+    raw = {n: two_sided_p(n, run) for n in paper_numbers.PAPER_NUMBERS}
+    checks = []
+    for number in paper_numbers.PAPER_NUMBERS:
+        family = [
+            m
+            for m in paper_numbers.PAPER_NUMBERS
+            if m.figure == number.figure and raw[m] is not None
+        ]
+        if raw[number] is None or len(family) < 2:
+            checks.append(check_number(number, run, alpha, margin))
+            continue
+        others = [float(raw[m]) for m in family if m is not number]  # type: ignore[arg-type]
+        name = f"the {len(family)} {number.figure} claims on this run"
+        checks.append(check_number(number, run, alpha, margin, _holm_within(others), name))
     return [c for c in checks if c is not None]

@@ -82,6 +82,12 @@ class PaperNumber:
     exact: bool = True
     group: str = ""
 
+    @property
+    def figure(self) -> str:
+        """The paper's figure the number belongs to (``Fig. 2``): the question its claims
+        on one run answer together (one Holm family)."""
+        return self.source.split(",")[0].removesuffix(" caption").strip()
+
 
 def _fig2_approx(model: str) -> list[PaperNumber]:
     caption = "Fig. 2 caption"

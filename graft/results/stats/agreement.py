@@ -89,8 +89,11 @@ def rules_text(alpha: float = ALPHA, margin: float = MARGIN, max_width: float | 
         f"Three verdicts, at α = {alpha:g} with an equivalence margin δ = {margin:.2f} on acc@5 "
         f"(absolute). **disagrees**: a two-sided test rejects graft = paper (one finetune: the "
         f"exact binomial test; over seeds or for a difference: the paper's value outside "
-        f'graft\'s {two} interval; "A ≈ B": the Holm-adjusted exact McNemar test, or, without '
-        f"a paired table, the exact McNemar test for every pairing the two hit counts allow). "
+        f'graft\'s {two} interval; "A ≈ B": the exact McNemar test (without a paired table: '
+        f"for every pairing the two hit counts allow), over finetune seeds with the t test of "
+        f"the per-seed differences, both rejecting (the seeds share their prompts: a pooled "
+        f"table alone counts each prompt once per seed), Holm-adjusted over the claims of one "
+        f"figure on one run). "
         f"**agrees**: the equivalence test passes (TOST, α per side): graft's {tost} interval "
         f"lies within the paper's value ± δ (one finetune: the exact binomial TOST; "
         f'"A ≈ B": the {tost} paired Newcombe interval of A − B within ±δ and the exact '

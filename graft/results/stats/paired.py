@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import binom, ttest_1samp
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
@@ -35,6 +35,36 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     if b + c == 0:
         return 1.0
     return float(mcnemar([[0, int(b)], [int(c), 0]], exact=True).pvalue)
+
+
+def seed_level_p(diffs: Sequence[float]) -> float:
+    """Two-sided p of the one-sample t test (scipy) that the per-seed paired differences
+    A − B average zero: the seed is the unit, so prompts that every seed shares count once
+    (inside each seed's difference), not once per seed as in a pooled table. Differences
+    that are all equal give 1 when zero and 0 otherwise (no spread: the t statistic is
+    infinite; pair it with a test over the prompts, as :func:`over_seeds_p` does).
+
+    Raises:
+        StatsError: fewer than two differences, or one not finite.
+    """
+    d = np.asarray(diffs, dtype=np.float64).reshape(-1)
+    if d.size < 2 or not np.isfinite(d).all():
+        raise StatsError(f"a seed-level test needs >= 2 finite differences, got {d.tolist()}")
+    if np.ptp(d) < 1e-12:
+        return 1.0 if abs(float(d.mean())) < 1e-12 else 0.0
+    return float(ttest_1samp(d, 0.0).pvalue)
+
+
+def over_seeds_p(prompts_p: float, diffs: Sequence[float] | None) -> float:
+    """The two-sided p of "A and B differ" over finetune seeds that share their prompts:
+    the larger of the paired test over the pooled prompts (``prompts_p``, e.g. the exact
+    McNemar p) and the seed-level t test of the per-seed differences
+    (:func:`seed_level_p`), an intersection-union test (a difference must show over the
+    prompts and over the finetunes; its level is α). One seed (``diffs`` None or of one
+    value): ``prompts_p`` itself."""
+    if diffs is None or len(diffs) < 2:
+        return float(prompts_p)
+    return max(float(prompts_p), seed_level_p(diffs))
 
 
 #: Berger and Boos's γ: the nuisance parameter's confidence level is 1 - γ, and γ is added

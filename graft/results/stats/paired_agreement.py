@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from graft.errors import StatsError
 from graft.results.stats.intervals import paired_interval
-from graft.results.stats.paired import mcnemar_exact_p, paired_tost_p
+from graft.results.stats.paired import mcnemar_exact_p, over_seeds_p, paired_tost_p
 from graft.results.stats.verdict import (
     ALPHA,
     MARGIN,
@@ -151,18 +151,30 @@ def mcnemar_range_agreement(
     margin: float = MARGIN,
     max_width: float | None = None,
     seed_diffs: Sequence[float] | None = None,
+    adjust: Callable[[float], float] | None = None,
+    family: str = "",
 ) -> Agreement:
     """ "A ≈ B" from the two grafts' hit counts alone (their pairing unknown): the rule of
-    :func:`mcnemar_agreement` (exact McNemar, not adjusted) for every paired table the
-    counts allow; a verdict when every pairing gives it, else undecided."""
+    :func:`mcnemar_agreement` for every paired table the counts allow; a verdict when every
+    pairing gives it, else undecided. Each pairing's p is the exact McNemar p, over seeds
+    the larger of it and the seed-level t test (:func:`~graft.results.stats.paired.
+    over_seeds_p`), then ``adjust``-ed (e.g. Holm within the question's ``family``, named in
+    the test's words)."""
     width = check_settings(alpha, margin, max_width)
     _check_counts(k_a, k_b, n)
     k_a, k_b, n = int(k_a), int(k_b), int(n)
-    test = "exact McNemar, any pairing of the hit counts"
+    several = seed_diffs is not None and len(seed_diffs) > 1
+    test = (
+        "exact McNemar"
+        + (" and seed-level t test (both must reject)" if several else "")
+        + ", any pairing of the hit counts"
+        + (f", Holm over {family}" if family else "")
+    )
     stuck = floor_or_ceiling(k_a, k_b, n, margin)
+    adjusted = adjust or (lambda p: p)
     verdicts = [
         mcnemar_agreement(
-            mcnemar_exact_p(k_a - x, k_b - x),
+            adjusted(over_seeds_p(mcnemar_exact_p(k_a - x, k_b - x), seed_diffs)),
             (x, k_a - x, k_b - x, n - k_a - k_b + x),
             alpha,
             margin,
@@ -194,7 +206,7 @@ def mcnemar_range_agreement(
     kinds = {v.verdict for v in verdicts}
     if stuck and kinds == {"undecided"}:
         return replace(base, reason=stuck)
-    mcnemar = f"McNemar {format_p(low)}" if low == high else f"McNemar p = {low:.2g} to {high:.2g}"
+    mcnemar = f"two-sided {format_p(low)}" if low == high else f"p = {low:.2g} to {high:.2g}"
     every = "for every pairing of the hit counts"
     tost = f"graft's {pct(1 - 2 * alpha)} interval of A − B"
     tost_env = f"[{base.lo_tost:+.2f}, {base.hi_tost:+.2f}]"

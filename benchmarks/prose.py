@@ -1,0 +1,230 @@
+"""Prose with numbers from ``results/``: the ``prose`` generator of the ``results-table``
+markers (:mod:`benchmarks.results_tables`).
+
+A document's result sentences live in a template, ``benchmarks/prose/NAME.md``, and the
+document holds what it renders between ``<!-- results-table: prose NAME -->`` and the
+closing marker, so ``python -m benchmarks.results_tables --check`` fails when a digit of the
+text differs from the files (edit the template, not the text). A template starts with its
+sources, one ``ALIAS = FOLDER [MODEL]`` line each, then a line ``---``, then the text, where
+``{{ EXPRESSION }}`` or ``{{ EXPRESSION | FORMAT }}`` is replaced by the expression's value
+(formatted with Python's ``format`` and FORMAT, e.g. ``.2f``, ``.0%``, ``,``). Expressions
+are Python over these functions only (no builtins):
+
+- ``val("A/position_summary", "acc@5", graft="FE+LT", template="headline", n_seeds=3)``:
+  the column of the one row of ``A``'s ``position_summary.csv`` with these values
+  (``layer=None`` matches an empty cell); ``row(...)`` the whole row as a dict;
+- ``each(values, ".2f")``: ``0.86 / 0.78 / 0.80``; ``span(values, ".2f")``: ``0.06-0.82``;
+- ``seed_t(values_a, values_b)``: the seed-level t test p of the per-seed differences;
+- ``check("A", "Fig. 2: FE+LT ≈ SFT")``: the README table's verdict on that run (an
+  :class:`~graft.results.stats.verdict.Agreement`: ``.verdict``, ``.p``, ``.lo``, ...;
+  its run needs a MODEL in the sources);
+- ``p(x)``: a p-value as the tables write it (``p = 0.049``, ``p < 1e-4``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from benchmarks import paper_table
+from benchmarks._graft_api import read_csv_table
+from benchmarks.table_generators import ROOT, BlockError, generator, shown
+from graft.results import check_run, format_p, read_results, seed_level_p
+
+__all__ = ["TEMPLATES", "render_template"]
+
+TEMPLATES = ROOT / "benchmarks" / "prose"
+PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
+
+
+class _Sources:
+    """The aliases of a template and the files its expressions read."""
+
+    def __init__(self, header: str, where: str) -> None:
+        self.folders: dict[str, tuple[Path, str]] = {}
+        self.read: list[Path] = []
+        for number, line in enumerate(header.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            alias, sep, rest = line.partition("=")
+            words = rest.split()
+            if not sep or not alias.strip().isidentifier() or len(words) not in (1, 2):
+                raise BlockError(f"{where}:{number}: a source is 'ALIAS = FOLDER [MODEL]'")
+            folder = ROOT / words[0]
+            if not folder.is_dir():
+                raise BlockError(f"{where}:{number}: no folder {words[0]}")
+            self.folders[alias.strip()] = (folder, words[1] if len(words) == 2 else "")
+
+    def _folder(self, alias: str) -> tuple[Path, str]:
+        if alias not in self.folders:
+            raise BlockError(f"unknown source {alias!r}; known: {', '.join(self.folders)}")
+        return self.folders[alias]
+
+    def rows(self, table: str, **where: Any) -> list[dict]:
+        alias, _, name = table.partition("/")
+        path = self._folder(alias)[0] / f"{name}.csv"
+        if not path.is_file():
+            raise BlockError(f"no {shown(path)}")
+        self.read.append(path)
+        frame = _table(path, path.stat().st_mtime_ns)
+        for column, value in where.items():
+            if column not in frame.columns:
+                raise BlockError(f"{shown(path)} has no column {column!r}")
+            cell = pl.col(column)
+            frame = frame.filter(cell.is_null() if value is None else cell == value)
+        return list(frame.iter_rows(named=True))
+
+    def row(self, table: str, **where: Any) -> dict:
+        found = self.rows(table, **where)
+        if len(found) != 1:
+            raise BlockError(f"{len(found)} rows of {table} match {where}, not one")
+        return found[0]
+
+    def val(self, table: str, column: str, **where: Any) -> Any:
+        found = self.row(table, **where)
+        if column not in found:
+            raise BlockError(f"{table} has no column {column!r}")
+        return found[column]
+
+    def check(self, alias: str, finding: str) -> Any:
+        folder, model = self._folder(alias)
+        if not model:
+            raise BlockError(f"source {alias} needs a MODEL to be checked against the paper")
+        self.read += sorted(folder.glob("*_summary.csv")) + sorted(folder.glob("*_contrasts.csv"))
+        stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.csv")))
+        for found in _checks(folder, model, alias, stamp):
+            if paper_table.finding(found.number) == finding:
+                return found.agreement
+        raise BlockError(f"no check {finding!r} on {alias}")
+
+
+@functools.lru_cache(maxsize=64)
+def _table(path: Path, mtime: int) -> pl.DataFrame:
+    """A results table, read once per version (a template reads some a dozen times)."""
+    del mtime
+    return read_csv_table(path)
+
+
+@functools.lru_cache(maxsize=32)
+def _checks(folder: Path, model: str, alias: str, stamp: tuple) -> list:
+    """check_run of a folder, once per content (``stamp``: its tables' names and mtimes;
+    the exact tests take seconds, and --check renders every template)."""
+    del stamp
+    return check_run(read_results(folder, model, alias))
+
+
+def _format(value: Any, form: str) -> str:
+    """``format(value, form)``, where ``num`` writes a count or rank as the tables do:
+    thousands separated, a whole number without decimals (``30,435``, ``131,502.5``)."""
+    if form != "num":
+        return format(value, form)
+    if float(value) == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
+
+
+def _each(values: Sequence[float], form: str = ".2f", sep: str = " / ") -> str:
+    return sep.join(_format(v, form) for v in values)
+
+
+def _span(values: Sequence[float], form: str = ".2f") -> str:
+    return f"{_format(min(values), form)}-{_format(max(values), form)}"
+
+
+def _wrapped(text: str, width: int = 92) -> str:
+    """Each paragraph and bullet of ``text`` on lines of at most ``width`` characters
+    (placeholders span template lines; the rendered text reads as written by hand)."""
+    out: list[str] = []
+    for chunk in re.split(r"\n(?=- |\n)", text.strip("\n")):
+        words = chunk.split()
+        if not words:
+            out.append("")
+            continue
+        bullet = words[0] == "-"
+        out.append(
+            textwrap.fill(
+                " ".join(words),
+                width,
+                subsequent_indent="  " if bullet else "",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)
+
+
+def _seed_t(a: Sequence[float], b: Sequence[float]) -> float:
+    return seed_level_p([x - y for x, y in zip(a, b, strict=True)])
+
+
+def render_template(path: Path) -> tuple[str, list[Path]]:
+    """The text of the template at ``path`` with every placeholder replaced, and the
+    folders of the files it read.
+
+    Raises:
+        BlockError: no template, no ``---`` line, an unknown source, an expression that
+            fails or matches other than one row, a value without a format that is not text.
+    """
+    if not path.is_file():
+        raise BlockError(f"no template {shown(path)}")
+    header, sep, body = path.read_text(encoding="utf-8").partition("\n---\n")
+    if not sep:
+        raise BlockError(f"{shown(path)}: the sources end with a line '---'")
+    sources = _Sources(header, shown(path))
+    names = {
+        "row": sources.row,
+        "rows": sources.rows,
+        "val": sources.val,
+        "check": sources.check,
+        "each": _each,
+        "span": _span,
+        "seed_t": _seed_t,
+        "p": format_p,
+        "min": min,
+        "max": max,
+        "abs": abs,
+        "round": round,
+        "math": math,
+    }
+
+    def fill(match: re.Match) -> str:
+        text = match.group(1).strip()
+        expression, bar, form = text.rpartition(" | ") if " | " in text else (text, "", "")
+        try:
+            # globals, not locals: a comprehension's scope sees only globals
+            value = eval(expression, {"__builtins__": {}, **names})  # noqa: S307  # our templates
+            if bar:
+                return _format(value, form.strip())
+        except BlockError as err:
+            raise BlockError(f"{shown(path)}: {{{{ {text} }}}}: {err}") from None
+        except Exception as err:  # noqa: BLE001  # one line naming the placeholder
+            raise BlockError(
+                f"{shown(path)}: {{{{ {text} }}}}: {type(err).__name__}: {err}"
+            ) from None
+        if not isinstance(value, str | int):
+            raise BlockError(f"{shown(path)}: {{{{ {text} }}}} gives {value!r}: add ' | FORMAT'")
+        return str(value)
+
+    # the folders, not each file: a line of sources a reader can take in
+    return _wrapped(PLACEHOLDER.sub(fill, body)), list(
+        dict.fromkeys(p.parent for p in sources.read)
+    )
+
+
+@generator(
+    "prose",
+    "prose NAME: the text of benchmarks/prose/NAME.md with its {{ placeholders }} filled "
+    "from results/ (edit the template, not the text)",
+    edit=lambda positional: f"`benchmarks/prose/{positional[0]}.md`, not this text",
+)
+def _prose(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    if len(positional) != 1 or not re.fullmatch(r"[\w-]+", positional[0]):
+        raise BlockError(f"prose takes one template NAME, got {positional or 'none'}")
+    return render_template(TEMPLATES / f"{positional[0]}.md")

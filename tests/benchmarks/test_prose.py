@@ -1,0 +1,87 @@
+"""Prose numbers from files (benchmarks.prose): the README's findings are rendered from a
+template over results/, so a changed digit in a bullet fails ``results_tables --check``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import prose, results_tables
+from benchmarks.table_generators import BlockError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _findings_block(text: str) -> str:
+    start = text.index("<!-- results-table: prose readme-findings -->")
+    end = text.index("<!-- /results-table -->", start)
+    return text[start:end] + "<!-- /results-table -->\n"
+
+
+def test_a_changed_digit_in_a_readme_bullet_fails_the_check(tmp_path):
+    # the README's findings block alone (the tables around it have their own test)
+    doc = tmp_path / "README.md"
+    block = _findings_block((ROOT / "README.md").read_text())
+    doc.write_text(block)
+    assert results_tables.check([doc]) == []
+    # the patching bullet's "acc@5 there 0.54" (SmolLM2, residual LT, first layer >= half)
+    assert "acc@5 there 0.54" in block
+    doc.write_text(block.replace("acc@5 there 0.54", "acc@5 there 0.64"))
+    (difference,) = results_tables.check([doc])
+    assert "prose readme-findings" in difference.block.spec
+    assert "+  (SmolLM2, acc@5 there 0.54)" in difference.diff()
+    # numbers across the block: each changed digit is caught
+    numbers = list(re.finditer(r"\d\.\d\d", block))
+    assert len(numbers) > 30
+    for match in numbers[5::12]:
+        doc.write_text(block[: match.start()] + "9.99" + block[match.end() :])
+        assert results_tables.check([doc]), match.group()
+
+
+def _template(tmp_path: Path, body: str, sources: str = "A = results/smollm2-cpu-seeds012") -> Path:
+    path = tmp_path / "t.md"
+    path.write_text(f"{sources}\n---\n{body}\n")
+    return path
+
+
+def test_placeholders_read_one_row_format_and_name_their_folders(tmp_path):
+    text, folders = prose.render_template(
+        _template(
+            tmp_path,
+            '- FE+LT {{ val("A/position_summary", "acc@5", graft="FE+LT", template="headline", '
+            'n_seeds=3) | .2f }} (seeds {{ each(val("A/position_summary", "acc@5_per_seed", '
+            'graft="FE+LT", template="headline", n_seeds=3)) }}), {{ p(0.0494) }}, '
+            "{{ 131502.5 | num }} and {{ 30435.0 | num }}",
+        )
+    )
+    assert text == "- FE+LT 0.81 (seeds 0.86 / 0.78 / 0.80), p = 0.049, 131,502.5 and 30,435"
+    assert folders == [ROOT / "results" / "smollm2-cpu-seeds012"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{{ val("A/position_summary", "acc@5", graft="FE+LT") | .2f }}', "rows of"),
+        ('{{ val("A/nothing", "acc@5") | .2f }}', "no results/smollm2-cpu-seeds012/nothing.csv"),
+        ('{{ val("Z/position_summary", "acc@5") }}', "unknown source 'Z'"),
+        ("{{ 0.5 }}", "add ' | FORMAT'"),
+        ("{{ open('x') }}", "NameError"),
+        ('{{ check("A", "Fig. 9: nothing").verdict }}', "no check 'Fig. 9: nothing' on A"),
+    ],
+)
+def test_a_bad_placeholder_is_one_error_naming_it(tmp_path, body, message):
+    with pytest.raises(BlockError, match=re.escape(message)):
+        prose.render_template(
+            _template(tmp_path, body, "A = results/smollm2-cpu-seeds012 smollm2-135m")
+        )
+
+
+def test_a_template_needs_its_sources_line(tmp_path):
+    path = tmp_path / "t.md"
+    path.write_text("no sources\n")
+    with pytest.raises(BlockError, match="the sources end with a line '---'"):
+        prose.render_template(path)
+    with pytest.raises(BlockError, match="no folder results/none"):
+        prose.render_template(_template(tmp_path, "x", "A = results/none"))
