@@ -94,6 +94,13 @@ def test_cells_that_test_nothing_are_labelled_not_tested(sweep):
     assert last["status"].to_list() == ["sanity check", "sanity check"]
     tested = contrasts.filter(pl.col("status") == "tested")
     assert tested.height and tested["mcnemar_p_holm"].is_not_null().all()
+    # each cell says which test found the two methods differ
+    assert set(contrasts["decided_by"]) <= {"both", "McNemar", "log-prob", "neither"}
+    assert set(contrasts["target_logprob_test"]) == {"Wilcoxon signed-rank"}
+    for row in tested.iter_rows(named=True):
+        hits, logprob = row["mcnemar_p_holm"] < 0.05, row["target_logprob_p_holm"] < 0.05
+        named = {(1, 1): "both", (1, 0): "McNemar", (0, 1): "log-prob", (0, 0): "neither"}
+        assert row["decided_by"] == named[(int(hits), int(logprob))]
     # tiny-llama's tokenizer puts a start token before FE: FE in every layer is not
     # identical by construction there, so it is tested
     assert status["restore all layers FE"] == "tested"

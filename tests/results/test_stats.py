@@ -326,3 +326,52 @@ def test_paired_contrasts_bad_input():
     only_headline = frame.filter((pl.col("template") == "headline") | (pl.col("graft") != "PRE"))
     table = paired_contrasts(only_headline, [("SFT", "PRE")], n_boot=100)
     assert table["template"].to_list() == ["headline"]
+
+
+def test_signed_rank_p_is_scipys_wilcoxon():
+    from scipy.stats import wilcoxon
+
+    from graft.results.stats.paired import signed_rank_p
+
+    d = np.random.default_rng(3).normal(0.3, 1.0, 150)
+    assert signed_rank_p(d) == pytest.approx(wilcoxon(d).pvalue)
+    assert signed_rank_p(np.zeros(10)) == 1.0
+    assert signed_rank_p(np.full(150, 1.2)) < 1e-25  # no floor from a resample count
+    with pytest.raises(StatsError, match="finite"):
+        signed_rank_p([np.nan])
+
+
+def test_a_one_nat_difference_survives_holm_over_hundreds_of_contrasts():
+    # the committed patching sweep's family: 359 contrasts of 150 prompts. A bootstrap p is
+    # at least 2/(n_boot + 1), so Holm over 359 gives at least 0.72 at n_boot 1000: a
+    # difference of 1.2 nats (residual LT, layer 21) could never be significant.
+    rng = np.random.default_rng(7)
+    n, pairs, frames = 150, [], []
+    for c in range(360):
+        base = rng.normal(-3.0, 2.0, n)
+        shift = 1.2 if c == 0 else 0.0
+        for graft, value in ((f"p{c}", base + shift + rng.normal(0, 1, n)), (f"w{c}", base)):
+            frames.append(
+                pl.DataFrame(
+                    {"graft": graft, "prompt_id": [f"x{i}" for i in range(n)],
+                     "hit@5": np.zeros(n, dtype=bool), "target_logprob": value}
+                )
+            )  # fmt: skip
+        pairs.append((f"p{c}", f"w{c}"))
+    table = paired_contrasts(pl.concat(frames), pairs, by=[], n_boot=50)
+    first = table.row(0, named=True)
+    assert first["target_logprob_test"] == "Wilcoxon signed-rank"
+    assert first["target_logprob_p_holm"] < 1e-6
+    assert (table["target_logprob_p_holm"][1:] > 0.05).mean() > 0.95
+
+
+def test_with_seeds_the_signed_rank_test_takes_each_example_once():
+    frame = _examples(seeds=(0, 1, 2))
+    table = paired_contrasts(frame, [("FE+LT", "SFT")], seed_col="finetune_seed", n_boot=50)
+    row = table.filter(template="qa").row(0, named=True)
+    assert row["target_logprob_test"] == "Wilcoxon signed-rank over examples (seed means)"
+    # 40 examples, each a constant -0.5 shift averaged over its 3 seeds: the exact test of
+    # 40 equal differences (ties: the normal approximation), not 120
+    from scipy.stats import wilcoxon
+
+    assert row["target_logprob_p"] == pytest.approx(wilcoxon(np.full(40, -0.5)).pvalue)

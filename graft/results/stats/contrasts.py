@@ -10,7 +10,16 @@ import numpy as np
 import polars as pl
 
 from graft.errors import StatsError
-from graft.results.stats.paired import cluster_bootstrap, holm, paired_bootstrap, paired_hits
+from graft.results.stats.paired import (
+    cluster_bootstrap,
+    holm,
+    paired_bootstrap,
+    paired_hits,
+    signed_rank_p,
+)
+
+#: The test of the continuous score's ``{score}_p``, as the table names it.
+SCORE_TEST = "Wilcoxon signed-rank"
 
 
 def _metric_name(hit: str) -> str:
@@ -60,6 +69,13 @@ def _contrast_row(
         # Every seed weighs the same, as in cluster_bootstrap.
         return float(np.mean([x[g].mean() for g in groups]))
 
+    # the score's test: over examples, each once (with seeds, the seeds' mean difference of
+    # an example: the seeds share their examples, so a pooled test would count each thrice)
+    d = sa - sb
+    if seed_col is not None:
+        keys = args["example_key"]
+        per = joined.select(*keys, pl.Series("__d", d)).group_by(keys).agg(pl.col("__d").mean())
+        d = per["__d"].to_numpy()
     acc = _metric_name(hit)
     acc_a, acc_b = seed_mean(ha.astype(np.float64)), seed_mean(hb.astype(np.float64))
     return {
@@ -78,7 +94,8 @@ def _contrast_row(
         f"{score}_diff": boot.estimate,
         f"{score}_diff_lo": boot.lo,
         f"{score}_diff_hi": boot.hi,
-        f"{score}_p": boot.p,
+        f"{score}_p": signed_rank_p(d),
+        f"{score}_test": SCORE_TEST + (" over examples (seed means)" if seed_col else ""),
     }
 
 
@@ -100,10 +117,15 @@ def paired_contrasts(
     For each cell (default: each ``group`` and ``template`` of an ``examples.parquet``)
     and each pair whose two grafts both have rows there, the examples both grafts scored
     are matched on ``example_key`` (plus ``seed_col``). Accuracies are compared with the
-    exact McNemar test and, for one seed, Newcombe's paired interval; ``score`` with a
-    paired bootstrap. With ``seed_col`` (several finetune seeds), the McNemar counts pool
-    every (seed, example) pair, which treats the donors as fixed, while both intervals and
-    the ``score`` p-value come from :func:`cluster_bootstrap` over seeds, then examples.
+    exact McNemar test and, for one seed, Newcombe's paired interval; ``score``'s interval
+    with a paired bootstrap and its p-value with the Wilcoxon signed-rank test of the
+    per-example differences (:func:`~graft.results.stats.paired.signed_rank_p`: no floor
+    from a resample count, so it can survive a Holm family of hundreds of contrasts, which a
+    bootstrap p of at least 2/(n_boot + 1) cannot). With ``seed_col`` (several finetune
+    seeds), the McNemar counts pool every (seed, example) pair, which treats the donors as
+    fixed, both intervals come from :func:`cluster_bootstrap` over seeds, then examples, and
+    the signed-rank test takes each example once, its difference averaged over the seeds
+    (they share their examples).
 
     Args:
         examples: per-example rows with columns ``graft``, ``hit``, ``score``, the ``by``
@@ -126,8 +148,8 @@ def paired_contrasts(
         ``acc@k_diff_lo``, ``acc@k_diff_hi``, ``mcnemar_b`` (A hits, B misses),
         ``mcnemar_c`` (B hits, A misses), ``mcnemar_p``, ``mcnemar_p_holm``,
         ``{score}_a``, ``{score}_b``, ``{score}_diff``, ``{score}_diff_lo``,
-        ``{score}_diff_hi``, ``{score}_p``, ``{score}_p_holm`` and ``interval`` (the
-        method of the accuracy interval).
+        ``{score}_diff_hi``, ``{score}_p``, ``{score}_p_holm``, ``{score}_test`` (the
+        test of ``{score}_p``) and ``interval`` (the method of the accuracy interval).
 
     Raises:
         StatsError: a missing column, an unknown graft, or an example listed twice for one
@@ -137,7 +159,7 @@ def paired_contrasts(
     keys = list(example_key) + ([seed_col] if seed_col else [])
     need = ["graft", hit, score, *by, *keys, *holm_by]
     _check_examples(examples, pairs, need, by, keys, seed_col)
-    args = {"level": level, "n_boot": n_boot, "seed": seed}
+    args = {"level": level, "n_boot": n_boot, "seed": seed, "example_key": list(example_key)}
     cells = examples.partition_by(by, maintain_order=True, as_dict=True) if by else {(): examples}
     rows = []
     for key, cell in cells.items():

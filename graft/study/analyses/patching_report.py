@@ -194,12 +194,18 @@ def _cell_name(row: Mapping) -> str:
 
 
 def method_contrasts(
-    examples: pl.DataFrame, table: pl.DataFrame, n_boot: int = 1000, seed: int = 0
+    examples: pl.DataFrame,
+    table: pl.DataFrame,
+    n_boot: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
 ) -> pl.DataFrame:
     """Weights against patching in every cell both ran (A = patching, B = weights), with the
-    cell columns in front and a ``status``: ``tested`` (in the Holm family), or
+    cell columns in front, a ``status``: ``tested`` (in the Holm family), or
     ``identical by construction`` / ``sanity check`` (cells where the two must agree, or
-    where patching copies the donor's whole stream: reported, not tested)."""
+    where patching copies the donor's whole stream: reported, not tested), and
+    ``decided_by``: which Holm-adjusted test finds the two differ at ``alpha`` (``McNemar``
+    on hit@5, ``log-prob`` (the signed-rank test), ``both`` or ``neither``)."""
     cells = examples.filter(pl.col("role") == "cell")
     named = cells.with_columns(
         pl.concat_str(
@@ -265,7 +271,14 @@ def method_contrasts(
                 pl.all().exclude("graft_a", "graft_b"),
             )
         )
-    return pl.concat(out, how="diagonal_relaxed") if out else pl.DataFrame()
+    if not out:
+        return pl.DataFrame()
+    table = pl.concat(out, how="diagonal_relaxed")
+    hits = (table["mcnemar_p_holm"] < alpha).to_list()
+    logprob = (table["target_logprob_p_holm"] < alpha).to_list()
+    names = {(1, 1): "both", (1, 0): "McNemar", (0, 1): "log-prob", (0, 0): "neither"}
+    decided = [names[(int(h), int(g))] for h, g in zip(hits, logprob, strict=True)]
+    return table.with_columns(pl.Series("decided_by", decided, dtype=pl.Utf8))
 
 
 def findings(table: pl.DataFrame, contrasts: pl.DataFrame, alpha: float = 0.05) -> pl.DataFrame:
