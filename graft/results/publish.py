@@ -17,7 +17,9 @@ protocol, and the finetuned donors' own records (their machine, versions and see
   name already (then they are prefixed too); when one would take the name of the run's own
   summary (a lens run's ``lens_summary.csv``), the run's own tables go under
   ``<name>_run_`` instead;
-- every other CSV is prefixed: ``top_tokens.csv`` -> ``<name>_top_tokens.csv``.
+- every other CSV is prefixed: ``top_tokens.csv`` -> ``<name>_top_tokens.csv``;
+- the per-prompt rows (``examples.parquet``) become ``<name>_examples.parquet``, written
+  with zstd, so every cell and per-row claim can be recomputed from the results folder.
 
 A component run of several donor pairs (its folder holds the combined summary and a run
 folder per pair) publishes the pairs' contrasts as one table. A patching sweep (its folder
@@ -66,6 +68,8 @@ logger = logging.getLogger(__name__)
 
 PROVENANCE_FILE = "provenance.json"
 FORMAT = 1
+#: A run's per-prompt rows, published as ``<name>_examples.parquet`` (zstd).
+EXAMPLES_FILE = "examples.parquet"
 #: The tables every run folder may write, published as ``<name>_<stem>.csv``.
 RUN_STEMS = (SUMMARY_STEM, CONTRASTS_STEM, NAME_CONTRASTS_STEM)
 #: The table a finished sweep (``graft-exp patching``) writes instead of a summary.
@@ -295,6 +299,26 @@ def run_tables(run: Path, config: Mapping[str, Any]) -> dict[str, Path | pl.Data
     return tables
 
 
+def run_examples(run: Path, config: Mapping[str, Any]) -> tuple[pl.DataFrame, str] | None:
+    """The per-prompt rows of the run folder ``run`` (its ``examples.parquet``; of a
+    component run's pairs or a sweep's runs, each folder's, with a ``run`` column for a
+    sweep) and where they came from, or None where it has none."""
+    parts = [str(p) for p in config.get("runs") or config.get("pairs") or []]
+    if not parts:
+        own = run / EXAMPLES_FILE
+        return (pl.read_parquet(own), EXAMPLES_FILE) if own.is_file() else None
+    frames = [
+        pl.read_parquet(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
+        if config.get("runs")
+        else pl.read_parquet(run / p / EXAMPLES_FILE)
+        for p in parts
+        if (run / p / EXAMPLES_FILE).is_file()
+    ]
+    if not frames:
+        return None
+    return pl.concat(frames, how="diagonal_relaxed"), f"{{{','.join(parts)}}}/{EXAMPLES_FILE}"
+
+
 def published_names(
     stems: Sequence[str], name: str, taken: Mapping[str, str], entry: str
 ) -> dict[str, str]:
@@ -365,6 +389,9 @@ def publish_run(
     owners = _owners(record)
     tables = run_tables(run, config)
     names = published_names(list(tables), name, owners, key)
+    examples = run_examples(run, config)
+    if examples is not None:
+        names[EXAMPLES_FILE] = f"{name}_{EXAMPLES_FILE}"
     for file in names.values():
         if owners.get(file, key) != key:
             raise ResultsError(
@@ -380,6 +407,11 @@ def publish_run(
         out.mkdir(parents=True, exist_ok=True)
     sources: dict[str, str] = {}
     for stem, file in names.items():
+        if stem == EXAMPLES_FILE and examples is not None:
+            with storage_errors("the per-prompt rows", out / file), atomic_path(out / file) as tmp:
+                examples[0].write_parquet(tmp, compression="zstd", compression_level=19)
+            sources[file] = examples[1]
+            continue
         table = tables[stem]
         if isinstance(table, Path):
             _copy(table, out / file)

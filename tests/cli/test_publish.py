@@ -342,3 +342,28 @@ def test_publish_a_tiny_position_run(tmp_path, monkeypatch):
     (donor,) = entry["finetuned_models"].values()
     assert donor["seed"] == 0 and donor["machine"]["cpu"] and donor["versions"]["torch"]
     assert entry["grafts"] == ["PRE", "SFT", "FE", "LT"]
+
+
+def test_the_per_prompt_rows_are_published_compressed(tmp_path):
+    run = make_run(tmp_path / "run")
+    rows = pl.DataFrame(
+        {"graft": ["LT", "PRE"] * 50, "prompt_id": [f"p{i // 2}" for i in range(100)],
+         "target_logprob": [float(-i) for i in range(100)], "hit@5": [i % 3 == 0 for i in range(100)]}
+    )  # fmt: skip
+    rows.write_parquet(run / "examples.parquet")
+    out = tmp_path / "results"
+    done = publish_run(run, out)
+    assert done.files["position_examples.parquet"] == "examples.parquet"
+    published = pl.read_parquet(out / "position_examples.parquet")
+    assert published.equals(rows)
+    import pyarrow.parquet as pq
+
+    codec = pq.ParquetFile(out / "position_examples.parquet").metadata.row_group(0).column(0)
+    assert codec.compression == "ZSTD"
+    entry = read_provenance(out)["experiments"]["position"]
+    assert entry["files"]["position_examples.parquet"] == "examples.parquet"
+    # a run without them publishes its tables alone, and drops the old rows' file
+    (run / "examples.parquet").unlink()
+    again = publish_run(run, out)
+    assert again.removed == ["position_examples.parquet"]
+    assert not (out / "position_examples.parquet").exists()
