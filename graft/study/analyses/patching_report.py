@@ -7,8 +7,8 @@ gives the values, in mean target log-probability over the same prompts:
 SFT; breaking, 0 is SFT and 1 is PRE (the share of the finetune's gain destroyed). Its 95%
 interval is a percentile bootstrap over prompts, paired (``scipy.stats.bootstrap``).
 Accuracies get Wilson intervals; weights against patching is
-:func:`graft.results.stats.paired_contrasts` (exact McNemar on top-5 hits, a paired
-bootstrap on the target's log-prob, Holm over every contrast that tests something: cells
+:mod:`graft.study.analyses.patching_contrasts` (exact McNemar on top-5 hits, the signed-rank
+test on the target's log-prob, Holm over every contrast that tests something: cells
 identical by construction and sanity checks are reported beside it, not tested).
 """
 
@@ -31,8 +31,13 @@ from graft.results.compare import read_examples, replicate_column
 from graft.results.folder import RunFolder
 from graft.results.plots import save_figure
 from graft.results.plots.patching import patching_lines, patching_maps
-from graft.results.stats import paired_contrasts
 from graft.results.stats.intervals import wilson_interval
+from graft.study.analyses.patching_contrasts import (
+    CELL,
+    EXAMPLE_KEY,
+    findings,
+    method_contrasts,
+)
 from graft.study.analyses.patching_sweep import (
     LAYER_SEP,
     UNIT_LABELS,
@@ -44,9 +49,6 @@ from graft.study.analyses.patching_sweep import (
 from graft.study.data.prompts import TestExample
 from graft.study.specs.grafts import NamedGraft
 
-#: One cell of the sweep: its direction, kind and unit, its layer (null for whole-depth).
-CELL = ("direction", "kind", "unit", "layer")
-EXAMPLE_KEY = ("template", "prompt_id")
 #: The method of the combined tables: a run's executor -> ``weights`` or ``patching``.
 METHOD_OF_RUN = {"weights": "weights", "activation": "patching", "residual": "patching"}
 #: A sweep graft's name: ``<unit> | L<layer>``.
@@ -188,144 +190,6 @@ def reference_table(examples: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _cell_name(row: Mapping) -> str:
-    layer = "all" if row["layer"] is None else row["layer"]
-    return f"{row['direction']}|{row['kind']}|{row['unit']}|{layer}"
-
-
-def method_contrasts(
-    examples: pl.DataFrame,
-    table: pl.DataFrame,
-    n_boot: int = 1000,
-    seed: int = 0,
-    alpha: float = 0.05,
-) -> pl.DataFrame:
-    """Weights against patching in every cell both ran (A = patching, B = weights), with the
-    cell columns in front, a ``status``: ``tested`` (in the Holm family), or
-    ``identical by construction`` / ``sanity check`` (cells where the two must agree, or
-    where patching copies the donor's whole stream: reported, not tested), and
-    ``decided_by``: which Holm-adjusted test finds the two differ at ``alpha`` (``McNemar``
-    on hit@5, ``log-prob`` (the signed-rank test), ``both`` or ``neither``)."""
-    cells = examples.filter(pl.col("role") == "cell")
-    named = cells.with_columns(
-        pl.concat_str(
-            [
-                pl.col("direction"),
-                pl.col("kind"),
-                pl.col("unit"),
-                pl.col("layer").cast(pl.Utf8).fill_null("all"),
-                pl.col("method"),
-            ],
-            separator="|",
-        ).alias("graft")
-    )
-    both = (
-        table.group_by(CELL, maintain_order=True)
-        .agg(
-            pl.col("method").n_unique().alias("methods"),
-            pl.col("identical").max(),
-            pl.col("sanity").max(),
-        )
-        .filter(pl.col("methods") == 2)
-    )
-    status = (
-        pl.when(pl.col("identical") > 0)
-        .then(pl.lit("identical by construction"))
-        .when(pl.col("sanity") > 0)
-        .then(pl.lit("sanity check"))
-        .otherwise(pl.lit("tested"))
-    )
-    both = both.with_columns(status.alias("status"))
-    out = []
-    for status_value, part in both.group_by("status", maintain_order=True):
-        pairs = [
-            (f"{_cell_name(r)}|patching", f"{_cell_name(r)}|weights")
-            for r in part.iter_rows(named=True)
-        ]
-        named_part, seed_col = replicate_column(named)
-        got = paired_contrasts(
-            named_part,
-            pairs,
-            hit="hit@5",
-            score="target_logprob",
-            by=[],
-            example_key=EXAMPLE_KEY,
-            seed_col=seed_col,
-            n_boot=n_boot,
-            seed=seed,
-        )
-        if got.is_empty():
-            continue
-        cell = pl.col("graft_a").str.split("|")
-        out.append(
-            got.select(
-                cell.list.get(0).alias("direction"),
-                cell.list.get(1).alias("kind"),
-                cell.list.get(2).alias("unit"),
-                pl.when(cell.list.get(3) == "all")
-                .then(None)
-                .otherwise(cell.list.get(3))
-                .cast(pl.Int64)
-                .alias("layer"),
-                pl.lit(status_value[0]).alias("status"),
-                pl.all().exclude("graft_a", "graft_b"),
-            )
-        )
-    if not out:
-        return pl.DataFrame()
-    table = pl.concat(out, how="diagonal_relaxed")
-    hits = (table["mcnemar_p_holm"] < alpha).to_list()
-    logprob = (table["target_logprob_p_holm"] < alpha).to_list()
-    names = {(1, 1): "both", (1, 0): "McNemar", (0, 1): "log-prob", (0, 0): "neither"}
-    decided = [names[(int(h), int(g))] for h, g in zip(hits, logprob, strict=True)]
-    return table.with_columns(pl.Series("decided_by", decided, dtype=pl.Utf8))
-
-
-def findings(table: pl.DataFrame, contrasts: pl.DataFrame, alpha: float = 0.05) -> pl.DataFrame:
-    """Per (direction, kind, unit) of the layer sweep and method: the layer of the largest
-    effect and that effect, the first layer whose effect reaches 0.5, the mean effect over
-    layers; and per cell the number of layers where weights and patching differ (tested,
-    Holm-adjusted McNemar or log-prob p below ``alpha``), and in how many patching is the
-    higher."""
-    sweep = table.filter(pl.col("layer").is_not_null())
-    rows = []
-    for (direction, kind, unit, method), part in sweep.group_by(
-        "direction", "kind", "unit", "method", maintain_order=True
-    ):
-        part = part.sort("layer")
-        best = part.row(int(np.argmax(part["effect"].to_numpy())), named=True)
-        reach = part.filter(pl.col("effect") >= 0.5)
-        rows.append(
-            {
-                "direction": direction,
-                "kind": kind,
-                "unit": unit,
-                "method": method,
-                "peak_layer": best["layer"],
-                "peak_effect": best["effect"],
-                "first_layer_half": reach["layer"].min() if reach.height else None,
-                "mean_effect": float(part["effect"].to_numpy().mean()),
-            }
-        )
-    out = pl.DataFrame(rows)
-    if contrasts.is_empty() or out.is_empty():
-        return out
-    tested = contrasts.filter(
-        (pl.col("status") == "tested") & pl.col("layer").is_not_null()
-    ).with_columns(
-        ((pl.col("mcnemar_p_holm") < alpha) | (pl.col("target_logprob_p_holm") < alpha)).alias(
-            "differ"
-        ),
-        (pl.col("target_logprob_diff") > 0).alias("patching_higher"),
-    )
-    counts = tested.group_by("direction", "kind", "unit").agg(
-        pl.col("differ").sum().alias("layers_differ"),
-        (pl.col("differ") & pl.col("patching_higher")).sum().alias("layers_patching_higher"),
-        pl.len().alias("layers_tested"),
-    )
-    return out.join(counts, on=["direction", "kind", "unit"], how="left")
-
-
 # ------------------------------------------------------------------ the whole report
 
 
@@ -412,7 +276,7 @@ def write_sweep_report(
     flags = sweep_flags(grafts, arch, prompts)
     table = sweep_table(examples, flags if flags.height else None, n_boot=n_boot, seed=seed)
     refs = reference_table(examples)
-    contrasts = method_contrasts(examples, table, n_boot=n_boot, seed=seed)
+    contrasts = method_contrasts(examples, table, n_boot=n_boot, seed=seed, flags=flags)
     found = findings(table, contrasts)
     for stem, frame in (
         ("sweep", table),
