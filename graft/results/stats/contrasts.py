@@ -49,7 +49,7 @@ def _seed_groups(joined: pl.DataFrame, seed_col: str | None) -> list[np.ndarray]
 
 def _contrast_row(
     joined: pl.DataFrame, hit: str, score: str, seed_col: str | None, args: dict[str, Any]
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Statistics of one (cell, pair): see :func:`paired_contrasts` for the columns."""
     ha, hb = joined[hit].to_numpy(), joined[f"{hit}__b"].to_numpy()
     sa, sb = joined[score].to_numpy(), joined[f"{score}__b"].to_numpy()
