@@ -1,13 +1,21 @@
 """Max |one-pass - token-by-token reference| per family and graft kind (float32).
 
-Run from the repository root: python -m benchmarks.reference_table
-Uses the same tiny models, prompts and specs as tests/core/test_engine.py.
+Run from the repository root: python -m benchmarks.reference_table [--out results/FOLDER]
+Uses the same tiny models, prompts and specs as tests/core/test_engine.py. It prints the
+markdown table; ``--out`` also writes it as ``reference_table.csv`` with its provenance
+(command, commit, machine), the folder docs/correctness.md shows.
 """
 
 from __future__ import annotations
 
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
 import torch
 
+from benchmarks._graft_api import write_benchmark_table
 from graft.core import (
     EMBEDDING_COMPONENTS,
     TINY_FAMILIES,
@@ -44,34 +52,55 @@ def kind_of(text: str) -> str:
     return "embeddings" if comp in EMBEDDING_COMPONENTS else "single components"
 
 
-def main() -> None:
-    kinds = [
-        "nothing",
-        "positions",
-        "single components",
-        "component groups",
-        "layer subsets",
-        "embeddings",
-        "head policies",
-        "two donors",
-    ]
-    print("| family | " + " | ".join(kinds) + " | rows |")
-    print("|---|" + "---:|" * (len(kinds) + 1))
+KINDS = (
+    "nothing",
+    "positions",
+    "single components",
+    "component groups",
+    "layer subsets",
+    "embeddings",
+    "head policies",
+    "two donors",
+)
+
+
+def measure(family: str) -> dict[str, float | int | str]:
+    """One family's row: the worst difference per graft kind over left and right padding,
+    and the rows compared."""
+    base = tiny_model(family, seed=0)
+    donors = {"sft": perturbed_copy(base, seed=1), "task": perturbed_copy(base, seed=2)}
+    arch = architecture_of(base)
+    rows = make_rows(arch)
+    refs = torch.stack([reference(base, donors, arch, r) for r in rows])
+    worst: dict[str, float] = {}
+    for padding in ("left", "right"):
+        out = run_grafts(base, donors, rows, batch_size=7, padding_side=padding)
+        for row, diff in zip(rows, (out - refs).abs().amax(-1), strict=True):
+            k = kind_of(str(row.spec))
+            worst[k] = max(worst.get(k, 0.0), float(diff))
+    return {"family": family, **{k: worst[k] for k in KINDS if k in worst}, "rows": 2 * len(rows)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reference_table")
+    parser.add_argument("--out", help="results folder to write reference_table.csv into")
+    args = parser.parse_args(argv)
+    print("| family | " + " | ".join(KINDS) + " | rows |")
+    print("|---|" + "---:|" * (len(KINDS) + 1))
+    table = []
     for family in TINY_FAMILIES:
-        base = tiny_model(family, seed=0)
-        donors = {"sft": perturbed_copy(base, seed=1), "task": perturbed_copy(base, seed=2)}
-        arch = architecture_of(base)
-        rows = make_rows(arch)
-        refs = torch.stack([reference(base, donors, arch, r) for r in rows])
-        worst: dict[str, float] = {}
-        for padding in ("left", "right"):
-            out = run_grafts(base, donors, rows, batch_size=7, padding_side=padding)
-            for row, diff in zip(rows, (out - refs).abs().amax(-1), strict=True):
-                k = kind_of(str(row.spec))
-                worst[k] = max(worst.get(k, 0.0), float(diff))
-        cells = " | ".join(f"{worst[k]:.1e}" if k in worst else "-" for k in kinds)
-        print(f"| {family} | {cells} | {2 * len(rows)} |")
+        row = measure(family)
+        table.append(row)
+        cells = " | ".join(f"{row[k]:.1e}" if k in row else "-" for k in KINDS)
+        print(f"| {family} | {cells} | {row['rows']} |")
+    if args.out:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        command = shlex.join(["python", "-m", "benchmarks.reference_table", *argv])
+        settings = {"dtype": "float32", "paddings": ["left", "right"], "batch_size": 7}
+        path = write_benchmark_table(args.out, "reference_table", table, command, "cpu", settings)
+        print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
