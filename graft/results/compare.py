@@ -306,6 +306,6 @@ def format_comparison(table: pl.DataFrame, level: float = 0.95) -> str:
             f"  {score}: {a} {row[f'{score}_a']:.3f}, {b} {row[f'{score}_b']:.3f}; difference "
             f"{_interval(row[f'{score}_diff'], row[f'{score}_diff_lo'], row[f'{score}_diff_hi'], 3)}"
             f" ({pct} {score_ci}), p={row[f'{score}_p']:.3g} "
-            f"(Holm {row[f'{score}_p_holm']:.3g})",
+            f"({row.get(f'{score}_test') or 'bootstrap'}, Holm {row[f'{score}_p_holm']:.3g})",
         ]
     return "\n".join(lines)
