@@ -34,8 +34,10 @@ def _contrasts(folder: Path) -> pl.DataFrame:
     if not files:
         raise SystemExit(f"error: no contrasts.csv in {folder}")
     table = pl.concat([pl.read_csv(f) for f in files], how="diagonal_relaxed")
-    if "group" in table.columns:  # component runs: the SFT -> PRE pair
-        table = table.filter(pl.col("group").is_null() | pl.col("group").is_in(["", "sft"]))
+    if "group" in table.columns:  # component runs: the SFT -> PRE pair, else their one pair
+        sft = table.filter(pl.col("group").is_null() | pl.col("group").is_in(["", "sft"]))
+        if sft.height or table["group"].n_unique() > 1:
+            return sft
     return table
 
 

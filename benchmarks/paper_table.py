@@ -85,16 +85,23 @@ def checks_of(
     return checks, {paper_model_of(run.model) for run in results}
 
 
-def table(runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN) -> str:
-    """The markdown table for ``(label, model, folder)`` runs."""
+def table(
+    runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN, others: bool = True
+) -> str:
+    """The markdown table for ``(label, model, folder)`` runs; without ``others``, rows on
+    another quantity than the paper's (another donor pair: no verdict) are left out, so the
+    table compares like with like (a number left without a row says so)."""
     checks, compared = checks_of(runs, alpha, margin)
     lines = [HEADER]
     for number in PAPER_NUMBERS:
         mine = [c for c in checks if c.number == number]
+        if not others:
+            mine = [c for c in mine if c.agreement is not None or not c.note]
         if not mine:
             if number.kind != "approx" or number.paper_model in compared:
+                pair = f" on the {number.group} pair" if number.group else ""
                 lines.append(
-                    f"| {finding(number)} | {paper_cell(number)} | — | no committed run | — |"
+                    f"| {finding(number)} | {paper_cell(number)} | — | no committed run{pair} | — |"
                 )
             continue
         for check in mine:
@@ -132,19 +139,27 @@ def caption(runs: Sequence[Run] = (), alpha: float = ALPHA, margin: float = MARG
 
 
 def markdown(
-    runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN, with_command: bool = True
+    runs: Sequence[Run],
+    alpha: float = ALPHA,
+    margin: float = MARGIN,
+    with_command: bool = True,
+    others: bool = True,
 ) -> str:
     """The caption, a blank line and the table: the README's block for ``runs`` (the
-    caption names the command when ``with_command``)."""
+    caption names the command when ``with_command``; ``others``: :func:`table`'s)."""
     head = caption(runs if with_command else (), alpha, margin)
-    return f"{head}\n\n{table(runs, alpha, margin)}"
+    return f"{head}\n\n{table(runs, alpha, margin, others)}"
 
 
-def paper_table_markdown(runs: Sequence[Run], margin: float | None = None) -> str:
+def paper_table_markdown(
+    runs: Sequence[Run], margin: float | None = None, others: bool = True
+) -> str:
     """The rules and the table for ``runs`` at ``margin`` (None: :data:`MARGIN`), for a
     command that writes it into a document (benchmarks.results_tables, which names its own
-    command and passes absolute folders: the caption names none)."""
-    return markdown(runs, margin=MARGIN if margin is None else margin, with_command=False)
+    command and passes absolute folders: the caption names none); ``others=False`` leaves
+    out the rows on another quantity than the paper's."""
+    margin = MARGIN if margin is None else margin
+    return markdown(runs, margin=margin, with_command=False, others=others)
 
 
 def _parse(argv: list[str]) -> tuple[list[Run], float] | None:

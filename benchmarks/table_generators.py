@@ -171,9 +171,10 @@ def _provenance(positional: list[str], keywords: dict[str, str]) -> tuple[str, l
 
 @generator(
     "paper",
-    "paper LABEL=MODEL=FOLDER ... [margin=M]: the paper's numbers beside graft's, from "
-    "benchmarks.paper_table.paper_table_markdown(runs, margin)",
-    ("margin",),
+    "paper LABEL=MODEL=FOLDER ... [margin=M] [others=no]: the paper's numbers beside "
+    "graft's, from benchmarks.paper_table.paper_table_markdown(runs, margin, others) "
+    "(others=no: without the rows on another quantity than the paper's)",
+    ("margin", "others"),
 )
 def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     try:
@@ -195,8 +196,11 @@ def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         value = None if margin is None else float(margin)
     except ValueError:
         raise BlockError(f"margin={margin}: not a number") from None
+    others = keywords.get("others", "yes")
+    if others not in ("yes", "no"):
+        raise BlockError(f"others={others}: yes or no")
     files = sorted(p for _, _, f in runs for p in Path(f).glob("*.csv"))
-    return str(paper_table_markdown(runs, value)).rstrip("\n"), files
+    return str(paper_table_markdown(runs, value, others == "yes")).rstrip("\n"), files
 
 
 @generator(
