@@ -24,7 +24,6 @@ are Python over these functions only (no builtins):
 from __future__ import annotations
 
 import functools
-import math
 import re
 import textwrap
 from collections.abc import Sequence
@@ -189,9 +188,6 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "p": format_p,
         "min": min,
         "max": max,
-        "abs": abs,
-        "round": round,
-        "math": math,
     }
 
     def fill(match: re.Match) -> str:

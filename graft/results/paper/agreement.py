@@ -24,6 +24,7 @@ from graft.results.stats.paired_agreement import (
     mcnemar_agreement,
     mcnemar_p_range,
     mcnemar_range_agreement,
+    test_words,
 )
 from graft.results.stats.verdict import ALPHA, MARGIN, Agreement
 
@@ -285,18 +286,17 @@ def _check_difference(
     verdict = interval_agreement(number.value, (lo, hi), tost, name, alpha, margin)
     how = "Newcombe's paired interval" + (", widened to the t over seeds" if diffs else "")
     verdict = replace(verdict, test=f"{verdict.test}; {how}, and to the run's own 95% {own}")
-    p = adjust(over_seeds_p(mcnemar_exact_p(b, c), diffs))
+    p = adjust(_contrast_p(number, row, summary))
     verdict = guarded(stuck, p < alpha, verdict)
     return f"{row[f'{METRIC}_diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]", verdict
 
 
-def _test_words(several: bool, family: str, pairings: bool = False) -> str:
-    return (
-        "exact McNemar"
-        + (" and seed-level t test (both must reject)" if several else "")
-        + (", any pairing of the hit counts" if pairings else "")
-        + (f", Holm over {family}" if family else "")
-    )
+def _contrast_p(number: PaperNumber, row: dict, summary: pl.DataFrame) -> float:
+    """The two-sided p of a contrast row before any family's adjustment: its exact McNemar
+    p, over seeds the larger of it and the seed-level t test."""
+    _, b, c, _ = _cells(row)
+    diffs = _seed_diffs(summary, number.graft, number.versus, number.template, row["group"])
+    return over_seeds_p(mcnemar_exact_p(b, c), diffs)
 
 
 def two_sided_p(number: PaperNumber, run: RunResults) -> float | None:
@@ -315,9 +315,7 @@ def two_sided_p(number: PaperNumber, run: RunResults) -> float | None:
     if other:
         return None
     if row is not None:
-        _, b, c, _ = _cells(row)
-        diffs = _seed_diffs(summary, number.graft, number.versus, number.template, row["group"])
-        return over_seeds_p(mcnemar_exact_p(b, c), diffs)
+        return _contrast_p(number, row, summary)
     a_rows = _cell_rows(summary, number.graft, number.template, number.group)
     b_rows = _cell_rows(summary, number.versus, number.template, number.group)
     if number.kind == "difference" or a_rows.is_empty() or b_rows.is_empty():
@@ -364,15 +362,14 @@ def check_number(
         text = (
             f"{number.graft} {row[f'{METRIC}_a']:.2f} vs {number.versus} {row[f'{METRIC}_b']:.2f}"
         )
-        cells = _cells(row)
         diffs = _seed_diffs(summary, number.graft, number.versus, number.template, row["group"])
         verdict = mcnemar_agreement(
-            adjust(over_seeds_p(mcnemar_exact_p(cells[1], cells[2]), diffs)),
-            cells,
+            adjust(_contrast_p(number, row, summary)),
+            _cells(row),
             alpha,
             margin,
             seed_diffs=diffs,
-            test=_test_words(diffs is not None and len(diffs) > 1, family),
+            test=test_words(diffs is not None and len(diffs) > 1, family),
         )
         return Check(number, run.label, text, None if other else verdict, note)
     group = number.group

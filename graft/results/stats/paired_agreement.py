@@ -122,6 +122,18 @@ def mcnemar_agreement(
     return guarded(floor_or_ceiling(both + b, both + c, n, margin), p < alpha, decision)
 
 
+def test_words(several: bool, family: str = "", pairings: bool = False) -> str:
+    """How the two-sided test of "A ≈ B" is named in a verdict: exact McNemar, over
+    ``several`` seeds with the seed-level t test, over every pairing of the hit counts
+    (``pairings``), Holm-adjusted within ``family`` (named) where there is one."""
+    return (
+        "exact McNemar"
+        + (" and seed-level t test (both must reject)" if several else "")
+        + (", any pairing of the hit counts" if pairings else "")
+        + (f", Holm over {family}" if family else "")
+    )
+
+
 def mcnemar_p_range(k_a: int, k_b: int, n: int) -> tuple[float, float]:
     """The smallest and largest exact McNemar p-value over every paired table of ``n``
     examples in which A hits ``k_a`` and B hits ``k_b`` (both hit x examples, for every x
@@ -163,13 +175,7 @@ def mcnemar_range_agreement(
     width = check_settings(alpha, margin, max_width)
     _check_counts(k_a, k_b, n)
     k_a, k_b, n = int(k_a), int(k_b), int(n)
-    several = seed_diffs is not None and len(seed_diffs) > 1
-    test = (
-        "exact McNemar"
-        + (" and seed-level t test (both must reject)" if several else "")
-        + ", any pairing of the hit counts"
-        + (f", Holm over {family}" if family else "")
-    )
+    test = test_words(seed_diffs is not None and len(seed_diffs) > 1, family, pairings=True)
     stuck = floor_or_ceiling(k_a, k_b, n, margin)
     adjusted = adjust or (lambda p: p)
     verdicts = [

@@ -19,6 +19,12 @@ CELL = ("direction", "kind", "unit", "layer")
 EXAMPLE_KEY = ("template", "prompt_id")
 
 
+def _differ(alpha: float) -> tuple[pl.Expr, pl.Expr]:
+    """Whether the Holm-adjusted McNemar test and the log-prob test find a contrast's two
+    methods differ at ``alpha`` (what ``decided_by`` and ``layers_differ`` both read)."""
+    return pl.col("mcnemar_p_holm") < alpha, pl.col("target_logprob_p_holm") < alpha
+
+
 def _cell_name(row: Mapping) -> str:
     layer = "all" if row["layer"] is None else row["layer"]
     return f"{row['direction']}|{row['kind']}|{row['unit']}|{layer}"
@@ -83,15 +89,15 @@ def method_contrasts(
         .otherwise(pl.lit("tested"))
     )
     both = both.with_columns(status.alias("status"))
+    named, seed_col = replicate_column(named)
     out = []
     for status_value, part in both.group_by("status", maintain_order=True):
         pairs = [
             (f"{_cell_name(r)}|patching", f"{_cell_name(r)}|weights")
             for r in part.iter_rows(named=True)
         ]
-        named_part, seed_col = replicate_column(named)
         got = paired_contrasts(
-            named_part,
+            named,
             pairs,
             hit="hit@5",
             score="target_logprob",
@@ -124,11 +130,17 @@ def method_contrasts(
     table = table.join(
         left_out.with_columns(pl.col("layer").cast(pl.Int64)), on=CELL, how="left", nulls_equal=True
     ).with_columns(pl.col("n_identical").fill_null(0).cast(pl.Int64))
-    hits = (table["mcnemar_p_holm"] < alpha).to_list()
-    logprob = (table["target_logprob_p_holm"] < alpha).to_list()
-    names = {(1, 1): "both", (1, 0): "McNemar", (0, 1): "log-prob", (0, 0): "neither"}
-    decided = [names[(int(h), int(g))] for h, g in zip(hits, logprob, strict=True)]
-    return table.with_columns(pl.Series("decided_by", decided, dtype=pl.Utf8))
+    hits, logprob = _differ(alpha)
+    decided = (
+        pl.when(hits & logprob)
+        .then(pl.lit("both"))
+        .when(hits)
+        .then(pl.lit("McNemar"))
+        .when(logprob)
+        .then(pl.lit("log-prob"))
+        .otherwise(pl.lit("neither"))
+    )
+    return table.with_columns(decided.alias("decided_by"))
 
 
 def findings(table: pl.DataFrame, contrasts: pl.DataFrame, alpha: float = 0.05) -> pl.DataFrame:
@@ -163,9 +175,7 @@ def findings(table: pl.DataFrame, contrasts: pl.DataFrame, alpha: float = 0.05) 
     tested = contrasts.filter(
         (pl.col("status") == "tested") & pl.col("layer").is_not_null()
     ).with_columns(
-        ((pl.col("mcnemar_p_holm") < alpha) | (pl.col("target_logprob_p_holm") < alpha)).alias(
-            "differ"
-        ),
+        pl.any_horizontal(*_differ(alpha)).alias("differ"),
         (pl.col("target_logprob_diff") > 0).alias("patching_higher"),
     )
     counts = tested.group_by("direction", "kind", "unit").agg(
