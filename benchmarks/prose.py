@@ -7,7 +7,8 @@ closing marker, so ``python -m benchmarks.results_tables --check`` fails when a 
 text differs from the files (edit the template, not the text). A template starts with its
 sources, one ``ALIAS = FOLDER [MODEL]`` line each, then a line ``---``, then the text, where
 ``{{ EXPRESSION }}`` or ``{{ EXPRESSION | FORMAT }}`` is replaced by the expression's value
-(formatted with Python's ``format`` and FORMAT, e.g. ``.2f``, ``.0%``, ``,``). Expressions
+(formatted with Python's ``format`` and FORMAT, e.g. ``.2f``, ``.0%``, ``,``; or ``num``, a
+count as the tables write it; or ``sci``, a bound such as ``4.9e-4``). Expressions
 are Python over these functions only (no builtins):
 
 - ``val("A/position_summary", "acc@5", graft="FE+LT", template="headline", n_seeds=3)``:
@@ -121,7 +122,11 @@ def _checks(folder: Path, model: str, alias: str, stamp: tuple) -> list:
 
 def _format(value: Any, form: str) -> str:
     """``format(value, form)``, where ``num`` writes a count or rank as the tables do:
-    thousands separated, a whole number without decimals (``30,435``, ``131,502.5``)."""
+    thousands separated, a whole number without decimals (``30,435``, ``131,502.5``), and
+    ``sci`` a small bound with two digits (``4.9e-4``)."""
+    if form == "sci":  # a bound as the prose writes it: 4.9e-4
+        mantissa, _, exponent = f"{value:.1e}".partition("e")
+        return f"{mantissa}e{int(exponent)}"
     if form != "num":
         return format(value, form)
     if float(value) == int(value):
@@ -139,24 +144,27 @@ def _span(values: Sequence[float], form: str = ".2f") -> str:
 
 def _wrapped(text: str, width: int = 92) -> str:
     """Each paragraph and bullet of ``text`` on lines of at most ``width`` characters
-    (placeholders span template lines; the rendered text reads as written by hand)."""
+    (placeholders span template lines; the rendered text reads as written by hand); an
+    indented code block stays as written, and blank lines between paragraphs stay."""
     out: list[str] = []
-    for chunk in re.split(r"\n(?=- |\n)", text.strip("\n")):
-        words = chunk.split()
-        if not words:
-            out.append("")
+    for paragraph in re.split(r"\n\s*\n", text.strip("\n")):
+        if paragraph.startswith("    "):
+            out.append(paragraph)
             continue
-        bullet = words[0] == "-"
-        out.append(
-            textwrap.fill(
-                " ".join(words),
-                width,
-                subsequent_indent="  " if bullet else "",
-                break_long_words=False,
-                break_on_hyphens=False,
+        lines = []
+        for chunk in re.split(r"\n(?=- )", paragraph):
+            bullet = chunk.startswith("- ")
+            lines.append(
+                textwrap.fill(
+                    " ".join(chunk.split()),
+                    width,
+                    subsequent_indent="  " if bullet else "",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
             )
-        )
-    return "\n".join(out)
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
 
 
 def _seed_t(a: Sequence[float], b: Sequence[float]) -> float:
@@ -217,10 +225,14 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
 @generator(
     "prose",
     "prose NAME: the text of benchmarks/prose/NAME.md with its {{ placeholders }} filled "
-    "from results/ (edit the template, not the text)",
+    "from results/ (edit the template, not the text); inline=yes: the text alone, without "
+    "the blank lines and the line naming its sources (a paragraph of the README's opening)",
+    keywords=("inline",),
     edit=lambda positional: f"`benchmarks/prose/{positional[0]}.md`, not this text",
 )
 def _prose(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
+    if keywords.get("inline", "yes") != "yes":
+        raise BlockError(f"inline takes yes, got {keywords['inline']!r}")
     if len(positional) != 1 or not re.fullmatch(r"[\w-]+", positional[0]):
         raise BlockError(f"prose takes one template NAME, got {positional or 'none'}")
     return render_template(TEMPLATES / f"{positional[0]}.md")

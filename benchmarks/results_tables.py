@@ -152,7 +152,9 @@ def find_blocks(text: str, path: Path) -> list[Block]:
 
 def render(block: Block) -> list[str]:
     """The lines between ``block``'s markers: a blank line, the table, a blank line, the
-    line naming its sources and the command that regenerates it, a blank line."""
+    line naming its sources and the command that regenerates it, a blank line; with
+    ``inline=yes`` (prose inside a paragraph run) the text alone, its marker naming what
+    to edit."""
     try:
         table, sources = block.generator.make(block.positional, block.keywords)
     except BlockError as err:
@@ -160,6 +162,8 @@ def render(block: Block) -> list[str]:
     except (GraftError, OSError, pl.exceptions.PolarsError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BlockError(f"{block.where}: {block.generator.name}: {first}") from None
+    if block.keywords.get("inline") == "yes":
+        return table.splitlines()
     files = ", ".join(f"`{shown(p)}`" for p in dict.fromkeys(sources))
     edit = block.generator.edit
     what = edit(block.positional) if edit else "the marker above, not the table"

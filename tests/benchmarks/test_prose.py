@@ -85,3 +85,29 @@ def test_a_template_needs_its_sources_line(tmp_path):
         prose.render_template(path)
     with pytest.raises(BlockError, match="no folder results/none"):
         prose.render_template(_template(tmp_path, "x", "A = results/none"))
+
+
+def test_paragraphs_bullets_and_code_blocks_keep_their_shape(tmp_path):
+    body = "one\ntwo\n\n- a\n  b\n- c\n\n    bash  scripts/setup.sh\n\nlast {{ 0.000492 | sci }}"
+    text, _ = prose.render_template(_template(tmp_path, body))
+    assert text == "one two\n\n- a b\n- c\n\n    bash  scripts/setup.sh\n\nlast 4.9e-4"
+
+
+def test_an_inline_block_is_the_text_alone_and_a_changed_digit_fails(tmp_path):
+    # the README's opening: prose between its markers, no blank lines or sources line
+    text = (ROOT / "README.md").read_text()
+    start = text.index("<!-- results-table: prose readme-intro inline=yes -->")
+    end = text.index("<!-- /results-table -->", start)
+    block = text[start:end] + "<!-- /results-table -->\n"
+    assert block.splitlines()[1].startswith("Where does")
+    assert "Generated from" not in block
+    doc = tmp_path / "README.md"
+    doc.write_text(block)
+    assert results_tables.check([doc]) == []
+    # the float64 bound (the norms in float64: the folder whose rows say "in dtype")
+    assert "1.8e-12" in block
+    doc.write_text(block.replace("1.8e-12", "2.0e-6"))
+    assert results_tables.check([doc])
+    doc.write_text(block.replace("inline=yes", "inline=no"))
+    with pytest.raises(BlockError, match="inline takes yes"):
+        results_tables.check([doc])
