@@ -195,16 +195,23 @@ def test_paper_generator_calls_paper_table_markdown_where_it_exists(tmp_path, mo
     monkeypatch.setattr(
         paper_table,
         "paper_table_markdown",
-        lambda runs, margin, others: seen.append((runs, margin, others)) or "| t |\n|---|",
+        lambda runs, margin, others, short: (
+            seen.append((runs, margin, others, short)) or "| t |\n|---|"
+        ),
         raising=False,
     )
     assert make([f"A=smollm2-135m={tmp_path}"], {"margin": "0.1"})[0] == "| t |\n|---|"
-    assert seen == [([("A", "smollm2-135m", str(tmp_path))], 0.1, True)]
+    assert seen == [([("A", "smollm2-135m", str(tmp_path))], 0.1, True, False)]
     # others=no: the rows on another quantity than the paper's are left out
     make([f"A=smollm2-135m={tmp_path}"], {"others": "no"})
     assert seen[-1][2] is False
     with pytest.raises(BlockError, match="others=maybe: yes or no"):
         make([f"A=smollm2-135m={tmp_path}"], {"others": "maybe"})
+    # cells=short: the README's cells, the verdict and what decided it
+    make([f"A=smollm2-135m={tmp_path}"], {"cells": "short"})
+    assert seen[-1][3] is True
+    with pytest.raises(BlockError, match="cells=tiny: full or short"):
+        make([f"A=smollm2-135m={tmp_path}"], {"cells": "tiny"})
 
 
 def test_list_names_every_generator(capsys):

@@ -31,6 +31,7 @@ _EXPORTS = {
     "paper_model_of": "graft.results.paper.numbers",
     "ALPHA": "graft.results.stats.agreement",
     "MARGIN": "graft.results.stats.agreement",
+    "rules_summary": "graft.results.stats.agreement",
     "rules_text": "graft.results.stats.agreement",
     "format_p": "graft.results.stats.verdict",
     "seed_level_p": "graft.results.stats.paired",
