@@ -152,6 +152,8 @@ def test_short_cells_carry_the_verdicts_of_the_full_table():
 
 
 def test_no_readme_table_cell_is_over_300_characters():
+    # the README links the verdict table; any table it shows keeps short cells
     readme = (RESULTS.parent / "README.md").read_text()
     cells = [c for line in readme.splitlines() if line.startswith("|") for c in line.split("|")]
-    assert cells and max(len(c) for c in cells) <= 300, max(cells, key=len)
+    assert max(map(len, cells), default=0) <= 300, max(cells, key=len)
+    assert "docs/results.md#the-papers-numbers-tested" in readme
