@@ -42,10 +42,23 @@ main(sys.argv[1:])
 def test_a_job_array_trains_each_donor_once_and_every_job_finishes(tmp_path):
     workspace, counts = tmp_path / "workspace", tmp_path / "counts.txt"
     common = [
-        "position", "--model", "tiny-llama", "--workspace", str(workspace),
-        "--n-facts", "10", "--finetune-max-steps", "2", "--n", "2", "--n-boot", "20",
-        "--templates", "headline", "--quiet",
-    ]  # fmt: skip
+        "position",
+        "--model",
+        "tiny-llama",
+        "--workspace",
+        str(workspace),
+        "--n-facts",
+        "10",
+        "--finetune-max-steps",
+        "2",
+        "--n",
+        "2",
+        "--n-boot",
+        "20",
+        "--templates",
+        "headline",
+        "--quiet",
+    ]
     outs = [tmp_path / "run1", tmp_path / "run2", tmp_path / "run3", tmp_path / "run3"]
     env = {**os.environ, "GRAFT_TEST_COUNTS": str(counts), "OMP_NUM_THREADS": "1"}
     jobs = [

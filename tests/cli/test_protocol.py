@@ -21,14 +21,20 @@ def _invoke(args: list[str]):
 
 def _options(workspace: Path) -> list[str]:
     return [
-        "--model", "tiny-llama",
-        "--n", "2",
-        "--finetune-max-steps", "2",
-        "--workspace", str(workspace),
-        "--n-facts", "6",
-        "--n-boot", "20",
+        "--model",
+        "tiny-llama",
+        "--n",
+        "2",
+        "--finetune-max-steps",
+        "2",
+        "--workspace",
+        str(workspace),
+        "--n-facts",
+        "6",
+        "--n-boot",
+        "20",
         "--quiet",
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +70,18 @@ def test_an_explicit_head_policy_wins_over_the_protocols(paper_run, workspace, t
     out = tmp_path / "base-head"
     result = _invoke(
         [
-            "position", "--protocol", "paper", "--head-policy", "base", "--positions", "FE",
-            *_options(workspace), "--out", str(out),
+            "position",
+            "--protocol",
+            "paper",
+            "--head-policy",
+            "base",
+            "--positions",
+            "FE",
+            *_options(workspace),
+            "--out",
+            str(out),
         ]
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
     assert config["options"]["head_policy"] == "base"

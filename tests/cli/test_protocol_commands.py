@@ -71,7 +71,7 @@ def _run(command: str, model, workspace: Path, out: Path, *args: str):
             "--n-boot",
             "10",
             "--quiet",
-        ],  # fmt: skip
+        ],
         catch_exceptions=False,
     )
     return result

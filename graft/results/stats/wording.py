@@ -54,7 +54,7 @@ def span_text(lo: float, hi: float, signed: bool) -> str:
 def _num(value: float | None) -> float:
     """A number the rule that gave the verdict computed (None only where it did not)."""
     if value is None:
-        raise ValueError("this verdict's rule did not compute the number its words need")
+        raise ValueError("the rule did not compute the number its words need")  # programming error
     return value
 
 
@@ -200,7 +200,7 @@ def _rule_text(a: Agreement) -> str:
             f"the verdict depends on how the hits pair up ({' or '.join(a.pairing_verdicts)}; "
             f"{_pairings_p(a)}); the paired examples would decide"
         )
-    raise ValueError(f"no words for the rule {code!r} without its floor")
+    raise ValueError(f"no words for the rule {code!r}")  # programming error
 
 
 def reason_text(a: Agreement) -> str:
