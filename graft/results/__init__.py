@@ -1,4 +1,7 @@
-"""What a run produces: per-example metrics, run folders, figures."""
+"""What a run produces: per-example metrics and summaries, run folders and their records,
+publishing into ``results/``; ``stats`` (intervals, paired tests, verdicts and their
+words), ``paper`` (the paper's numbers and their tests against a run) and ``plots``
+(figures)."""
 
 from graft.lazy import lazy_exports
 
