@@ -24,6 +24,7 @@ from graft.core.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.prompts import load_test_prompts
 from graft_experiments.cli import COMMANDS, main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -56,21 +57,7 @@ LOGPROB_TOL = 2e-5
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
     """Options of every run: tiny model, small data, 2-step finetunes, 2 prompts/template."""
-    return [
-        "--model",
-        MODEL,
-        "--workspace",
-        str(workspace),
-        "--n-facts",
-        "10",
-        "--finetune-max-steps",
-        "2",
-        "--n",
-        "2",
-        "--n-boot",
-        "50",
-        "--quiet",
-    ]
+    return tiny_args(workspace, model=MODEL)
 
 
 def invoke(*args: str, code: int = 0) -> Result:

@@ -32,6 +32,7 @@ from graft.study.specs.grafts import reference, spec_graft
 from graft.study.specs.run import resolve
 from graft_experiments.lens import LENS_SPECS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -45,25 +46,7 @@ SAME_AT_FE_LAST = {"LT": "PRE", "FE+LT": "FE", "ATTN": "PRE"}
 
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
-    return [
-        "--model",
-        "tiny-llama",
-        "--workspace",
-        str(workspace),
-        "--n-facts",
-        "10",
-        "--finetune-max-steps",
-        "2",
-        "--n",
-        "2",
-        "--n-boot",
-        "50",
-        "--templates",
-        "headline,qa",
-        "--rows-per-forward",
-        "8",
-        "--quiet",
-    ]
+    return [*tiny_args(workspace, templates="headline,qa"), "--rows-per-forward", "8"]
 
 
 def lens_args(common, out) -> list[str]:

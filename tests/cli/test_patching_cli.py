@@ -14,29 +14,18 @@ import pytest
 from click.testing import CliRunner
 
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 ARGS = [
-    "--model",
-    "tiny-llama",
-    "--n-facts",
-    "10",
-    "--finetune-max-steps",
-    "2",
-    "--n",
-    "2",
-    "--n-boot",
-    "50",
-    "--templates",
-    "headline",
+    *tiny_args(templates="headline"),
     "--positions",
     "FE[-1],LT",
     "--kinds",
     "residual,mlp",
     "--whole-depth",
     "FE,LT",
-    "--quiet",
 ]
 
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -20,21 +21,7 @@ def _invoke(args: list[str]):
 
 
 def _options(workspace: Path) -> list[str]:
-    return [
-        "--model",
-        "tiny-llama",
-        "--n",
-        "2",
-        "--finetune-max-steps",
-        "2",
-        "--workspace",
-        str(workspace),
-        "--n-facts",
-        "6",
-        "--n-boot",
-        "20",
-        "--quiet",
-    ]
+    return tiny_args(workspace, n_facts=6, n_boot=20)
 
 
 @pytest.fixture(scope="module")

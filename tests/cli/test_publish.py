@@ -25,6 +25,7 @@ from graft.results.publish import (
     read_provenance,
 )
 from graft_experiments.publish import publish
+from tests.cli.tiny_runs import tiny_args
 
 MACHINE = {
     "cpu": "Test CPU",
@@ -312,23 +313,9 @@ def test_publish_a_tiny_position_run(tmp_path, monkeypatch):
 
     args = [
         "position",
-        "--model",
-        "tiny-llama",
-        "--workspace",
-        str(tmp_path / "ws"),
-        "--n-facts",
-        "10",
-        "--finetune-max-steps",
-        "2",
-        "--n",
-        "4",
-        "--n-boot",
-        "20",
+        *tiny_args(tmp_path / "ws", n=4, n_boot=20, out=tmp_path / "run"),
         "--positions",
         "FE,LT",
-        "--quiet",
-        "--out",
-        str(tmp_path / "run"),
     ]
     # the command line the run records is the process's (here pytest's): as from a shell
     monkeypatch.setattr(sys, "argv", ["/venv/bin/graft-exp", *args])

@@ -11,29 +11,14 @@ from click.testing import CliRunner, Result
 
 import graft.study.training.workspace as workspace_module
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
-    return [
-        "--model",
-        "tiny-llama",
-        "--workspace",
-        str(workspace),
-        "--n-facts",
-        "6",
-        "--finetune-max-steps",
-        "2",
-        "--n",
-        "2",
-        "--n-boot",
-        "50",
-        "--templates",
-        "headline,movie",
-        "--quiet",
-    ]
+    return tiny_args(workspace, n_facts=6, templates="headline,movie")
 
 
 def invoke(*args: str, code: int = 0) -> Result:
