@@ -129,9 +129,16 @@ def measure_one(
     release_free_heap()
     held_before = _held(device)
     w = random_workload(
-        shape, dtype, device, layers, width, tok, prompts, batch_size,
+        shape,
+        dtype,
+        device,
+        layers,
+        width,
+        tok,
+        prompts,
+        batch_size,
         executor=LocalExecutor(shortcuts=shortcuts),
-    )  # fmt: skip
+    )
     base, donor = w.base, w.donors["sft"]
     weights = param_bytes(base) + param_bytes(donor)
     ps = w.prompts
@@ -205,7 +212,7 @@ def measure_one(
             "e1": e1 <= goals["e1"],
             "e3": e3 <= goals["e3"],
             "peak": peak_ratio <= 1.0 if width is None else None,
-        },  # fmt: skip
+        },
         "pre_engine_vs_plain_max_abs_diff": pre_diff,
         "paper": paper,
         "plan": plan,

@@ -30,6 +30,7 @@ from graft.results import (
     check_run,
     paper_model_of,
     read_results,
+    rules_summary,
     rules_text,
 )
 
@@ -37,6 +38,7 @@ HEADER = (
     "| paper's finding (headline prompts, acc@5) | paper | run | graft | verdict (test): reason |\n"
     "|---|---|---|---|---|"
 )
+SHORT_HEADER = HEADER.replace("verdict (test): reason", "verdict: what decided it")
 USAGE = 'usage: python -m benchmarks.paper_table [--margin 0.10] "LABEL=MODEL=FOLDER" ...'
 
 
@@ -62,12 +64,15 @@ def paper_cell(number: PaperNumber) -> str:
     return f"{value} ({where})"
 
 
-def verdict(check: Check) -> str:
-    """The verdict cell: ``**disagrees** (test): reason; note``."""
+def verdict(check: Check, short: bool = False) -> str:
+    """The verdict cell: ``**disagrees** (test): reason; note``; ``short``: the verdict and
+    its deciding numbers alone (``undecided: both at the floor (0/150, 0/150) ...``)."""
     agreement = check.agreement
     if agreement is None:
         return check.note or "not tested"
     word = "**disagrees**" if agreement.verdict == "disagrees" else agreement.verdict
+    if short:
+        return f"{word}: {agreement.short()}"
     text = f"{word} ({agreement.test}): {agreement.reason}"
     return text + (f"; {check.note}" if check.note else "")
 
@@ -86,13 +91,18 @@ def checks_of(
 
 
 def table(
-    runs: Sequence[Run], alpha: float = ALPHA, margin: float = MARGIN, others: bool = True
+    runs: Sequence[Run],
+    alpha: float = ALPHA,
+    margin: float = MARGIN,
+    others: bool = True,
+    short: bool = False,
 ) -> str:
     """The markdown table for ``(label, model, folder)`` runs; without ``others``, rows on
     another quantity than the paper's (another donor pair: no verdict) are left out, so the
-    table compares like with like (a number left without a row says so)."""
+    table compares like with like (a number left without a row says so); ``short``: each
+    verdict with its deciding numbers only (:func:`verdict`)."""
     checks, compared = checks_of(runs, alpha, margin)
-    lines = [HEADER]
+    lines = [SHORT_HEADER if short else HEADER]
     for number in PAPER_NUMBERS:
         mine = [c for c in checks if c.number == number]
         if not others:
@@ -107,7 +117,7 @@ def table(
         for check in mine:
             lines.append(
                 f"| {finding(number)} | {paper_cell(number)} | {check.run} | {check.graft} "
-                f"| {verdict(check)} |"
+                f"| {verdict(check, short)} |"
             )
     return "\n".join(lines)
 
@@ -144,22 +154,27 @@ def markdown(
     margin: float = MARGIN,
     with_command: bool = True,
     others: bool = True,
+    short: bool = False,
 ) -> str:
     """The caption, a blank line and the table: the README's block for ``runs`` (the
-    caption names the command when ``with_command``; ``others``: :func:`table`'s)."""
-    head = caption(runs if with_command else (), alpha, margin)
-    return f"{head}\n\n{table(runs, alpha, margin, others)}"
+    caption names the command when ``with_command``; ``others``: :func:`table`'s;
+    ``short``: the rules in two sentences and short verdict cells)."""
+    if short:
+        head = rules_summary(alpha, margin)
+    else:
+        head = caption(runs if with_command else (), alpha, margin)
+    return f"{head}\n\n{table(runs, alpha, margin, others, short)}"
 
 
 def paper_table_markdown(
-    runs: Sequence[Run], margin: float | None = None, others: bool = True
+    runs: Sequence[Run], margin: float | None = None, others: bool = True, short: bool = False
 ) -> str:
     """The rules and the table for ``runs`` at ``margin`` (None: :data:`MARGIN`), for a
     command that writes it into a document (benchmarks.results_tables, which names its own
     command and passes absolute folders: the caption names none); ``others=False`` leaves
-    out the rows on another quantity than the paper's."""
+    out the rows on another quantity than the paper's; ``short``: :func:`markdown`'s."""
     margin = MARGIN if margin is None else margin
-    return markdown(runs, margin=margin, with_command=False, others=others)
+    return markdown(runs, margin=margin, with_command=False, others=others, short=short)
 
 
 def _parse(argv: list[str]) -> tuple[list[Run], float] | None:

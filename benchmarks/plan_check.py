@@ -244,9 +244,14 @@ def position(args: argparse.Namespace) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = ExperimentConfig(
-            "position", model=args.model, workspace=args.workspace, device="cpu",
-            out=str(Path(tmp) / "run"), progress=False, finetune_max_steps=args.max_steps,
-        )  # fmt: skip
+            "position",
+            model=args.model,
+            workspace=args.workspace,
+            device="cpu",
+            out=str(Path(tmp) / "run"),
+            progress=False,
+            finetune_max_steps=args.max_steps,
+        )
         grafts = position_grafts(("FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"), "base")
         donors = {"sft": ModelSource("one")}
         plan = plan_experiment(cfg, grafts, donors=donors)

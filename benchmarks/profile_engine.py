@@ -194,8 +194,9 @@ def planning_alone(w, rows, repeats: int) -> dict[str, float]:
     plan_only = PlanOnly()
 
     def planned() -> object:
-        return run_grafts(w.base, w.donors, rows, batch_size=w.batch_size, pad_id=w.pad_id,
-                          executor=plan_only)  # fmt: skip
+        return run_grafts(
+            w.base, w.donors, rows, batch_size=w.batch_size, pad_id=w.pad_id, executor=plan_only
+        )
 
     planned()
     w.engine(rows)
@@ -262,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.proxy is not None:
         name, _, layers = args.proxy.partition(":")
         if name not in PAPER_CONFIGS or not layers.isdigit() or int(layers) < 1:
-            ap.error(f"--proxy {args.proxy!r}: write NAME:LAYERS, NAME one of "
-                     f"{', '.join(PAPER_CONFIGS)} (such as llama3.2-1b:16)")  # fmt: skip
+            ap.error(
+                f"--proxy {args.proxy!r}: write NAME:LAYERS, NAME one of "
+                f"{', '.join(PAPER_CONFIGS)} (such as llama3.2-1b:16)"
+            )
         if args.width < PROXY_HEAD_DIM or args.width % PROXY_HEAD_DIM:
             ap.error(f"--width must be a multiple of {PROXY_HEAD_DIM}, such as 64")
         if args.threads is None:

@@ -14,7 +14,7 @@ are Python over these functions only (no builtins):
 - ``val("A/position_summary", "acc@5", graft="FE+LT", template="headline", n_seeds=3)``:
   the column of the one row of ``A``'s ``position_summary.csv`` with these values
   (``layer=None`` matches an empty cell); ``row(...)`` the whole row as a dict;
-- ``each(values, ".2f")``: ``0.86 / 0.78 / 0.80``; ``span(values, ".2f")``: ``0.06-0.82``;
+- ``each(values, ".2f")``: ``0.86 / 0.78 / 0.80``; ``span(values, ".2f")``: ``0.06-0.82`` (one value where both ends read alike);
 - ``seed_t(values_a, values_b)``: the seed-level t test p of the per-seed differences;
 - ``check("A", "Fig. 2: FE+LT ≈ SFT")``: the README table's verdict on that run (an
   :class:`~graft.results.stats.verdict.Agreement`: ``.verdict``, ``.p``, ``.lo``, ...;
@@ -139,7 +139,8 @@ def _each(values: Sequence[float], form: str = ".2f", sep: str = " / ") -> str:
 
 
 def _span(values: Sequence[float], form: str = ".2f") -> str:
-    return f"{_format(min(values), form)}-{_format(max(values), form)}"
+    low, high = _format(min(values), form), _format(max(values), form)
+    return low if low == high else f"{low}-{high}"
 
 
 def _wrapped(text: str, width: int = 92) -> str:

@@ -101,10 +101,14 @@ def reference_rows(
         res = row.spec.resolve(arch, len(row.input_ids), spans)
         out.append(
             reference_last_logits(
-                base, dict(donors), list(row.input_ids), res.cells,
-                res.final_norm_donor, res.unembed_donor,
+                base,
+                dict(donors),
+                list(row.input_ids),
+                res.cells,
+                res.final_norm_donor,
+                res.unembed_donor,
             ).cpu()
-        )  # fmt: skip
+        )
     return torch.stack(out)
 
 

@@ -171,10 +171,11 @@ def _provenance(positional: list[str], keywords: dict[str, str]) -> tuple[str, l
 
 @generator(
     "paper",
-    "paper LABEL=MODEL=FOLDER ... [margin=M] [others=no]: the paper's numbers beside "
-    "graft's, from benchmarks.paper_table.paper_table_markdown(runs, margin, others) "
-    "(others=no: without the rows on another quantity than the paper's)",
-    ("margin", "others"),
+    "paper LABEL=MODEL=FOLDER ... [margin=M] [others=no] [cells=short]: the paper's numbers "
+    "beside graft's, from benchmarks.paper_table.paper_table_markdown(runs, margin, others, "
+    "short) (others=no: without the rows on another quantity than the paper's; cells=short: "
+    "each verdict with its deciding numbers, the rules in two sentences)",
+    ("margin", "others", "cells"),
 )
 def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     try:
@@ -199,8 +200,12 @@ def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     others = keywords.get("others", "yes")
     if others not in ("yes", "no"):
         raise BlockError(f"others={others}: yes or no")
+    cells = keywords.get("cells", "full")
+    if cells not in ("full", "short"):
+        raise BlockError(f"cells={cells}: full or short")
     files = sorted(p for _, _, f in runs for p in Path(f).glob("*.csv"))
-    return str(paper_table_markdown(runs, value, others == "yes")).rstrip("\n"), files
+    text = paper_table_markdown(runs, value, others == "yes", cells == "short")
+    return str(text).rstrip("\n"), files
 
 
 @generator(

@@ -114,10 +114,18 @@ def finetune(
     if dry_run or not skip_memory_check:
         with scratch_workspace(workspace) as ws:  # nothing written to the workspace
             plan = plan_donor(
-                model, dataset, variant, cfg, workspace=ws, n_facts=n_facts,
-                data_seed=data_seed, shuffle=shuffle, device=device, out=out,
+                model,
+                dataset,
+                variant,
+                cfg,
+                workspace=ws,
+                n_facts=n_facts,
+                data_seed=data_seed,
+                shuffle=shuffle,
+                device=device,
+                out=out,
                 what=f"{model} ({variant!r} data)",
-            )  # fmt: skip
+            )
         memory = device_memory(device)
         if dry_run:
             echo_plan(finetune_lines(plan, memory))
@@ -125,9 +133,15 @@ def finetune(
         check_fits(plan, memory)
     home = Workspace.at(workspace)
     donor = home.locate_donor(
-        model, dataset, variant, cfg,
-        n_facts=n_facts, data_seed=data_seed, shuffle=shuffle, device=device,
-    )  # fmt: skip
+        model,
+        dataset,
+        variant,
+        cfg,
+        n_facts=n_facts,
+        data_seed=data_seed,
+        shuffle=shuffle,
+        device=device,
+    )
     # donor.config has the generic corpus fixed: the folder an experiment looks in
     finetune_model(
         model,

@@ -161,7 +161,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "graft: graft's defaults; paper: the paper code's setup at once (its training "
         "templates and test wording, both-direction donors, head policy paper, its layer "
         "groups, GPT-2 'all' without pos_embed, its metadata ranges, float32 unless --dtype "
-        "says otherwise). See the README table.",
+        "says otherwise). See docs/paper_protocol.md.",
         click.Choice(PROTOCOLS),
     ),
     "preset": Flag(

@@ -16,6 +16,12 @@ The notebook API, one import away (``import graft``)::
         h = g.model.model.layers[1].output.save()
 
 Names are imported on first use, so ``import graft`` itself is instant.
+
+The packages, lowest first: ``errors`` and ``lazy``; ``storage`` (whole-or-absent files,
+locks, tables with provenance); ``core`` (the spec language and the grafting engine);
+``models`` (models by name, embedded offline models); ``results`` (metrics, run folders,
+statistics, figures) and ``remote`` (NDIF servers); ``study`` (the paper's study: data,
+donors, the runner, analyses).
 """
 
 from __future__ import annotations

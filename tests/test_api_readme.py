@@ -143,3 +143,15 @@ def test_adapted_experiment_runs_with_its_own_grafts_and_metric(tmp_path, monkey
     )
     assert help_text.returncode == 0, help_text.stderr
     assert "--rows-per-forward" in help_text.stdout and "--remote" in help_text.stdout
+
+
+def test_the_readme_defines_its_terms_before_the_first_python_example():
+    text = README.read_text()
+    lines = text.splitlines()
+    first_example = lines.index("```python") + 1
+    assert first_example < 60, f"the first Python example starts at line {first_example}"
+    start = text.index("\n## What the output means\n")
+    meaning = text[start : text.index("\n## ", start + 1)]
+    for term in ("**PRE**", "**SFT**", "**acc@5**", "**FE**", "**LT**", "`(FE+LT)^C`", "`q4`"):
+        assert term in meaning, f"the README does not define {term}"
+    assert "**reversal pair**" in meaning

@@ -38,6 +38,16 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n")
 
 
+def test_no_formatter_compactions() -> None:
+    # a size limit met by packing lines past the formatter is not met (fmt skip or off)
+    packed = [
+        str(path.relative_to(ROOT))
+        for path in _modules(*SIZED, "tests")
+        if "fmt: " + "skip" in path.read_text() or "fmt: " + "off" in path.read_text()
+    ]
+    assert not packed, f"formatter compactions in {', '.join(packed)}: let ruff format them"
+
+
 def test_no_module_passes_450_lines() -> None:
     over = [
         f"{path.relative_to(ROOT)} ({_lines(path)} lines)"

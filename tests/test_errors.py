@@ -51,14 +51,24 @@ def test_the_check_sees_a_bare_raise(tmp_path, monkeypatch):
 #: Each class of graft.errors under its kind (graft/errors.py's docstring draws the tree).
 KINDS = {
     "InputError": [
-        "SpecError", "TraceError", "ExperimentError", "DatasetError", "FinetuneError", "UnsupportedModelError",
-        "ModelNotFoundError", "DeviceError", "ConfigMismatchError", "MemoryPlanError",
-        "SpanError", "StatsError", "ResultsError",
+        "SpecError",
+        "TraceError",
+        "ExperimentError",
+        "DatasetError",
+        "FinetuneError",
+        "UnsupportedModelError",
+        "ModelNotFoundError",
+        "DeviceError",
+        "ConfigMismatchError",
+        "MemoryPlanError",
+        "SpanError",
+        "StatsError",
+        "ResultsError",
     ],
     "StorageError": ["DamagedFileError", "RunFolderError", "LockTimeoutError"],
     "RemoteError": [],
     "UpstreamError": ["HubUnavailable"],
-}  # fmt: skip
+}
 
 
 def _error_classes() -> dict[str, type]:

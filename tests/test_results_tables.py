@@ -33,16 +33,34 @@ def _doc(tmp_path, body: str):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (f"<!-- results-table: sumary results/x -->\n{CLOSE}", "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, examples, kinds, lens, metrics, paper, prose, provenance, seeds, speed, summary"),
-        ("<!-- results-table: summary results/x -->\n| a |", "doc.md:5: results-table marker never closed"),
+        (
+            f"<!-- results-table: sumary results/x -->\n{CLOSE}",
+            "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, examples, kinds, lens, metrics, paper, prose, provenance, seeds, speed, summary",
+        ),
+        (
+            "<!-- results-table: summary results/x -->\n| a |",
+            "doc.md:5: results-table marker never closed",
+        ),
         (f"| a |\n{CLOSE}", f"doc.md:6: {CLOSE} without an opening marker"),
-        ("<!-- results-table: summary a -->\n<!-- results-table: summary b -->", "doc.md:6: a results-table marker inside the block opened at line 5"),
+        (
+            "<!-- results-table: summary a -->\n<!-- results-table: summary b -->",
+            "doc.md:6: a results-table marker inside the block opened at line 5",
+        ),
         (f"<!-- results-table: -->\n{CLOSE}", "doc.md:5: the marker names no generator"),
-        (f"<!-- results-table: summary 'open -->\n{CLOSE}", "doc.md:5: cannot read the marker's arguments"),
-        (f"<!-- results-table: summary no/such/folder -->\n{CLOSE}", "doc.md:5: summary: no folder no/such/folder"),
-        (f"<!-- results-table: summary a b -->\n{CLOSE}", "doc.md:5: summary: summary takes one FOLDER"),
+        (
+            f"<!-- results-table: summary 'open -->\n{CLOSE}",
+            "doc.md:5: cannot read the marker's arguments",
+        ),
+        (
+            f"<!-- results-table: summary no/such/folder -->\n{CLOSE}",
+            "doc.md:5: summary: no folder no/such/folder",
+        ),
+        (
+            f"<!-- results-table: summary a b -->\n{CLOSE}",
+            "doc.md:5: summary: summary takes one FOLDER",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_marker_is_one_line_exit_2(tmp_path, capsys, body, message):
     doc = _doc(tmp_path, body)
     before = doc.read_text()
@@ -151,10 +169,17 @@ def test_provenance_of_a_legacy_folder_says_what_was_not_recorded(tmp_path):
 
 def test_speed_table_puts_dtypes_side_by_side(tmp_path):
     rows = [
-        {"machine": "H200", "shape": "gpt2-xl", "params": 1.56e9, "dtype": d,
-         "e1_engine_over_plain": e1, "e3_engine_over_plain": 0.5, "peak_over_bound": 0.9}
+        {
+            "machine": "H200",
+            "shape": "gpt2-xl",
+            "params": 1.56e9,
+            "dtype": d,
+            "e1_engine_over_plain": e1,
+            "e3_engine_over_plain": 0.5,
+            "peak_over_bound": 0.9,
+        }
         for d, e1 in (("float32", 2.961), ("bfloat16", 4.54))
-    ]  # fmt: skip
+    ]
     pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
     table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
     assert table.splitlines()[2] == (
@@ -165,13 +190,33 @@ def test_speed_table_puts_dtypes_side_by_side(tmp_path):
 def test_speed_table_keeps_a_proxy_apart_with_its_own_goals(tmp_path):
     common = {"machine": "cpu", "shape": "gpt2-xl", "dtype": "float32", "peak_over_bound": 0.9}
     rows = [
-        {**common, "layers": 48, "width": 1600, "params": 1.56e9, "e1_engine_over_plain": 0.97,
-         "e3_engine_over_plain": 0.34, "pass_peak": True, "goal_e1": 1.1, "goal_e3": 0.4,
-         "pass_e1": True, "pass_e3": True},
-        {**common, "layers": 48, "width": 64, "params": 5.7e6, "e1_engine_over_plain": 1.56,
-         "e3_engine_over_plain": 0.51, "pass_peak": None, "goal_e1": 1.3, "goal_e3": 0.6,
-         "pass_e1": False, "pass_e3": True},
-    ]  # fmt: skip
+        {
+            **common,
+            "layers": 48,
+            "width": 1600,
+            "params": 1.56e9,
+            "e1_engine_over_plain": 0.97,
+            "e3_engine_over_plain": 0.34,
+            "pass_peak": True,
+            "goal_e1": 1.1,
+            "goal_e3": 0.4,
+            "pass_e1": True,
+            "pass_e3": True,
+        },
+        {
+            **common,
+            "layers": 48,
+            "width": 64,
+            "params": 5.7e6,
+            "e1_engine_over_plain": 1.56,
+            "e3_engine_over_plain": 0.51,
+            "pass_peak": None,
+            "goal_e1": 1.3,
+            "goal_e3": 0.6,
+            "pass_e1": False,
+            "pass_e3": True,
+        },
+    ]
     pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
     table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
     lines = table.splitlines()
@@ -195,16 +240,23 @@ def test_paper_generator_calls_paper_table_markdown_where_it_exists(tmp_path, mo
     monkeypatch.setattr(
         paper_table,
         "paper_table_markdown",
-        lambda runs, margin, others: seen.append((runs, margin, others)) or "| t |\n|---|",
+        lambda runs, margin, others, short: (
+            seen.append((runs, margin, others, short)) or "| t |\n|---|"
+        ),
         raising=False,
     )
     assert make([f"A=smollm2-135m={tmp_path}"], {"margin": "0.1"})[0] == "| t |\n|---|"
-    assert seen == [([("A", "smollm2-135m", str(tmp_path))], 0.1, True)]
+    assert seen == [([("A", "smollm2-135m", str(tmp_path))], 0.1, True, False)]
     # others=no: the rows on another quantity than the paper's are left out
     make([f"A=smollm2-135m={tmp_path}"], {"others": "no"})
     assert seen[-1][2] is False
     with pytest.raises(BlockError, match="others=maybe: yes or no"):
         make([f"A=smollm2-135m={tmp_path}"], {"others": "maybe"})
+    # cells=short: the README's cells, the verdict and what decided it
+    make([f"A=smollm2-135m={tmp_path}"], {"cells": "short"})
+    assert seen[-1][3] is True
+    with pytest.raises(BlockError, match="cells=tiny: full or short"):
+        make([f"A=smollm2-135m={tmp_path}"], {"cells": "tiny"})
 
 
 def test_list_names_every_generator(capsys):

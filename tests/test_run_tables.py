@@ -159,14 +159,22 @@ def test_kinds_of_one_finetune_take_the_seed_its_provenance_records(tmp_path):
 
 def test_examples_shows_the_first_prompt_of_each_template_with_its_top_tokens(tmp_path):
     rows = [
-        {"template": t, "graft": g, "prompt_id": f"{i}:{t}", "rank": r, "token": f" {g}{r}",
-         "prob": 0.5 / (r + 1), "target_rank": 7 if g == "PRE" else 0,
-         "text": f"prompt {i} {t}", "target_text": " X"}
+        {
+            "template": t,
+            "graft": g,
+            "prompt_id": f"{i}:{t}",
+            "rank": r,
+            "token": f" {g}{r}",
+            "prob": 0.5 / (r + 1),
+            "target_rank": 7 if g == "PRE" else 0,
+            "text": f"prompt {i} {t}",
+            "target_text": " X",
+        }
         for t in ("movie", "headline")
         for i in (1, 2)
         for g in ("PRE", "SFT")
         for r in (2, 0, 1)
-    ]  # fmt: skip
+    ]
     pl.DataFrame(rows).write_csv(tmp_path / "tokens_paper_top_tokens.csv")
     make = results_tables.GENERATORS["examples"].make
     table, files = make([str(tmp_path)], {"k": "2"})

@@ -191,9 +191,15 @@ def _local_jobs(
         return layouts_for(unwrap(base), arch, donors, scope)
 
     routes = route_rows(
-        arch, unwrap(base), rows, resolved, donors, same, batch_size,
+        arch,
+        unwrap(base),
+        rows,
+        resolved,
+        donors,
+        same,
+        batch_size,
         kept=kept,
-    )  # fmt: skip
+    )
     on_donor = {**donors, BASE: base}  # a donor's run grafts the base's modules too
 
     def carried_by(carrier: str | None) -> tuple[Any, Mapping[str, Any]]:
@@ -203,9 +209,14 @@ def _local_jobs(
     for carrier, idx in routes.traced.items():
         batches = _batches(rows, batch_size, sort_by_length, idx)
         plans = _plans(
-            arch, rows, routes.resolved, batches, skip=set(), layouts=kept(("traced", carrier)),
+            arch,
+            rows,
+            routes.resolved,
+            batches,
+            skip=set(),
+            layouts=kept(("traced", carrier)),
             **planning,
-        )  # fmt: skip
+        )
         jobs.append((batches, executor.run(*carried_by(carrier), plans)))
     bare_rows = [GraftRow(r.input_ids) for r in rows] if routes.plain else []
     bare = [ResolvedGraft({})] * len(bare_rows)

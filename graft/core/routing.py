@@ -133,9 +133,14 @@ def engine_path(
     remote executor runs every row whole on the base by design; ``shortcuts``: the
     :class:`LocalExecutor`'s option."""
     if remote:
-        return {"executor": "remote", "shortcuts": False, "shared_prefix": False,
-                "cache_argument": None, "fallbacks": [],
-                "logits_after_batches": False}  # fmt: skip
+        return {
+            "executor": "remote",
+            "shortcuts": False,
+            "shared_prefix": False,
+            "cache_argument": None,
+            "fallbacks": [],
+            "logits_after_batches": False,
+        }
     models = {"base": unwrap(model_of(base))}
     for name, donor in as_donors(donors or {}).items():
         if donor is not None:
@@ -263,8 +268,12 @@ def route_rows(
     for later calls in ``kept(scope)``, :func:`graft.core.plan_cache.layouts_for` on the same
     models; the scope names what the routing depends on besides them)."""
     router = _Router(arch, torch_base, donors, same)
-    scope = ("route", tuple(sorted(router.carriers)), tuple(sorted(router.with_cache.items(),
-             key=str)), tuple(sorted(same)))  # fmt: skip
+    scope = (
+        "route",
+        tuple(sorted(router.carriers)),
+        tuple(sorted(router.with_cache.items(), key=str)),
+        tuple(sorted(same)),
+    )
     memo = LayoutCache() if kept is None else kept(scope)
     routes, choices = _Routes([]), []
     router.memo = memo

@@ -72,10 +72,15 @@ def resolve_dtype(
     if dtype is None:
         return torch.bfloat16 if torch.device(device or "cpu").type == "cuda" else torch.float32
     aliases = {
-        "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-        "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-        "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    }  # fmt: skip
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "half": torch.float16,
+    }
     try:
         return aliases[str(dtype).lower().removeprefix("torch.")]
     except KeyError:

@@ -1,4 +1,7 @@
-"""What a run produces: per-example metrics, run folders, figures."""
+"""What a run produces: per-example metrics and summaries, run folders and their records,
+publishing into ``results/``; ``stats`` (intervals, paired tests, verdicts and their
+words), ``paper`` (the paper's numbers and their tests against a run) and ``plots``
+(figures)."""
 
 from graft.lazy import lazy_exports
 
@@ -31,6 +34,7 @@ _EXPORTS = {
     "paper_model_of": "graft.results.paper.numbers",
     "ALPHA": "graft.results.stats.agreement",
     "MARGIN": "graft.results.stats.agreement",
+    "rules_summary": "graft.results.stats.agreement",
     "rules_text": "graft.results.stats.agreement",
     "format_p": "graft.results.stats.verdict",
     "seed_level_p": "graft.results.stats.paired",

@@ -1,12 +1,16 @@
-"""The paper's study: datasets, finetuning, the workspace, the named grafts and the runner.
+"""The paper's study in six rooms, lowest first (each imports only those below it; a
+contract in pyproject.toml):
 
-Datasets: ``templates`` (texts and fields) < ``names`` (name filter, fakes) < ``facts`` (the
-facts of each data kind) < ``datasets`` (a dataset folder: build, write, read) < ``prompts``
-(test prompts tokenized for a tokenizer); ``files`` reads and writes their JSONL and corpora.
-Donors: ``presets`` (finetune configs) < ``training_data`` < ``evaluate`` (``eval.json``
-through :mod:`graft.results.metrics`) < ``finetune`` (training) < ``workspace`` (datasets
-and donors on disk, found or made). Experiments: ``config`` < ``grafts`` < ``rows``,
-``sources`` < ``runner`` (:func:`~graft.study.running.runner.run_experiment`).
+- ``specs``: what a run is: configs (datasets, experiments, model sources, replicates), the
+  finetune presets, the protocols, the paper's templates, the named grafts;
+- ``data``: facts and names, datasets on disk, test prompts tokenized for a model, the
+  texts a finetune trains on, an experiment's rows;
+- ``training``: finetuned donors: finetuning, evaluation, checksums, model sources and the
+  workspace that holds datasets and donors;
+- ``planning``: plans before anything heavy loads (memory, device, a finetune, a command);
+- ``running``: the one experiment runner
+  (:func:`~graft.study.running.runner.run_experiment`), its batches and record;
+- ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds.
 """
 
 from graft.lazy import lazy_exports

@@ -137,3 +137,26 @@ def test_figure_redrawn_from_a_summary_csv(tmp_path):
     out = results_figures.draw(csv, "gemma3-270m", "headline", tmp_path / "fig.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "position_summary.csv"]
+
+
+def test_short_cells_carry_the_verdicts_of_the_full_table():
+    full = paper_table.table(RUNS).splitlines()
+    short = paper_table.table(RUNS, short=True).splitlines()
+    assert short[0].endswith("| verdict: what decided it |") and len(full) == len(short)
+    for long_row, short_row in zip(full[2:], short[2:], strict=True):
+        long_cell, short_cell = long_row.split(" | ")[-1], short_row.split(" | ")[-1]
+        assert long_cell.split(" ")[0] == short_cell.split(":")[0].split(" ")[0]
+        assert len(short_cell) <= 150, short_cell
+    lt = _row(short, "Fig. 2: LT |", "C")
+    assert lt.endswith("| undecided: 95% interval [0.00, 1.00] too wide for ±0.10 |")
+
+
+def test_no_readme_table_cell_is_over_300_characters():
+    # the README links the verdict table; any table it shows keeps short cells
+    readme = (RESULTS.parent / "README.md").read_text()
+    cells = [c for line in readme.splitlines() if line.startswith("|") for c in line.split("|")]
+    assert max(map(len, cells), default=0) <= 300, max(cells, key=len)
+    assert "docs/results.md#the-papers-numbers-tested" in readme
+    # the short table is docs/results.md's overview, the full one below it
+    results = (RESULTS.parent / "docs" / "results.md").read_text()
+    assert "others=no cells=short -->" in results and "| verdict: what decided it |" in results

@@ -103,9 +103,15 @@ def test_smoke_run_on_the_host_bound_proxy(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "bad", [["--proxy", "llama3.2-1b"], ["--proxy", "gpt5:2"], ["--proxy", "gpt2-xl:2", "--width", "60"],
-            ["--plan-repeats", "0"], ["--threads", "0"]],
-)  # fmt: skip
+    "bad",
+    [
+        ["--proxy", "llama3.2-1b"],
+        ["--proxy", "gpt5:2"],
+        ["--proxy", "gpt2-xl:2", "--width", "60"],
+        ["--plan-repeats", "0"],
+        ["--threads", "0"],
+    ],
+)
 def test_bad_input_exits_2(bad, capsys):
     with pytest.raises(SystemExit) as exit_info:
         profile_engine.main(bad)

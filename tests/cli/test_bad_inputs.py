@@ -50,10 +50,49 @@ VALID_SPECS = [
     "a=FE+R:all:all",
 ]
 TOKENS = [
-    ":", ";", "@", "+", "^C", "(", ")", ",", "-", "=", " ", "all", "h2", "q4", "-1", "999",
-    "0-2", "3-1", "attn", "ffn", "q", "o", "block", "embed", "head=", "donor", "paper", "base",
-    "FE", "LT", "M", "R", "ALL", "none", "sft", "task", "é", "\u200b", "\t", "Ω", "\\", "{}",
-]  # fmt: skip
+    ":",
+    ";",
+    "@",
+    "+",
+    "^C",
+    "(",
+    ")",
+    ",",
+    "-",
+    "=",
+    " ",
+    "all",
+    "h2",
+    "q4",
+    "-1",
+    "999",
+    "0-2",
+    "3-1",
+    "attn",
+    "ffn",
+    "q",
+    "o",
+    "block",
+    "embed",
+    "head=",
+    "donor",
+    "paper",
+    "base",
+    "FE",
+    "LT",
+    "M",
+    "R",
+    "ALL",
+    "none",
+    "sft",
+    "task",
+    "é",
+    "\u200b",
+    "\t",
+    "Ω",
+    "\\",
+    "{}",
+]
 
 
 @st.composite
@@ -145,9 +184,21 @@ def test_spec_strings_parse_or_raise_graft_error() -> None:
 INTS = ["-1", "0", "1", "3", "65", "1000000", str(2**63), "1.5", "nan", "", "x", "٣", "1e3"]
 STRINGS = ["", " ", "é", "\u200b", "x" * 300, "/proc/x", "/dev/null", "../..", "a,b", "-"]
 MODELS = [
-    "", "tiny-", "TINY-LLAMA", "tiny-llama ", "tiny-gpt-neox", "tiny-gpt2", "gpt2/", "/",
-    "a/b/c", "owner/name", "no-such-model", "./missing", "/proc", "é",
-]  # fmt: skip
+    "",
+    "tiny-",
+    "TINY-LLAMA",
+    "tiny-llama ",
+    "tiny-gpt-neox",
+    "tiny-gpt2",
+    "gpt2/",
+    "/",
+    "a/b/c",
+    "owner/name",
+    "no-such-model",
+    "./missing",
+    "/proc",
+    "é",
+]
 DEVICES = ["banana", "cuda", "cuda:1", "cuda:x", "", "meta", "mps", "CPU", "cpu:0", "cpu"]
 DONORS = ["sft=bogus", "sft=", "=one", "sft=one=two", "sft=tiny-llama", "x=tiny-llama", "sft=/proc"]
 SKIP = {"help", *REMOTE_PARAMS}  # remote: slow by nature
@@ -290,9 +341,21 @@ def long_title_dataset(scratch: Path) -> Path:
 
 def _custom(dataset: Path, out: Path) -> list[str]:
     return [
-        "custom", "--model", "tiny-gpt2", "--dataset", str(dataset), "--spec", "LT:all:all",
-        "--donor", "sft=tiny-gpt2", "--out", str(out), "--quiet", "--n-boot", "10",
-    ]  # fmt: skip
+        "custom",
+        "--model",
+        "tiny-gpt2",
+        "--dataset",
+        str(dataset),
+        "--spec",
+        "LT:all:all",
+        "--donor",
+        "sft=tiny-gpt2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--n-boot",
+        "10",
+    ]
 
 
 @pytest.mark.slow

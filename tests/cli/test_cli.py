@@ -329,10 +329,27 @@ def no_ndif_url():
 
 def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
     return invoke(
-        "custom", "--spec", "LT:all:o", "--donor", "sft=tiny-llama", "--model", "tiny-llama",
-        "--n", "1", "--n-facts", "2", "--n-boot", "10", "--quiet",
-        "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run"), "--remote", *remote,
-    )  # fmt: skip
+        "custom",
+        "--spec",
+        "LT:all:o",
+        "--donor",
+        "sft=tiny-llama",
+        "--model",
+        "tiny-llama",
+        "--n",
+        "1",
+        "--n-facts",
+        "2",
+        "--n-boot",
+        "10",
+        "--quiet",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--out",
+        str(tmp_path / "run"),
+        "--remote",
+        *remote,
+    )
 
 
 @pytest.mark.slow
@@ -426,10 +443,25 @@ def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeyp
 
 def test_custom_names_the_missing_donor_and_the_fix(tmp_path):
     result = invoke(
-        "custom", "--spec", "LT:all:o@nodonor", "--donor", "sft=tiny-llama",
-        "--model", "tiny-llama", "--n", "1", "--n-facts", "2", "--n-boot", "10",
-        "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run"), "--quiet",
-    )  # fmt: skip
+        "custom",
+        "--spec",
+        "LT:all:o@nodonor",
+        "--donor",
+        "sft=tiny-llama",
+        "--model",
+        "tiny-llama",
+        "--n",
+        "1",
+        "--n-facts",
+        "2",
+        "--n-boot",
+        "10",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+    )
     assert result.exit_code == 2, result.output
     assert "uses donor(s) ['nodonor'] not loaded (loaded: ['sft'])" in result.output
     assert "write a loaded one after '@' in its spec, or add the missing one to --donor" in (
@@ -456,9 +488,14 @@ def test_a_dataset_folder_refuses_the_shuffle(tmp_path, command):
     )
     assert made.exit_code == 0, made.output
     result = invoke(
-        command, "--dataset", str(folder), "--shuffle", "relations",
-        "--workspace", str(tmp_path / "ws"),
-    )  # fmt: skip
+        command,
+        "--dataset",
+        str(folder),
+        "--shuffle",
+        "relations",
+        "--workspace",
+        str(tmp_path / "ws"),
+    )
     assert result.exit_code == 2, result.output
     assert "keeps the shuffle it was made with" in result.output
     assert not (tmp_path / "ws").exists()

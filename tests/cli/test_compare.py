@@ -41,16 +41,24 @@ def run(tmp_path_factory) -> Path:
     try:
         invoke(
             "position",
-            "--model", "tiny-llama",
-            "--workspace", str(root / "workspace"),
-            "--n-facts", "10",
-            "--finetune-max-steps", "2",
-            "--n", "6",
-            "--n-boot", "50",
-            "--positions", "FE,LT,FE+LT",
+            "--model",
+            "tiny-llama",
+            "--workspace",
+            str(root / "workspace"),
+            "--n-facts",
+            "10",
+            "--finetune-max-steps",
+            "2",
+            "--n",
+            "6",
+            "--n-boot",
+            "50",
+            "--positions",
+            "FE,LT,FE+LT",
             "--quiet",
-            "--out", str(out),
-        )  # fmt: skip
+            "--out",
+            str(out),
+        )
     finally:
         torch.set_num_threads(threads)
     return out

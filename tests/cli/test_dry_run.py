@@ -116,7 +116,12 @@ def test_a_finetune_that_does_not_fit_names_its_flags(tmp_path, monkeypatch):
     assert "--weights-dtype bfloat16" in refused and "--skip-memory-check" in refused
     assert not (tmp_path / "ws" / "finetuned").exists()
     lean = _invoke(
-        tmp_path, *args, *ws, "--weights-dtype", "bfloat16", "--gradient-checkpointing",
+        tmp_path,
+        *args,
+        *ws,
+        "--weights-dtype",
+        "bfloat16",
+        "--gradient-checkpointing",
         "--dry-run",
-    )  # fmt: skip
+    )
     assert ": fits" in lean and "bfloat16" in lean

@@ -24,6 +24,7 @@ from graft.core.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.prompts import load_test_prompts
 from graft_experiments.cli import COMMANDS, main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -56,15 +57,7 @@ LOGPROB_TOL = 2e-5
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
     """Options of every run: tiny model, small data, 2-step finetunes, 2 prompts/template."""
-    return [
-        "--model", MODEL,
-        "--workspace", str(workspace),
-        "--n-facts", "10",
-        "--finetune-max-steps", "2",
-        "--n", "2",
-        "--n-boot", "50",
-        "--quiet",
-    ]  # fmt: skip
+    return tiny_args(workspace, model=MODEL)
 
 
 def invoke(*args: str, code: int = 0) -> Result:
@@ -137,13 +130,19 @@ def component_run(tmp_path_factory, common) -> Path:
 def layers_run(tmp_path_factory, common) -> Path:
     out = tmp_path_factory.mktemp("runs") / "layers"
     invoke(
-        "layers", *common,
-        "--templates", "headline",
-        "--positions", "FE,LT",
-        "--windows", "2",
-        "--components", "block;o,ffn",
-        "--out", str(out),
-    )  # fmt: skip
+        "layers",
+        *common,
+        "--templates",
+        "headline",
+        "--positions",
+        "FE,LT",
+        "--windows",
+        "2",
+        "--components",
+        "block;o,ffn",
+        "--out",
+        str(out),
+    )
     return out
 
 
@@ -353,10 +352,19 @@ def test_layers(layers_run):
 def test_layers_named_windows(tmp_path, common):
     out = tmp_path / "layers"
     invoke(
-        "layers", *common,
-        "--templates", "qa", "--n", "1", "--positions", "LT", "--windows", "quarters",
-        "--out", str(out),
-    )  # fmt: skip
+        "layers",
+        *common,
+        "--templates",
+        "qa",
+        "--n",
+        "1",
+        "--positions",
+        "LT",
+        "--windows",
+        "quarters",
+        "--out",
+        str(out),
+    )
     summary = pl.read_parquet(out / "summary.parquet")
     assert summary.filter(pl.col("group") == "block")["graft"].to_list() == [
         f"LT | q{k}" for k in range(1, 5)
@@ -388,13 +396,19 @@ def test_tokens(tmp_path, common):
 def test_custom(tmp_path, common):
     out = tmp_path / "custom"
     invoke(
-        "custom", *common,
-        "--templates", "movie,qa",
-        "--spec", "LT:h2:o,ffn",
-        "--spec", "mine=FE:all:attn",
-        "--spec", "M:all:all",
-        "--out", str(out),
-    )  # fmt: skip
+        "custom",
+        *common,
+        "--templates",
+        "movie,qa",
+        "--spec",
+        "LT:h2:o,ffn",
+        "--spec",
+        "mine=FE:all:attn",
+        "--spec",
+        "M:all:all",
+        "--out",
+        str(out),
+    )
     check_run_folder(out)
     check_figures(out, ["custom_movie", "custom_qa"])
     by_template = grafts_by_template(pl.read_parquet(out / "summary.parquet"))
@@ -407,13 +421,24 @@ def test_custom(tmp_path, common):
 def test_custom_donors_and_no_references(tmp_path, common):
     out = tmp_path / "custom2"
     invoke(
-        "custom", *common,
-        "--templates", "headline", "--n", "1",
-        "--donor", "both=both", "--donor", "sft=one", "--no-references",
-        "--spec", "x=LT:all:all@both",
-        "--spec", "y=FE:all:all@sft; LT:all:o@both",
-        "--out", str(out),
-    )  # fmt: skip
+        "custom",
+        *common,
+        "--templates",
+        "headline",
+        "--n",
+        "1",
+        "--donor",
+        "both=both",
+        "--donor",
+        "sft=one",
+        "--no-references",
+        "--spec",
+        "x=LT:all:all@both",
+        "--spec",
+        "y=FE:all:all@sft; LT:all:o@both",
+        "--out",
+        str(out),
+    )
     config = json.loads((out / "config.json").read_text())
     assert set(config["donors"]) == {"both", "sft"}
     assert pl.read_parquet(out / "summary.parquet")["graft"].to_list() == ["x", "y"]
@@ -527,8 +552,10 @@ def test_resume_is_bit_identical_on_every_engine_path(
     assert engine_calls == [64, 2]  # batch 0 reruns with batch 1, its group; then batch 2
     assert read_examples(out).equals(read_examples(full))
     assert sorted(p.name for p in (out / "parts" / "examples").iterdir()) == [
-        "0.parquet", "1.parquet", "2.parquet"
-    ]  # fmt: skip
+        "0.parquet",
+        "1.parquet",
+        "2.parquet",
+    ]
 
 
 def test_changed_config_needs_new_out_or_overwrite(position_run, tmp_path, common):
@@ -624,9 +651,18 @@ def test_repeated_positions_run_once(tmp_path, common, position_run):
     assert (summary["n"] == 1).all()
     out = tmp_path / "layers"
     invoke(
-        "layers", *common, *args, "--positions", "LT,LT", "--windows", "halves",
-        "--components", "o;o", "--out", str(out),
-    )  # fmt: skip
+        "layers",
+        *common,
+        *args,
+        "--positions",
+        "LT,LT",
+        "--windows",
+        "halves",
+        "--components",
+        "o;o",
+        "--out",
+        str(out),
+    )
     summary = pl.read_parquet(out / "summary.parquet")
     assert summary["graft"].to_list() == ["PRE", "SFT", "LT | h1", "LT | h2"]
     assert (summary["n"] == 1).all()

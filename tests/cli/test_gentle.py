@@ -47,9 +47,20 @@ def finetune_then_position(
     monkeypatch.setattr(ws_mod, "finetune", refinetune)
     out = tmp_path / "run"
     ran = invoke(
-        "position", *SMALL, "--workspace", str(ws), "--preset", "gentle", *corpus,
-        "--n", "1", "--n-boot", "50", "--out", str(out),
-    )  # fmt: skip
+        "position",
+        *SMALL,
+        "--workspace",
+        str(ws),
+        "--preset",
+        "gentle",
+        *corpus,
+        "--n",
+        "1",
+        "--n-boot",
+        "50",
+        "--out",
+        str(out),
+    )
     assert finetuned(ws) == [donor]
     record = json.loads((donor / "finetune_config.json").read_text())
     config = json.loads((out / "config.json").read_text())

@@ -87,10 +87,26 @@ POINTS = ("weights", "torch_save", "parquet", "replace", "engine")
 
 def position_args(workspace: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "position", "--model", "tiny-llama", "--workspace", str(workspace), "--out", str(out),
-        "--n-facts", "10", "--n", "2", "--n-boot", "20", "--templates", "headline",
-        "--rows-per-forward", "4", "--quiet", *extra,
-    ]  # fmt: skip
+        "position",
+        "--model",
+        "tiny-llama",
+        "--workspace",
+        str(workspace),
+        "--out",
+        str(out),
+        "--n-facts",
+        "10",
+        "--n",
+        "2",
+        "--n-boot",
+        "20",
+        "--templates",
+        "headline",
+        "--rows-per-forward",
+        "4",
+        "--quiet",
+        *extra,
+    ]
 
 
 def graft_exp(

@@ -16,6 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.cli.tiny_runs import tiny_args
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,11 +43,7 @@ main(sys.argv[1:])
 
 def test_a_job_array_trains_each_donor_once_and_every_job_finishes(tmp_path):
     workspace, counts = tmp_path / "workspace", tmp_path / "counts.txt"
-    common = [
-        "position", "--model", "tiny-llama", "--workspace", str(workspace),
-        "--n-facts", "10", "--finetune-max-steps", "2", "--n", "2", "--n-boot", "20",
-        "--templates", "headline", "--quiet",
-    ]  # fmt: skip
+    common = ["position", *tiny_args(workspace, n_boot=20, templates="headline")]
     outs = [tmp_path / "run1", tmp_path / "run2", tmp_path / "run3", tmp_path / "run3"]
     env = {**os.environ, "GRAFT_TEST_COUNTS": str(counts), "OMP_NUM_THREADS": "1"}
     jobs = [

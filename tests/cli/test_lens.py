@@ -32,6 +32,7 @@ from graft.study.specs.grafts import reference, spec_graft
 from graft.study.specs.run import resolve
 from graft_experiments.lens import LENS_SPECS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -45,17 +46,7 @@ SAME_AT_FE_LAST = {"LT": "PRE", "FE+LT": "FE", "ATTN": "PRE"}
 
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
-    return [
-        "--model", "tiny-llama",
-        "--workspace", str(workspace),
-        "--n-facts", "10",
-        "--finetune-max-steps", "2",
-        "--n", "2",
-        "--n-boot", "50",
-        "--templates", "headline,qa",
-        "--rows-per-forward", "8",
-        "--quiet",
-    ]  # fmt: skip
+    return [*tiny_args(workspace, templates="headline,qa"), "--rows-per-forward", "8"]
 
 
 def lens_args(common, out) -> list[str]:
@@ -190,19 +181,30 @@ def test_top_k_tokens_are_stored_and_agree_with_the_target_rank(lens_run):
     assert f"lens top tokens: {out / 'lens_top_tokens.csv'}" in result.output
     top = pl.read_csv(out / "lens_top_tokens.csv")
     assert top.columns == [
-        "template", "prompt_id", "prompt", "target", "graft", "layer",
-        "LT", "LT target rank", "FE-last", "FE-last target rank",
-    ]  # fmt: skip
+        "template",
+        "prompt_id",
+        "prompt",
+        "target",
+        "graft",
+        "layer",
+        "LT",
+        "LT target rank",
+        "FE-last",
+        "FE-last target rank",
+    ]
     assert top.height == 2 * 2 * len(GRAFTS) * N_READ  # 2 prompts of each template (n=2)
     assert top["layer"].unique(maintain_order=True).to_list() == ["emb", "0", "1", "2", "3"]
     one = table.filter(
-        (pl.col("prompt_id") == top["prompt_id"][0]) & (pl.col("graft") == "SFT")
-        & (pl.col("layer") == N_LAYERS - 1) & (pl.col("position") == "LT")
-    )  # fmt: skip
+        (pl.col("prompt_id") == top["prompt_id"][0])
+        & (pl.col("graft") == "SFT")
+        & (pl.col("layer") == N_LAYERS - 1)
+        & (pl.col("position") == "LT")
+    )
     row = top.filter(
-        (pl.col("prompt_id") == top["prompt_id"][0]) & (pl.col("graft") == "SFT")
+        (pl.col("prompt_id") == top["prompt_id"][0])
+        & (pl.col("graft") == "SFT")
         & (pl.col("layer") == str(N_LAYERS - 1))
-    )  # fmt: skip
+    )
     assert row["LT"][0].startswith(repr(one["top_tokens"][0][0]))
     assert row["LT target rank"][0] == one["target_rank"][0]
 

@@ -14,21 +14,19 @@ import pytest
 from click.testing import CliRunner
 
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 ARGS = [
-    "--model", "tiny-llama",
-    "--n-facts", "10",
-    "--finetune-max-steps", "2",
-    "--n", "2",
-    "--n-boot", "50",
-    "--templates", "headline",
-    "--positions", "FE[-1],LT",
-    "--kinds", "residual,mlp",
-    "--whole-depth", "FE,LT",
-    "--quiet",
-]  # fmt: skip
+    *tiny_args(templates="headline"),
+    "--positions",
+    "FE[-1],LT",
+    "--kinds",
+    "residual,mlp",
+    "--whole-depth",
+    "FE,LT",
+]
 
 
 def invoke(*args: str) -> str:
@@ -118,9 +116,18 @@ def test_a_rerun_resumes_every_run_and_computes_nothing(sweep, workspace):
 def test_the_dry_run_plans_each_run_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
     text = invoke(
-        "patching", *ARGS, "--modes", "restore", "--methods", "patching",
-        "--workspace", str(tmp_path / "ws"), "--dry-run", "--out", str(out),
-    )  # fmt: skip
+        "patching",
+        *ARGS,
+        "--modes",
+        "restore",
+        "--methods",
+        "patching",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--dry-run",
+        "--out",
+        str(out),
+    )
     assert text.count("plan of patching") == 2, text  # the activation and residual runs
     assert not out.exists()
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -20,15 +21,7 @@ def _invoke(args: list[str]):
 
 
 def _options(workspace: Path) -> list[str]:
-    return [
-        "--model", "tiny-llama",
-        "--n", "2",
-        "--finetune-max-steps", "2",
-        "--workspace", str(workspace),
-        "--n-facts", "6",
-        "--n-boot", "20",
-        "--quiet",
-    ]  # fmt: skip
+    return tiny_args(workspace, n_facts=6, n_boot=20)
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +57,18 @@ def test_an_explicit_head_policy_wins_over_the_protocols(paper_run, workspace, t
     out = tmp_path / "base-head"
     result = _invoke(
         [
-            "position", "--protocol", "paper", "--head-policy", "base", "--positions", "FE",
-            *_options(workspace), "--out", str(out),
+            "position",
+            "--protocol",
+            "paper",
+            "--head-policy",
+            "base",
+            "--positions",
+            "FE",
+            *_options(workspace),
+            "--out",
+            str(out),
         ]
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
     assert config["options"]["head_policy"] == "base"

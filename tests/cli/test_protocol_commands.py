@@ -24,6 +24,7 @@ from graft.models.loading import tiny_tokenizer
 from graft.results.report import LAYER_SEP
 from graft.study.specs.grafts import FUSED_QKV_NOTE
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -54,24 +55,10 @@ def _run(command: str, model, workspace: Path, out: Path, *args: str):
         [
             command,
             *args,
-            "--model",
-            str(model),
-            "--workspace",
-            str(workspace),
-            "--out",
-            str(out),
-            "--templates",
-            "headline",
-            "--n",
-            "1",
-            "--n-facts",
-            "4",
-            "--finetune-max-steps",
-            "2",
-            "--n-boot",
-            "10",
-            "--quiet",
-        ],  # fmt: skip
+            *tiny_args(
+                workspace, model=model, n_facts=4, n=1, n_boot=10, templates="headline", out=out
+            ),
+        ],
         catch_exceptions=False,
     )
     return result

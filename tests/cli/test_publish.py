@@ -25,6 +25,7 @@ from graft.results.publish import (
     read_provenance,
 )
 from graft_experiments.publish import publish
+from tests.cli.tiny_runs import tiny_args
 
 MACHINE = {
     "cpu": "Test CPU",
@@ -292,9 +293,12 @@ def test_a_file_of_another_entry_is_not_taken(tmp_path):
 def test_benchmark_table_records_its_command_and_machine(tmp_path):
     out = tmp_path / "r"
     path = write_benchmark_table(
-        out, "speed", [{"shape": "gpt2-xl", "e1": 0.9}], "python -m benchmarks.x --n 2",
+        out,
+        "speed",
+        [{"shape": "gpt2-xl", "e1": 0.9}],
+        "python -m benchmarks.x --n 2",
         settings={"prompts": 2},
-    )  # fmt: skip
+    )
     assert pl.read_csv(path).to_dicts() == [{"shape": "gpt2-xl", "e1": 0.9}]
     entry = read_provenance(out)["benchmarks"]["speed"]
     assert entry["command"] == "python -m benchmarks.x --n 2"
@@ -309,16 +313,10 @@ def test_publish_a_tiny_position_run(tmp_path, monkeypatch):
 
     args = [
         "position",
-        "--model", "tiny-llama",
-        "--workspace", str(tmp_path / "ws"),
-        "--n-facts", "10",
-        "--finetune-max-steps", "2",
-        "--n", "4",
-        "--n-boot", "20",
-        "--positions", "FE,LT",
-        "--quiet",
-        "--out", str(tmp_path / "run"),
-    ]  # fmt: skip
+        *tiny_args(tmp_path / "ws", n=4, n_boot=20, out=tmp_path / "run"),
+        "--positions",
+        "FE,LT",
+    ]
     # the command line the run records is the process's (here pytest's): as from a shell
     monkeypatch.setattr(sys, "argv", ["/venv/bin/graft-exp", *args])
     threads = torch.get_num_threads()
@@ -347,9 +345,13 @@ def test_publish_a_tiny_position_run(tmp_path, monkeypatch):
 def test_the_per_prompt_rows_are_published_compressed(tmp_path):
     run = make_run(tmp_path / "run")
     rows = pl.DataFrame(
-        {"graft": ["LT", "PRE"] * 50, "prompt_id": [f"p{i // 2}" for i in range(100)],
-         "target_logprob": [float(-i) for i in range(100)], "hit@5": [i % 3 == 0 for i in range(100)]}
-    )  # fmt: skip
+        {
+            "graft": ["LT", "PRE"] * 50,
+            "prompt_id": [f"p{i // 2}" for i in range(100)],
+            "target_logprob": [float(-i) for i in range(100)],
+            "hit@5": [i % 3 == 0 for i in range(100)],
+        }
+    )
     rows.write_parquet(run / "examples.parquet")
     out = tmp_path / "results"
     done = publish_run(run, out)

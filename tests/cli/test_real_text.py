@@ -40,10 +40,22 @@ def dataset(workspace) -> Path:
 def position_run(tmp_path_factory, workspace, dataset) -> Path:
     out = tmp_path_factory.mktemp("runs") / "position"
     invoke(
-        "position", "--model", "tiny-llama", "--dataset", str(dataset),
-        "--workspace", str(workspace), "--finetune-max-steps", "2", "--n-boot", "50",
-        "--score-full-name", "--quiet", "--out", str(out),
-    )  # fmt: skip
+        "position",
+        "--model",
+        "tiny-llama",
+        "--dataset",
+        str(dataset),
+        "--workspace",
+        str(workspace),
+        "--finetune-max-steps",
+        "2",
+        "--n-boot",
+        "50",
+        "--score-full-name",
+        "--quiet",
+        "--out",
+        str(out),
+    )
     return out
 
 
@@ -95,14 +107,20 @@ def test_position_numbers_match_engine(position_run, dataset):
 @pytest.mark.parametrize(
     "content, message",
     [
-        ('{"article": "x", "questions": [{"prompt": "A b", "answer": "C"}]}',
-         "question 1: 'first_entity' is missing"),
-        ('{"article": "x", "questions": [{"prompt": "A b", "answer": "", "first_entity": "A"}]}',
-         "question 1: 'answer' is empty"),
-        ('{"article": "x", "questions": [{"prompt": "A b", "answer": "C", "first_entity": "Z"}]}',
-         "first_entity 'Z' is not in its prompt 'A b' as a whole word"),
+        (
+            '{"article": "x", "questions": [{"prompt": "A b", "answer": "C"}]}',
+            "question 1: 'first_entity' is missing",
+        ),
+        (
+            '{"article": "x", "questions": [{"prompt": "A b", "answer": "", "first_entity": "A"}]}',
+            "question 1: 'answer' is empty",
+        ),
+        (
+            '{"article": "x", "questions": [{"prompt": "A b", "answer": "C", "first_entity": "Z"}]}',
+            "first_entity 'Z' is not in its prompt 'A b' as a whole word",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_articles_file_is_one_line_exit_2(tmp_path, content, message):
     path = tmp_path / "a.jsonl"
     path.write_text(content + "\n")

@@ -11,22 +11,14 @@ from click.testing import CliRunner, Result
 
 import graft.study.training.workspace as workspace_module
 from graft_experiments.cli import main
+from tests.cli.tiny_runs import tiny_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
 def common(workspace) -> list[str]:
-    return [
-        "--model", "tiny-llama",
-        "--workspace", str(workspace),
-        "--n-facts", "6",
-        "--finetune-max-steps", "2",
-        "--n", "2",
-        "--n-boot", "50",
-        "--templates", "headline,movie",
-        "--quiet",
-    ]  # fmt: skip
+    return tiny_args(workspace, n_facts=6, templates="headline,movie")
 
 
 def invoke(*args: str, code: int = 0) -> Result:
@@ -76,8 +68,20 @@ def test_plot_redraws_a_run_of_several_seeds(seeds_run):
 def test_finetune_seed_trains_the_donor_an_experiment_seed_finds(common, tmp_path, monkeypatch):
     """``finetune --finetune-seed 2`` and ``position --finetune-seeds 2`` name one donor."""
     workspace = common[common.index("--workspace") + 1]
-    invoke("finetune", "--model", "tiny-llama", "--workspace", workspace, "--n-facts", "6",
-           "--finetune-max-steps", "2", "--finetune-seed", "2", "--quiet")  # fmt: skip
+    invoke(
+        "finetune",
+        "--model",
+        "tiny-llama",
+        "--workspace",
+        workspace,
+        "--n-facts",
+        "6",
+        "--finetune-max-steps",
+        "2",
+        "--finetune-seed",
+        "2",
+        "--quiet",
+    )
 
     def no_finetune(*args, **kwargs):
         raise AssertionError("the experiment did not find the donor graft-exp finetune made")
@@ -118,8 +122,17 @@ def test_control_or_data_seeds_need_a_data_kind(common, tmp_path):
     data = tmp_path / "data"
     invoke("data", "--n-facts", "3", "--out", str(data))
     for extra in (["--control"], ["--data-seeds", "0,1"]):
-        result = invoke("position", "--model", "tiny-llama", "--dataset", str(data), *extra,
-                        "--out", str(tmp_path / "run"), code=2)  # fmt: skip
+        result = invoke(
+            "position",
+            "--model",
+            "tiny-llama",
+            "--dataset",
+            str(data),
+            *extra,
+            "--out",
+            str(tmp_path / "run"),
+            code=2,
+        )
         assert "--data-seeds and --control generate datasets of other data seeds" in result.output
     assert not (tmp_path / "run").exists()
 

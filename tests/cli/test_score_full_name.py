@@ -33,10 +33,28 @@ def test_custom_run_scores_and_plots_whole_names(tmp_path):
     accept_donor(donor)  # a donor folder the user brought
     out = tmp_path / "run"
     args = [
-        "custom", "--model", "tiny-llama", "--dataset", str(data), "--templates", "headline",
-        "--donor", f"sft={donor}", "--spec", "LT:all:all", "--n", "2", "--n-boot", "20",
-        "--workspace", str(tmp_path / "ws"), "--out", str(out), "--quiet", "--score-full-name",
-    ]  # fmt: skip
+        "custom",
+        "--model",
+        "tiny-llama",
+        "--dataset",
+        str(data),
+        "--templates",
+        "headline",
+        "--donor",
+        f"sft={donor}",
+        "--spec",
+        "LT:all:all",
+        "--n",
+        "2",
+        "--n-boot",
+        "20",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--out",
+        str(out),
+        "--quiet",
+        "--score-full-name",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     examples = pl.read_parquet(out / "examples.parquet")

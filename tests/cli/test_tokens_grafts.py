@@ -36,12 +36,27 @@ def _tokens(workspace, out, *args: str):
     return CliRunner().invoke(
         main,
         [
-            "tokens", *args,
-            "--workspace", str(workspace), "--out", str(out),
-            "--templates", "headline", "--n", "2", "--n-facts", "4",
-            "--finetune-max-steps", "2", "--n-boot", "10", "--per-graft", "1", "--quiet",
+            "tokens",
+            *args,
+            "--workspace",
+            str(workspace),
+            "--out",
+            str(out),
+            "--templates",
+            "headline",
+            "--n",
+            "2",
+            "--n-facts",
+            "4",
+            "--finetune-max-steps",
+            "2",
+            "--n-boot",
+            "10",
+            "--per-graft",
+            "1",
+            "--quiet",
         ],
-    )  # fmt: skip
+    )
 
 
 def test_every_tiny_family_has_an_expected_graft():

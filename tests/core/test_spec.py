@@ -299,9 +299,13 @@ def test_json_without_donors_takes_the_default_donor():
 
 @pytest.mark.parametrize(
     "text",
-    ["LT:" + "9" * 5000 + ":all", f"({'9' * 5000}):all:all", "FE[" + "9" * 5000 + "]:all:all",
-     "LT:1-" + "9" * 19 + ":all"],
-)  # fmt: skip
+    [
+        "LT:" + "9" * 5000 + ":all",
+        f"({'9' * 5000}):all:all",
+        "FE[" + "9" * 5000 + "]:all:all",
+        "LT:1-" + "9" * 19 + ":all",
+    ],
+)
 def test_a_number_too_long_is_a_spec_error_not_a_value_error(text):
     """Python's int() refuses 4,300 digits with a bare ValueError, which GraftError no longer
     is: the parser refuses such numbers itself."""

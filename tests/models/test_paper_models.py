@@ -81,10 +81,25 @@ def test_the_main_command_runs_on_a_paper_model_from_its_folder(
     monkeypatch.setenv(MODELS_ENV, str(models_folder))
     out, workspace = tmp_path / "run", tmp_path / "ws"
     args = [
-        "position", "--model", name, "--workspace", str(workspace), "--n-facts", "10",
-        "--finetune-max-steps", "2", "--n", "2", "--templates", "headline", "--n-boot", "20",
-        "--quiet", "--out", str(out),
-    ]  # fmt: skip
+        "position",
+        "--model",
+        name,
+        "--workspace",
+        str(workspace),
+        "--n-facts",
+        "10",
+        "--finetune-max-steps",
+        "2",
+        "--n",
+        "2",
+        "--templates",
+        "headline",
+        "--n-boot",
+        "20",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert (out / "examples.parquet").is_file()

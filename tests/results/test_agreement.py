@@ -482,17 +482,35 @@ def _seeded_fig2(folder: Path, per_seed: tuple[float, float, float], complement:
     for graft, values in (("FE+LT", list(per_seed)), ("SFT", sft)):
         mean = sum(values) / 3
         rows.append(
-            {"group": "", "template": "headline", "graft": graft, "n": 50, "n_seeds": 3,
-             "acc@5": mean, "acc@5_lo": mean - 0.05, "acc@5_hi": mean + 0.05,
-             "acc@5_per_seed": str(values), "per_seed_of": "finetune_seed"}
-        )  # fmt: skip
+            {
+                "group": "",
+                "template": "headline",
+                "graft": graft,
+                "n": 50,
+                "n_seeds": 3,
+                "acc@5": mean,
+                "acc@5_lo": mean - 0.05,
+                "acc@5_hi": mean + 0.05,
+                "acc@5_per_seed": str(values),
+                "per_seed_of": "finetune_seed",
+            }
+        )
     if complement:
         for graft in ("(FE+LT)^C", "PRE"):
             rows.append(
-                {"group": "", "template": "headline", "graft": graft, "n": 50, "n_seeds": 3,
-                 "acc@5": 0.0, "acc@5_lo": 0.0, "acc@5_hi": 0.02,
-                 "acc@5_per_seed": "[0.0, 0.0, 0.0]", "per_seed_of": "finetune_seed"}
-            )  # fmt: skip
+                {
+                    "group": "",
+                    "template": "headline",
+                    "graft": graft,
+                    "n": 50,
+                    "n_seeds": 3,
+                    "acc@5": 0.0,
+                    "acc@5_lo": 0.0,
+                    "acc@5_hi": 0.02,
+                    "acc@5_per_seed": "[0.0, 0.0, 0.0]",
+                    "per_seed_of": "finetune_seed",
+                }
+            )
     pl.DataFrame(rows).write_csv(folder / "position_summary.csv")
     contrast = {**_contrast("FE+LT", "SFT", 0, 0, 3, 18, 0.012), "n": 150}
     contrast.update({"acc@5_a": 122 / 150, "acc@5_b": 137 / 150, "acc@5_diff": -0.1})

@@ -353,10 +353,14 @@ def test_a_one_nat_difference_survives_holm_over_hundreds_of_contrasts():
         for graft, value in ((f"p{c}", base + shift + rng.normal(0, 1, n)), (f"w{c}", base)):
             frames.append(
                 pl.DataFrame(
-                    {"graft": graft, "prompt_id": [f"x{i}" for i in range(n)],
-                     "hit@5": np.zeros(n, dtype=bool), "target_logprob": value}
+                    {
+                        "graft": graft,
+                        "prompt_id": [f"x{i}" for i in range(n)],
+                        "hit@5": np.zeros(n, dtype=bool),
+                        "target_logprob": value,
+                    }
                 )
-            )  # fmt: skip
+            )
         pairs.append((f"p{c}", f"w{c}"))
     table = paired_contrasts(pl.concat(frames), pairs, by=[], n_boot=50)
     first = table.row(0, named=True)

@@ -62,9 +62,16 @@ def examples() -> pl.DataFrame:
 def test_counts_shares_and_wilson_intervals():
     table = top1_kinds(examples(), ACTORS, TITLES)
     assert table.columns == [
-        "template", "graft", "kind", "count", "n", "share", "share_lo", "share_hi",
+        "template",
+        "graft",
+        "kind",
+        "count",
+        "n",
+        "share",
+        "share_lo",
+        "share_hi",
         "share_ci_method",
-    ]  # fmt: skip
+    ]
     # groups in order of first appearance, every kind listed (zeros too)
     assert table.select("template", "graft").unique(maintain_order=True).rows() == [
         ("qa", "LT"),

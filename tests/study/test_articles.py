@@ -112,10 +112,14 @@ def test_dataset_folder_from_articles(tmp_path, caplog):
         "id": 7,
         "article": "Rolf Iver builds boats.\n\nHe sold one to Una Pike.",
         "questions": [
-            {"prompt": "  Rolf Iver sold a boat to ", "answer": " Ada Quist", "first_entity": "Rolf Iver",
-             "template": "cloze"}
+            {
+                "prompt": "  Rolf Iver sold a boat to ",
+                "answer": " Ada Quist",
+                "first_entity": "Rolf Iver",
+                "template": "cloze",
+            }
         ],
-    }  # fmt: skip
+    }
     path = write(tmp_path / "mine.jsonl", GOOD, second)
     config = DatasetConfig(kind="articles", articles_path=path)
     with caplog.at_level(logging.WARNING, logger="graft.study.data.articles"):
@@ -124,16 +128,24 @@ def test_dataset_folder_from_articles(tmp_path, caplog):
     manifest = load_manifest(out)
     assert manifest["kind"] == "articles" and manifest["answers_not_in_their_article"] == ["7:q1"]
     assert manifest["sizes"] == {
-        "facts": 2, "articles": 2, "train": 4, "test_prompts": 2, "corpus_docs": 0
-    }  # fmt: skip
+        "facts": 2,
+        "articles": 2,
+        "train": 4,
+        "test_prompts": 2,
+        "corpus_docs": 0,
+    }
     # each paragraph of an article or rephrase is one text
     assert [r["text"] for r in load_train_records(out)] == [
-        GOOD["article"], GOOD["rephrases"][0], "Rolf Iver builds boats.", "He sold one to Una Pike."
-    ]  # fmt: skip
+        GOOD["article"],
+        GOOD["rephrases"][0],
+        "Rolf Iver builds boats.",
+        "He sold one to Una Pike.",
+    ]
     tests = read_jsonl(out / "test_prompts.jsonl")
     assert [(r["id"], r["template"], r["fact_id"]) for r in tests] == [
-        ("a1:q1", "question", 0), ("7:q1", "cloze", 1)
-    ]  # fmt: skip
+        ("a1:q1", "question", 0),
+        ("7:q1", "cloze", 1),
+    ]
     # prompt and answer stripped; the answer follows after one space
     assert tests[1]["text"] == "Rolf Iver sold a boat to"
     assert tests[1]["target_text"] == " Ada Quist" and tests[1]["fields"] == {"FE": [0, 9]}

@@ -310,9 +310,14 @@ def test_an_experiment_generates_the_shuffle_it_names(tmp_path):
 
     def config(**kw) -> ExperimentConfig:
         return ExperimentConfig(
-            experiment="x", model="tiny-llama", dataset="real_movies_shuffled", n_facts=3,
-            workspace=str(tmp_path), device="cpu", **kw,
-        )  # fmt: skip
+            experiment="x",
+            model="tiny-llama",
+            dataset="real_movies_shuffled",
+            n_facts=3,
+            workspace=str(tmp_path),
+            device="cpu",
+            **kw,
+        )
 
     pairs = config(shuffle="pairs")
     folder = dataset_dir(resolve(pairs))

@@ -213,9 +213,14 @@ def test_interrupted_finetune_resumes(dataset, tmp_path, caplog) -> None:
     out = tmp_path / "sft"
     with pytest.raises(KeyboardInterrupt):
         ft.finetune(
-            "tiny-llama", dataset, out, TINY, device="cpu", quiet=True,
+            "tiny-llama",
+            dataset,
+            out,
+            TINY,
+            device="cpu",
+            quiet=True,
             callbacks=[_InterruptAfterFirstSave()],
-        )  # fmt: skip
+        )
     assert not out.exists()
     checkpoints = sorted((ft.partial_dir(out) / "checkpoints").glob("checkpoint-*"))
     assert [c.name for c in checkpoints] == ["checkpoint-6"]  # one epoch of 192 texts / 32
@@ -371,11 +376,16 @@ def test_evaluate_examples_counts_ranks_and_truncation() -> None:
     texts = {"short": "Keanu Reeves starred in a movie with", "long": "Keanu Reeves " * 10}
     examples = [
         TestExample(
-            fact_id=i, template=name, text=text, input_ids=tok(text)["input_ids"], spans={},
-            target_text=" Tom", target_id=tok(" Tom", add_special_tokens=False)["input_ids"][0],
+            fact_id=i,
+            template=name,
+            text=text,
+            input_ids=tok(text)["input_ids"],
+            spans={},
+            target_text=" Tom",
+            target_id=tok(" Tom", add_special_tokens=False)["input_ids"][0],
         )
         for i, (name, text) in enumerate(texts.items())
-    ]  # fmt: skip
+    ]
     result = evaluate_examples(loaded.model, examples, pad_id=tok.pad_token_id, batch_size=2)
     forward = result["forward"]
     assert forward["overall"]["n"] == 2 and forward["overall"]["truncated"] == 1
@@ -452,9 +462,14 @@ def _assert_same_weights(out: Path, straight: Path) -> None:
 def _interrupt_after_first_checkpoint(dataset, out: Path) -> Path:
     with pytest.raises(KeyboardInterrupt):
         ft.finetune(
-            "tiny-llama", dataset, out, TINY, device="cpu", quiet=True,
+            "tiny-llama",
+            dataset,
+            out,
+            TINY,
+            device="cpu",
+            quiet=True,
             callbacks=[_InterruptAfterFirstSave()],
-        )  # fmt: skip
+        )
     return ft.partial_dir(out) / "checkpoints"
 
 

@@ -23,17 +23,33 @@ def _frames(n: int = 20):
             for template in ("headline", "qa"):
                 shift = 1.0 if (method == "patching" and template == "qa") else 0.0
                 for i in range(n):
-                    cell = {"direction": "restore", "kind": "all layers", "unit": unit,
-                            "layer": None, "method": method}  # fmt: skip
+                    cell = {
+                        "direction": "restore",
+                        "kind": "all layers",
+                        "unit": unit,
+                        "layer": None,
+                        "method": method,
+                    }
                     rows.append(
-                        {**cell, "role": "cell", "template": template, "prompt_id": f"{template}{i}",
-                         "hit@5": False, "target_logprob": base[template][i] + shift}
-                    )  # fmt: skip
+                        {
+                            **cell,
+                            "role": "cell",
+                            "template": template,
+                            "prompt_id": f"{template}{i}",
+                            "hit@5": False,
+                            "target_logprob": base[template][i] + shift,
+                        }
+                    )
                     same = unit == "FE" and template == "headline"
                     flags.append(
-                        {**cell, "template": template, "prompt_id": f"{template}{i}",
-                         "identical": float(same), "sanity": 0.0}
-                    )  # fmt: skip
+                        {
+                            **cell,
+                            "template": template,
+                            "prompt_id": f"{template}{i}",
+                            "identical": float(same),
+                            "sanity": 0.0,
+                        }
+                    )
     schema = {"layer": pl.Int64}
     examples = pl.DataFrame(rows, schema_overrides=schema)
     flags = pl.DataFrame(flags, schema_overrides={**schema, "identical": pl.Float64})

@@ -280,8 +280,9 @@ def test_finetune_plan_weighs_generic_passages_as_the_mix_holds_them(dataset):
     generic = load_generic_texts()
     cfg = dataclasses.replace(GENTLE, max_length=512)
     plan = finetune_plan.plan_finetune("tiny-llama", dataset, cfg, device="cpu")
-    lengths, _ = finetune_plan.token_lengths(texts + generic, finetune_plan.local_tokenizer(
-        "tiny-llama"), 512)  # fmt: skip
+    lengths, _ = finetune_plan.token_lengths(
+        texts + generic, finetune_plan.local_tokenizer("tiny-llama"), 512
+    )
     fact, passage = lengths[: len(texts)], lengths[len(texts) :]
     n_train = len(texts) - round(0.2 * len(texts))
     n_generic = plan.n_texts - n_train

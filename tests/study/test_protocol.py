@@ -438,9 +438,14 @@ def test_the_paper_protocol_takes_the_papers_1000_facts_or_the_most_a_kind_has(c
 
 @pytest.mark.parametrize(
     ("model_type", "device", "expected"),
-    [("gpt2", "cuda", "fp16"), ("llama", "cuda", "fp16"), ("gemma", "cuda", "bf16"),
-     ("gemma3_text", "cuda", "bf16"), ("gemma", "cpu", None)],
-)  # fmt: skip
+    [
+        ("gpt2", "cuda", "fp16"),
+        ("llama", "cuda", "fp16"),
+        ("gemma", "cuda", "bf16"),
+        ("gemma3_text", "cuda", "bf16"),
+        ("gemma", "cpu", None),
+    ],
+)
 def test_the_papers_fp16_is_bf16_where_fp16_overflows(model_type, device, expected, caplog):
     import torch
 

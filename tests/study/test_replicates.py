@@ -215,15 +215,26 @@ def test_control_models_learn_other_facts(workspace, tmp_path):
     cfg = config(workspace, tmp_path / "run", control=True, finetune_max_steps=2)
     result = run(cfg)
     names = [g["name"] for g in result.config["grafts"]]
-    assert names == ["PRE", "SFT", "SFT [control]", "FE", "FE [control]", "FE+LT",
-                     "FE+LT [control]"]  # fmt: skip
+    assert names == [
+        "PRE",
+        "SFT",
+        "SFT [control]",
+        "FE",
+        "FE [control]",
+        "FE+LT",
+        "FE+LT [control]",
+    ]
     real, control = result.config["replicates"]
     assert (real["control"], control["control"]) == (False, True)
     assert control["train_data_seed"] == CONTROL_DATA_SEED_OFFSET
     expected = Workspace(workspace).locate_donor(
-        MODEL, KIND, "one", resolve_config("cpu", max_steps=2), n_facts=4,
+        MODEL,
+        KIND,
+        "one",
+        resolve_config("cpu", max_steps=2),
+        n_facts=4,
         data_seed=CONTROL_DATA_SEED_OFFSET,
-    )  # fmt: skip
+    )
     assert control["donors"]["sft"]["path"] == str(expected.path)
     assert control["dataset"] == real["dataset"]  # tested on the real facts
 

@@ -24,7 +24,6 @@ from graft.results.stats.paired_agreement import (
     mcnemar_agreement,
     mcnemar_p_range,
     mcnemar_range_agreement,
-    test_words,
 )
 from graft.results.stats.verdict import ALPHA, MARGIN, Agreement
 
@@ -275,7 +274,7 @@ def _check_difference(
     assert number.value is not None
     cells = _cells(row)
     both, b, c, _ = cells
-    stuck = floor_or_ceiling(both + b, both + c, int(row["n"]), margin)
+    floor = floor_or_ceiling(both + b, both + c, int(row["n"]), margin)
     diffs = _seed_diffs(summary, number.graft, number.versus, number.template, str(row["group"]))
     ours = paired_interval(cells, 1 - alpha, diffs)
     lo = min(ours.lo, row[f"{METRIC}_diff_lo"])
@@ -284,10 +283,10 @@ def _check_difference(
     own = _INTERVAL_NAMES.get(str(row.get("interval")), "interval")
     name = "interval" if diffs is None else f"interval over {len(diffs)} seeds"
     verdict = interval_agreement(number.value, (lo, hi), tost, name, alpha, margin)
-    how = "Newcombe's paired interval" + (", widened to the t over seeds" if diffs else "")
-    verdict = replace(verdict, test=f"{verdict.test}; {how}, and to the run's own 95% {own}")
+    seeds = len(diffs) if diffs else 1
+    verdict = replace(verdict, widened_to=own, two_sided=replace(verdict.two_sided, seeds=seeds))
     p = adjust(_contrast_p(number, row, summary))
-    verdict = guarded(stuck, p < alpha, verdict)
+    verdict = guarded(floor, p < alpha, verdict)
     return f"{row[f'{METRIC}_diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]", verdict
 
 
@@ -369,7 +368,7 @@ def check_number(
             alpha,
             margin,
             seed_diffs=diffs,
-            test=test_words(diffs is not None and len(diffs) > 1, family),
+            family=family,
         )
         return Check(number, run.label, text, None if other else verdict, note)
     group = number.group

@@ -93,61 +93,123 @@ def _fig2_approx(model: str) -> list[PaperNumber]:
     caption = "Fig. 2 caption"
     return [
         PaperNumber(
-            model, "position", "FE+LT", "headline", "approx", None, caption,
+            model,
+            "position",
+            "FE+LT",
+            "headline",
+            "approx",
+            None,
+            caption,
             "All models show full or nearly full SFT performance recovery by grafting only "
-            "the FE and LT tokens", versus="SFT", exact=False,
+            "the FE and LT tokens",
+            versus="SFT",
+            exact=False,
         ),
         PaperNumber(
-            model, "position", "(FE+LT)^C", "headline", "approx", None, caption,
+            model,
+            "position",
+            "(FE+LT)^C",
+            "headline",
+            "approx",
+            None,
+            caption,
             "near pretrained performance when grafting everything except the FE and LT tokens",
-            versus="PRE", exact=False,
+            versus="PRE",
+            exact=False,
         ),
-    ]  # fmt: skip
+    ]
 
 
 def _fig4(model: str, cost: float, words: str) -> list[PaperNumber]:
     return [
         PaperNumber(
-            model, "component", "O+FFN", "headline", "difference", cost, "Fig. 4, §4.3",
+            model,
+            "component",
+            "O+FFN",
+            "headline",
+            "difference",
+            cost,
+            "Fig. 4, §4.3",
             f"removing the O matrix and only using the FFN harms top-5 accuracy by {words}",
-            versus="FFN", group=REVERSAL,
-        ),
-        PaperNumber(
-            model, "component", "ATTN+O+FFN", "headline", "approx", None, "Fig. 4, §4.3",
-            "grafting the O matrix and the full FFN nearly recovers the results of grafting "
-            "the full attention mechanism and the full FFN", versus="O+FFN", exact=False,
+            versus="FFN",
             group=REVERSAL,
         ),
-    ]  # fmt: skip
+        PaperNumber(
+            model,
+            "component",
+            "ATTN+O+FFN",
+            "headline",
+            "approx",
+            None,
+            "Fig. 4, §4.3",
+            "grafting the O matrix and the full FFN nearly recovers the results of grafting "
+            "the full attention mechanism and the full FFN",
+            versus="O+FFN",
+            exact=False,
+            group=REVERSAL,
+        ),
+    ]
 
 
 def _fig5(model: str, value: float, words: str) -> list[PaperNumber]:
     return [
         PaperNumber(
-            model, "hybrid", "FE ATTN + LT hybrid", "headline", "value", value, "Fig. 5, §4.3",
+            model,
+            "hybrid",
+            "FE ATTN + LT hybrid",
+            "headline",
+            "value",
+            value,
+            "Fig. 5, §4.3",
             "grafting the task ATTN at the first entity along with the task ATTN as well as "
             f"the relation O+FFN recovers {words}",
         ),
         PaperNumber(
-            model, "hybrid", "FE FFN + LT hybrid", "headline", "approx", None, "Fig. 5, §4.3",
+            model,
+            "hybrid",
+            "FE FFN + LT hybrid",
+            "headline",
+            "approx",
+            None,
+            "Fig. 5, §4.3",
             "Grafting the task FFNs at the first entity gives similar performance to "
-            "grafting only at the last token", versus="FE none + LT hybrid", exact=False,
+            "grafting only at the last token",
+            versus="FE none + LT hybrid",
+            exact=False,
         ),
-    ]  # fmt: skip
+    ]
 
 
 #: Every number the paper's text states, per model.
 PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     PaperNumber(
-        GEMMA, "position", "LT", "headline", "value", 0.53, "Fig. 2, §4.1",
+        GEMMA,
+        "position",
+        "LT",
+        "headline",
+        "value",
+        0.53,
+        "Fig. 2, §4.1",
         "In Gemma-1.1, the “recall” pathway alone achieves 53% top-5 accuracy",
     ),
     PaperNumber(
-        GEMMA, "position", "SFT", "headline", "value", 1.0, "Fig. 2, §4.1",
+        GEMMA,
+        "position",
+        "SFT",
+        "headline",
+        "value",
+        1.0,
+        "Fig. 2, §4.1",
         "(compared to a finetuned baseline of 100%)",
     ),
     PaperNumber(
-        GPT2_XL, "position", "FE", "headline", "value", 0.28, "Fig. 2, §4.1",
+        GPT2_XL,
+        "position",
+        "FE",
+        "headline",
+        "value",
+        0.28,
+        "Fig. 2, §4.1",
         "the “enrichment” pathway for GPT2-XL reaches 28% top-5 accuracy",
     ),
     *(n for model in PAPER_MODELS for n in _fig2_approx(model)),
@@ -157,7 +219,7 @@ PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     *_fig4(LLAMA, 0.41, "41% in Llama3"),
     *_fig5(GEMMA, 0.63, "63% top-5 accuracy for Gemma"),
     *_fig5(LLAMA, 0.34, "34% accuracy for Llama3"),
-)  # fmt: skip
+)
 
 
 def paper_model_of(model: str) -> str | None:

@@ -1,6 +1,6 @@
 """Figures of graft summaries (matplotlib, headless).
 
-Every function takes a polars frame (usually from :func:`graft.results.metrics.summarize`) and
+Every function takes a polars frame (usually from :func:`graft.results.summary.summarize`) and
 returns a :class:`matplotlib.figure.Figure` drawn on an Agg canvas. pyplot is never used,
 so nothing here changes the global backend or opens a window; :func:`save_figure` writes
 PNG and PDF files.

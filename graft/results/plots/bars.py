@@ -138,7 +138,7 @@ def bar_chart(
     """One bar per graft, like the paper's Fig. 2.
 
     Args:
-        summary: one row per graft (e.g. from :func:`graft.results.metrics.summarize` filtered to
+        summary: one row per graft (e.g. from :func:`graft.results.summary.summarize` filtered to
             one template); needs columns ``x`` and ``metric``; ``<metric>_lo`` and
             ``<metric>_hi`` give error bars when present, ``n`` / ``n_dropped`` the title's n,
             ``<metric>_per_seed`` (a mean over replicates) a dot per replicate on each bar.

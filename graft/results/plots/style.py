@@ -114,7 +114,7 @@ def whiskers_text(frame: pl.DataFrame, metric: str) -> str:
     """What ``metric``'s ``_lo``/``_hi`` columns in ``frame`` are, for a footnote.
 
     Read from the ``<metric>_ci_method`` column (written by
-    :func:`graft.results.metrics.summarize`, e.g. ``"95% Wilson interval"`` for accuracies),
+    :func:`graft.results.summary.summarize`, e.g. ``"95% Wilson interval"`` for accuracies),
     else from a ``ci_method`` column, else :data:`DEFAULT_WHISKERS`.
     """
     for column in (f"{metric}_ci_method", "ci_method"):

@@ -57,11 +57,10 @@ from graft.results.stats.verdict import (
     MARGIN,
     VERDICTS,
     Agreement,
+    TwoSided,
     check_settings,
     decide,
-    format_p,
     pct,
-    span_text,
 )
 
 # the rules and the verdict as benchmarks.paper_table and the tests import them from here
@@ -75,6 +74,7 @@ __all__ = [
     "mcnemar_agreement",
     "mcnemar_p_range",
     "mcnemar_range_agreement",
+    "rules_summary",
     "rules_text",
     "seed_interval",
     "seeds_agreement",
@@ -114,6 +114,18 @@ def rules_text(alpha: float = ALPHA, margin: float = MARGIN, max_width: float | 
     )
 
 
+def rules_summary(alpha: float = ALPHA, margin: float = MARGIN) -> str:
+    """The rules in two sentences, for a short table's caption (the full rules:
+    :func:`rules_text`)."""
+    return (
+        f"α = {alpha:g}, margin δ = {margin:.2f} on acc@5 (absolute). **agrees**: an "
+        f"equivalence test (TOST) puts graft within the paper's value ± δ; **disagrees**: a "
+        f'two-sided test rejects graft = paper (for "A ≈ B": McNemar, over seeds with a '
+        f"seed-level t test, Holm within one figure); **undecided**: neither, or acc@5 cannot "
+        f"test it (both at the floor or ceiling, an interval too wide)."
+    )
+
+
 def _tost_p(k: int, n: int, low: float, high: float) -> float:
     """statsmodels' exact binomial TOST p for ``low < p < high``; a side whose null region
     lies outside [0, 1] (``low < 0``, ``high > 1``) is rejected outright (p = 0)."""
@@ -146,24 +158,17 @@ def binomial_agreement(
     p = float(binomtest(k, n, paper).pvalue)
     p_eq = _tost_p(k, n, paper - margin, paper + margin)
     side = "above" if k / n > paper else "below"
-    if p < alpha:
-        rejection = f"graft significantly {side} {paper:.2f} (exact binomial {format_p(p)})"
-    else:
-        rejection = f"{paper:.2f} not rejected (exact binomial {format_p(p)})"
     return decide(
-        test=f"exact binomial test, two-sided; exact binomial TOST, ±{margin:.2f}",
+        two_sided=TwoSided("binomial", p < alpha, paper, side),
         target=paper,
         ci=wilson_interval(k, n, 1 - alpha),
         ci_tost=clopper_pearson_interval(k, n, 1 - 2 * alpha),
-        name="interval",
-        rejected=p < alpha,
-        rejection=rejection,
+        interval="interval",
         alpha=alpha,
         margin=margin,
         width=width,
         signed=False,
         equivalent=p_eq < alpha,
-        equivalence=f" (TOST {format_p(p_eq)})",
         p=p,
         p_equivalence=p_eq,
     )
@@ -188,15 +193,12 @@ def interval_agreement(
             raise StatsError(f"interval bounds reversed: [{lo}, {hi}]")
     lo, hi = ci
     where = "inside" if lo <= paper <= hi else ("above" if paper > hi else "below")
-    value = f"{paper:+.2f}" if signed else f"{paper:.2f}"
     return decide(
-        test=f"paper's value against graft's {pct(1 - alpha)} {name}; TOST, ±{margin:.2f}",
+        two_sided=TwoSided("interval", where != "inside", paper, where),
         target=paper,
         ci=Interval(lo, hi),
         ci_tost=Interval(*ci_tost),
-        name=name,
-        rejected=where != "inside",
-        rejection=f"{value} {where} graft's {pct(1 - alpha)} {name} {span_text(lo, hi, signed)}",
+        interval=name,
         alpha=alpha,
         margin=margin,
         width=width,

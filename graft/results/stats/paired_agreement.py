@@ -16,46 +16,41 @@ from graft.results.stats.verdict import (
     MARGIN,
     VERDICTS,
     Agreement,
+    Floor,
+    TwoSided,
     check_settings,
     decide,
-    format_p,
-    pct,
 )
 
 
-def floor_or_ceiling(k_a: int, k_b: int, n: int, margin: float = 0.0) -> str:
-    """Why acc@5 cannot test "A ≈ B" (or A − B against a value) here, or "": both at the
+def floor_or_ceiling(k_a: int, k_b: int, n: int, margin: float = 0.0) -> Floor | None:
+    """Where acc@5 cannot test "A ≈ B" (or A − B against a value), or None: both at the
     floor or the ceiling (no difference can show), or both within ``margin`` of the floor
     (neither graft recovers the answer, so their equivalence says nothing about what each
     adds). Near the ceiling an "≈" stays testable: a graft that falls short of a donor at
     the ceiling shows. The guard only keeps a verdict from being read off the floor: a
     difference that the two-sided test finds (0/150 against 15/150) is decided as anywhere
     else (:func:`guarded`)."""
-    counts = f"({k_a}/{n} and {k_b}/{n})"
     if k_a == k_b == 0:
-        return f"both at the floor {counts}: acc@5 cannot show a difference here"
+        return Floor("floor", k_a, k_b, n)
     if k_a == k_b == n:
-        return f"both at the ceiling {counts}: acc@5 cannot show a difference here"
+        return Floor("ceiling", k_a, k_b, n)
     if max(k_a, k_b) <= margin * n:
-        return (
-            f"both within {margin:.2f} of the floor {counts}: neither graft recovers the "
-            "answer, so comparing the two tests nothing"
-        )
-    return ""
+        return Floor("near_floor", k_a, k_b, n, margin)
+    return None
 
 
-def guarded(stuck: str, rejected: bool, decision: Agreement) -> Agreement:
+def guarded(floor: Floor | None, rejected: bool, decision: Agreement) -> Agreement:
     """``decision`` under the floor and ceiling guard. Where the sides sit at the floor or
-    the ceiling (``stuck`` not empty) only a disagreement backed by the two-sided test of A
-    against B (``rejected``) stands, its reason noting the floor; anything else there is
-    undecided, with ``stuck`` as the reason (an equivalence of two grafts that recover
-    nothing tests nothing)."""
-    if not stuck:
+    the ceiling (``floor`` not None) only a disagreement backed by the two-sided test of A
+    against B (``rejected``) stands, the floor noted; anything else there is undecided,
+    for the floor's reason (an equivalence of two grafts that recover nothing tests
+    nothing)."""
+    if floor is None:
         return decision
     if rejected and decision.verdict == "disagrees":
-        note = stuck.split(":")[0]
-        return replace(decision, reason=f"{decision.reason} ({note}, but A and B differ)")
-    return replace(decision, verdict="undecided", reason=stuck)
+        return replace(decision, floor=floor)
+    return replace(decision, verdict="undecided", code=floor.kind, floor=floor)
 
 
 def _cells(both: int, b: int, c: int, neither: int) -> tuple[int, int, int, int]:
@@ -72,11 +67,12 @@ def mcnemar_agreement(
     margin: float = MARGIN,
     max_width: float | None = None,
     seed_diffs: Sequence[float] | None = None,
-    test: str = "exact McNemar",
+    family: str = "",
 ) -> Agreement:
-    """ "A ≈ B" on paired hits: ``p`` is the two-sided exact McNemar p of A against B (e.g.
-    a run's Holm-adjusted contrast; disagrees when p < ``alpha``); ``cells`` = (both hit,
-    only A, only B, neither) give the paired interval of A − B
+    """ "A ≈ B" on paired hits: ``p`` is the two-sided exact McNemar p of A against B (over
+    seeds the larger of it and the seed-level t test; Holm-adjusted within ``family``,
+    named, where there is one; disagrees when p < ``alpha``); ``cells`` = (both hit, only
+    A, only B, neither) give the paired interval of A − B
     (:func:`~graft.results.stats.intervals.paired_interval`, with ``seed_diffs`` the
     per-seed differences). Agrees when its 90% version lies within ±``margin`` and the exact
     unconditional TOST (:func:`~graft.results.stats.paired.paired_tost_p`) rejects both
@@ -87,51 +83,27 @@ def mcnemar_agreement(
         raise StatsError(f"a p-value lies in [0, 1], got {p}")
     both, b, c, neither = cells = _cells(*cells)
     n = sum(cells)
-    several = seed_diffs is not None and len(seed_diffs) > 1
-    rejection = (
-        f"significantly different ({test} {format_p(p)})"
-        if p < alpha
-        else f"no significant difference ({test} {format_p(p)})"
-    )
+    seeds = len(seed_diffs) if seed_diffs is not None else 1
     ci_tost = paired_interval(cells, 1 - 2 * alpha, seed_diffs)
     inside = -margin - 1e-12 <= ci_tost.lo and ci_tost.hi <= margin + 1e-12
     p_exact = paired_tost_p(b, c, n, margin)
-    exact = f"exact unconditional TOST {format_p(p_exact)}"
     decision = decide(
-        test=f"{test}; TOST on A − B, ±{margin:.2f} (interval and exact unconditional)",
+        two_sided=TwoSided("mcnemar", p < alpha, seeds=seeds, family=family),
         target=0.0,
         ci=paired_interval(cells, 1 - alpha, seed_diffs),
         ci_tost=ci_tost,
-        name="interval of A − B" + (" (Newcombe, widened over seeds)" if several else ""),
-        rejected=p < alpha,
-        rejection=rejection,
+        interval="interval of A − B" + (" (Newcombe, widened over seeds)" if seeds > 1 else ""),
         alpha=alpha,
         margin=margin,
         width=width,
         signed=True,
         equivalent=inside and p_exact < alpha,
-        equivalence=f" and the {exact}",
-        shortfall=(
-            f"graft's {pct(1 - 2 * alpha)} interval of A − B lies within ±{margin:.2f}, but the "
-            f"{exact} does not reject (with {b} and {c} discordant of {n}, the asymptotic "
-            "interval is not enough)"
-        ),
+        exact_short=True,
+        discordant=(b, c, n),
         p=p,
         p_equivalence=p_exact,
     )
     return guarded(floor_or_ceiling(both + b, both + c, n, margin), p < alpha, decision)
-
-
-def test_words(several: bool, family: str = "", pairings: bool = False) -> str:
-    """How the two-sided test of "A ≈ B" is named in a verdict: exact McNemar, over
-    ``several`` seeds with the seed-level t test, over every pairing of the hit counts
-    (``pairings``), Holm-adjusted within ``family`` (named) where there is one."""
-    return (
-        "exact McNemar"
-        + (" and seed-level t test (both must reject)" if several else "")
-        + (", any pairing of the hit counts" if pairings else "")
-        + (f", Holm over {family}" if family else "")
-    )
 
 
 def mcnemar_p_range(k_a: int, k_b: int, n: int) -> tuple[float, float]:
@@ -175,8 +147,8 @@ def mcnemar_range_agreement(
     width = check_settings(alpha, margin, max_width)
     _check_counts(k_a, k_b, n)
     k_a, k_b, n = int(k_a), int(k_b), int(n)
-    test = test_words(seed_diffs is not None and len(seed_diffs) > 1, family, pairings=True)
-    stuck = floor_or_ceiling(k_a, k_b, n, margin)
+    seeds = len(seed_diffs) if seed_diffs is not None else 1
+    floor = floor_or_ceiling(k_a, k_b, n, margin)
     adjusted = adjust or (lambda p: p)
     verdicts = [
         mcnemar_agreement(
@@ -190,17 +162,20 @@ def mcnemar_range_agreement(
         for x in _pairings(k_a, k_b, n)
     ]
     ps = [float(v.p) for v in verdicts if v.p is not None]
-    low, high = min(ps), max(ps)
 
     def bound(name: str, pick: Callable[[list[float]], float]) -> float:
         return pick([float(getattr(v, name)) for v in verdicts])
 
+    kinds = {v.verdict for v in verdicts}
     base = Agreement(
         "undecided",
-        f"{test}; TOST on A − B, ±{margin:.2f}",
-        "",
-        p=low,
-        p_high=high,
+        "pairings_neither",
+        TwoSided("mcnemar_pairings", kinds == {"disagrees"}, seeds=seeds, family=family),
+        interval="interval of A − B",
+        signed=True,
+        width=width,
+        p=min(ps),
+        p_high=max(ps),
         lo=bound("lo", min),
         hi=bound("hi", max),
         lo_tost=bound("lo_tost", min),
@@ -209,35 +184,14 @@ def mcnemar_range_agreement(
         margin=margin,
         alpha=alpha,
     )
-    kinds = {v.verdict for v in verdicts}
-    if stuck and kinds == {"undecided"}:
-        return replace(base, reason=stuck)
-    mcnemar = f"two-sided {format_p(low)}" if low == high else f"p = {low:.2g} to {high:.2g}"
-    every = "for every pairing of the hit counts"
-    tost = f"graft's {pct(1 - 2 * alpha)} interval of A − B"
-    tost_env = f"[{base.lo_tost:+.2f}, {base.hi_tost:+.2f}]"
+    if floor is not None and kinds == {"undecided"}:
+        return replace(base, code=floor.kind, floor=floor)
     if kinds == {"agrees"}:
-        reason = f"{every}, {tost} lies within ±{margin:.2f} (all within {tost_env}; {mcnemar})"
-        return replace(base, verdict="agrees", reason=reason)
+        return replace(base, verdict="agrees", code="pairings_equivalent")
     if kinds == {"disagrees"}:
-        reason = f"significantly different {every} ({mcnemar})"
-        return guarded(stuck, True, replace(base, verdict="disagrees", reason=reason))
+        return guarded(floor, True, replace(base, verdict="disagrees", code="pairings_different"))
     if kinds == {"undecided"}:
-        if all("too wide" in v.reason for v in verdicts):
-            reason = (
-                f"graft's {pct(1 - alpha)} interval of A − B is too wide to test against "
-                f"±{margin:.2f} {every} (up to [{base.lo:+.2f}, {base.hi:+.2f}]; wider than "
-                f"{width:.2f})"
-            )
-        else:
-            reason = (
-                f"neither test decides {every}: {mcnemar}, and {tost} reaches outside "
-                f"±{margin:.2f} (up to {tost_env})"
-            )
-        return replace(base, reason=reason)
-    order = [v for v in VERDICTS if v in kinds]
-    reason = (
-        f"the verdict depends on how the hits pair up ({' or '.join(order)}; {mcnemar}); "
-        "the paired examples would decide"
-    )
-    return replace(base, reason=reason)
+        wide = all(v.code == "too_wide" for v in verdicts)
+        return replace(base, code="pairings_too_wide" if wide else "pairings_neither")
+    order = tuple(v for v in VERDICTS if v in kinds)
+    return replace(base, code="pairings_split", pairing_verdicts=order)

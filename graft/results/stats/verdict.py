@@ -1,8 +1,9 @@
-"""One verdict of graft against the paper (:class:`Agreement`): the settings (α, the margin
-δ, the widest interval), how numbers are worded, and the decision from a two-sided test and
-an equivalence test (TOST) with its two guards. The rules that feed it are
-:mod:`graft.results.stats.agreement` (one number) and
-:mod:`graft.results.stats.paired_agreement` ("A ≈ B")."""
+"""One verdict of graft against the paper as data (:class:`Agreement`: the verdict, the
+rule that gave it, the test and its numbers), the settings (α, the margin δ, the widest
+interval), and the decision from a two-sided test and an equivalence test (TOST) with the
+width guard. The rules that feed it are :mod:`graft.results.stats.agreement` (one number)
+and :mod:`graft.results.stats.paired_agreement` ("A ≈ B"); its words are
+:mod:`graft.results.stats.wording`'s."""
 
 from __future__ import annotations
 
@@ -10,7 +11,27 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from graft.errors import StatsError
+from graft.results.stats import wording
 from graft.results.stats.intervals import Interval
+from graft.results.stats.wording import format_p, pct, span_text
+
+# the wording helpers as the rules and the package import them from here
+__all__ = [
+    "ALPHA",
+    "MARGIN",
+    "VERDICTS",
+    "WIDTH_FACTOR",
+    "Agreement",
+    "Floor",
+    "Reason",
+    "TwoSided",
+    "Verdict",
+    "check_settings",
+    "decide",
+    "format_p",
+    "pct",
+    "span_text",
+]
 
 #: Significance level of every test (two-sided tests at ALPHA, TOST at ALPHA per side).
 ALPHA = 0.05
@@ -24,23 +45,119 @@ WIDTH_FACTOR = 2.0
 Verdict = Literal["agrees", "disagrees", "undecided"]
 VERDICTS: tuple[Verdict, ...] = ("agrees", "disagrees", "undecided")
 
+#: Why a verdict was given, one code per rule (the words are
+#: :mod:`graft.results.stats.wording`'s):
+#:
+#: - ``floor``, ``ceiling``, ``near_floor``: both sides at the floor, the ceiling, or within
+#:   δ of the floor (:attr:`Agreement.floor` holds the counts); undecided, unless the
+#:   two-sided test of A against B rejects (then the verdict of the rule below stands, with
+#:   the floor noted);
+#: - ``too_wide``: graft's 95% interval is wider than the width limit (undecided);
+#:   ``wide_but_different``: so, but the two-sided test rejects (disagrees);
+#: - ``equivalent``: the TOST passes (agrees); ``different``: the two-sided test rejects
+#:   (disagrees); ``exact_short``: the 90% interval lies within the margin, but the exact
+#:   unconditional TOST does not reject (undecided); ``neither``: neither test decides;
+#: - ``pairings_equivalent``, ``pairings_different``, ``pairings_too_wide``,
+#:   ``pairings_neither``: the same for every pairing two hit counts allow;
+#:   ``pairings_split``: the pairings disagree (undecided).
+Reason = Literal[
+    "floor",
+    "ceiling",
+    "near_floor",
+    "too_wide",
+    "wide_but_different",
+    "equivalent",
+    "different",
+    "exact_short",
+    "neither",
+    "pairings_equivalent",
+    "pairings_different",
+    "pairings_too_wide",
+    "pairings_neither",
+    "pairings_split",
+]
+
+TestKind = Literal["binomial", "interval", "mcnemar", "mcnemar_pairings"]
+
+
+@dataclass(frozen=True)
+class TwoSided:
+    """The two-sided test of a verdict and what it found.
+
+    Args:
+        kind: ``binomial`` (graft's k of n against the paper's proportion, exact),
+            ``interval`` (the paper's value against graft's 95% interval), ``mcnemar``
+            (A against B on their paired table, exact McNemar) or ``mcnemar_pairings``
+            (the same over every pairing two hit counts allow).
+        rejected: whether it rejects at α.
+        value: the value tested (the paper's; None for A against B).
+        side: where graft lies against ``value`` (``above``, ``below``) for ``binomial``;
+            where ``value`` lies against graft's interval (``inside``, ``above``,
+            ``below``) for ``interval``; "" otherwise.
+        seeds: the finetune seeds whose per-seed differences the seed-level t test reads
+            (McNemar over seeds: both tests must reject); 1 for one finetune.
+        family: the Holm family its p is adjusted within, named ("" for none).
+    """
+
+    kind: TestKind
+    rejected: bool
+    value: float | None = None
+    side: str = ""
+    seeds: int = 1
+    family: str = ""
+
+
+@dataclass(frozen=True)
+class Floor:
+    """Where acc@5 cannot test a comparison: both sides at the floor (``floor``), the
+    ceiling (``ceiling``) or within ``margin`` of the floor (``near_floor``).
+
+    Args:
+        kind: ``floor``, ``ceiling`` or ``near_floor``.
+        k_a: A's hits.
+        k_b: B's hits.
+        n: the prompts (pooled over seeds).
+        margin: the margin of ``near_floor``.
+    """
+
+    kind: Literal["floor", "ceiling", "near_floor"]
+    k_a: int
+    k_b: int
+    n: int
+    margin: float = 0.0
+
 
 @dataclass(frozen=True)
 class Agreement:
-    """One verdict of graft against the paper.
+    """One verdict of graft against the paper, as data: the verdict, the rule that gave it,
+    the test and the numbers. Its words (``test``, ``reason``, :meth:`short`) come from
+    one renderer, :mod:`graft.results.stats.wording`.
 
     Args:
         verdict: ``"agrees"``, ``"disagrees"`` or ``"undecided"``.
-        test: the tests used, in words (e.g. "exact binomial test, two-sided; exact
-            binomial TOST, ±0.10").
-        reason: why this verdict, in words, with its numbers.
-        p: the two-sided test's p-value (exact binomial; exact McNemar, Holm-adjusted where
-            the run's contrast is); the smallest over pairings for a range; None for an
-            interval rule.
+        code: the rule that gave it (:data:`Reason`).
+        two_sided: the two-sided test and what it found (:class:`TwoSided`).
+        interval: the name of graft's interval (``interval``, ``interval over 3 seeds``,
+            ``interval of A − B``, ...).
+        signed: whether values are differences (written with a sign).
+        width: the widest 95% interval that can be tested against the margin.
+        floor: the floor or ceiling the two sides sit at, None elsewhere; with
+            ``verdict`` "disagrees" the two-sided test found A and B different there.
+        discordant: (only A, only B, n) of a paired table, where the exact unconditional
+            TOST decides (``mcnemar``); None elsewhere.
+        widened_to: for a difference against the paper: the run's own 95% interval that
+            Newcombe's paired interval is widened to (e.g. ``cluster bootstrap``), "" for
+            none.
+        pairing_verdicts: the verdicts the pairings of two hit counts give
+            (``pairings_split``), in :data:`VERDICTS` order; () elsewhere.
+        p: the two-sided test's p-value (exact binomial; exact McNemar, over seeds with the
+            seed-level t test, Holm-adjusted within ``two_sided.family``); the smallest
+            over pairings for a range; None for an interval rule.
         p_high: the largest McNemar p-value over the pairings the hit counts allow (None
             unless the pairing is unknown).
-        p_equivalence: the TOST p-value (statsmodels' ``binom_tost``) for one finetune;
-            None where the equivalence test reads the 90% interval.
+        p_equivalence: the exact TOST p-value (statsmodels' ``binom_tost`` for one
+            finetune; the exact unconditional TOST of a paired difference); None where the
+            equivalence test reads the 90% interval alone.
         lo: lower bound of graft's ``1 - alpha`` (95%) interval (over every pairing the
             counts allow: the lowest); None where not computed.
         hi: upper bound of that interval (over pairings: the highest).
@@ -54,8 +171,15 @@ class Agreement:
     """
 
     verdict: Verdict
-    test: str
-    reason: str
+    code: Reason
+    two_sided: TwoSided
+    interval: str = "interval"
+    signed: bool = False
+    width: float = WIDTH_FACTOR * MARGIN
+    floor: Floor | None = None
+    discordant: tuple[int, int, int] | None = None
+    widened_to: str = ""
+    pairing_verdicts: tuple[Verdict, ...] = ()
     p: float | None = None
     p_high: float | None = None
     p_equivalence: float | None = None
@@ -72,29 +196,21 @@ class Agreement:
         """True (agrees), False (disagrees), None (undecided)."""
         return {"agrees": True, "disagrees": False, "undecided": None}[self.verdict]
 
+    @property
+    def test(self) -> str:
+        """The tests, in words (:func:`graft.results.stats.wording.test_text`)."""
+        return wording.test_text(self)
 
-def format_p(p: float, relation: str = "=") -> str:
-    """``p = 0.016`` for a table: ``1`` near 1, two significant digits, ``p < 1e-4``
-    below (``relation``: ``=``, ``>=`` or ``<=``)."""
-    if p < 1e-4 and relation != ">=":
-        return "p < 1e-4"
-    if p >= 0.995:
-        return "p = 1"
-    return f"p {relation} {p:.2g}"
+    @property
+    def reason(self) -> str:
+        """Why this verdict, in words with its numbers
+        (:func:`graft.results.stats.wording.reason_text`)."""
+        return wording.reason_text(self)
 
-
-def pct(level: float) -> str:
-    """A coverage in percent: ``95%``."""
-    return f"{100 * level:g}%"
-
-
-def span_text(lo: float, hi: float, signed: bool) -> str:
-    """An interval in words: ``[0.40, 0.60]`` (``signed``: ``[-0.10, +0.05]``)."""
-    return f"[{lo:+.2f}, {hi:+.2f}]" if signed else f"[{lo:.2f}, {hi:.2f}]"
-
-
-def _around(target: float, margin: float, signed: bool) -> str:
-    return f"{target:+.2f} ± {margin:.2f}" if signed else f"{target:.2f} ± {margin:.2f}"
+    def short(self) -> str:
+        """The verdict and its deciding numbers in one short phrase, for a table cell
+        (:func:`graft.results.stats.wording.short_text`)."""
+        return wording.short_text(self)
 
 
 def check_settings(alpha: float, margin: float, max_width: float | None) -> float:
@@ -111,36 +227,35 @@ def check_settings(alpha: float, margin: float, max_width: float | None) -> floa
 
 def decide(
     *,
-    test: str,
+    two_sided: TwoSided,
     target: float,
     ci: Interval,
     ci_tost: Interval,
-    name: str,
-    rejected: bool,
-    rejection: str,
+    interval: str,
     alpha: float,
     margin: float,
     width: float,
     signed: bool,
     equivalent: bool | None = None,
-    equivalence: str = "",
-    shortfall: str = "",
-    stuck: str = "",
+    exact_short: bool = False,
+    discordant: tuple[int, int, int] | None = None,
     p: float | None = None,
-    p_high: float | None = None,
     p_equivalence: float | None = None,
 ) -> Agreement:
-    """The verdict from a two-sided test (``rejected``, said by ``rejection``) and the TOST
-    (``equivalent``; by default: ``ci_tost`` within ``target`` ± ``margin``), with the two
-    guards (``stuck``: floor or ceiling; ``ci`` wider than ``width``). ``shortfall`` says why
-    an equivalence test given as ``equivalent`` fails although ``ci_tost`` lies within the
-    margin (the reason of that undecided verdict)."""
+    """The verdict from a two-sided test (``two_sided.rejected``) and the TOST
+    (``equivalent``; by default: ``ci_tost`` within ``target`` ± ``margin``), with the width
+    guard (``ci`` wider than ``width``: undecided unless the two-sided test rejects).
+    ``exact_short``: the equivalence test given as ``equivalent`` is an exact one that
+    fails although ``ci_tost`` lies within the margin (``exact_short``, undecided)."""
     base = Agreement(
         "undecided",
-        test,
-        "",
+        "neither",
+        two_sided,
+        interval=interval,
+        signed=signed,
+        width=width,
+        discordant=discordant,
         p=p,
-        p_high=p_high,
         p_equivalence=p_equivalence,
         lo=ci.lo,
         hi=ci.hi,
@@ -150,33 +265,18 @@ def decide(
         margin=margin,
         alpha=alpha,
     )
-    two, tost = pct(1 - alpha), pct(1 - 2 * alpha)
-    if stuck:
-        return replace(base, reason=stuck)
-    low, high = target - margin, target + margin
+    rejected = two_sided.rejected
     if ci.hi - ci.lo > width + 1e-12:
         # too imprecise to agree; a significant difference still disagrees (the two-sided
         # test does not need a narrow interval to reject)
         if rejected:
-            reason = f"{rejection}; graft's {two} {name} {span_text(ci.lo, ci.hi, signed)} is wide"
-            return replace(base, verdict="disagrees", reason=reason)
-        reason = (
-            f"graft's {two} {name} {span_text(ci.lo, ci.hi, signed)} is too wide to test "
-            f"against ±{margin:.2f} (wider than {width:.2f})"
-        )
-        return replace(base, reason=reason)
-    inside = low - 1e-12 <= ci_tost.lo and ci_tost.hi <= high + 1e-12
-    equivalent = inside if equivalent is None else equivalent
-    around = _around(target, margin, signed)
-    tost_span = f"graft's {tost} {name} {span_text(ci_tost.lo, ci_tost.hi, signed)}"
-    if equivalent:
-        reason = f"{tost_span} lies within {around}{equivalence}"
-        if rejected:
-            reason += f"; {rejection}, but by less than the margin"
-        return replace(base, verdict="agrees", reason=reason)
+            return replace(base, verdict="disagrees", code="wide_but_different")
+        return replace(base, code="too_wide")
+    inside = target - margin - 1e-12 <= ci_tost.lo and ci_tost.hi <= target + margin + 1e-12
+    if inside if equivalent is None else equivalent:
+        return replace(base, verdict="agrees", code="equivalent")
     if rejected:
-        return replace(base, verdict="disagrees", reason=rejection)
-    if inside and shortfall:
-        return replace(base, reason=f"neither test decides: {rejection}; {shortfall}")
-    reason = f"neither test decides: {rejection}, and {tost_span} reaches outside {around}"
-    return replace(base, reason=reason)
+        return replace(base, verdict="disagrees", code="different")
+    if inside and exact_short:
+        return replace(base, code="exact_short")
+    return base

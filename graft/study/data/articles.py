@@ -342,8 +342,10 @@ def article_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, 
         logger.warning(
             "%d of %d questions have an answer that neither their article nor its rephrases "
             "contain (%s): the donor can only learn it from another article",
-            len(unlearnable), len(tests), ", ".join(unlearnable[:5]),
-        )  # fmt: skip
+            len(unlearnable),
+            len(tests),
+            ", ".join(unlearnable[:5]),
+        )
     files = {
         "articles.jsonl": jsonl_bytes(asdict(a) for a in articles),
         "train.jsonl": jsonl_bytes(train),

@@ -104,10 +104,8 @@ def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -
     if n is None and config.kind != "custom" and protocol_of(config.protocol).paper_size:
         n = min(PAPER_N_FACTS, most)
         if n < PAPER_N_FACTS:
-            logger.warning(
-                "the paper's datasets have %d facts; %s has %d usable %s, so %d facts per set",
-                PAPER_N_FACTS, config.kind, available, what, n,
-            )  # fmt: skip
+            message = "the paper's datasets have %d facts; %s has %d usable %s, so %d facts per set"
+            logger.warning(message, PAPER_N_FACTS, config.kind, available, what, n)
     if n is None:
         n = DEFAULT_N_FACTS if config.kind != "custom" else available // (per_fact * n_sets)
     if most < 1:

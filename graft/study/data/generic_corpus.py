@@ -102,9 +102,11 @@ def _short_sha(path: Path) -> str:
 
 def _stand_in() -> GenericCorpus:
     return GenericCorpus(
-        load_generic_texts(), f"{STAND_IN}:sha256={_short_sha(GENERIC_TEXT)}",
-        "graft/resources/generic_text.txt", stand_in=True,
-    )  # fmt: skip
+        load_generic_texts(),
+        f"{STAND_IN}:sha256={_short_sha(GENERIC_TEXT)}",
+        "graft/resources/generic_text.txt",
+        stand_in=True,
+    )
 
 
 def _file(path: Path) -> GenericCorpus:
@@ -271,8 +273,10 @@ def _choose(
         "the paper's generic corpus (openwebtext + IMDB, %s passages) is unavailable: %s; "
         "mixing in graft's %d shipped stand-in passages instead (a different donor; give a "
         "generic corpus file, generic_corpus, for your own)",
-        f"{PAPER_SIZE:,}", paper, len(load_generic_texts()),
-    )  # fmt: skip
+        f"{PAPER_SIZE:,}",
+        paper,
+        len(load_generic_texts()),
+    )
     return _stand_in()
 
 
@@ -294,8 +298,9 @@ def settle(
             return cfg
         logger.warning(
             "generic_corpus %s is ignored: the %s preset mixes in no generic text (gentle does)",
-            cfg.generic_corpus, cfg.name,
-        )  # fmt: skip
+            cfg.generic_corpus,
+            cfg.name,
+        )
         return dataclasses.replace(cfg, generic_corpus=None, generic_corpus_id=None)
     if cfg.generic_corpus_id is not None:
         return cfg

@@ -217,9 +217,12 @@ def plan_finetune(
 
     def memory_in(dtype: str) -> MemoryPlan:
         return estimate_finetune_bytes(
-            found.config, dtype=dtype, batch_size=config.batch_size, seq_len=length.tokens,
+            found.config,
+            dtype=dtype,
+            batch_size=config.batch_size,
+            seq_len=length.tokens,
             gradient_checkpointing=config.gradient_checkpointing,
-        )  # fmt: skip
+        )
 
     memory = memory_in(precision)
     on_gpu = memory_in(finetune_precision(config, "cuda"))
@@ -296,16 +299,28 @@ def plan_donor(
     into the scratch folder if the workspace lacks it)."""
     direction, train_set = parse_variant(variant)
     real, read = workspace.dataset(
-        dataset, direction, split=split or train_set is not None, n_facts=n_facts,
-        seed=data_seed, protocol=protocol, shuffle=shuffle,
-    )  # fmt: skip
+        dataset,
+        direction,
+        split=split or train_set is not None,
+        n_facts=n_facts,
+        seed=data_seed,
+        protocol=protocol,
+        shuffle=shuffle,
+    )
     corpora = workspace.real.corpus_dir
     config = settle(config, read, corpora, fetch=False)
     folder = out or workspace.real.donor_dir(model, real, train_set, config)
     return plan_finetune(
-        model, read, config, train_set=train_set, device=device, folder=folder,
-        what=what or f"the {variant!r} model", held_bytes=held_bytes, corpus_dir=corpora,
-    )  # fmt: skip
+        model,
+        read,
+        config,
+        train_set=train_set,
+        device=device,
+        folder=folder,
+        what=what or f"the {variant!r} model",
+        held_bytes=held_bytes,
+        corpus_dir=corpora,
+    )
 
 
 def verdict_lines(needed: int, memory: DeviceMemory, fixes: list[str]) -> list[str]:
@@ -350,10 +365,12 @@ def finetune_fix(plan: FinetunePlan, memory: DeviceMemory, *, presets_only: bool
     found = found_config(plan.model)
     for words, option in options:
         memory_plan = estimate_finetune_bytes(
-            found.config, dtype=finetune_precision(option, plan.device_type),
-            batch_size=option.batch_size, seq_len=plan.length.tokens,
+            found.config,
+            dtype=finetune_precision(option, plan.device_type),
+            batch_size=option.batch_size,
+            seq_len=plan.length.tokens,
             gradient_checkpointing=option.gradient_checkpointing,
-        )  # fmt: skip
+        )
         needed = needed_bytes(memory_plan, plan.device_type) + plan.held_bytes
         if verdict(needed, memory) == "fits":
             return f"to fit the finetune: {words} ({gib(needed)})"

@@ -332,9 +332,19 @@ def estimate_finetune_bytes(
     backward_end = gradients + (2 * size.head_params * w if size.tied else 0)
     peak = weights + state + max(backward_end, backward_start)
     return MemoryPlan(
-        "finetune", precision, batch_size, seq_len, size.n_params,
-        weights, gradients, state, cast, activations, logits, peak,
-    )  # fmt: skip
+        "finetune",
+        precision,
+        batch_size,
+        seq_len,
+        size.n_params,
+        weights,
+        gradients,
+        state,
+        cast,
+        activations,
+        logits,
+        peak,
+    )
 
 
 def _finetune_activations(
@@ -400,9 +410,20 @@ def estimate_grafting_bytes(
     logits = batch_size * size.vocab * (b + 2 * 4)  # logits, then float32 log-probabilities
     tokenizers = (1 + n_donors) * size.vocab * TOKENIZER_BYTES_PER_TOKEN
     return MemoryPlan(
-        "grafting", precision, batch_size, seq_len, size.n_params,
-        weights, 0, 0, 0, working, logits, weights + working + logits, tokenizers,
-    )  # fmt: skip
+        "grafting",
+        precision,
+        batch_size,
+        seq_len,
+        size.n_params,
+        weights,
+        0,
+        0,
+        0,
+        working,
+        logits,
+        weights + working + logits,
+        tokenizers,
+    )
 
 
 def gib(n_bytes: float) -> str:

@@ -182,9 +182,12 @@ def plan_experiment(
     grafting = None
     if run.execution.remote_run is None:
         grafting = estimate_grafting_bytes(
-            found.config, dtype=dtype, batch_size=min(run.execution.batch_size, counts["rows"] or 1),
-            seq_len=counts["length"].tokens, n_donors=n_donors,
-        )  # fmt: skip
+            found.config,
+            dtype=dtype,
+            batch_size=min(run.execution.batch_size, counts["rows"] or 1),
+            seq_len=counts["length"].tokens,
+            n_donors=n_donors,
+        )
     plan = ExperimentPlan(
         experiment=run.experiment,
         model=f"{run.donors.model} ({found.origin})",
@@ -225,10 +228,18 @@ def _rows(
     prompts' fields."""
     seeds: dict[int, tuple[int, int, Lengths]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
-        read = data.get(seed) or ws.dataset(
-            run.data.dataset, None if Path(run.data.dataset).is_dir() else direction, split=run.data.split,
-            n_facts=run.data.n_facts, seed=seed, protocol=run.protocol.name, shuffle=run.data.shuffle,
-        )[1]  # fmt: skip
+        read = (
+            data.get(seed)
+            or ws.dataset(
+                run.data.dataset,
+                None if Path(run.data.dataset).is_dir() else direction,
+                split=run.data.split,
+                n_facts=run.data.n_facts,
+                seed=seed,
+                protocol=run.protocol.name,
+                shuffle=run.data.shuffle,
+            )[1]
+        )
         seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
     per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
@@ -298,11 +309,20 @@ def _donor_plan(
 ) -> FinetunePlan:
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     return plan_donor(
-        run.donors.model, run.data.dataset, source.variant, finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
-        workspace=ws, split=run.data.split, n_facts=run.data.n_facts, data_seed=rep.train_data_seed,
-        device=run.execution.device, protocol=run.protocol.name, shuffle=run.data.shuffle, held_bytes=held,
+        run.donors.model,
+        run.data.dataset,
+        source.variant,
+        finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
+        workspace=ws,
+        split=run.data.split,
+        n_facts=run.data.n_facts,
+        data_seed=rep.train_data_seed,
+        device=run.execution.device,
+        protocol=run.protocol.name,
+        shuffle=run.data.shuffle,
+        held_bytes=held,
         what=f"the {source.variant!r} model" + (which if run.replicated else ""),
-    )  # fmt: skip
+    )
 
 
 def _experiment_fixes(plan: ExperimentPlan, run: RunSpecs, found: FoundConfig) -> list[str]:
@@ -330,9 +350,12 @@ def _grafting_fix(plan: ExperimentPlan, found: FoundConfig) -> str:
         size //= 2
     for dtype, batch in options:
         memory = estimate_grafting_bytes(
-            found.config, dtype=dtype, batch_size=batch, seq_len=plan.length.tokens,
+            found.config,
+            dtype=dtype,
+            batch_size=batch,
+            seq_len=plan.length.tokens,
             n_donors=plan.n_donors,
-        )  # fmt: skip
+        )
         if verdict(memory.peak_bytes, plan.device) == "fits":
             change = f"dtype={dtype!r}" if dtype != plan.dtype else f"batch_size={batch}"
             return f"to fit grafting: {change} ({gib(memory.peak_bytes)})"

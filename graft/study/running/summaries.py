@@ -82,7 +82,7 @@ def summarize_run(
     """Summary per (group, template, graft) in the experiment's graft order, with CIs: one
     row per replicate (``data_seed``, ``finetune_seed``), then, where a graft ran in several
     replicates, a row of the mean over them with a between-replicate interval
-    (:func:`graft.results.metrics.summarize_over_seeds`; its seed columns are null).
+    (:func:`graft.results.over_seeds.summarize_over_seeds`; its seed columns are null).
 
     Args:
         table: the run's examples.

@@ -145,9 +145,12 @@ PAPER = FinetuneConfig(
 #: (tight on a 24 GB card). Not the paper's numerics: bfloat16 rounds away AdamW updates
 #: smaller than half a step of their weight, most of them at lr 2e-5.
 PAPER_BF16 = dataclasses.replace(
-    PAPER, name="paper-bf16", fp16_on_cuda=False, weights_dtype="bfloat16",
+    PAPER,
+    name="paper-bf16",
+    fp16_on_cuda=False,
+    weights_dtype="bfloat16",
     gradient_checkpointing=True,
-)  # fmt: skip
+)
 #: The paper's "gentle" finetuning (C.4): lr 2e-6, no weight decay, generic text mixed in.
 GENTLE = FinetuneConfig(
     name="gentle",

@@ -77,5 +77,7 @@ def warn_if_long(
         logger.warning(
             "this finetune is %d steps, roughly %s on %s (an estimate): more than a day; lower "
             "--finetune-max-steps or --epochs, or run it on a GPU",
-            steps, duration_text(seconds), device_type,
-        )  # fmt: skip
+            steps,
+            duration_text(seconds),
+            device_type,
+        )

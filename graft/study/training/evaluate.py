@@ -2,7 +2,7 @@
 
 The model reads each test prompt (right-padded, so positions stay those of the unpadded
 prompt); the logits at the last prompt token go through :func:`graft.results.metrics.example_metrics`
-and :func:`graft.results.metrics.summarize`, the same metrics the experiments report.
+and :func:`graft.results.summary.summarize`, the same metrics the experiments report.
 """
 
 from __future__ import annotations

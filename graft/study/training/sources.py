@@ -62,9 +62,12 @@ def finetune_preset(
     protocol's (``--protocol paper``: the paper's own, A.3.3: lr 2e-5, weight decay 0.01,
     batch 4, 10 epochs, on any device), else the device's default."""
     return resolve_config(
-        donors.preset, device=device, max_steps=donors.finetune_max_steps, seed=finetune_seed,
+        donors.preset,
+        device=device,
+        max_steps=donors.finetune_max_steps,
+        seed=finetune_seed,
         generic_corpus=donors.generic_corpus,
-    )  # fmt: skip
+    )
 
 
 def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = None) -> DonorLocation:
@@ -72,11 +75,17 @@ def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = Non
     its dataset is generated if missing."""
     rep = replicate or run.replicates[0]
     return _workspace(run).locate_donor(
-        run.donors.model, run.data.dataset, source.variant,
+        run.donors.model,
+        run.data.dataset,
+        source.variant,
         finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
-        split=run.data.split, n_facts=run.data.n_facts, data_seed=rep.train_data_seed,
-        device=run.execution.device, protocol=run.protocol.name, shuffle=run.data.shuffle,
-    )  # fmt: skip
+        split=run.data.split,
+        n_facts=run.data.n_facts,
+        data_seed=rep.train_data_seed,
+        device=run.execution.device,
+        protocol=run.protocol.name,
+        shuffle=run.data.shuffle,
+    )
 
 
 def resolve_model_path(
@@ -140,9 +149,12 @@ def pending_finetune(
         f"the {source.variant!r} model{which} of {run.donors.model} is not in the workspace yet; it "
         f"is finetuned first: {steps} steps ({donor.config.name} preset), roughly "
         f"{duration_text(seconds)} of training on {device} (an estimate)"
-        + ("; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"
-           if gpu_work else "")
-    )  # fmt: skip
+        + (
+            "; this is GPU work: run it on a GPU, or choose the cpu preset for a CPU-sized finetune"
+            if gpu_work
+            else ""
+        )
+    )
 
 
 def finetune_record(path: str) -> dict[str, Any] | None:

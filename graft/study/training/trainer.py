@@ -34,8 +34,9 @@ def mixed_precision(cfg: FinetuneConfig, device: torch.device, model_type: str) 
     if model_type in FP16_UNSAFE:
         logger.warning(
             "the %s preset trains in fp16, which overflows in %s models; training in bf16",
-            cfg.name, model_type,
-        )  # fmt: skip
+            cfg.name,
+            model_type,
+        )
         return "bf16"
     return "fp16"
 

@@ -346,10 +346,17 @@ class Workspace:
         """The finetuned model folder for (model, dataset, variant, preset); finetunes first
         if missing. Arguments as for :meth:`locate_donor`; ``quiet``: no progress bars."""
         donor = self.locate_donor(
-            model, dataset, variant, preset,
-            split=split, n_facts=n_facts, data_seed=data_seed, device=device, protocol=protocol,
+            model,
+            dataset,
+            variant,
+            preset,
+            split=split,
+            n_facts=n_facts,
+            data_seed=data_seed,
+            device=device,
+            protocol=protocol,
             shuffle=shuffle,
-        )  # fmt: skip
+        )
         return self.finetune_donor(donor, device=device, quiet=quiet)
 
     def finetune_donor(
@@ -370,7 +377,13 @@ class Workspace:
         )
         with self._writing("finetune the model"):
             return finetune(
-                donor.model, donor.dataset_dir, donor.path, donor.config,
-                train_set=donor.train_set, device=device, quiet=quiet, lock_dir=self.lock_dir,
+                donor.model,
+                donor.dataset_dir,
+                donor.path,
+                donor.config,
+                train_set=donor.train_set,
+                device=device,
+                quiet=quiet,
+                lock_dir=self.lock_dir,
                 corpus_dir=self.corpus_dir,
-            )  # fmt: skip
+            )
