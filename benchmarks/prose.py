@@ -19,7 +19,8 @@ are Python over these functions only (no builtins):
 - ``check("A", "Fig. 2: FE+LT ≈ SFT")``: the README table's verdict on that run (an
   :class:`~graft.results.stats.verdict.Agreement`: ``.verdict``, ``.p``, ``.lo``, ...;
   its run needs a MODEL in the sources);
-- ``p(x)``: a p-value as the tables write it (``p = 0.049``, ``p < 1e-4``).
+- ``p(x)``: a p-value as the tables write it (``p = 0.049``, ``p < 1e-4``);
+- ``min``, ``max``, ``len``.
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "p": format_p,
         "min": min,
         "max": max,
+        "len": len,
     }
 
     def fill(match: re.Match) -> str:
