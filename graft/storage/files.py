@@ -165,6 +165,28 @@ def remove_empty(folders: list[Path]) -> None:
             folder.rmdir()
 
 
+def current_umask() -> int:
+    """The process's umask: from ``/proc/self/status`` where Linux tells it (no window in
+    which another thread sees a changed mask), else set and restored."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_like_umask(folder: str | os.PathLike[str]) -> None:
+    """Give every file under ``folder`` the mode a plain ``open`` gives (0o666 less the
+    umask). Some writers create their files 0600 whatever the umask (safetensors' weights
+    file), which other users of a shared workspace then cannot read."""
+    mode = 0o666 & ~current_umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
 _HASHES: dict[tuple[str, int, int], str] = {}
 _CHUNK = 1 << 22
 
