@@ -178,13 +178,19 @@ def current_umask() -> int:
 
 
 def share_like_umask(folder: str | os.PathLike[str]) -> None:
-    """Give every file under ``folder`` the mode a plain ``open`` gives (0o666 less the
-    umask). Some writers create their files 0600 whatever the umask (safetensors' weights
-    file), which other users of a shared workspace then cannot read."""
-    mode = 0o666 & ~current_umask()
-    for path in Path(folder).rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            path.chmod(mode)
+    """Give ``folder``, its sub-folders and its files the modes ``mkdir`` and ``open`` give
+    (0o777 and 0o666 less the umask). Some writers create 0600 files whatever the umask
+    (safetensors' weights file), and ``tempfile.mkdtemp`` 0700 folders, which other users
+    of a shared workspace or cache then cannot read."""
+    mask = current_umask()
+    root = Path(folder)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o777 & ~mask)
+        elif path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}

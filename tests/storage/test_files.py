@@ -31,9 +31,11 @@ def test_a_weights_file_written_0600_becomes_readable_by_others(tmp_path, umask_
     (folder / "link").symlink_to(folder / "model.safetensors")
     # the writer's own mode, whatever the umask: what a second user could not read
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o600
+    folder.chmod(0o700)  # as tempfile.mkdtemp makes it
     share_like_umask(folder)
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o644
     assert (folder / "sub" / "config.json").stat().st_mode & 0o777 == 0o644
+    assert folder.stat().st_mode & 0o777 == 0o755
     os.umask(0o077)  # a private workspace stays private
     share_like_umask(folder)
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o600
