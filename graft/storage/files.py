@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -191,6 +192,23 @@ def share_like_umask(folder: str | os.PathLike[str]) -> None:
             path.chmod(0o777 & ~mask)
         elif path.is_file():
             path.chmod(0o666 & ~mask)
+
+
+def special_file(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is when it is a special file that opening could block on or read
+    forever from (``a FIFO``, ``a socket``, ``a device``), else "" (a regular file, a
+    folder, or nothing there). Checked before graft opens what it did not write."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return ""
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}
