@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from graft.errors import ModelNotFoundError
 from graft.models.registry import EMBEDDED_MODELS
+from graft.storage.files import share_like_umask
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +135,9 @@ def _convert_into(name: str, out: Path) -> None:
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
-    tmp.chmod(0o755)
     try:
         _convert(name, gguf, tmp)
+        share_like_umask(tmp)  # a shared cache: mkdtemp's 0700, safetensors' 0600
         if out.exists():  # a stale or unfinished copy from an older format
             shutil.rmtree(out)
         os.rename(tmp, out)

@@ -17,6 +17,7 @@ from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.run_config import CONFIG_FILE
 from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
+from graft.storage.files import special_file
 from graft.storage.tables import META_PREFIX
 
 
@@ -26,8 +27,8 @@ def tables_run_key(folder: str | os.PathLike[str]) -> str | None:
     files = [*path.glob("*.parquet"), *(path / PARTS_DIR).glob("*/*.parquet")]
     keys: collections.Counter[str] = collections.Counter()
     for file in files:
-        if SET_ASIDE_DIR in file.parts or file.name.startswith("."):
-            continue
+        if SET_ASIDE_DIR in file.parts or file.name.startswith(".") or special_file(file):
+            continue  # a FIFO would block the read
         try:
             key = pl.read_parquet_metadata(file).get(f"{META_PREFIX}run_key")
         except (pl.exceptions.PolarsError, OSError):

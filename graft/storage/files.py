@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -163,6 +164,51 @@ def remove_empty(folders: list[Path]) -> None:
     for folder in folders:
         with contextlib.suppress(OSError):
             folder.rmdir()
+
+
+def current_umask() -> int:
+    """The process's umask: from ``/proc/self/status`` where Linux tells it (no window in
+    which another thread sees a changed mask), else set and restored."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_like_umask(folder: str | os.PathLike[str]) -> None:
+    """Give ``folder``, its sub-folders and its files the modes ``mkdir`` and ``open`` give
+    (0o777 and 0o666 less the umask). Some writers create 0600 files whatever the umask
+    (safetensors' weights file), and ``tempfile.mkdtemp`` 0700 folders, which other users
+    of a shared workspace or cache then cannot read."""
+    mask = current_umask()
+    root = Path(folder)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o777 & ~mask)
+        elif path.is_file():
+            path.chmod(0o666 & ~mask)
+
+
+def special_file(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is when it is a special file that opening could block on or read
+    forever from (``a FIFO``, ``a socket``, ``a device``), else "" (a regular file, a
+    folder, or nothing there). Checked before graft opens what it did not write."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return ""
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}

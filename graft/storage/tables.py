@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import DamagedFileError, first_line
-from graft.storage.files import atomic_path, flat_table, storage_errors
+from graft.storage.files import atomic_path, flat_table, special_file, storage_errors
 
 #: Prefix of graft's keys in a table's parquet metadata.
 META_PREFIX = "graft."
@@ -96,7 +96,11 @@ def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame |
     ``(frame or None, why not)``. ``expect`` maps metadata keys (``table``, ``run_key``,
     ``batch``) to their values; a table without ``graft.*`` metadata is not sound
     (:data:`UNMARKED`): ``graft-exp accept`` marks such tables when a user chooses to read
-    them as they are (:func:`mark_table`)."""
+    them as they are (:func:`mark_table`). A special file (a FIFO: opening it would wait
+    for a writer) is not read at all."""
+    special = special_file(path)
+    if special:
+        return None, f"is {special}, not a parquet file"
     try:
         metadata = pl.read_parquet_metadata(path)
         frame = pl.read_parquet(path)
@@ -144,7 +148,9 @@ def read_table(
 
 def is_marked(path: str | os.PathLike[str]) -> bool:
     """Whether the parquet file at ``path`` carries ``graft.*`` metadata (False when it does
-    not parse)."""
+    not parse, or is a special file such as a FIFO)."""
+    if special_file(path):
+        return False
     try:
         metadata = pl.read_parquet_metadata(Path(path))
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):

@@ -29,6 +29,7 @@ from graft.models import (
     resolve_model_name,
     tiny_tokenizer,
 )
+from graft.storage.files import current_umask
 
 
 def test_registry_names_resolve() -> None:
@@ -285,6 +286,10 @@ def test_embedded_conversion_strips_quantisation(tmp_path, monkeypatch, caplog) 
     assert "converting embedded model smollm2-135m" in caplog.text
     assert "quantization_config" not in json.loads((directory / "config.json").read_text())
     assert (directory / "model.safetensors").is_file()
+    # a shared cache: the umask's modes, not mkdtemp's 0700 or safetensors' 0600
+    mask = current_umask()
+    assert directory.stat().st_mode & 0o777 == 0o777 & ~mask
+    assert {p.stat().st_mode & 0o777 for p in directory.iterdir()} == {0o666 & ~mask}
     info = json.loads((directory / "graft_source.json").read_text())
     assert len(info["gguf_sha256"]) == 64
     # A second call reuses the copy silently.

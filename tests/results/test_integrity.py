@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ from graft.results.compare import compare_run
 from graft.results.folder import SET_ASIDE_DIR, RunFolder
 from graft.results.plots import save_figure
 from graft.results.plots.style import new_figure
+from graft.results.repair import tables_run_key
 from graft.results.report import draw_figures
-from graft.storage.tables import frame_digest
+from graft.storage.tables import frame_digest, is_marked
 from graft_experiments.cli import main
 
 KEY = ["seed"]
@@ -99,6 +101,24 @@ def test_damaged_or_foreign_parts_are_set_aside_and_their_batches_run_again(tmp_
     part(run, 0).write_bytes(b"garbage")
     assert resumed.done_batches("examples") == {"1", "2", "3", "4", "5", "6"}
     assert (aside / "0.2.parquet").read_bytes() == b"garbage"
+
+
+def test_a_fifo_among_the_parts_is_set_aside_unopened_not_waited_on(tmp_path, caplog):
+    """A FIFO in parts/ hung the rerun (holding the run lock): opening it waits for a
+    writer. It is refused by its type before anything opens it."""
+    run = started(tmp_path / "run", batches=range(3))
+    part(run, 1).unlink()
+    os.mkfifo(part(run, 1))
+    resumed = RunFolder(tmp_path / "run")
+    resumed.write_config({"seed": 0}, key=KEY)
+    with caplog.at_level(logging.WARNING, logger="graft.results.run_tables"):
+        assert resumed.done_batches("examples") == {"0", "2"}  # returns: nothing waited
+    assert any("is a FIFO, not a parquet file" in r.getMessage() for r in caplog.records)
+    assert stat.S_ISFIFO((part(run, 0).parent / SET_ASIDE_DIR / "1.parquet").lstat().st_mode)
+    assert not is_marked(part(run, 0).parent / SET_ASIDE_DIR / "1.parquet")
+    # repair's scan of the tables' run keys skips it too
+    os.mkfifo(part(run, 1))
+    assert tables_run_key(run.path) == run.run_key
 
 
 def test_derived_tables_are_written_only_when_every_part_checks_out(tmp_path):

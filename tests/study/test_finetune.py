@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageError
 from graft.models import load_model
 from graft.results.metrics import example_metrics
+from graft.storage.files import current_umask
 from graft.study.data import generic_corpus, training_data
 from graft.study.data.datasets import DatasetConfig, generate_dataset
 from graft.study.data.files import load_generic_texts
@@ -188,6 +189,9 @@ def test_tiny_finetune_learns_saves_and_reloads(dataset, tmp_path, caplog) -> No
 
     reloaded = load_model(out, device="cpu")
     assert reloaded.source == "local" and (out / "model.safetensors").is_file()
+    # readable as the umask says (safetensors alone writes 0600): a shared workspace works
+    mode = 0o666 & ~current_umask()
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file()} == {mode}
     base = load_model("tiny-llama", device="cpu")
     assert not torch.equal(
         reloaded.model.lm_head.weight, base.model.lm_head.weight

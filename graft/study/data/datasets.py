@@ -27,7 +27,7 @@ from typing import Any
 
 from graft.core.spec import PROTOCOLS
 from graft.errors import DatasetError, StorageError
-from graft.storage.files import fsync
+from graft.storage.files import fsync, share_like_umask
 from graft.storage.locks import exclusive
 from graft.study.data.articles import (
     ARTICLES_GENERATOR,
@@ -307,7 +307,7 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
             fsync(tmp / name)
-        os.chmod(tmp, 0o755)
+        share_like_umask(tmp)  # mkdtemp's 0700 folder: the umask's mode, as mkdir gives
         fsync(tmp)  # the files reach the disk before the rename makes them the dataset
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -53,7 +53,12 @@ from graft.models import (
     resolve_model_name,
 )
 from graft.results.provenance import machine_info, package_versions
-from graft.storage.files import probe_writable, storage_errors, write_json_atomic
+from graft.storage.files import (
+    probe_writable,
+    share_like_umask,
+    storage_errors,
+    write_json_atomic,
+)
 from graft.storage.locks import exclusive
 from graft.study.data.generic_corpus import GenericCorpus, choose, settle
 from graft.study.data.prompts import DropReport, TestExample, load_test_prompts
@@ -383,6 +388,7 @@ def _save(
     write_json_atomic(result / "data_manifest.json", run.data.manifest)
     write_json_atomic(result / "train_log.json", log)
     write_json_atomic(result / "eval.json", evaluation)
+    share_like_umask(result)  # safetensors writes its weights 0600: others could not read
     write_checksums(result)
     os.rename(result, run.out)
     shutil.rmtree(partial, ignore_errors=True)
