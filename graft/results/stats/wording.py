@@ -145,7 +145,6 @@ def _rule_text(a: Agreement) -> str:
     tost_span = (
         f"graft's {tost} {a.interval} {span_text(_num(a.lo_tost), _num(a.hi_tost), a.signed)}"
     )
-    envelope = f"[{a.lo_tost:+.2f}, {a.hi_tost:+.2f}]"
     code = a.code
     if code == "too_wide":
         return (
@@ -178,6 +177,7 @@ def _rule_text(a: Agreement) -> str:
             f"neither test decides: {_rejection(a)}, and {tost_span} reaches outside {_around(a)}"
         )
     tost_ab = f"graft's {tost} interval of A − B"
+    envelope = f"[{_num(a.lo_tost):+.2f}, {_num(a.hi_tost):+.2f}]"  # over every pairing
     if code == "pairings_equivalent":
         return (
             f"{EVERY_PAIRING}, {tost_ab} lies within {margin} (all within {envelope}; "
