@@ -20,11 +20,12 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from graft.errors import StorageError
+
+if TYPE_CHECKING:  # the NDIF server's venv imports this module and has no polars
+    import polars as pl
 
 #: errno values that mean "this storage cannot take the write" (not a bug of graft).
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -256,6 +257,8 @@ def to_json(obj: Any) -> Any:
 
 def flat_table(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with list, array, struct and object columns serialised to JSON strings."""
+    import polars as pl
+
     nested = (pl.List, pl.Array, pl.Struct, pl.Object)
     replaced = []
     for name, dtype in df.schema.items():
