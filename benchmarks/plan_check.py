@@ -237,6 +237,7 @@ def position(args: argparse.Namespace) -> dict:
     from graft.study import (
         ExperimentConfig,
         ModelSource,
+        RunRequest,
         plan_experiment,
         position_grafts,
         run_experiment,
@@ -254,11 +255,11 @@ def position(args: argparse.Namespace) -> dict:
         )
         grafts = position_grafts(("FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"), "base")
         donors = {"sft": ModelSource("one")}
-        plan = plan_experiment(cfg, grafts, donors=donors)
+        plan = plan_experiment(RunRequest(specs=cfg, grafts=grafts, donors=donors))
         if plan.pending:
             raise SystemExit(f"{args.workspace} lacks the donor: run plan_check finetune first")
         peak = Peak(torch.device("cpu"))
-        run_experiment(cfg, grafts, donors=donors)
+        run_experiment(RunRequest(specs=cfg, grafts=grafts, donors=donors))
         measured = peak.bytes()
     assert plan.grafting is not None
     return {"measured_peak_bytes": measured, "plan": plan.grafting.__dict__, "lines": plan.lines()}

@@ -55,7 +55,13 @@ def cli_logging(quiet: bool = False) -> Iterator[None]:
 # ------------------------------------------------------- library errors in the user's words
 
 #: Library parameter names that are no config field, and the flag that gives them.
-LIBRARY_FLAGS = {"donors": "--donor", "facts_path": "--facts", "max_steps": "--finetune-max-steps"}
+LIBRARY_FLAGS = {
+    "donors": "--donor",
+    "facts_path": "--facts",
+    "max_steps": "--finetune-max-steps",
+    "graft_specs": "--spec",
+    "base": "--base",
+}
 
 
 def _flags(command: click.Command | None) -> dict[str, str]:
@@ -134,6 +140,9 @@ def cli_error(err: GraftError) -> click.ClickException:
     storage exit 2, a remote server (or the way to it) or a library failing exit 1
     (:data:`EXIT_CODES`)."""
     message = in_user_words(err)
+    flag = flag_of(err)
+    if flag and flag not in message:  # as click says a bad value: which flag gave it
+        message = f"Invalid value for '{flag}': {message}"
     if not (isinstance(err, RemoteError) and err.kind == "config"):
         for kind, code in EXIT_CODES:
             if isinstance(err, kind):

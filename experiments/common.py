@@ -21,14 +21,13 @@ from graft.errors import GraftError, RemoteError
 from graft.study import (
     DIRECTIONS,
     VARIANT_ALIASES,
+    Design,
+    DesignRun,
     ExperimentConfig,
-    ExperimentRun,
-    NamedGraft,
     RunSpecs,
-    plan_experiment,
-    print_summary,
+    plan_design,
     resolve,
-    run_experiment,
+    run_design,
 )
 from graft_experiments.command import (
     LoggingCommand,
@@ -169,14 +168,14 @@ def quiet_option() -> Callable:
     return cli_only_option("quiet")
 
 
-def variant_option(default: str = "one", what: str = "the donor") -> Callable:
-    """``--variant``: the finetune data variant of ``what``."""
+def variant_option(what: str = "the donor", default: str | None = None) -> Callable:
+    """``--variant``: the finetune data variant of ``what`` (default None: the protocol's)."""
+    shown = f"[default: {default}]" if default else "[default: one; both under --protocol paper]"
     return click.option(
         "--variant",
         type=click.Choice(VARIANTS),
         default=default,
-        show_default=True,
-        help=f"Finetune data variant of {what}: {VARIANT_HELP}",
+        help=f"Finetune data variant of {what}: {VARIANT_HELP} {shown}",
     )
 
 
@@ -292,24 +291,15 @@ def make_config(experiment: str, cfg_options: dict, remote, **extra) -> RunSpecs
     return resolve(ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra))
 
 
-def echo_protocol_notes(notes: list[str]) -> dict[str, list[str]]:
-    """Print each line of ``notes`` (what of the paper's protocol a run does not reproduce,
-    :func:`graft.study.specs.grafts.protocol_notes`) and return them as ``config.json`` entries
-    (none when there are none)."""
-    for note in notes:
-        click.echo(f"note: {note}")
-    return {"protocol_notes": notes} if notes else {}
-
-
-def protocol_default(param: str, value, protocol_value):
-    """The command's option ``param``: ``value`` as given, else the protocol's own default
-    ``protocol_value`` (e.g. the both-direction donor under ``--protocol paper``)."""
-    return value if given(param) else protocol_value
-
-
 #: Where :func:`shared_options` keeps ``--dry-run`` for :func:`run_or_plan` (click's
 #: context ``meta``).
 DRY_RUN = "graft.dry_run"
+
+
+def dry_run() -> bool:
+    """Whether the running command was given ``--dry-run``."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(DRY_RUN))
 
 
 def echo_plan(lines: list[str]) -> None:
@@ -318,32 +308,17 @@ def echo_plan(lines: list[str]) -> None:
         click.echo(in_user_words(GraftError(line)))
 
 
-def run_or_plan(cfg: RunSpecs, grafts: list[NamedGraft], **options) -> ExperimentRun | None:
-    """:func:`run_and_report` of ``run_experiment(cfg, grafts, **options)``; under
-    ``--dry-run`` its plan instead (:func:`graft.study.planning.run_plan.plan_experiment`: nothing
-    loaded or written), and None."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.meta.get(DRY_RUN):
-        try:
-            plan = plan_experiment(cfg, grafts, **options)
-        except GraftError as err:
-            raise cli_error(err) from None
+def run_or_plan(design: Design) -> DesignRun | None:
+    """Run ``design`` (:func:`graft.study.designs.design.run_design`), saying everything on
+    stdout; under ``--dry-run`` print the plan of each of its runs instead (nothing loaded
+    or written) and return None. A graft error escapes as one line (the command class)."""
+    if not dry_run():
+        return run_design(design, echo=click.echo)
+    for note in design.notes:
+        click.echo(f"note: {note}")
+    for plan in plan_design(design).values():
         echo_plan(plan.lines())
-        return None
-    return run_and_report(lambda: run_experiment(cfg, grafts, **options))
-
-
-def run_and_report(fn: Callable[[], ExperimentRun], metric: str = "acc@5") -> ExperimentRun:
-    """Run an experiment and print its summary; a graft error becomes one line
-    (:func:`cli_error`: exit 2 for bad input or storage, 1 when a server or library failed)."""
-    try:
-        run = fn()
-    except GraftError as err:
-        raise cli_error(err) from None
-    print_summary(run.summary, metric, echo=click.echo)
-    click.echo(f"results: {run.folder.path}")
-    click.echo(run.times.line())
-    return run
+    return None
 
 
 def echo_figures(run_folder: str | Path) -> None:

@@ -4,61 +4,14 @@ from __future__ import annotations
 
 import click
 
-from graft.errors import GraftError, SpecError
-from graft.models import ModelNotFoundError, resolve_model_name
-from graft.study import ModelSource, Protocol, parse_variant, protocol_notes, reference, spec_graft
-from graft_experiments.common import VARIANTS as COMMON_VARIANTS
+from graft.study import custom_design, model_sources
 from graft_experiments.common import (
     GraftCommand,
-    echo_figures,
-    echo_protocol_notes,
     make_config,
-    protocol_default,
     run_or_plan,
     shared_options,
     standalone,
 )
-
-#: What NAME=VARIANT accepts (see ``graft.study.training.workspace.parse_variant``).
-VARIANTS = ("pretrained", *COMMON_VARIANTS)
-
-
-def _sources(values, param_hint: str = "--donor") -> dict[str, ModelSource]:
-    out = {}
-    for value in values:
-        name, sep, source = value.partition("=")
-        if not sep or not name.strip() or not source.strip():
-            raise click.BadParameter(
-                f"{value!r}: use NAME=VARIANT or NAME=PATH", param_hint=param_hint
-            )
-        source = source.strip()
-        if name.strip() in out:
-            raise click.BadParameter(f"{name.strip()!r} is given twice", param_hint=param_hint)
-        if source not in VARIANTS:
-            try:
-                resolve_model_name(source)
-            except ModelNotFoundError:
-                raise click.BadParameter(
-                    f"{source!r} is neither a variant ({', '.join(VARIANTS)}) nor a model "
-                    "folder, registry name or hub id",
-                    param_hint=param_hint,
-                ) from None
-            except GraftError as err:  # e.g. a folder that holds no model
-                raise click.BadParameter(str(err), param_hint=param_hint) from None
-        out[name.strip()] = ModelSource(source) if source in VARIANTS else ModelSource(path=source)
-    return out
-
-
-def _protocol_run_options(protocol: Protocol, sources: list[ModelSource]) -> dict:
-    """``protocol``'s run options: under the paper's, test prompts from the both-direction
-    dataset when a variant model is trained on both directions (no extra dataset generated),
-    and a run folder of its own (``-paper``)."""
-    options: dict = {"out_tag": protocol.run_tag} if protocol.run_tag else {}
-    if protocol.test_prompts_from_donor:
-        variants = [s.variant for s in sources if not s.path and s.variant != "pretrained"]
-        both = any(parse_variant(v)[0] == "both" for v in variants)
-        options["data_direction"] = "both" if both else "one"
-    return options
 
 
 @click.command(
@@ -77,7 +30,6 @@ def _protocol_run_options(protocol: Protocol, sources: list[ModelSource]) -> dic
     "--donor",
     "donor_args",
     multiple=True,
-    default=("sft=one",),
     help="Donor as NAME=VARIANT (finetuned as needed: one, both, task, relation, pretrained) "
     "or NAME=PATH (repeatable). [default: sft=one; sft=both under --protocol paper]",
 )
@@ -109,30 +61,9 @@ def custom(specs, donor_args, base_arg, directions, references, cfg_options, rem
     in every spec that does not set its own, and sft=both as the default donor. The test
     prompts come from the both-direction dataset when a variant model is trained on both."""
     setup = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
-    donor_args = protocol_default(
-        "donor_args", donor_args, (f"sft={setup.protocol.donor_variant}",)
-    )
-    donors = _sources(donor_args)
-    base = _sources([f"base={base_arg}"], param_hint="--base")["base"]
-    try:
-        grafts = [spec_graft(s, setup.analysis.head_policy, setup.protocol) for s in specs]
-    except SpecError as err:
-        raise click.BadParameter(str(err), param_hint="--spec") from None
-    if references:
-        refs = [reference("PRE", None)] + ([reference("SFT", "sft")] if "sft" in donors else [])
-        grafts = refs + grafts
-    notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
-    run = run_or_plan(
-        setup,
-        grafts,
-        base=base,
-        donors=donors,
-        echo=click.echo,
-        extra_config=notes,
-        **_protocol_run_options(setup.protocol, [base, *donors.values()]),
-    )
-    if run is not None:  # None: --dry-run
-        echo_figures(run.folder.path)
+    donors = model_sources(donor_args) if donor_args else None
+    base = model_sources([f"base={base_arg}"], param="base")["base"]
+    run_or_plan(custom_design(setup, specs, donors, base, references))
 
 
 if __name__ == "__main__":

@@ -13,17 +13,15 @@ from pathlib import Path
 import click
 
 from graft.study import (
+    DonorRequest,
     ExperimentConfig,
     FinetuneConfig,
-    Workspace,
-    check_fits,
     device_memory,
+    finetune_donor,
     finetune_lines,
-    plan_donor,
+    plan_donor_job,
     resolve_config,
-    scratch_workspace,
 )
-from graft.study import finetune as finetune_model
 from graft_experiments.common import (
     GraftCommand,
     check_dataset_options,
@@ -63,7 +61,7 @@ _OVERRIDES = (
         *(field_option(FinetuneConfig, name) for name in _OVERRIDES),
         model_option(),
         field_option(ExperimentConfig, "dataset"),
-        variant_option(what="the model to train"),
+        variant_option(what="the model to train", default="one"),
         field_option(ExperimentConfig, "n_facts"),
         field_option(ExperimentConfig, "data_seed"),
         field_option(ExperimentConfig, "shuffle"),
@@ -110,50 +108,14 @@ def finetune(
         # checked here because Workspace.locate_donor reads train.jsonl before checking it
         raise click.BadParameter(f"{dataset} has no train.jsonl", param_hint="--dataset")
     # a GraftError becomes one line (GraftCommand)
-    cfg = resolve_config(preset, device=device, **overrides)
-    if dry_run or not skip_memory_check:
-        with scratch_workspace(workspace) as ws:  # nothing written to the workspace
-            plan = plan_donor(
-                model,
-                dataset,
-                variant,
-                cfg,
-                workspace=ws,
-                n_facts=n_facts,
-                data_seed=data_seed,
-                shuffle=shuffle,
-                device=device,
-                out=out,
-                what=f"{model} ({variant!r} data)",
-            )
-        memory = device_memory(device)
-        if dry_run:
-            echo_plan(finetune_lines(plan, memory))
-            return
-        check_fits(plan, memory)
-    home = Workspace.at(workspace)
-    donor = home.locate_donor(
-        model,
-        dataset,
-        variant,
-        cfg,
-        n_facts=n_facts,
-        data_seed=data_seed,
-        shuffle=shuffle,
-        device=device,
+    config = resolve_config(preset, device=device, **overrides)
+    request = DonorRequest(
+        model, dataset, variant, config, n_facts, data_seed, shuffle, device, workspace, out
     )
-    # donor.config has the generic corpus fixed: the folder an experiment looks in
-    finetune_model(
-        model,
-        donor.dataset_dir,
-        donor.path if out is None else out,
-        donor.config,
-        train_set=donor.train_set,
-        device=device,
-        quiet=quiet,
-        lock_dir=home.lock_dir,
-        corpus_dir=home.corpus_dir,
-    )
+    if dry_run:
+        echo_plan(finetune_lines(plan_donor_job(request), device_memory(device)))
+        return
+    finetune_donor(request, check_memory=not skip_memory_check, quiet=quiet)
 
 
 if __name__ == "__main__":

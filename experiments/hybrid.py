@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import click
 
-from graft.study import ModelSource, hybrid_grafts
+from graft.study import hybrid_design
 from graft_experiments.common import (
     GraftCommand,
-    echo_figures,
     make_config,
     run_or_plan,
     shared_options,
     standalone,
 )
-from graft_experiments.shared import protocol_run_options
 
 
 @click.command(
@@ -35,17 +33,8 @@ def hybrid(lt_layers, cfg_options, remote):
     Under --protocol paper the relation model gives O, up and down at LT (the gate stays
     the task model's), both donors are trained on both directions (both-A, both-B) and
     the LT hybrid starts at layer L // 2, as the authors' hybrid code split the layers."""
-    setup = make_config("hybrid", cfg_options, remote, split=True)
-    task, relation = setup.protocol.hybrid_variants
-    run = run_or_plan(
-        setup,
-        hybrid_grafts(lt_layers, setup.analysis.head_policy, protocol=setup.protocol),
-        donors={"task": ModelSource(task), "relation": ModelSource(relation)},
-        echo=click.echo,
-        **protocol_run_options(setup.protocol, task),
-    )
-    if run is not None:  # None: --dry-run
-        echo_figures(run.folder.path)
+    specs = make_config("hybrid", cfg_options, remote, split=True)
+    run_or_plan(hybrid_design(specs, lt_layers))
 
 
 if __name__ == "__main__":

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import click
 
-from graft.study import ModelSource, necessity_grafts
+from graft.study import necessity_design
 from graft_experiments.common import (
     GraftCommand,
-    echo_figures,
     make_config,
-    protocol_default,
     run_or_plan,
     shared_options,
     standalone,
     variant_option,
 )
-from graft_experiments.shared import POSITIONS_OPTION, protocol_run_options
+from graft_experiments.shared import POSITIONS_OPTION
 
 
 @click.command(
@@ -30,19 +28,8 @@ def necessity(positions, variant, cfg_options, remote):
     accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
     Under --protocol paper SFT is the both-direction model unless --variant is given.
     """
-    setup = make_config("necessity", cfg_options, remote)
-    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
-    grafts = necessity_grafts(positions, setup.analysis.head_policy, protocol=setup.protocol)
-    run = run_or_plan(
-        setup,
-        grafts,
-        base=ModelSource(variant),
-        donors={"pre": ModelSource("pretrained")},
-        echo=click.echo,
-        **protocol_run_options(setup.protocol, variant),
-    )
-    if run is not None:  # None: --dry-run
-        echo_figures(run.folder.path)
+    specs = make_config("necessity", cfg_options, remote)
+    run_or_plan(necessity_design(specs, positions, variant))
 
 
 if __name__ == "__main__":

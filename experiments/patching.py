@@ -3,35 +3,11 @@ layer by layer (or in windows), per position unit and kind of site, in both dire
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from graft.core import architecture_of, parse_spec
-from graft.errors import GraftError, SpecError
-from graft.models import context_length, load_model
-from graft.results import RunFolder
-from graft.study import (
-    PATCH_MODES,
-    SITE_KINDS,
-    UNITS,
-    WHOLE_DEPTH,
-    ModelSource,
-    check_choices,
-    default_out,
-    direction_models,
-    executor_for,
-    load_examples,
-    resolve_model_path,
-    sample_examples,
-    sweep_grafts,
-    with_protocol,
-    write_sweep_report,
-)
+from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH, patching_design
 from graft_experiments.common import (
-    DRY_RUN,
     GraftCommand,
-    cli_error,
     make_config,
     run_or_plan,
     shared_options,
@@ -39,24 +15,9 @@ from graft_experiments.common import (
     variant_option,
 )
 
-#: What ``--methods`` accepts: the engine's graft, or patching the donor's own values.
-METHODS = ("weights", "patching")
-
 
 def _items(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def run_methods(methods: list[str], kinds: list[str], whole: list[str]) -> list[str]:
-    """The runs of one direction: ``weights`` (every kind), ``activation`` (attention and
-    MLP outputs, and the whole-depth cells) and ``residual`` (layer outputs)."""
-    runs = ["weights"] if "weights" in methods else []
-    if "patching" in methods:
-        if {"attn", "mlp"} & set(kinds) or whole:
-            runs.append("activation")
-        if "residual" in kinds:
-            runs.append("residual")
-    return runs
 
 
 @click.command(
@@ -117,133 +78,18 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
     Holm over the cells that test something), per-cell findings, and layer x position maps
     like causal-tracing figures (see docs/patching.md). The donor is finetuned first if the
     workspace lacks it."""
-    try:
-        units = _items(positions)
-        for unit in units:
-            parse_spec(f"{unit}:all:all")
-        kind_list = check_choices(_items(kinds), SITE_KINDS, "kinds")
-        direction_list = check_choices(_items(modes), PATCH_MODES, "modes")
-        method_list = check_choices(_items(methods), METHODS, "methods")
-        whole = _items(whole_depth)
-        for pos in whole:
-            parse_spec(f"{pos}:all:all")
-    except SpecError as err:
-        raise click.BadParameter(str(err)) from None
-    if not units:
-        raise click.BadParameter(
-            "name at least one position unit, e.g. LT", param_hint="--positions"
-        )
-    setup = make_config("patching", cfg_options, remote)
-    if setup.execution.remote_run:
-        raise click.UsageError("patching runs on this machine only; drop the remote options")
-    try:
-        loaded = load_model(
-            resolve_model_path(setup, ModelSource()), dtype=setup.execution.dtype, device="cpu"
-        )
-        arch = architecture_of(loaded.model)
-        if window > arch.n_layers:
-            raise click.BadParameter(
-                f"{window} is more than the model's {arch.n_layers} layers", param_hint="--window"
-            )
-    except GraftError as err:
-        raise cli_error(err) from None
-    root = Path(setup.execution.out) if setup.execution.out else default_out(setup)
-    dry = click.get_current_context().meta.get(DRY_RUN)
-    if not dry:
-        RunFolder(root).check_owned()  # the combined results go into root itself
-    grafts, references = {}, {}
-    for name in direction_list:
-        direction = direction_models(name, variant)
-        references[name] = (direction.base_label, direction.donor_label)
-        for run in run_methods(method_list, kind_list, whole):
-            run_grafts = with_protocol(
-                sweep_grafts(
-                    arch,
-                    run,
-                    direction,
-                    units,
-                    window,
-                    kind_list,
-                    setup.analysis.head_policy,
-                    whole,
-                ),
-                setup.protocol,
-            )
-            grafts[(name, run)] = run_grafts
-            run_cfg = make_config(
-                "patching", dict(cfg_options, out=str(root / f"{name}-{run}")), remote
-            )
-            click.echo(f"{name}, {run}: {len(run_grafts)} grafts")
-            run_or_plan(
-                run_cfg,
-                run_grafts,
-                base=direction.base,
-                donors=direction.donors,
-                echo=click.echo,
-                extra_config={"patching_method": run, "direction": name},
-                **({} if dry else {"executor": executor_for(run)}),
-            )
-    if dry:
-        return
-    first = RunFolder(root / "-".join(next(iter(grafts)))).read_config() or {}
-    try:
-        found, _ = load_examples(
-            Path(first["dataset"]["path"]),
-            loaded.tokenizer,
-            setup.data,
-            context_length(loaded.model),
-        )
-    except GraftError as err:
-        raise cli_error(err) from None
-    prompts = sample_examples(found, setup.data.n, setup.data.sample_seed)
-    config = {
-        "experiment": "patching",
-        "model": setup.donors.model,
-        "variant": variant,
-        "units": units,
-        "kinds": kind_list,
-        "directions": direction_list,
-        "window": window,
-        "methods": method_list,
-        "whole_depth": whole,
-        "runs": [f"{d}-{r}" for d, r in grafts],
-        "n": setup.data.n,
-        "seed": setup.analysis.seed,
-        "protocol": setup.protocol.name,
-        "head_policy": setup.analysis.head_policy,
-    }
-    report = write_sweep_report(
-        root,
-        grafts,
-        references,
-        arch,
-        prompts,
-        config,
-        units=units,
-        model=setup.donors.model,
-        n_boot=max(setup.analysis.n_boot, 1),
-        seed=setup.analysis.seed,
+    specs = make_config("patching", cfg_options, remote)
+    design = patching_design(
+        specs,
+        units=_items(positions),
+        kinds=_items(kinds),
+        modes=_items(modes),
+        window=window,
+        methods=_items(methods),
+        whole_depth=_items(whole_depth),
+        variant=variant,
     )
-    for line in summary_lines(report.findings):
-        click.echo(line)
-    for png in report.figures:
-        click.echo(f"figure: {png}")
-    click.echo(f"results: {root}")
-
-
-def summary_lines(findings) -> list[str]:
-    """One line per (direction, kind, unit, method) of the findings table."""
-    lines = []
-    for r in findings.iter_rows(named=True):
-        half = "never" if r["first_layer_half"] is None else f"layer {r['first_layer_half']}"
-        differ = ""
-        if r.get("layers_tested"):
-            differ = f"; methods differ at {r['layers_differ']} of {r['layers_tested']} layers"
-        lines.append(
-            f"{r['direction']} {r['kind']} {r['unit']} [{r['method']}]: peak effect "
-            f"{r['peak_effect']:.2f} at layer {r['peak_layer']}, half reached {half}{differ}"
-        )
-    return lines
+    run_or_plan(design)
 
 
 if __name__ == "__main__":

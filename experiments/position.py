@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import click
-import polars as pl
 
-from graft.results import top1_kinds_wide
-from graft.study import TOP1_KINDS, group_columns, position_grafts, write_top1_kinds
+from graft.study import position_design
 from graft_experiments.common import (
     GraftCommand,
-    echo_figures,
     make_config,
-    protocol_default,
+    run_or_plan,
     shared_options,
     standalone,
     variant_option,
 )
-from graft_experiments.shared import POSITIONS_OPTION, run_from_sft
+from graft_experiments.shared import POSITIONS_OPTION
 
 
 @click.command(
@@ -36,18 +33,8 @@ def position(positions, variant, cfg_options, remote):
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
     Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
-    setup = make_config("position", cfg_options, remote)
-    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
-    grafts = position_grafts(positions, setup.analysis.head_policy, protocol=setup.protocol)
-    run = run_from_sft(setup, grafts, variant)
-    if run is None:  # --dry-run
-        return
-    table = write_top1_kinds(run.folder, run.examples, run.config)
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, fmt_str_lengths=20):
-        click.echo("top-1 token kinds, share (count) of rows:")
-        click.echo(str(top1_kinds_wide(table, group_columns(run.examples))))
-    click.echo(f"top-1 kinds: {run.folder.path / f'{TOP1_KINDS}.csv'}")
-    echo_figures(run.folder.path)
+    specs = make_config("position", cfg_options, remote)
+    run_or_plan(position_design(specs, positions, variant))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
-"""What several experiment commands share: the ``--positions`` option (E1, necessity), running
-named grafts with the finetuned SFT model as donor (position, layers, tokens), and the
-``run_experiment`` options of the paper protocol (its test prompts from the donor's own
-dataset, a run folder of its own)."""
+"""Options several experiment commands share: ``--positions`` (E1, necessity), ``--layers``
+and ``--fe`` (the commands that graft component sets at LT)."""
 
 from __future__ import annotations
 
@@ -9,16 +7,7 @@ import click
 
 from graft.core import parse_spec
 from graft.errors import SpecError
-from graft.study import (
-    POSITIONS,
-    ExperimentRun,
-    ModelSource,
-    NamedGraft,
-    Protocol,
-    RunSpecs,
-    parse_variant,
-)
-from graft_experiments.common import run_or_plan
+from graft.study import POSITIONS
 
 
 def _positions(ctx, param, value):
@@ -60,37 +49,3 @@ FE_OPTION = click.option(
     "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
     "[default: FE not grafted, as the paper]",
 )
-
-
-def run_from_sft(
-    setup: RunSpecs,
-    grafts: list[NamedGraft],
-    variant: str,
-    notes: dict | None = None,
-    out_tag: str = "",
-) -> ExperimentRun | None:
-    """Run ``grafts`` on the pretrained base with the finetuned ``variant`` as donor ``sft``
-    (the paper protocol's options added), report it, and return it (None under
-    ``--dry-run``, which prints the plan instead); ``notes`` go into the stored config,
-    ``out_tag`` into the default run folder's name (after the protocol's)."""
-    options = protocol_run_options(setup.protocol, variant)
-    if out_tag:
-        options["out_tag"] = "-".join(t for t in (options.get("out_tag", ""), out_tag) if t)
-    return run_or_plan(
-        setup,
-        grafts,
-        donors={"sft": ModelSource(variant)},
-        echo=click.echo,
-        extra_config=notes,
-        **options,
-    )
-
-
-def protocol_run_options(protocol: Protocol, variant: str) -> dict:
-    """``run_experiment`` options of ``protocol``: under the paper's, its test prompts from the
-    donor's own dataset (no second dataset generated) and a run folder of its own
-    (``-paper``)."""
-    options: dict = {"out_tag": protocol.run_tag} if protocol.run_tag else {}
-    if protocol.test_prompts_from_donor:
-        options["data_direction"] = parse_variant(variant)[0]
-    return options

@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import click
-import polars as pl
 
-from graft.errors import GraftError, SpecError
-from graft.results import top_tokens_table
-from graft.storage import write_csv
-from graft.study import paper_token_graft, protocol_notes, reference, spec_graft
+from graft.study import TOKEN_SPECS, tokens_design
 from graft_experiments.common import (
     GraftCommand,
-    cli_error,
-    echo_protocol_notes,
     given,
     make_config,
-    protocol_default,
+    run_or_plan,
     shared_options,
     standalone,
     variant_option,
 )
-from graft_experiments.shared import run_from_sft
-
-DEFAULT_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
-#: The table this command adds to the run folder (``.parquet`` and ``.csv``).
-TOP_TOKENS = "top_tokens"
 
 
 @click.command(cls=GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6.")
@@ -32,7 +21,7 @@ TOP_TOKENS = "top_tokens"
     "--spec",
     "specs",
     multiple=True,
-    default=DEFAULT_SPECS,
+    default=TOKEN_SPECS,
     show_default=True,
     help="Graft as NAME=SPEC or SPEC (repeatable); PRE and SFT are always added. A spec "
     "without head= gets --head-policy, one without protocol= is resolved under --protocol.",
@@ -62,46 +51,13 @@ def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and the both-direction donor unless --variant
     is given."""
-    setup = make_config("tokens", cfg_options, remote)
-    variant = protocol_default("variant", variant, setup.protocol.donor_variant)
     if graft_set == "paper" and given("specs"):
         raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
-    try:
-        chosen = [spec_graft(s, setup.analysis.head_policy, setup.protocol) for s in specs]
-    except SpecError as err:
-        raise click.BadParameter(str(err), param_hint="--spec") from None
+    run_specs = make_config("tokens", cfg_options, remote)
+    design = tokens_design(run_specs, specs, graft_set == "paper", per_graft, variant)
     if graft_set == "paper":
-        try:
-            paper_graft, line = paper_token_graft(
-                setup.donors.model, setup.analysis.head_policy, setup.protocol
-            )
-        except GraftError as err:
-            raise cli_error(err) from None
-        click.echo(f"--grafts paper: {line}")
-        chosen = [paper_graft]
-    grafts = [reference("PRE", None), reference("SFT", "sft"), *chosen]
-    notes = echo_protocol_notes(protocol_notes(grafts, setup.protocol))
-    if graft_set == "paper":
-        notes["paper_graft"] = line
-    # its own default run folder: a run of other grafts there would refuse it
-    run = run_from_sft(
-        setup, grafts, variant, notes, "paper-grafts" if graft_set == "paper" else ""
-    )
-    if run is None:  # --dry-run
-        return
-    # one group per replicate: several finetune or data seeds must not be pooled
-    groups = [c for c in ("data_seed", "finetune_seed") if c in run.examples.columns]
-    by = [*groups, "template", "graft"]
-    table = top_tokens_table(run.examples, by=by, per_group=per_graft, seed=setup.analysis.seed)
-    run.folder.write_table(TOP_TOKENS, table)  # with its metadata, atomically
-    lists = [c for c, t in table.schema.items() if isinstance(t, pl.List)]
-    write_csv(table.drop(lists), run.folder.path / f"{TOP_TOKENS}.csv")
-    # the first sampled example of each group (sampled indices need not include 0)
-    first_example = pl.col("example") == pl.col("example").min().over(by)
-    first = table.filter(first_example).select([*by, "rank", "token", "prob", "is_target"])
-    with pl.Config(tbl_rows=60, fmt_str_lengths=30, tbl_hide_dataframe_shape=True):
-        click.echo(str(first.head(60)))
-    click.echo(f"top tokens: {run.folder.path / f'{TOP_TOKENS}.csv'}")
+        click.echo(f"--grafts paper: {design.runs[''].extra_config['paper_graft']}")
+    run_or_plan(design)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,22 @@ def test_the_readme_defines_its_terms_before_the_first_python_example():
     for term in ("**PRE**", "**SFT**", "**acc@5**", "**FE**", "**LT**", "`(FE+LT)^C`", "`q4`"):
         assert term in meaning, f"the README does not define {term}"
     assert "**reversal pair**" in meaning
+
+
+@pytest.mark.slow
+def test_a_paper_experiment_runs_from_python_as_docs_api_shows(tmp_path, monkeypatch):
+    code = readme_block("A paper experiment from Python", ROOT / "docs" / "api.md")
+    assert len(code.splitlines()) <= 6
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    lines: list[str] = []
+    monkeypatch.setattr("builtins.print", lines.append)
+    quiet = code.replace("n=3))", "n=3, workspace='ws', progress=False))")
+    assert quiet != code
+    exec(compile(quiet, "docs/api.md", "exec"), namespace)
+    summary = namespace["summary"]
+    assert {"PRE", "SFT", "Q", "K", "V", "ATTN+O+FFN"} <= set(summary["graft"].to_list())
+    done = namespace["done"]
+    assert done.runs["sft"].folder.path == done.design.folder / "sft"
+    assert (tmp_path / done.design.folder / "sft" / "summary.parquet").is_file()
+    assert any(line.startswith("results: ") for line in lines)

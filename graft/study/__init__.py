@@ -1,4 +1,4 @@
-"""The paper's study in six rooms, lowest first (each imports only those below it; a
+"""The paper's study in seven rooms, lowest first (each imports only those below it; a
 contract in pyproject.toml):
 
 - ``specs``: what a run is: configs (datasets, experiments, model sources, replicates), the
@@ -10,13 +10,37 @@ contract in pyproject.toml):
 - ``planning``: plans before anything heavy loads (memory, device, a finetune, a command);
 - ``running``: the one experiment runner
   (:func:`~graft.study.running.runner.run_experiment`), its batches and record;
-- ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds.
+- ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds;
+- ``designs``: the paper's experiments as library objects (a design: its runs, how their
+  tables combine, its figures), run by one function with the one runner.
 """
 
 from graft.lazy import lazy_exports
 
 #: public name -> the module that defines it (imported on first access).
 _EXPORTS = {
+    "Design": "graft.study.designs.design",
+    "DesignRun": "graft.study.designs.design",
+    "plan_design": "graft.study.designs.design",
+    "run_design": "graft.study.designs.design",
+    "component_design": "graft.study.designs.component:component",
+    "custom_design": "graft.study.designs.paper:custom",
+    "hybrid_design": "graft.study.designs.paper:hybrid",
+    "layers_design": "graft.study.designs.paper:layers",
+    "lens_design": "graft.study.designs.lens:lens",
+    "necessity_design": "graft.study.designs.paper:necessity",
+    "patching_design": "graft.study.designs.patching:patching",
+    "position_design": "graft.study.designs.paper:position",
+    "tokens_design": "graft.study.designs.paper:tokens",
+    "PAIRS": "graft.study.designs.component",
+    "METHODS": "graft.study.designs.patching",
+    "TOKEN_SPECS": "graft.study.designs.paper",
+    "RunRequest": "graft.study.specs.request",
+    "DonorRequest": "graft.study.running.donor_job",
+    "finetune_donor": "graft.study.running.donor_job",
+    "plan_donor_job": "graft.study.running.donor_job",
+    "sft_design": "graft.study.designs.common",
+    "model_sources": "graft.study.training.sources",
     "accept_donor": "graft.study.training.donors",
     "LensAnalysis": "graft.study.analyses.lens",
     "LensRun": "graft.study.analyses.lens",

@@ -27,10 +27,10 @@ from graft.study.analyses.lens_causality import identical_lines
 from graft.study.analyses.lens_tables import lens_frame, summarize_lens
 from graft.study.analyses.lens_trace import POSITIONS, logit_lens
 from graft.study.data.rows import graft_rows, load_examples, plan_rows, sample_examples
+from graft.study.designs import LENS_SPECS
 from graft.study.specs.config import ExperimentConfig
 from graft.study.specs.grafts import reference, spec_graft
 from graft.study.specs.run import resolve
-from graft_experiments.lens import LENS_SPECS
 from tests.cli.test_experiments import check_figures, check_run_folder, invoke
 from tests.cli.tiny_runs import tiny_args
 

@@ -19,7 +19,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import graft_experiments.finetune
 from graft.remote.config import RemoteConfig
 from graft.study.running.runner import ExperimentConfig
 from graft.study.specs.presets import FinetuneConfig
@@ -83,7 +82,9 @@ def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
     def fake_finetune(model, folder, out, cfg, **kwargs):
         seen["cfg"] = cfg
 
-    monkeypatch.setattr(graft_experiments.finetune, "finetune_model", fake_finetune)
+    import graft.study.running.donor_job as donor_job
+
+    monkeypatch.setattr(donor_job, "finetune", fake_finetune)
     cmd = main.commands["finetune"]
     assert set(FINETUNE_FLAGS) <= {p.name for p in cmd.params}
     args = ["--model", "tiny-llama", "--n-facts", "3", "--workspace", str(tmp_path / "ws")]

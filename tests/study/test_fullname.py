@@ -18,6 +18,7 @@ from graft.study.running.runner import (
     ExperimentConfig,
     ModelSource,
     NamedGraft,
+    RunRequest,
     load_examples,
     run_experiment,
 )
@@ -54,7 +55,7 @@ def config(dataset, out, **kw) -> ExperimentConfig:
 
 def run(cfg, donor_path):
     donors = {"sft": ModelSource(path=donor_path)}
-    return run_experiment(cfg, GRAFTS, donors=donors, echo=lambda _: None)
+    return run_experiment(RunRequest(specs=cfg, grafts=GRAFTS, donors=donors), echo=lambda _: None)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import torch
 from graft.core.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from graft.errors import GraftError, MemoryPlanError
 from graft.models.paper import PAPER_CONFIGS
+from graft.study import RunRequest
 from graft.study.planning import finetune_plan, run_plan
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
 from graft.study.planning.memory import (
@@ -333,7 +334,9 @@ def test_experiment_plan_without_a_tokenizer_counts_rows_on_the_stored_prompts(g
         "position", model=gpt2_xl, n_facts=10, workspace=str(tmp_path / "ws"), device="cpu"
     )
     grafts = position_grafts(("FE", "LT", "M"), "base")
-    plan = run_plan.plan_experiment(cfg, grafts, donors={"sft": ModelSource("one")})
+    plan = run_plan.plan_experiment(
+        RunRequest(specs=cfg, grafts=grafts, donors={"sft": ModelSource("one")})
+    )
     assert not plan.counted and not (tmp_path / "ws").exists()
     # 10 facts x 3 templates; M (the movie title) only in the movie template's prompts
     assert plan.prompts == 30 and plan.grafts == 5

@@ -23,6 +23,7 @@ from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
 from graft.storage.tables import save_table
+from graft.study import RunRequest
 from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
 from graft.study.specs.grafts import reference
@@ -61,9 +62,9 @@ def config(workspace, out, **kw) -> ExperimentConfig:
 
 
 def run(cfg, grafts=GRAFTS, **kw):
-    return run_experiment(
-        cfg, grafts, donors={"sft": ModelSource("one")}, echo=kw.pop("echo", lambda _: None), **kw
-    )
+    echo = kw.pop("echo", lambda _: None)
+    request = RunRequest(specs=cfg, grafts=grafts, donors={"sft": ModelSource("one")}, **kw)
+    return run_experiment(request, echo=echo)
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +321,7 @@ def test_replicates_need_a_finetuned_model_and_a_data_kind(workspace, tmp_path):
     cfg = config(workspace, out, finetune_seeds=(0, 1))
     folder_donor = {"sft": ModelSource(path=MODEL)}
     with pytest.raises(ExperimentError, match="every model of this run is pretrained"):
-        run_experiment(cfg, GRAFTS, donors=folder_donor)
+        run_experiment(RunRequest(specs=cfg, grafts=GRAFTS, donors=folder_donor))
     data = Workspace(workspace).dataset(KIND, n_facts=N_FACTS)
     folder_cfg = config(workspace, out, dataset=str(data), control=True)
     with pytest.raises(ExperimentError, match="is a folder; give a data kind"):

@@ -181,16 +181,14 @@ def test_a_garbled_run_config_is_one_line_on_the_rerun(dataset, donor_path, tmp_
 @pytest.mark.slow
 def test_tokens_writes_its_table_with_metadata(dataset, donor_path, tmp_path, monkeypatch):
     """top_tokens.parquet was written in place, without the record every other table has."""
-    from click.testing import CliRunner
+    from dataclasses import replace
 
-    import graft_experiments.tokens as tokens
+    from graft.study import ModelSource, resolve, run_design, tokens_design
 
     out = tmp_path / "run"
-    monkeypatch.setattr(
-        tokens, "run_from_sft", lambda cfg, grafts, *a: run(config(dataset, out), donor_path)
-    )
-    result = CliRunner().invoke(tokens.tokens, ["--per-graft", "1", "--quiet"])
-    assert result.exit_code == 0, result.output
+    design = tokens_design(resolve(config(dataset, out)), per_graft=1)
+    request = replace(design.runs[""], donors={"sft": ModelSource(path=donor_path)})
+    run_design(replace(design, runs={"": request}))
     meta = pl.read_parquet_metadata(out / "top_tokens.parquet")
     assert meta["graft.table"] == "top_tokens" and int(meta["graft.rows"]) > 0
     from graft.storage.tables import read_table

@@ -28,6 +28,7 @@ from graft.study.running.runner import (
     ExperimentConfig,
     ModelSource,
     NamedGraft,
+    RunRequest,
     load_examples,
     run_experiment,
     sample_examples,
@@ -65,7 +66,8 @@ def config(dataset, out, **kw) -> ExperimentConfig:
 
 def run(cfg, donor_path, echo=None):
     return run_experiment(
-        cfg, GRAFTS, donors={"sft": ModelSource(path=donor_path)}, echo=echo or (lambda _: None)
+        RunRequest(specs=cfg, grafts=GRAFTS, donors={"sft": ModelSource(path=donor_path)}),
+        echo=echo or (lambda _: None),
     )
 
 
@@ -175,17 +177,23 @@ def test_bad_input_writes_nothing(dataset, donor_path, tmp_path):
     donors = {"sft": ModelSource(path=donor_path)}
     cfg = config(dataset, out)
     with pytest.raises(ExperimentError, match="no grafts"):
-        run_experiment(cfg, [], donors=donors)
+        run_experiment(RunRequest(specs=cfg, grafts=[], donors=donors))
     with pytest.raises(ExperimentError, match=r"uses donor\(s\) \['task'\] not loaded"):
-        run_experiment(cfg, [NamedGraft("x", parse_spec("LT:all:o@task"))], donors=donors)
+        run_experiment(
+            RunRequest(
+                specs=cfg, grafts=[NamedGraft("x", parse_spec("LT:all:o@task"))], donors=donors
+            )
+        )
     with pytest.raises(ExperimentError, match="names span.* Q that no test prompt has"):
-        run_experiment(cfg, [NamedGraft("x", parse_spec("Q+LT:all:o"))], donors=donors)
+        run_experiment(
+            RunRequest(specs=cfg, grafts=[NamedGraft("x", parse_spec("Q+LT:all:o"))], donors=donors)
+        )
     bad_templates = dataclasses.replace(cfg, templates=("headline", "nope"))
     with pytest.raises(ExperimentError, match="templates nope.*available: headline, movie, qa"):
-        run_experiment(bad_templates, GRAFTS, donors=donors)
+        run_experiment(RunRequest(specs=bad_templates, grafts=GRAFTS, donors=donors))
     bad_dataset = dataclasses.replace(cfg, dataset="not_a_kind")
     with pytest.raises(GraftError, match="neither a dataset folder nor a data kind"):
-        run_experiment(bad_dataset, GRAFTS, donors=donors)
+        run_experiment(RunRequest(specs=bad_dataset, grafts=GRAFTS, donors=donors))
     assert not out.exists()
 
 
@@ -242,7 +250,13 @@ def test_grafts_of_one_name_are_refused_never_pooled(
     """Two grafts of one name were pooled into one summary row with doubled n."""
     out = tmp_path / "out"
     with pytest.raises(ExperimentError, match=re.escape(message)):
-        run_experiment(config(dataset, out), grafts, donors={"sft": ModelSource(path=donor_path)})
+        run_experiment(
+            RunRequest(
+                specs=config(dataset, out),
+                grafts=grafts,
+                donors={"sft": ModelSource(path=donor_path)},
+            )
+        )
     assert not out.exists()
 
 
@@ -316,7 +330,7 @@ def test_failed_start_leaves_no_trace_and_the_rerun_works(
     changes, grafts, donors = bad_starts(dataset, donor_path, tmp_path)[case]
     with pytest.raises(GraftError, match=message) as info:
         cfg = dataclasses.replace(config(dataset, out), **changes)
-        run_experiment(cfg, grafts, donors=donors)
+        run_experiment(RunRequest(specs=cfg, grafts=grafts, donors=donors))
     assert "\n" not in str(info.value)
     assert not out.exists()
     assert run(config(dataset, out), donor_path).examples.height == 18
@@ -360,7 +374,7 @@ def test_templates_are_checked_before_a_donor_is_finetuned(tmp_path, monkeypatch
         progress=False,
     )
     with pytest.raises(ExperimentError, match="templates nope"):
-        run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")})
+        run_experiment(RunRequest(specs=cfg, grafts=GRAFTS, donors={"sft": ModelSource("one")}))
     assert not (tmp_path / "ws" / "finetuned").exists() and not (tmp_path / "out").exists()
 
 
@@ -371,7 +385,10 @@ def test_a_pending_finetune_is_announced_with_an_estimate(
     monkeypatch.setattr(workspace.Workspace, "finetune_donor", lambda *args, **kwargs: donor_path)
     cfg = config(dataset, tmp_path / "out", workspace=str(tmp_path / "ws"), finetune_max_steps=2)
     with caplog.at_level(logging.WARNING, logger="graft.study.running.runner"):
-        run_experiment(cfg, GRAFTS, donors={"sft": ModelSource("one")}, echo=lambda _: None)
+        run_experiment(
+            RunRequest(specs=cfg, grafts=GRAFTS, donors={"sft": ModelSource("one")}),
+            echo=lambda _: None,
+        )
     (line,) = [r.getMessage() for r in caplog.records if "finetuned first" in r.getMessage()]
     assert "'one' model of tiny-llama" in line and "2 steps" in line and "(an estimate)" in line
     caplog.clear()

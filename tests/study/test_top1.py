@@ -10,6 +10,7 @@ import pytest
 
 from graft.core.spec import parse_spec
 from graft.results.top1_kinds import KINDS, Top1Classifier
+from graft.study import RunRequest
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
 from graft.study.data.datasets import load_facts
 from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
@@ -33,7 +34,8 @@ def test_a_runs_top1_kinds_are_classified_against_its_datasets_names(dataset, do
     )
     grafts = [reference("PRE", None), NamedGraft("LT", parse_spec("LT:all:all"))]
     run = run_experiment(
-        config, grafts, donors={"sft": ModelSource(path=donor_path)}, echo=lambda _: None
+        RunRequest(specs=config, grafts=grafts, donors={"sft": ModelSource(path=donor_path)}),
+        echo=lambda _: None,
     )
     assert group_columns(run.examples) == ["template", "graft"]  # one seed, one group
 

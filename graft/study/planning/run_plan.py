@@ -45,9 +45,10 @@ from graft.study.planning.memory import (
     gib,
     model_size,
 )
-from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
-from graft.study.specs.run import RunSpecs, resolve
+from graft.study.specs.request import RunRequest
+from graft.study.specs.run import RunSpecs
 from graft.study.training.sources import finetune_preset, needs_finetune
 
 
@@ -156,20 +157,13 @@ def check_fits(plan: ExperimentPlan | FinetunePlan, memory: DeviceMemory | None 
 
 
 def plan_experiment(
-    cfg: ExperimentConfig | RunSpecs,
-    grafts: Sequence[NamedGraft],
-    *,
-    base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
-    donors: Mapping[str, ModelSource] | None = None,
-    data_direction: str = "one",
-    data: Mapping[int, Path] | None = None,
-    **_: Any,
+    request: RunRequest, *, data: Mapping[int, Path] | None = None
 ) -> ExperimentPlan:
-    """The plan of :func:`graft.study.running.runner.run_experiment` with the same arguments (the
-    rest of its keyword arguments are accepted and ignored), without loading a model;
-    ``data``: the test prompts' dataset folder of each data seed, where the run has them."""
-    run = resolve(cfg)
-    donors = dict(donors or {})
+    """The plan of :func:`graft.study.running.runner.run_experiment` of ``request``, without
+    loading a model; ``data``: the test prompts' dataset folder of each data seed, where the
+    run has them."""
+    run, grafts, base = request.specs, request.grafts, request.base
+    donors, data_direction = dict(request.donors), request.data_direction
     device = device_memory(run.execution.device)
     dtype = str(resolve_dtype(run.execution.dtype, run.execution.device)).removeprefix("torch.")
     found = found_config(run.donors.model)

@@ -61,7 +61,7 @@ from graft.study.data.rows import (
     sample_examples,
 )
 from graft.study.planning.run_plan import check_fits, plan_experiment
-from graft.study.running.analysis import BatchAnalysis, FinishedRun
+from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
 from graft.study.running.fullname import resume_key
 from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
@@ -70,6 +70,7 @@ from graft.study.running.summaries import print_summary, write_summaries
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
+from graft.study.specs.request import RunRequest
 from graft.study.specs.run import REPLICATE_OPTIONS, ExecutionSpec, RunSpecs, resolve
 from graft.study.training.sources import (
     dataset_dir,
@@ -86,6 +87,7 @@ __all__ = [
     "ExperimentConfig",
     "ExperimentRun",
     "NamedGraft",
+    "RunRequest",
     "ModelSource",
     "check_grafts",
     "default_out",
@@ -155,19 +157,9 @@ def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
 
 
 def run_experiment(
-    cfg: ExperimentConfig | RunSpecs,
-    grafts: Sequence[NamedGraft],
-    *,
-    base: ModelSource = ModelSource(),  # noqa: B008 - frozen dataclass
-    donors: dict[str, ModelSource] | None = None,
-    data_direction: str = "one",
-    extra_config: dict[str, Any] | None = None,
-    out_tag: str = "",
-    echo: Callable[[str], None] | None = None,
-    executor: Any = None,
-    analyses: Sequence[BatchAnalysis] = (),
+    request: RunRequest, *, echo: Callable[[str], None] | None = None
 ) -> ExperimentRun:
-    """Run ``grafts`` on the test prompts; resumable. See the module docstring.
+    """Run ``request``'s grafts on its test prompts; resumable. See the module docstring.
 
     With several replicates (finetune seeds, data seeds, control models;
     :attr:`ExperimentConfig.replicates`) every graft runs once per replicate, on that
@@ -176,67 +168,37 @@ def run_experiment(
     ``data_seed`` and ``finetune_seed``, and the summary adds the mean over replicates.
 
     Args:
-        cfg: the shared options (an :class:`ExperimentConfig`, or its resolved
-            :class:`~graft.study.specs.run.RunSpecs`).
-        grafts: the named grafts (unique names within a group).
-        base: where the base model comes from (default: the pretrained model).
-        donors: donor name (as the specs name it, e.g. ``sft``) -> where it comes from.
-        data_direction: direction of the generated dataset (``one`` or ``both``).
-        extra_config: more entries for the stored ``config.json``.
-        out_tag: part of the default run folder name.
+        request: the run (:class:`~graft.study.specs.request.RunRequest`: specs, grafts,
+            base and donors, analyses, executor).
         echo: where the one-line plan of the run goes (default: this module's logger).
-        executor: where the engine runs the rows (a :class:`graft.core.engine.Executor`;
-            default: this machine's, or the remote one of the options), e.g. a
-            :class:`graft.study.analyses.patching.PatchingExecutor`.
-        analyses: per-batch analyses computed and stored beside the examples, each with its
-            own table (:class:`graft.study.running.analysis.BatchAnalysis`, e.g.
-            :class:`graft.study.analyses.lens.LensAnalysis`); their ``finish`` results are
-            :attr:`ExperimentRun.analyses`.
     """
-    run = resolve(cfg)  # every default applied here, once
-    donors = donors or {}
+    run = request.specs  # every default applied once, when the request was made
     times = StageTimes()
     with times.stage("data and checks"):
-        check_analyses(analyses, run)
-        folder, data_paths = _validate(run, grafts, base, donors, data_direction, out_tag)
+        check_analyses(request.analyses, run)
+        folder, data_paths = _validate(request)
     # one process runs a folder at a time: a second command on the same --out waits, then
     # resumes (finding the batches done)
     # a read-only workspace (a store of finished donors) holds no lock: then beside the run
     fallback = folder.path.resolve().parent / ".graft-locks"
     locks = writable_lock_dir(Workspace.at(run.execution.workspace).lock_dir, fallback)
     with exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks):
-        return _run_validated(
-            run,
-            grafts,
-            base,
-            donors,
-            folder,
-            data_paths,
-            extra_config,
-            echo,
-            times,
-            executor,
-            analyses,
-        )
+        return _run_validated(request, folder, data_paths, echo, times)
 
 
 def _run_validated(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    base: ModelSource,
-    donors: dict[str, ModelSource],
+    request: RunRequest,
     folder: RunFolder,
     data_paths: dict[int, Path],
-    extra_config: dict[str, Any] | None,
     echo: Callable[[str], None] | None,
     times: StageTimes,
-    executor: Any = None,
-    analyses: Sequence[BatchAnalysis] = (),
 ) -> ExperimentRun:
     """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
+    run, grafts, base = request.specs, request.grafts, request.base
+    donors, analyses = dict(request.donors), request.analyses
     with times.stage("data and checks"):
         if not run.execution.skip_memory_check:  # refused before anything loads (run_plan)
-            check_fits(plan_experiment(run, grafts, base=base, donors=donors, data=data_paths))
+            check_fits(plan_experiment(request, data=data_paths))
         probe_path, probe, prompts = _plan(run, grafts, base, donors, data_paths)
         arms = _arms(run, grafts, base, donors)
     with times.stage("finetuning"):
@@ -246,7 +208,7 @@ def _run_validated(
         first = load_run_models(run.execution, paths[run.replicates[0]], loaded)
     del probe  # the pretrained stand-in is freed unless it is a model of the run
     all_grafts = _graft_order(grafts, arms)
-    config = run_config(run, all_grafts, paths, data_paths, extra_config)
+    config = run_config(run, all_grafts, paths, data_paths, dict(request.extra_config))
     config["engine"] = engine_entry(run.execution, first)
     config["machine"] = machine_info(resolve_device(run.execution.device))
     arch = architecture_of(unwrap(first.base.model))
@@ -264,7 +226,7 @@ def _run_validated(
     try:
         with times.stage("grafting"):
             computed = run_batches(
-                run, folder, arms, prompts, paths, loaded, echo, times, executor, analyses
+                run, folder, arms, prompts, paths, loaded, echo, times, request.executor, analyses
             )
     except BaseException:
         # a new run that stored no batch (say, its remote host failed the first request)
@@ -283,25 +245,20 @@ def _run_validated(
     return ExperimentRun(folder, table, summary, drops, stored, times, computed, finished)
 
 
-def _validate(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    base: ModelSource,
-    donors: Mapping[str, ModelSource],
-    data_direction: str,
-    out_tag: str,
-) -> tuple[RunFolder, dict[int, Path]]:
+def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
     """The checks that need no model: grafts, replicates, device, run folder, remote host,
     datasets (data seed -> dataset folder)."""
+    run, grafts, base, donors = request.specs, request.grafts, request.base, request.donors
     check_grafts(grafts, donors)
     _check_replicates(run, grafts, base, donors)
     resolve_device(run.execution.device)
-    folder = RunFolder(Path(run.execution.out) if run.execution.out else default_out(run, out_tag))
+    out = run.execution.out
+    folder = RunFolder(Path(out) if out else default_out(run, request.out_tag))
     folder.check_writable()
     folder.check_owned()
     _check_remote(run.execution)
     seeds = dict.fromkeys(r.data_seed for r in run.replicates)
-    return folder, {d: dataset_dir(run, data_direction, d) for d in seeds}
+    return folder, {d: dataset_dir(run, request.data_direction, d) for d in seeds}
 
 
 def _check_replicates(

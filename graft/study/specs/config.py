@@ -202,7 +202,8 @@ class ExperimentConfig:
     on another option.
 
     Args:
-        experiment: experiment name (position, component, ...), recorded in the run folder.
+        experiment: experiment name (position, component, ...), recorded in the run folder
+            (a design sets its own).
         model: registry name, hub id or local folder of the pretrained model.
         dataset: a data kind (generated into the workspace) or a dataset folder.
         split: whether the dataset has disjoint fact sets A and B (hybrid experiment).
@@ -265,7 +266,7 @@ class ExperimentConfig:
     :class:`~graft.errors.ExperimentError` naming the field.
     """
 
-    experiment: str
+    experiment: str = "custom"
     model: str = DEFAULT_MODEL
     dataset: str = "fake_movies_real_actors"
     split: bool = False

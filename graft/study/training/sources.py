@@ -14,20 +14,23 @@ model).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graft.models import resolve_device
+from graft.errors import ExperimentError, FinetuneError, GraftError, ModelNotFoundError
+from graft.models import resolve_device, resolve_model_name
 from graft.study.data.training_data import load_fact_dataset, split_texts
 from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.run import DonorSpec, RunSpecs
 from graft.study.training.duration import tokens_per_text
 from graft.study.training.finetune import duration_text, estimate_seconds, training_steps
-from graft.study.training.workspace import DonorLocation, Workspace
+from graft.study.training.workspace import DonorLocation, Workspace, parse_variant
 
 
 def _workspace(run: RunSpecs) -> Workspace:
@@ -182,3 +185,47 @@ def model_fingerprint(path: str) -> str | None:
             if file.suffix == ".json":
                 h.update(file.read_bytes())
     return h.hexdigest()[:16]
+
+
+def model_source(text: str, param: str = "donors") -> ModelSource:
+    """The model source ``text`` names: ``pretrained``, a finetune variant (``one``,
+    ``both``, ``task``, ``both-A``, ...) or a model (folder, registry name or hub id).
+
+    Raises:
+        ExperimentError: ``text`` is none of them (its parameter: ``param``).
+    """
+    if text == "pretrained":
+        return ModelSource(text)
+    with contextlib.suppress(FinetuneError):
+        parse_variant(text)
+        return ModelSource(text)
+    try:
+        resolve_model_name(text)
+    except ModelNotFoundError:
+        raise ExperimentError(
+            f"{text!r} is neither a variant (pretrained, one, both, task, relation, one-A, "
+            "one-B, both-A, both-B) nor a model folder, registry name or hub id",
+            param=param,
+        ) from None
+    except GraftError as err:  # e.g. a folder that holds no model
+        raise ExperimentError(str(err), param=param) from None
+    return ModelSource(path=text)
+
+
+def model_sources(texts: Sequence[str], param: str = "donors") -> dict[str, ModelSource]:
+    """Name -> model source of ``texts``, each ``NAME=VARIANT`` or ``NAME=PATH``
+    (:func:`model_source`).
+
+    Raises:
+        ExperimentError: a text of another form, a name given twice, a source that names
+            nothing (its parameter: ``param``).
+    """
+    sources: dict[str, ModelSource] = {}
+    for text in texts:
+        name, sep, source = (part.strip() for part in text.partition("="))
+        if not sep or not name or not source:
+            raise ExperimentError(f"{text!r}: use NAME=VARIANT or NAME=PATH", param=param)
+        if name in sources:
+            raise ExperimentError(f"{name!r} is given twice", param=param)
+        sources[name] = model_source(source, param)
+    return sources
