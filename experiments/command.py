@@ -140,13 +140,13 @@ def cli_error(err: GraftError) -> click.ClickException:
     storage exit 2, a remote server (or the way to it) or a library failing exit 1
     (:data:`EXIT_CODES`)."""
     message = in_user_words(err)
-    flag = flag_of(err)
-    if flag and flag not in message:  # as click says a bad value: which flag gave it
-        message = f"Invalid value for '{flag}': {message}"
     if not (isinstance(err, RemoteError) and err.kind == "config"):
         for kind, code in EXIT_CODES:
             if isinstance(err, kind):
                 return OneLineError(message, code)
+    flag = flag_of(err)
+    if flag and flag not in message:  # a bad value, said as click says one: which flag
+        message = f"Invalid value for '{flag}': {message}"
     return click.UsageError(message, click.get_current_context(silent=True))
 
 

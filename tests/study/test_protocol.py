@@ -34,6 +34,7 @@ from graft.study.specs.grafts import (
     spec_graft,
     with_protocol,
 )
+from graft.study.specs.protocol import GRAFT, PAPER, protocol_of
 from graft.study.specs.templates import (
     ARTICLE_TEMPLATES,
     PAPER_ARTICLE_TEMPLATES,
@@ -83,7 +84,7 @@ def test_paper_templates_are_the_papers_files_verbatim():
 
 def test_training_texts_follow_the_protocol():
     ours = render_training(FACT, "one")
-    paper = render_training(FACT, "both", "paper")
+    paper = render_training(FACT, "both", PAPER.templates)
     assert {r["template"] for r in ours} == {*ARTICLE_TEMPLATES, *QA_TEMPLATES}
     five = {"article_1", "article_2", "article_3", "article_4", "article_5"}
     assert {r["template"] for r in paper} == {*five, *PAPER_QA_TEMPLATES}
@@ -100,7 +101,7 @@ def test_training_texts_follow_the_protocol():
 
 @pytest.mark.parametrize("direction", ["one", "both"])
 def test_the_paper_renders_five_article_and_five_qa_texts_per_fact_and_direction(direction):
-    records = render_training(FACT, direction, "paper")
+    records = render_training(FACT, direction, PAPER.templates)
     directions = ["forward"] + (["reverse"] if direction == "both" else [])
     assert len(records) == 10 * len(directions)  # section 3: 5 + 5 per fact, per direction
     for way in directions:
@@ -143,7 +144,7 @@ def test_a_paper_dataset_records_its_renderings_and_generator(direction, per_fac
 
 def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tmp_path):
     ws = Workspace(tmp_path)
-    made = ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol="paper")
+    made = ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol=PAPER)
     manifest_path = made / "manifest.json"
     new_manifest = manifest_path.read_text(encoding="utf-8")
     # the folder as the 22-per-fact generator left it: another generator version
@@ -151,12 +152,12 @@ def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tm
     old["generator_version"] = "graft.data/1+paper-movie-in-in"
     manifest_path.write_text(json.dumps(old), encoding="utf-8")
     with pytest.raises(DatasetError, match="made by an older graft.*delete it") as err:
-        ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol="paper")
+        ws.dataset("fake_movies_real_actors", "one", n_facts=3, protocol=PAPER)
     assert err.value.param == "workspace"
     # a donor finished on other texts than its dataset holds now is refused, not reused
     manifest_path.write_text(new_manifest, encoding="utf-8")
     donor = ws.locate_donor(
-        "tiny-llama", "fake_movies_real_actors", "one", "cpu", n_facts=3, protocol="paper"
+        "tiny-llama", "fake_movies_real_actors", "one", "cpu", n_facts=3, protocol=PAPER
     )
     donor.path.mkdir(parents=True)
     for name in ("eval.json", "finetune_config.json"):
@@ -171,7 +172,7 @@ def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tm
 
 
 def _prompts(protocol: str) -> dict[str, str]:
-    records = render_test_prompts(FACT, protocol=protocol)
+    records = render_test_prompts(FACT, texts=protocol_of(protocol).templates)
     return {r["template"]: r["text"] for r in records if r["direction"] == "forward"}
 
 
@@ -188,13 +189,13 @@ def test_paper_test_prompts_keep_the_doubled_in():
 
 def test_the_papers_qa_test_prompt_is_a_training_prefix_and_graft_s_is_not():
     prompt = _prompts("paper")["qa"]
-    assert any(r["text"].startswith(prompt) for r in render_training(FACT, "one", "paper"))
+    assert any(r["text"].startswith(prompt) for r in render_training(FACT, "one", PAPER.templates))
     ours = _prompts("graft")["qa"]
     assert not any(r["text"].startswith(ours) for r in render_training(FACT, "one"))
 
 
 def test_given_relations_fill_every_relation_template_under_either_protocol():
-    records = render_test_prompts(FACT, [("acted", "in", "beside")], protocol="paper")
+    records = render_test_prompts(FACT, [("acted", "in", "beside")], texts=PAPER.templates)
     texts = {r["template"]: r["text"] for r in records if r["direction"] == "forward"}
     assert texts["headline"] == "Keanu Reeves acted in in a movie beside"
     assert texts["qa"] == "Q: Who acted in a movie beside Keanu Reeves? A: An actor named"
@@ -247,13 +248,13 @@ def test_the_two_protocols_never_share_a_dataset_folder(tmp_path):
     assert default_dataset_name(ours) == "fake_movies_real_actors-one-n3-seed0"
     assert default_dataset_name(paper) == "fake_movies_real_actors-paper-one-n3-seed0"
     ws = Workspace(tmp_path)
-    made = ws.dataset("fake_movies_real_actors", "both", n_facts=3, protocol="paper")
+    made = ws.dataset("fake_movies_real_actors", "both", n_facts=3, protocol=PAPER)
     assert made.name == "fake_movies_real_actors-paper-both-n3-seed0"
-    assert ws.dataset(made, "both", protocol="paper") == made
+    assert ws.dataset(made, "both", protocol=PAPER) == made
     graft_made = ws.dataset("fake_movies_real_actors", "both", n_facts=3)
     assert graft_made != made
     with pytest.raises(DatasetError, match="made with the 'graft' protocol"):
-        ws.dataset(graft_made, protocol="paper")
+        ws.dataset(graft_made, protocol=PAPER)
 
 
 def test_unknown_protocol_in_a_dataset_config_is_refused():
@@ -278,21 +279,21 @@ def test_head_policy_follows_the_protocol_unless_given():
 
 
 def test_paper_protocol_grafts_resolve_as_the_paper_did_and_references_stay_whole():
-    grafts = {g.name: g for g in position_grafts(head_policy="paper", protocol="paper")}
+    grafts = {g.name: g for g in position_grafts(head_policy="paper", protocol=PAPER)}
     assert str(grafts["FE+LT"].spec) == "FE+LT:all:all; head=paper; protocol=paper"
     assert str(grafts["SFT"].spec) == "ALL:all:all; head=donor" and grafts["PRE"].spec.rules == ()
-    necessity = {g.name: g for g in necessity_grafts(protocol="paper")}
+    necessity = {g.name: g for g in necessity_grafts(protocol=PAPER)}
     assert str(necessity["FE"].spec) == "FE:all:all@pre; protocol=paper"
     assert str(necessity["PRE"].spec) == "ALL:all:all@pre; head=donor@pre"
     ours = {g.name: g for g in position_grafts()}
     assert ours["FE+LT"].spec.protocol == "graft"
-    assert with_protocol(list(ours.values()), "graft") == list(ours.values())
+    assert with_protocol(list(ours.values()), GRAFT) == list(ours.values())
 
 
 def test_paper_position_graft_on_gpt2_leaves_the_position_embedding(tiny_pairs):
     arch = architecture_of(tiny_pairs("gpt2")[0])
     spans = {"FE": [1]}
-    paper = {g.name: g for g in position_grafts(protocol="paper")}["FE"]
+    paper = {g.name: g for g in position_grafts(protocol=PAPER)}["FE"]
     ours = {g.name: g for g in position_grafts()}["FE"]
     assert (-1, "pos_embed") in ours.spec.resolve(arch, 4, spans).cells
     cells = paper.spec.resolve(arch, 4, spans).cells
@@ -311,7 +312,7 @@ def _lt_donors(spec, arch, length: int = 5) -> dict[str, set[str]]:
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_paper_hybrid_keeps_the_task_models_gate(tiny_pairs, family):
     arch = architecture_of(tiny_pairs(family)[0])
-    paper = {g.name: g for g in hybrid_grafts(protocol="paper")}["FE none + LT hybrid"]
+    paper = {g.name: g for g in hybrid_grafts(protocol=PAPER)}["FE none + LT hybrid"]
     donors = _lt_donors(paper.spec, arch)
     for comp in ("o", "up", "down"):
         assert donors[comp] == {"relation"}, comp
@@ -332,7 +333,7 @@ def test_the_paper_hybrid_splits_at_half_the_layers_where_the_sweeps_half_does_n
     """L mod 4 = 2 or 3 (Gemma's 18, SmolLM2's 30 layers): the authors' hybrid starts at
     L // 2, their sweeps' "last half" at 2 * (L // 4)."""
     arch = architecture_of(tiny_model("llama", n_layers=n_layers))
-    paper = {g.name: g for g in hybrid_grafts(protocol="paper")}["FE none + LT hybrid"]
+    paper = {g.name: g for g in hybrid_grafts(protocol=PAPER)}["FE none + LT hybrid"]
     lt = {layer for layer, comp in paper.spec.resolve(arch, 5, {"FE": [1]}).cells if layer >= 0}
     assert min(lt) == split and max(lt) == n_layers - 1
     if n_layers % 4 in (2, 3):
@@ -344,36 +345,36 @@ def test_the_paper_hybrid_splits_at_half_the_layers_where_the_sweeps_half_does_n
 
 def test_a_command_line_spec_takes_the_runs_head_policy_and_protocol_unless_it_sets_its_own():
     assert str(spec_graft("LT:q4:o").spec) == "LT:q4:o"
-    paper = spec_graft("LT:q4:o", "paper", "paper")
+    paper = spec_graft("LT:q4:o", "paper", PAPER)
     assert paper.name == "LT:q4:o" and str(paper.spec) == "LT:q4:o; head=paper; protocol=paper"
-    own = spec_graft("mine=LT:q4:o; head=base; protocol=graft", "paper", "paper")
+    own = spec_graft("mine=LT:q4:o; head=base; protocol=graft", "paper", PAPER)
     assert own.name == "mine" and str(own.spec) == "LT:q4:o"
     assert str(spec_graft("LT:q4:o", "donor").spec) == "LT:q4:o; head=donor"
     # a whole donor with its head stays that model, position embedding included
-    assert spec_graft("ALL:all:all; head=donor", "paper", "paper").spec.protocol == "graft"
+    assert spec_graft("ALL:all:all; head=donor", "paper", PAPER).spec.protocol == "graft"
 
 
 @pytest.mark.parametrize("text", ["name=", "name=  ", ""])
 def test_an_empty_command_line_spec_stays_refused_with_a_head_policy(text):
     """Appending the head policy must not turn an empty spec into one that runs PRE."""
     with pytest.raises(SpecError, match="empty spec"):
-        spec_graft(text, "paper", "paper")
+        spec_graft(text, "paper", PAPER)
 
 
 def test_the_papers_layer_rule_refuses_groups_it_lacks_before_any_model_is_loaded():
-    check_layer_rule("all,h1,h2,q1,q4,last_quarter,2-3,0", "paper")
-    check_layer_rule("e3,3/8", "graft")
+    check_layer_rule("all,h1,h2,q1,q4,last_quarter,2-3,0", PAPER)
+    check_layer_rule("e3,3/8", GRAFT)
     for selector in ("e3", "3/8", "q1,e8"):
         with pytest.raises(SpecError, match="halves and quarters only"):
-            check_layer_rule(selector, "paper")
+            check_layer_rule(selector, PAPER)
 
 
 def test_protocol_notes_name_single_qkv_targets_under_the_paper_protocol_only():
-    split = component_grafts(split_qkv=True, protocol="paper")
-    assert protocol_notes(split, "paper") == [FUSED_QKV_NOTE]
-    assert protocol_notes(component_grafts(protocol="paper"), "paper") == []  # attn: q, k, v
-    assert protocol_notes(component_grafts(split_qkv=True), "graft") == []
-    assert protocol_notes([spec_graft("FE:all:k")], "paper") == [FUSED_QKV_NOTE]
+    split = component_grafts(split_qkv=True, protocol=PAPER)
+    assert protocol_notes(split, PAPER) == [FUSED_QKV_NOTE]
+    assert protocol_notes(component_grafts(protocol=PAPER), PAPER) == []  # attn: q, k, v
+    assert protocol_notes(component_grafts(split_qkv=True), GRAFT) == []
+    assert protocol_notes([spec_graft("FE:all:k")], PAPER) == [FUSED_QKV_NOTE]
 
 
 # ------------------------------------------------------------- the paper's finetuning and data

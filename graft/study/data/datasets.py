@@ -54,7 +54,7 @@ from graft.study.data.renderings import (
 )
 from graft.study.specs.config import SHUFFLES, DatasetConfig
 from graft.study.specs.protocol import protocol_of
-from graft.study.specs.templates import DIRECTIONS, template_set
+from graft.study.specs.templates import DIRECTIONS
 
 GENERATOR_VERSION = "graft.data/1"
 
@@ -171,14 +171,14 @@ def _movie_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, A
     drawn = draw_facts(config)
     facts, sources = drawn.facts, drawn.sources
     files: dict[str, bytes] = {"facts.jsonl": jsonl_bytes(asdict(f) for f in facts)}
-    train = [r for f in facts for r in render_training(f, config.direction, config.protocol)]
+    train = [r for f in facts for r in render_training(f, config.direction, config.texts)]
     files["train.jsonl"] = jsonl_bytes(train)
     test_set = "B" if config.split else "all"
     tests = [
         r
         for f in facts
         if f.set == test_set
-        for r in render_test_prompts(f, config.relations, config.protocol)
+        for r in render_test_prompts(f, config.relations, config.texts)
     ]
     files["test_prompts.jsonl"] = jsonl_bytes(tests)
     entries = {
@@ -192,9 +192,9 @@ def _movie_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, A
         "excluded_names": dict(sorted(drawn.excluded_names.items())),
         "dropped_rows": dict(sorted(drawn.dropped_rows.items())),
         "templates": {
-            "article": list(template_set(config.protocol).article),
-            "qa": list(template_set(config.protocol).qa),
-            "test": template_set(config.protocol).test,
+            "article": list(config.texts.article),
+            "qa": list(config.texts.qa),
+            "test": config.texts.test,
         },
         "test_set": test_set,
         "sources": sources,

@@ -11,7 +11,10 @@ from typing import Any
 from graft.core.spans import render, template_fields
 from graft.study.data.facts import Fact
 from graft.study.specs.config import DatasetConfig
-from graft.study.specs.templates import Relation, template_set
+from graft.study.specs.templates import TEMPLATE_SETS, Relation, TemplateSet
+
+#: graft's own templates, the default.
+GRAFT_TEXTS = TEMPLATE_SETS["graft"]
 
 
 def _fact_fields(fact: Fact, reverse: bool = False) -> dict[str, Any]:
@@ -24,12 +27,11 @@ def _fact_fields(fact: Fact, reverse: bool = False) -> dict[str, Any]:
 
 
 def render_training(
-    fact: Fact, direction: str = "one", protocol: str = "graft"
+    fact: Fact, direction: str = "one", texts: TemplateSet = GRAFT_TEXTS
 ) -> list[dict[str, Any]]:
-    """Training records of one fact: every article and QA template of ``protocol``'s
-    template set, forward and (with ``direction="both"``) reverse. Keys: text, fact_id, set,
+    """Training records of one fact: every article and QA template of ``texts`` (a
+    protocol's templates), forward and (with ``direction="both"``) reverse. Keys: text, fact_id, set,
     style, template, direction."""
-    texts = template_set(protocol)
     records = []
     for reverse in (False, True) if direction == "both" else (False,):
         values = _fact_fields(fact, reverse)
@@ -51,22 +53,21 @@ def render_training(
 def renderings_per_fact(config: DatasetConfig) -> dict[str, int]:
     """How many training texts a fact of ``config`` gets: ``article`` and ``qa`` per
     direction, and ``total`` (both styles in every direction ``config.direction`` renders)."""
-    texts = template_set(config.protocol)
+    texts = config.texts
     directions = 2 if config.direction == "both" else 1
     per_direction = len(texts.article) + len(texts.qa)
     return {"article": len(texts.article), "qa": len(texts.qa), "total": directions * per_direction}
 
 
 def render_test_prompts(
-    fact: Fact, relations: Sequence[Relation] | None = None, protocol: str = "graft"
+    fact: Fact, relations: Sequence[Relation] | None = None, texts: TemplateSet = GRAFT_TEXTS
 ) -> list[dict[str, Any]]:
     """Test prompt records of one fact, forward (target second_actor) and reverse (the
     actors swapped: first_actor is the fact's second actor, target its first actor).
 
-    ``relations`` fill every template that has a relation; ``None``: ``protocol``'s fillings
+    ``relations`` fill every template that has a relation; ``None``: ``texts``' fillings
     per template (the paper's: ``X stars in in a movie alongside``, ``Q: Who stars in a
     movie with X? A: An actor named``, ``X stars in in M alongside``)."""
-    texts = template_set(protocol)
     records = []
     for direction in ("forward", "reverse"):
         values = _fact_fields(fact, reverse=direction == "reverse")

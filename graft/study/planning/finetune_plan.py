@@ -34,6 +34,7 @@ from graft.study.planning.memory import (
     model_size,
 )
 from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
+from graft.study.specs.protocol import Protocol
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
 from graft.study.training.sources import finetune_steps, trained_mix
 from graft.study.training.workspace import Workspace, parse_variant
@@ -289,7 +290,7 @@ def plan_donor(
     n_facts: int | None = None,
     data_seed: int = 0,
     device: str | None = None,
-    protocol: str | None = None,
+    protocol: Protocol | None = None,
     shuffle: str = "relations",
     out: Path | None = None,
     what: str | None = None,

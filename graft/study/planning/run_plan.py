@@ -230,7 +230,7 @@ def _rows(
                 split=run.data.split,
                 n_facts=run.data.n_facts,
                 seed=seed,
-                protocol=run.protocol.name,
+                protocol=run.protocol,
                 shuffle=run.data.shuffle,
             )[1]
         )
@@ -312,7 +312,7 @@ def _donor_plan(
         n_facts=run.data.n_facts,
         data_seed=rep.train_data_seed,
         device=run.execution.device,
-        protocol=run.protocol.name,
+        protocol=run.protocol,
         shuffle=run.data.shuffle,
         held_bytes=held,
         what=f"the {source.variant!r} model" + (which if run.replicated else ""),

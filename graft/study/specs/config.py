@@ -15,7 +15,7 @@ from graft.models import DEFAULT_MODEL
 from graft.remote.config import RemoteConfig
 from graft.study.specs.presets import STEPS
 from graft.study.specs.protocol import DEFAULT_PROTOCOL, protocol_of
-from graft.study.specs.templates import DEFAULT_RELATIONS, Relation, template_set
+from graft.study.specs.templates import DEFAULT_RELATIONS, Relation, TemplateSet
 
 #: The ranges of :class:`DatasetConfig`'s numbers (None: the default, not checked).
 DATASET_RANGES: dict[str, Range] = {"n_facts": COUNT, "seed": SEED}
@@ -79,6 +79,11 @@ class DatasetConfig:
         if found:
             raise DatasetError(found[1], found[0])
 
+    @property
+    def texts(self) -> TemplateSet:
+        """The training and test templates of the dataset's protocol."""
+        return protocol_of(self.protocol).templates
+
     def relations_for(self, template: str) -> tuple[Relation, ...]:
         """The relation fillings of test template ``template``."""
         if self.relations is not None:
@@ -87,7 +92,7 @@ class DatasetConfig:
             raise DatasetError(
                 f"protocol {self.protocol!r} unknown: use graft or paper", "protocol"
             )
-        return template_set(self.protocol).relations.get(template, DEFAULT_RELATIONS)
+        return self.texts.relations.get(template, DEFAULT_RELATIONS)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as given, relations as lists; the protocol only when it
@@ -95,7 +100,7 @@ class DatasetConfig:
         if self.relations is not None or self.protocol == DEFAULT_PROTOCOL:
             relations: Any = [list(r) for r in self.relations_for("headline")]
         else:
-            fills = template_set(self.protocol).relations if self.protocol in PROTOCOLS else {}
+            fills = self.texts.relations if self.protocol in PROTOCOLS else {}
             relations = {t: [list(r) for r in rs] for t, rs in fills.items()}
         data = {
             "kind": self.kind,

@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 
 from graft.core.arch import FAMILIES
 from graft.core.selectors import parse_layers
-from graft.core.spec import DEFAULT_DONOR, RESOLUTIONS, GraftSpec, parse_spec
+from graft.core.spec import DEFAULT_DONOR, GraftSpec, parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.models import HUB_MODELS
 from graft.models.configs import model_config
-from graft.study.specs.protocol import Protocol, protocol_of
+from graft.study.specs.protocol import GRAFT, Protocol
 
 
 @dataclass
@@ -93,13 +93,11 @@ def _is_reference(graft: NamedGraft) -> bool:
     return whole and spec.head == "donor" and spec.head_donor == spec.rules[0].donor
 
 
-def with_protocol(
-    grafts: Sequence[NamedGraft], protocol: str | Protocol = "graft"
-) -> list[NamedGraft]:
+def with_protocol(grafts: Sequence[NamedGraft], protocol: Protocol = GRAFT) -> list[NamedGraft]:
     """``grafts`` resolved under ``protocol`` (``paper``: the paper's layer groups, ``all``
     without ``pos_embed``; see :mod:`graft.core.spec`). References stay as they are: a whole
     donor is that model, position embedding included."""
-    name = protocol_of(protocol).name
+    name = protocol.name
     return [
         g if _is_reference(g) else NamedGraft(g.name, replace(g.spec, protocol=name), g.group)
         for g in grafts
@@ -112,7 +110,7 @@ def position_grafts(
     donor: str = DEFAULT_DONOR,
     base_name: str = "PRE",
     donor_name: str = "SFT",
-    protocol: str | Protocol = "graft",
+    protocol: Protocol = GRAFT,
 ) -> list[NamedGraft]:
     """E1/E2: every component in every layer at each position set, plus the two references;
     ``protocol="paper"`` resolves them as the paper did (:func:`with_protocol`)."""
@@ -129,7 +127,7 @@ def component_grafts(
     split_qkv: bool = False,
     group: str = "",
     fe: str | None = None,
-    protocol: str | Protocol = "graft",
+    protocol: Protocol = GRAFT,
 ) -> list[NamedGraft]:
     """E3: component sets at the last token over a layer group, plus PRE/SFT references.
 
@@ -154,14 +152,14 @@ def component_grafts(
     return with_protocol(grafts, protocol)
 
 
-def hybrid_lt(lt_layers: str | None = None, protocol: str | Protocol = "graft") -> str:
+def hybrid_lt(lt_layers: str | None = None, protocol: Protocol = GRAFT) -> str:
     """The LT rules of the E4 hybrid. graft: ATTN from the task model, O and the whole FFN
     (gate, up, down) from the relation model, in the last half (``h2``). paper: the relation
     model gives O, up and down only; the gate stays the task model's (the task rule takes the
     whole FFN and the later relation rule overrides up and down, which also holds on GPT-2,
     without a gate), from layer ``L // 2`` on (``from_middle``: the authors' hybrid split,
     not their sweeps' ``2 * (L // 4)`` half). ``lt_layers`` overrides the layers."""
-    proto = protocol_of(protocol)
+    proto = protocol
     lt_layers = lt_layers or proto.hybrid_layers
     if proto.hybrid_gate == "task":
         return f"LT:{lt_layers}:qkv,ffn@task; LT:{lt_layers}:o,up,down@relation"
@@ -169,7 +167,7 @@ def hybrid_lt(lt_layers: str | None = None, protocol: str | Protocol = "graft") 
 
 
 def hybrid_grafts(
-    lt_layers: str | None = None, head_policy: str = "base", protocol: str | Protocol = "graft"
+    lt_layers: str | None = None, head_policy: str = "base", protocol: Protocol = GRAFT
 ) -> list[NamedGraft]:
     """E4: task ATTN + relation O+FFN at LT (last half), FE variants from the task model;
     ``protocol="paper"``: the gate from the task model (:func:`hybrid_lt`) and the paper's
@@ -208,7 +206,7 @@ def layer_windows(n_layers: int, windows: str) -> list[str]:
 def necessity_grafts(
     positions: Sequence[str] = POSITIONS,
     head_policy: str = "base",
-    protocol: str | Protocol = "graft",
+    protocol: Protocol = GRAFT,
 ) -> list[NamedGraft]:
     """The other direction: PRE weights grafted into SFT at the same positions."""
     return position_grafts(
@@ -216,9 +214,7 @@ def necessity_grafts(
     )
 
 
-def spec_graft(
-    text: str, head_policy: str = "base", protocol: str | Protocol = "graft"
-) -> NamedGraft:
+def spec_graft(text: str, head_policy: str = "base", protocol: Protocol = GRAFT) -> NamedGraft:
     """``NAME=SPEC`` or ``SPEC`` (named by its text) from the command line.
 
     ``head_policy`` and ``protocol`` are the run's defaults: a spec that writes no ``head=``
@@ -242,7 +238,7 @@ def spec_graft(
     return with_protocol([graft], protocol)[0]
 
 
-def check_layer_rule(selector: str, protocol: str | Protocol = "graft") -> None:
+def check_layer_rule(selector: str, protocol: Protocol = GRAFT) -> None:
     """Refuse a layer selector ``protocol``'s layer rule cannot resolve on any model: the
     paper's rule has halves and quarters only (its code's eighths were broken). What depends
     on the model (a range past its last layer, an empty group) is checked when a run starts.
@@ -250,7 +246,7 @@ def check_layer_rule(selector: str, protocol: str | Protocol = "graft") -> None:
     Raises:
         SpecError: the selector does not parse, or names a group the rule lacks.
     """
-    resolution = RESOLUTIONS[protocol_of(protocol).name]
+    resolution = protocol.resolution
     for kind, k, n in parse_layers(selector):
         if kind == "frac":
             resolution.check_group(k, n)
@@ -264,11 +260,11 @@ FUSED_QKV_NOTE = (
 )
 
 
-def protocol_notes(grafts: Sequence[NamedGraft], protocol: str | Protocol = "graft") -> list[str]:
+def protocol_notes(grafts: Sequence[NamedGraft], protocol: Protocol = GRAFT) -> list[str]:
     """What of the paper's protocol a run of ``grafts`` does not reproduce, one line each
     (empty under graft's protocol): today the fused q/k/v targets, when a graft names ``q``,
     ``k`` or ``v`` on its own (``qkv``, ``attn``, ``block`` and ``all`` graft all three either way)."""
-    if not protocol_of(protocol).fused_qkv_note:
+    if not protocol.fused_qkv_note:
         return []
     single = {"q", "k", "v"}
     named = any(single & set(r.components) for g in grafts for r in g.spec.rules)
@@ -309,7 +305,7 @@ NEAREST_PAPER_FAMILY = {
 
 
 def paper_token_graft(
-    model: str, head_policy: str = "base", protocol: str | Protocol = "graft"
+    model: str, head_policy: str = "base", protocol: Protocol = GRAFT
 ) -> tuple[NamedGraft, str]:
     """The paper's token-table graft for ``model`` (a model name, hub id or folder), in every
     layer and component, and a line saying which table it follows and, for a model the

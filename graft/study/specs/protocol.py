@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graft.core.spec import PROTOCOLS
+from graft.core.spec import PROTOCOLS, RESOLUTIONS
+from graft.core.vocabulary import Resolution
 from graft.errors import ExperimentError
+from graft.study.specs.templates import TEMPLATE_SETS, TemplateSet
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,10 @@ class Protocol:
         name: ``graft`` or ``paper``: the value of ``--protocol``, what run records store and
             what a graft spec's ``protocol=`` names (the spec language's own resolution rules,
             :data:`graft.core.spec.PROTOCOLS`).
-        templates: the name of its training and test template set
-            (:func:`graft.study.specs.templates.template_set`).
+        templates: its training and test templates
+            (:class:`~graft.study.specs.templates.TemplateSet`).
+        resolution: how its grafts' cells resolve (layer groups, ``all``, fused q/k/v;
+            :class:`~graft.core.vocabulary.Resolution`).
         head_policy: the head policy of grafts that name none.
         dtype: the dtype models run in when none is given; None: the device's default
             (float32 on CPU, bfloat16 on CUDA).
@@ -53,7 +57,8 @@ class Protocol:
     """
 
     name: str
-    templates: str
+    templates: TemplateSet
+    resolution: Resolution
     head_policy: str
     dtype: str | None
     preset: str | None
@@ -74,7 +79,8 @@ class Protocol:
 
 GRAFT = Protocol(
     name="graft",
-    templates="graft",
+    templates=TEMPLATE_SETS["graft"],
+    resolution=RESOLUTIONS["graft"],
     head_policy="base",
     dtype=None,
     preset=None,
@@ -95,7 +101,8 @@ GRAFT = Protocol(
 
 PAPER = Protocol(
     name="paper",
-    templates="paper",
+    templates=TEMPLATE_SETS["paper"],
+    resolution=RESOLUTIONS["paper"],
     head_policy="paper",
     dtype="float32",  # the authors' code loaded every model in float32
     preset="paper",  # A.3.3: lr 2e-5, weight decay 0.01, batch 4, 10 epochs

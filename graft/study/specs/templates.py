@@ -236,8 +236,3 @@ TEMPLATE_SETS: dict[str, TemplateSet] = {
     ),
 }
 assert tuple(TEMPLATE_SETS) == PROTOCOLS
-
-
-def template_set(protocol: str = "graft") -> TemplateSet:
-    """The template set of ``protocol`` (``graft`` or ``paper``)."""
-    return TEMPLATE_SETS[protocol]

@@ -47,7 +47,7 @@ def dataset_dir(run: RunSpecs, direction: str = "one", data_seed: int | None = N
         split=run.data.split,
         n_facts=run.data.n_facts,
         seed=run.data.data_seed if data_seed is None else data_seed,
-        protocol=run.protocol.name,
+        protocol=run.protocol,
         shuffle=run.data.shuffle,
     )
 
@@ -86,7 +86,7 @@ def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = Non
         n_facts=run.data.n_facts,
         data_seed=rep.train_data_seed,
         device=run.execution.device,
-        protocol=run.protocol.name,
+        protocol=run.protocol,
         shuffle=run.data.shuffle,
     )
 

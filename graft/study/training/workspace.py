@@ -36,6 +36,7 @@ from graft.study.data.facts import KINDS
 from graft.study.data.generic_corpus import PaperCorpusHub, settle
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.presets import FinetuneConfig, resolve_config
+from graft.study.specs.protocol import GRAFT, Protocol
 from graft.study.specs.templates import DIRECTIONS
 from graft.study.training.donors import check_trained_on
 from graft.study.training.finetune import finetune
@@ -173,7 +174,7 @@ class Workspace:
         *,
         n_facts: int | None = None,
         seed: int = 0,
-        protocol: str = "graft",
+        protocol: Protocol = GRAFT,
         shuffle: str = "relations",
     ) -> Path:
         """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
@@ -183,7 +184,7 @@ class Workspace:
             seed=seed,
             direction=direction,
             split=split,
-            protocol=protocol,
+            protocol=protocol.name,
             shuffle=shuffle,
         )
         validate_config(config)
@@ -214,12 +215,12 @@ class Workspace:
         split: bool = False,
         n_facts: int | None = None,
         seed: int = 0,
-        protocol: str | None = None,
+        protocol: Protocol | None = None,
         shuffle: str = "relations",
     ) -> Path:
         """The folder of ``dataset``: a dataset folder as it is, a data kind generated into the
         workspace (``direction`` default ``"one"``, ``split``, ``n_facts``, ``seed``,
-        ``protocol`` default ``"graft"``, ``shuffle`` for ``real_movies_shuffled``).
+        ``protocol`` default graft's, ``shuffle`` for ``real_movies_shuffled``).
 
         Raises:
             DatasetError: ``dataset`` is neither, or a folder whose manifest has another
@@ -237,10 +238,10 @@ class Workspace:
                 )
             # a manifest without a protocol predates the paper protocol: graft's
             made_with = manifest.get("protocol", "graft") if has_manifest else None
-            if protocol is not None and made_with not in (None, protocol):
+            if protocol is not None and made_with not in (None, protocol.name):
                 raise DatasetError(
                     f"dataset {folder} was made with the {made_with!r} protocol, the run asks "
-                    f"for {protocol!r}; pass a data kind or a dataset made with that protocol",
+                    f"for {protocol.name!r}; pass a data kind or a dataset made with that protocol",
                     "dataset",
                 )
             return folder
@@ -256,7 +257,7 @@ class Workspace:
             split,
             n_facts=n_facts,
             seed=seed,
-            protocol=protocol or "graft",
+            protocol=protocol or GRAFT,
             shuffle=shuffle,
         )
 
@@ -299,7 +300,7 @@ class Workspace:
         n_facts: int | None = None,
         data_seed: int = 0,
         device: str | None = None,
-        protocol: str | None = None,
+        protocol: Protocol | None = None,
         shuffle: str = "relations",
     ) -> DonorLocation:
         """Where the donor of (model, dataset, variant, preset) is; generates its dataset if
@@ -340,7 +341,7 @@ class Workspace:
         data_seed: int = 0,
         device: str | None = None,
         quiet: bool = False,
-        protocol: str | None = None,
+        protocol: Protocol | None = None,
         shuffle: str = "relations",
     ) -> Path:
         """The finetuned model folder for (model, dataset, variant, preset); finetunes first
