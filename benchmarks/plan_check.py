@@ -215,12 +215,14 @@ def forward(args: argparse.Namespace) -> dict:
 
 def finetune(args: argparse.Namespace) -> dict:
     """graft's finetune of ``--model`` for ``--max-steps`` steps in a temporary workspace."""
-    from graft.study import Workspace, plan_finetune, resolve_config
+    from graft.study import DonorRequest, Workspace, plan_finetune, resolve_config
 
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Workspace(Path(args.workspace or tmp))
         cfg = resolve_config(args.preset, device="cpu", max_steps=args.max_steps)
-        donor = workspace.locate_donor(args.model, args.dataset, "one", cfg, n_facts=args.n_facts)
+        donor = workspace.locate_donor(
+            DonorRequest(args.model, args.dataset, "one", cfg, n_facts=args.n_facts)
+        )
         if donor.finished:
             raise SystemExit(f"{donor.path} is finetuned already: give another --workspace")
         plan = plan_finetune(

@@ -110,12 +110,20 @@ def finetune(
     # a GraftError becomes one line (GraftCommand)
     config = resolve_config(preset, device=device, **overrides)
     request = DonorRequest(
-        model, dataset, variant, config, n_facts, data_seed, shuffle, device, workspace, out
+        model,
+        dataset,
+        variant,
+        config,
+        n_facts=n_facts,
+        data_seed=data_seed,
+        shuffle=shuffle,
+        device=device,
     )
     if dry_run:
-        echo_plan(finetune_lines(plan_donor_job(request), device_memory(device)))
+        plan = plan_donor_job(request, workspace, out)
+        echo_plan(finetune_lines(plan, device_memory(device)))
         return
-    finetune_donor(request, check_memory=not skip_memory_check, quiet=quiet)
+    finetune_donor(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ _EXPORTS = {
     "METHODS": "graft.study.designs.patching",
     "TOKEN_SPECS": "graft.study.designs.paper",
     "RunRequest": "graft.study.specs.request",
-    "DonorRequest": "graft.study.running.donor_job",
+    "DonorRequest": "graft.study.specs.donor",
     "finetune_donor": "graft.study.running.donor_job",
     "plan_donor_job": "graft.study.running.donor_job",
     "sft_design": "graft.study.designs.common",

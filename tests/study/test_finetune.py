@@ -21,6 +21,7 @@ from graft.errors import DamagedFileError, DatasetError, FinetuneError, StorageE
 from graft.models import load_model
 from graft.results.metrics import example_metrics
 from graft.storage.files import current_umask
+from graft.study import DonorRequest
 from graft.study.data import generic_corpus, training_data
 from graft.study.data.datasets import DatasetConfig, generate_dataset
 from graft.study.data.files import load_generic_texts
@@ -312,7 +313,9 @@ def test_a_donor_finished_by_another_job_meanwhile_is_not_trained_again(tmp_path
     and released the lock; B takes the free lock at once and must find A's donor, not train
     (before, it checked again only when it had waited, and trained into the same folder)."""
     ws = Workspace(tmp_path / "ws")
-    donor = ws.locate_donor("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    donor = ws.locate_donor(
+        DonorRequest("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    )
     finished = ws.find_or_finetune("tiny-gpt2", "fake_movies_real_actors", "one", TINY, n_facts=20)
     aside = tmp_path / "aside"
     finished.rename(aside)  # B's first look: no donor yet
@@ -356,7 +359,7 @@ def test_workspace_datasets_and_donor_folders(tmp_path, dataset) -> None:
     label = ws.dataset_label(dataset)  # a folder outside the workspace: name plus a hash
     assert label.startswith("facts20-") and len(label) == len("facts20-") + 8
     cfg = presets.resolve_config("cpu")
-    donor = ws.locate_donor("tiny-llama", dataset, "one", cfg)
+    donor = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", cfg))
     assert donor.path == ws.root / "finetuned/tiny-llama" / label / "all/cpu"
     assert not donor.finished and donor.dataset_dir == dataset
     (tmp_path / "file").write_text("x")
@@ -647,7 +650,9 @@ def test_a_partial_folder_left_beside_a_finished_finetune_is_removed(straight, t
     the partial folder (checkpoints and all) for good."""
     ws = Workspace(tmp_path / "ws")
     # the dataset ``straight`` was trained on (a donor of other texts would be refused)
-    donor = ws.locate_donor("tiny-llama", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    donor = ws.locate_donor(
+        DonorRequest("tiny-llama", "fake_movies_real_actors", "one", TINY, n_facts=20)
+    )
     for finished in (tmp_path / "sft", donor.path):
         shutil.copytree(straight, finished)
         (ft.partial_dir(finished) / "checkpoints/checkpoint-6").mkdir(parents=True)

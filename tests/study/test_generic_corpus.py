@@ -14,6 +14,7 @@ import types
 import pytest
 
 from graft.errors import FinetuneError
+from graft.study import DonorRequest, resolve_config
 from graft.study.data import generic_corpus as gc
 from graft.study.data.datasets import DatasetConfig, generate_dataset
 from graft.study.data.files import load_generic_texts
@@ -109,17 +110,17 @@ def test_donors_of_different_corpora_live_in_different_folders(
     corpus = tmp_path / "mine.txt"
     corpus.write_text("One passage.\nTwo passages.\n")
     ws = Workspace(tmp_path / "ws")
-    stand_in = ws.locate_donor("tiny-llama", dataset, "one", "gentle")
+    stand_in = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", resolve_config("gentle")))
     given = dataclasses.replace(GENTLE, generic_corpus=str(corpus))
-    mine = ws.locate_donor("tiny-llama", dataset, "one", given)
+    mine = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", given))
     assert stand_in.path != mine.path
     assert mine.config.generic_corpus_id is not None
     assert mine.config.generic_corpus_id.startswith("file:")
     # the cpu preset mixes in nothing: no corpus is looked for, a given one changes nothing
-    cpu = ws.locate_donor("tiny-llama", dataset, "one", "cpu")
+    cpu = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", resolve_config("cpu")))
     assert cpu.config.generic_corpus_id is None and cpu.path.name == "cpu"
     cpu_given = dataclasses.replace(presets.CPU, generic_corpus=str(corpus))
-    assert ws.locate_donor("tiny-llama", dataset, "one", cpu_given).path == cpu.path
+    assert ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", cpu_given)).path == cpu.path
     assert len(no_hub) == 1
 
 
@@ -222,14 +223,16 @@ def test_a_workspace_asks_the_hub_once_for_all_its_donors(dataset, tmp_path, mon
     _fake_datasets(monkeypatch, unreachable)
     ws = Workspace(tmp_path / "ws")
     with caplog.at_level(logging.WARNING, logger=gc.__name__):
-        one = ws.locate_donor("tiny-llama", dataset, "one", "gentle")
+        one = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", resolve_config("gentle")))
         seeded = dataclasses.replace(GENTLE, seed=GENTLE.seed + 1)
-        other = ws.locate_donor("tiny-llama", dataset, "one", seeded)
+        other = ws.locate_donor(DonorRequest("tiny-llama", dataset, "one", seeded))
     assert tries == [None, gc.PARQUET_REVISION]  # one ask: the main branch, then Parquet
     assert one.path != other.path
     assert one.config.generic_corpus == other.config.generic_corpus == gc.STAND_IN
     assert caplog.text.count("openwebtext could not be read") == 2  # said for each donor
-    Workspace(tmp_path / "ws").locate_donor("tiny-llama", dataset, "one", "gentle")
+    Workspace(tmp_path / "ws").locate_donor(
+        DonorRequest("tiny-llama", dataset, "one", resolve_config("gentle"))
+    )
     assert len(tries) == 4  # another workspace object asks again
 
 

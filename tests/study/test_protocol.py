@@ -15,6 +15,7 @@ from graft.core.selectors import paper_layer_group
 from graft.core.spec import SpecError
 from graft.core.tiny import tiny_model
 from graft.errors import DatasetError, ExperimentError, FinetuneError
+from graft.study import DonorRequest, resolve_config
 from graft.study.data.datasets import (
     build_dataset,
     default_dataset_name,
@@ -157,7 +158,14 @@ def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tm
     # a donor finished on other texts than its dataset holds now is refused, not reused
     manifest_path.write_text(new_manifest, encoding="utf-8")
     donor = ws.locate_donor(
-        "tiny-llama", "fake_movies_real_actors", "one", "cpu", n_facts=3, protocol=PAPER
+        DonorRequest(
+            "tiny-llama",
+            "fake_movies_real_actors",
+            "one",
+            resolve_config("cpu"),
+            n_facts=3,
+            protocol=PAPER,
+        )
     )
     donor.path.mkdir(parents=True)
     for name in ("eval.json", "finetune_config.json"):

@@ -23,7 +23,7 @@ from graft.core.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
 from graft.storage.tables import save_table
-from graft.study import RunRequest
+from graft.study import DonorRequest, RunRequest
 from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
 from graft.study.specs.grafts import reference
@@ -229,12 +229,14 @@ def test_control_models_learn_other_facts(workspace, tmp_path):
     assert (real["control"], control["control"]) == (False, True)
     assert control["train_data_seed"] == CONTROL_DATA_SEED_OFFSET
     expected = Workspace(workspace).locate_donor(
-        MODEL,
-        KIND,
-        "one",
-        resolve_config("cpu", max_steps=2),
-        n_facts=4,
-        data_seed=CONTROL_DATA_SEED_OFFSET,
+        DonorRequest(
+            MODEL,
+            KIND,
+            "one",
+            resolve_config("cpu", max_steps=2),
+            n_facts=4,
+            data_seed=CONTROL_DATA_SEED_OFFSET,
+        )
     )
     assert control["donors"]["sft"]["path"] == str(expected.path)
     assert control["dataset"] == real["dataset"]  # tested on the real facts

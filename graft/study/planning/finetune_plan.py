@@ -33,8 +33,8 @@ from graft.study.planning.memory import (
     gib,
     model_size,
 )
+from graft.study.specs.donor import DonorRequest
 from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
-from graft.study.specs.protocol import Protocol
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
 from graft.study.training.sources import finetune_steps, trained_mix
 from graft.study.training.workspace import Workspace, parse_variant
@@ -280,45 +280,37 @@ def scratch_workspace(workspace: str | None) -> Iterator[PlanWorkspace]:
 
 
 def plan_donor(
-    model: str,
-    dataset: str,
-    variant: str,
-    config: FinetuneConfig,
+    request: DonorRequest,
     *,
     workspace: PlanWorkspace,
-    split: bool = False,
-    n_facts: int | None = None,
-    data_seed: int = 0,
-    device: str | None = None,
-    protocol: Protocol | None = None,
-    shuffle: str = "relations",
     out: Path | None = None,
     what: str | None = None,
     held_bytes: int = 0,
 ) -> FinetunePlan:
-    """The plan of the donor :meth:`Workspace.locate_donor` names (its dataset generated
-    into the scratch folder if the workspace lacks it)."""
-    direction, train_set = parse_variant(variant)
+    """The plan of the donor :meth:`Workspace.locate_donor` names for ``request`` (its
+    dataset generated into the scratch folder if the workspace lacks it); ``out``: another
+    folder than the workspace's; ``what``: how the plan names it."""
+    direction, train_set = parse_variant(request.variant)
     real, read = workspace.dataset(
-        dataset,
+        request.dataset,
         direction,
-        split=split or train_set is not None,
-        n_facts=n_facts,
-        seed=data_seed,
-        protocol=protocol,
-        shuffle=shuffle,
+        split=request.split or train_set is not None,
+        n_facts=request.n_facts,
+        seed=request.data_seed,
+        protocol=request.protocol,
+        shuffle=request.shuffle,
     )
     corpora = workspace.real.corpus_dir
-    config = settle(config, read, corpora, fetch=False)
-    folder = out or workspace.real.donor_dir(model, real, train_set, config)
+    config = settle(request.config, read, corpora, fetch=False)
+    folder = out or workspace.real.donor_dir(request.model, real, train_set, config)
     return plan_finetune(
-        model,
+        request.model,
         read,
         config,
         train_set=train_set,
-        device=device,
+        device=request.device,
         folder=folder,
-        what=what or f"the {variant!r} model",
+        what=what or f"the {request.variant!r} model",
         held_bytes=held_bytes,
         corpus_dir=corpora,
     )

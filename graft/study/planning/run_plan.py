@@ -49,7 +49,7 @@ from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.request import RunRequest
 from graft.study.specs.run import RunSpecs
-from graft.study.training.sources import finetune_preset, needs_finetune
+from graft.study.training.sources import donor_request, needs_finetune
 
 
 @dataclass
@@ -303,17 +303,8 @@ def _donor_plan(
 ) -> FinetunePlan:
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     return plan_donor(
-        run.donors.model,
-        run.data.dataset,
-        source.variant,
-        finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
+        donor_request(run, source, rep),
         workspace=ws,
-        split=run.data.split,
-        n_facts=run.data.n_facts,
-        data_seed=rep.train_data_seed,
-        device=run.execution.device,
-        protocol=run.protocol,
-        shuffle=run.data.shuffle,
         held_bytes=held,
         what=f"the {source.variant!r} model" + (which if run.replicated else ""),
     )

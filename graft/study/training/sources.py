@@ -26,6 +26,7 @@ from graft.errors import ExperimentError, FinetuneError, GraftError, ModelNotFou
 from graft.models import resolve_device, resolve_model_name
 from graft.study.data.training_data import load_fact_dataset, split_texts
 from graft.study.specs.config import ModelSource, Replicate
+from graft.study.specs.donor import DonorRequest
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.run import DonorSpec, RunSpecs
 from graft.study.training.duration import tokens_per_text
@@ -73,22 +74,28 @@ def finetune_preset(
     )
 
 
-def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = None) -> DonorLocation:
-    """Where the finetune variant ``source`` of ``replicate`` (default: the run's first) is;
-    its dataset is generated if missing."""
-    rep = replicate or run.replicates[0]
-    return _workspace(run).locate_donor(
+def donor_request(run: RunSpecs, source: ModelSource, replicate: Replicate) -> DonorRequest:
+    """The donor that the finetune variant ``source`` names in ``replicate`` of ``run``: the
+    one object the workspace locates it by and the planner plans it by."""
+    return DonorRequest(
         run.donors.model,
         run.data.dataset,
         source.variant,
-        finetune_preset(run.donors, run.execution.device, rep.finetune_seed),
+        finetune_preset(run.donors, run.execution.device, replicate.finetune_seed),
         split=run.data.split,
         n_facts=run.data.n_facts,
-        data_seed=rep.train_data_seed,
+        data_seed=replicate.train_data_seed,
+        shuffle=run.data.shuffle,
         device=run.execution.device,
         protocol=run.protocol,
-        shuffle=run.data.shuffle,
     )
+
+
+def _donor(run: RunSpecs, source: ModelSource, replicate: Replicate | None = None) -> DonorLocation:
+    """Where the finetune variant ``source`` of ``replicate`` (default: the run's first) is;
+    its dataset is generated if missing."""
+    request = donor_request(run, source, replicate or run.replicates[0])
+    return _workspace(run).locate_donor(request)
 
 
 def resolve_model_path(

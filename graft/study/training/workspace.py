@@ -35,6 +35,7 @@ from graft.study.data.datasets import (
 from graft.study.data.facts import KINDS
 from graft.study.data.generic_corpus import PaperCorpusHub, settle
 from graft.study.specs.config import DatasetConfig
+from graft.study.specs.donor import DonorRequest
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.protocol import GRAFT, Protocol
 from graft.study.specs.templates import DIRECTIONS
@@ -289,45 +290,27 @@ class Workspace:
             / config.key()
         )
 
-    def locate_donor(
-        self,
-        model: str,
-        dataset: str | os.PathLike[str],
-        variant: str = "one",
-        preset: str | FinetuneConfig | None = None,
-        *,
-        split: bool = False,
-        n_facts: int | None = None,
-        data_seed: int = 0,
-        device: str | None = None,
-        protocol: Protocol | None = None,
-        shuffle: str = "relations",
-    ) -> DonorLocation:
-        """Where the donor of (model, dataset, variant, preset) is; generates its dataset if
-        missing, trains nothing. ``split``: generate the split dataset even for an unsplit
-        variant; ``preset`` ``None``: the default preset of ``device``; ``protocol``: the
-        dataset's (``graft`` or ``paper``; ``None``: graft's for a data kind, any for a
-        folder); ``shuffle``: a generated ``real_movies_shuffled``'s
-        (:attr:`DatasetConfig.shuffle`). A preset that mixes in generic text has its corpus
-        fixed first
+    def locate_donor(self, request: DonorRequest) -> DonorLocation:
+        """Where the donor of ``request`` is; generates its dataset if missing, trains
+        nothing. A preset that mixes in generic text has its corpus fixed first
         (:func:`graft.study.data.generic_corpus.settle`: the paper's corpus is downloaded into
         :attr:`corpus_dir` if missing), so the folder names it."""
-        config = resolve_config(preset, device=device)
-        direction, train_set = parse_variant(variant)
-        resolve_model_name(model)
+        config = request.config
+        direction, train_set = parse_variant(request.variant)
+        resolve_model_name(request.model)
         dataset_dir = self.dataset(
-            dataset,
+            request.dataset,
             direction,
-            split=split or train_set is not None,
-            n_facts=n_facts,
-            seed=data_seed,
-            protocol=protocol,
-            shuffle=shuffle,
+            split=request.split or train_set is not None,
+            n_facts=request.n_facts,
+            seed=request.data_seed,
+            protocol=request.protocol,
+            shuffle=request.shuffle,
         )
         with self._writing("keep the generic corpus"):
             config = settle(config, dataset_dir, self.corpus_dir, hub=self.hub)
-        path = self.donor_dir(model, dataset_dir, train_set, config)
-        return DonorLocation(model, dataset_dir, train_set, config, path)
+        path = self.donor_dir(request.model, dataset_dir, train_set, config)
+        return DonorLocation(request.model, dataset_dir, train_set, config, path)
 
     def find_or_finetune(
         self,
@@ -345,18 +328,23 @@ class Workspace:
         shuffle: str = "relations",
     ) -> Path:
         """The finetuned model folder for (model, dataset, variant, preset); finetunes first
-        if missing. Arguments as for :meth:`locate_donor`; ``quiet``: no progress bars."""
+        if missing. ``preset`` None: the default preset of ``device``; the other arguments are
+        :class:`~graft.study.specs.donor.DonorRequest`'s fields; ``quiet``: no progress
+        bars."""
+        config = resolve_config(preset, device=device)
         donor = self.locate_donor(
-            model,
-            dataset,
-            variant,
-            preset,
-            split=split,
-            n_facts=n_facts,
-            data_seed=data_seed,
-            device=device,
-            protocol=protocol,
-            shuffle=shuffle,
+            DonorRequest(
+                model,
+                str(dataset),
+                variant,
+                config,
+                split=split,
+                n_facts=n_facts,
+                data_seed=data_seed,
+                shuffle=shuffle,
+                device=device,
+                protocol=protocol,
+            )
         )
         return self.finetune_donor(donor, device=device, quiet=quiet)
 
