@@ -10,7 +10,6 @@ vocabulary" table lists them. Where a meaning differs, the name differs too (an 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -319,16 +318,6 @@ def run_or_plan(design: Design) -> DesignRun | None:
     for plan in plan_design(design).values():
         echo_plan(plan.lines())
     return None
-
-
-def echo_figures(run_folder: str | Path) -> None:
-    """Draw the figures of ``run_folder``, name each PNG and say how long drawing took."""
-    from graft.results import draw_figures
-
-    start = time.perf_counter()
-    for png in draw_figures(run_folder):
-        click.echo(f"figure: {png}")
-    click.echo(f"time: figures {time.perf_counter() - start:.1f} s")
 
 
 def standalone(command: click.Command) -> None:

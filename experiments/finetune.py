@@ -16,11 +16,9 @@ from graft.study import (
     DonorRequest,
     ExperimentConfig,
     FinetuneConfig,
-    device_memory,
-    finetune_donor,
-    finetune_lines,
-    plan_donor_job,
+    donor_job_lines,
     resolve_config,
+    run_donor_job,
 )
 from graft_experiments.common import (
     GraftCommand,
@@ -120,10 +118,9 @@ def finetune(
         device=device,
     )
     if dry_run:
-        plan = plan_donor_job(request, workspace, out)
-        echo_plan(finetune_lines(plan, device_memory(device)))
+        echo_plan(donor_job_lines(request, workspace, out))
         return
-    finetune_donor(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
+    run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
 
 
 if __name__ == "__main__":

@@ -100,11 +100,12 @@ def test_a_finetune_that_does_not_fit_names_its_flags(tmp_path, monkeypatch):
     """gpt2-xl's paper finetune with 16 GiB free: the command's own flags make it fit. (The
     model is a folder holding gpt2-xl's published config: a model that is neither here nor
     downloadable is not refused for memory, its loading says why it cannot run.)"""
-    import graft_experiments.finetune
+    import graft.study.running.donor_job as donor_job
     from graft.models.paper import PAPER_CONFIGS
 
     sixteen = DeviceMemory("cpu", "CPU", 16 * 2**30, 32 * 2**30)
-    monkeypatch.setattr(graft_experiments.finetune, "device_memory", lambda device: sixteen)
+    # the one place the dry run and the real run read the device's memory
+    monkeypatch.setattr(donor_job, "device_memory", lambda device: sixteen)
     model = tmp_path / "gpt2-xl"
     PAPER_CONFIGS["gpt2-xl"]().save_pretrained(model)  # config.json alone: no weights
     args = ["finetune", "--model", str(model), "--preset", "paper", "--n-facts", "10"]

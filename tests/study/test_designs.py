@@ -23,6 +23,7 @@ from graft.study import (
     resolve,
 )
 from graft.study.designs import run_methods, summary_lines
+from graft.study.running.runner import default_out
 
 
 def specs(tmp_path: Path, **options):
@@ -32,7 +33,7 @@ def specs(tmp_path: Path, **options):
 def test_position_is_one_run_with_the_protocols_donor(tmp_path):
     ours = position_design(specs(tmp_path), positions=["FE", "LT"])
     ((name, request),) = ours.runs.items()
-    assert name == "" and ours.folder == ours.run_folder("")
+    assert name == "" and ours.folder == default_out(request.specs)
     assert [g.name for g in request.grafts] == ["PRE", "SFT", "FE", "LT"]
     assert request.donors == {"sft": ModelSource("one")} and request.data_direction == "one"
     assert request.specs.experiment == "position"

@@ -51,10 +51,6 @@ class Design:
     finish: Finish | None = None
     figures: bool = True
 
-    def run_folder(self, name: str) -> Path:
-        """The run folder of run ``name``."""
-        return self.folder / name if name else self.folder
-
 
 @dataclass
 class DesignRun:

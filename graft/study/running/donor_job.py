@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from graft.study.planning.device_memory import device_memory
-from graft.study.planning.finetune_plan import FinetunePlan, plan_donor, scratch_workspace
+from graft.study.planning.finetune_plan import (
+    FinetunePlan,
+    finetune_lines,
+    plan_donor,
+    scratch_workspace,
+)
 from graft.study.planning.run_plan import check_fits
 from graft.study.specs.donor import DonorRequest
 from graft.study.training.finetune import finetune
@@ -25,7 +30,16 @@ def plan_donor_job(
         return plan_donor(request, workspace=ws, out=out, what=what)
 
 
-def finetune_donor(
+def donor_job_lines(
+    request: DonorRequest, workspace: str | None = None, out: Path | None = None
+) -> list[str]:
+    """What ``--dry-run`` prints of ``request``: its plan against the device's free
+    memory (the memory :func:`run_donor_job` checks it against)."""
+    plan = plan_donor_job(request, workspace, out)
+    return finetune_lines(plan, device_memory(request.device))
+
+
+def run_donor_job(
     request: DonorRequest,
     workspace: str | None = None,
     out: Path | None = None,

@@ -5,7 +5,7 @@ and a researcher can build by hand."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graft.study.specs.config import ExperimentConfig, ModelSource
@@ -55,8 +55,3 @@ class RunRequest:
         object.__setattr__(self, "donors", dict(self.donors))
         object.__setattr__(self, "extra_config", dict(self.extra_config))
         object.__setattr__(self, "analyses", tuple(self.analyses))
-
-    def with_specs(self, **options: Any) -> RunRequest:
-        """This request with the specs' options ``options`` replaced (e.g. ``out=...``,
-        ``directions=(...)``), resolved again."""
-        return replace(self, specs=resolve(replace(self.specs.options, **options)))
