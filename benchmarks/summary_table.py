@@ -8,12 +8,13 @@ Run from the repository root: python -m benchmarks.summary_table RUN_FOLDER [MET
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
+
+from graft.results import read_run_record
 
 #: Templates in the order the tables show them; any other template follows, as it first
 #: appears.
@@ -34,8 +35,7 @@ def table(folder: Path, metric: str = "acc@5", group: str | None = None) -> str:
         hint = f" (its sub-runs: {', '.join(nested)})" if nested else ""
         raise SystemExit(f"error: no summary.parquet in {folder}{hint}")
     summary = pl.read_parquet(folder / "summary.parquet")
-    config = json.loads((folder / "config.json").read_text())
-    order = list(dict.fromkeys(g["name"] for g in config["grafts"]))
+    order = read_run_record(folder).graft_names
     return markdown(summary, order, metric, group)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
-from graft.results.run_config import read_config_file, recorded_run_key
+from graft.results.record import read_run_record
+from graft.results.run_config import recorded_run_key
 from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, refresh_mirrors
 from graft.results.stats import paired_contrasts
 from graft.storage.tables import read_table
@@ -161,10 +162,9 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
     """
     folder = Path(folder)
     config_file = folder / "config.json"
-    config = read_config_file(config_file) if config_file.is_file() else None
-    subs = config.get("pairs") if isinstance(config, dict) else None
-    files = [folder / str(s) / EXAMPLES_FILE for s in subs or []]
-    if isinstance(config, dict) and (folder / EXAMPLES_FILE).is_file():
+    record = read_run_record(config_file) if config_file.is_file() else None
+    files = [folder / s / EXAMPLES_FILE for s in record.pairs] if record else []
+    if record is not None and (folder / EXAMPLES_FILE).is_file():
         files = [folder / EXAMPLES_FILE]
     if not files or not all(f.is_file() for f in files):
         raise RunFolderError(

@@ -60,6 +60,7 @@ from graft.results.folder import RunFolder
 from graft.results.provenance import (
     command_line,
 )
+from graft.results.record import RunRecord
 from graft.results.run_config import CONFIG_FILE, read_config_file
 from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
 from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
@@ -155,20 +156,18 @@ def missing_fields(config: Mapping[str, Any]) -> list[str]:
     return missing
 
 
-def device_of(config: Mapping[str, Any]) -> str:
+def device_of(record: RunRecord) -> str:
     """The device a run computed on: its ``--device``, else ``cuda`` where its machine
     record names a GPU (recorded only for a CUDA device), else ``cpu``."""
-    options = config.get("options") or {}
-    recorded = config.get("machine")
-    machine: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    device = options.get("device") or ("cuda" if machine.get("gpu") else "cpu")
+    machine = record.machine or {}
+    device = record.options.get("device") or ("cuda" if machine.get("gpu") else "cpu")
     return f"{device} ({machine['gpu']})" if machine.get("gpu") else str(device)
 
 
 def experiment_entry(
-    config: Mapping[str, Any], files: Mapping[str, str], source: str, missing: Sequence[str]
+    record: RunRecord, files: Mapping[str, str], source: str, missing: Sequence[str]
 ) -> dict[str, Any]:
-    """The ``provenance.json`` entry of a run with ``config`` (its ``config.json``).
+    """The ``provenance.json`` entry of a run with the record ``record``.
 
     Fields: ``kind`` (``experiment``), ``experiment``, ``files`` (published -> source),
     ``source`` (the run folder), ``run_key``; what computed it: ``command``, ``git_commit``,
@@ -180,33 +179,32 @@ def experiment_entry(
     donor ``pairs`` of a combined component run; ``finetuned_models`` (each donor's own
     record: preset, seed, data, device, machine, versions); ``published`` (when and by
     which command); ``missing`` (fields the config lacked)."""
-    options = config.get("options") or {}
-    resumes = config.get("resumes") or []
+    options = record.options
     entry: dict[str, Any] = {
         "kind": "experiment",
-        "experiment": config.get("experiment"),
+        "experiment": record.experiment,
         "files": dict(files),
         "source": source,
-        "run_key": config.get("run_key"),
-        "command": config.get("command"),
-        "git_commit": config.get("git_commit"),
-        "git_dirty": config.get("git_dirty"),
-        "packages": config.get("packages"),
-        "device": device_of(config),
-        "machine": config.get("machine"),
-        "engine": config.get("engine"),
-        "created": config.get("created"),
-        "resumes": [r for r in resumes if isinstance(r, dict)],
+        "run_key": record.run_key or None,
+        "command": record.command,
+        "git_commit": record.git_commit,
+        "git_dirty": record.git_dirty,
+        "packages": record.packages,
+        "device": device_of(record),
+        "machine": record.machine,
+        "engine": record.engine,
+        "created": record.created,
+        "resumes": list(record.resumes),
         **{name: options.get(name) for name in RUN_OPTIONS},
         "seeds": {name: options.get(name) for name in SEED_OPTIONS if name in options},
-        "replicates": [r.get("label") for r in config.get("replicates") or []],
-        "grafts": list(dict.fromkeys(g.get("name") for g in config.get("grafts") or [])),
-        "finetuned_models": config.get("finetuned_models"),
+        "replicates": [r.label for r in record.replicates],
+        "grafts": record.graft_names,
+        "finetuned_models": record.finetuned_models,
         "published": {"time": utc_timestamp(), "command": command_line()},
         "missing": list(missing),
     }
-    if config.get("pairs"):
-        entry["pairs"] = list(config["pairs"])
+    if record.pairs:
+        entry["pairs"] = list(record.pairs)
     return entry
 
 
@@ -264,10 +262,10 @@ def _copy(source: Path, target: Path) -> None:
 # ------------------------------------------------------------------ publishing a run
 
 
-def _pair_tables(run: Path, config: Mapping[str, Any], stem: str) -> pl.DataFrame | None:
+def _pair_tables(run: Path, record: RunRecord, stem: str) -> pl.DataFrame | None:
     """A combined component run's ``stem`` table over its pairs' run folders (as text,
     so every number is copied as written), or None when no pair has one."""
-    files = [run / str(p) / f"{stem}.csv" for p in config.get("pairs") or []]
+    files = [run / p / f"{stem}.csv" for p in record.pairs]
     frames = [pl.read_csv(f, infer_schema_length=0) for f in files if f.is_file()]
     return pl.concat(frames, how="diagonal_relaxed") if frames else None
 
@@ -285,31 +283,31 @@ def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def run_tables(run: Path, config: Mapping[str, Any]) -> dict[str, Path | pl.DataFrame]:
+def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
     """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
     combined component run, the pairs' tables as one frame)."""
     tables: dict[str, Path | pl.DataFrame] = {
         p.stem: p for p in sorted(run.glob("*.csv")) if not p.name.startswith(".")
     }
     for stem in (CONTRASTS_STEM, NAME_CONTRASTS_STEM):
-        if stem not in tables and config.get("pairs"):
-            combined = _pair_tables(run, config, stem)
+        if stem not in tables and record.pairs:
+            combined = _pair_tables(run, record, stem)
             if combined is not None:
                 tables[stem] = combined
     return tables
 
 
-def run_examples(run: Path, config: Mapping[str, Any]) -> tuple[pl.DataFrame, str] | None:
+def run_examples(run: Path, record: RunRecord) -> tuple[pl.DataFrame, str] | None:
     """The per-prompt rows of the run folder ``run`` (its ``examples.parquet``; of a
     component run's pairs or a sweep's runs, each folder's, with a ``run`` column for a
     sweep) and where they came from, or None where it has none."""
-    parts = [str(p) for p in config.get("runs") or config.get("pairs") or []]
+    parts = list(record.runs or record.pairs)
     if not parts:
         own = run / EXAMPLES_FILE
         return (pl.read_parquet(own), EXAMPLES_FILE) if own.is_file() else None
     frames = [
         pl.read_parquet(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
-        if config.get("runs")
+        if record.runs
         else pl.read_parquet(run / p / EXAMPLES_FILE)
         for p in parts
         if (run / p / EXAMPLES_FILE).is_file()
@@ -367,7 +365,8 @@ def publish_run(
     if not (run / CONFIG_FILE).is_file() or not RunFolder(run).is_marked():
         raise ResultsError(f"{run} is not a run folder graft wrote (no {CONFIG_FILE} of a run)")
     config = sweep_config(run, read_config_file(run / CONFIG_FILE))
-    finished = SWEEP_STEM if config.get("runs") else SUMMARY_STEM
+    run_record = RunRecord.from_json(config)
+    finished = SWEEP_STEM if run_record.runs else SUMMARY_STEM
     if not (run / f"{finished}.csv").is_file():
         raise ResultsError(
             f"{run} holds no {finished}.csv: the run has not finished; rerun its command "
@@ -375,7 +374,7 @@ def publish_run(
         )
     if out.resolve() == run.resolve():
         raise ResultsError(f"{out} is the run folder itself; publish into another folder")
-    name = name or str(config.get("experiment") or "")
+    name = name or run_record.experiment
     _check_name(name)
     missing = missing_fields(config)
     if missing and not allow_incomplete:
@@ -387,9 +386,9 @@ def publish_run(
     record = read_provenance(out)
     key = f"experiments:{name}"
     owners = _owners(record)
-    tables = run_tables(run, config)
+    tables = run_tables(run, run_record)
     names = published_names(list(tables), name, owners, key)
-    examples = run_examples(run, config)
+    examples = run_examples(run, run_record)
     if examples is not None:
         names[EXAMPLES_FILE] = f"{name}_{EXAMPLES_FILE}"
     for file in names.values():
@@ -419,9 +418,9 @@ def publish_run(
         else:
             with storage_errors("a published table", out / file), atomic_path(out / file) as tmp:
                 table.write_csv(tmp)
-            sources[file] = f"{{{','.join(config.get('pairs') or [])}}}/{stem}.csv"
+            sources[file] = f"{{{','.join(run_record.pairs)}}}/{stem}.csv"
     for file in removed:
         (out / file).unlink(missing_ok=True)
-    record["experiments"][name] = experiment_entry(config, sources, str(run), missing)
+    record["experiments"][name] = experiment_entry(run_record, sources, str(run), missing)
     _write_provenance(out, record)
     return Published(out, name, sources, list(missing), replaced, removed)

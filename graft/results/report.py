@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import polars as pl
 
@@ -12,7 +12,7 @@ from graft.errors import ResultsError
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.paper import numbers as paper_numbers
-from graft.results.run_config import read_config_file
+from graft.results.record import read_run_record
 from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors
 from graft.storage.tables import read_table
 
@@ -64,10 +64,6 @@ _BAR_TEXT: dict[str, tuple[str, dict[str, str], str | None]] = {
 #: experiment -> the first part of its bar charts' file names, where it is not the
 #: experiment's name: a lens run's bar charts show the output's accuracy, not a lens.
 _BAR_STEMS = {"lens": "final_layer"}
-
-
-def _model_name(config: dict[str, Any]) -> str:
-    return str(config.get("options", {}).get("model", "?"))
 
 
 def _int_max(column: pl.Series) -> int:
@@ -138,18 +134,18 @@ def draw_figures(
         raise FileNotFoundError(
             f"{folder} is not a finished run folder (needs summary.parquet and config.json)"
         )
-    config = read_config_file(config_file)
-    summary = read_table(summary_file, SUMMARY_STEM, str(config.get("run_key") or ""))
-    refresh_mirrors(folder, str(config.get("run_key") or ""))
+    record = read_run_record(config_file)
+    summary = read_table(summary_file, SUMMARY_STEM, record.run_key)
+    refresh_mirrors(folder, record.run_key)
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")
-    order = with_twins([g["name"] for g in config.get("grafts", [])])
-    experiment = str(config.get("experiment", "custom"))
+    order = with_twins([g.name for g in record.grafts])
+    experiment = record.experiment
     return draw_summary_figures(
         summary,
         experiment,
-        _model_name(config),
+        record.model,
         Path(fig_dir) if fig_dir is not None else folder / "figures",
         metric,
         order,

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from graft.core.spec import parse_spec
+from graft.results import read_run_record
 from graft.results.top1_kinds import KINDS, Top1Classifier
 from graft.study import RunRequest
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
@@ -38,8 +39,17 @@ def test_a_runs_top1_kinds_are_classified_against_its_datasets_names(dataset, do
         echo=lambda _: None,
     )
     assert group_columns(run.examples) == ["template", "graft"]  # one seed, one group
+    record = read_run_record(run.folder.path)  # the stored record, read back typed
+    assert record == run.record
+    assert (record.experiment, record.model, record.graft_names) == (
+        "custom",
+        "tiny-llama",
+        ["PRE", "LT"],
+    )
+    assert record.dataset == dataset and record.donors["sft"].path == str(donor_path)
+    assert record.run_key and record.replicates == () and record.pairs == ()
 
-    table = write_top1_kinds(run.folder, run.examples, run.config)
+    table = write_top1_kinds(run.folder, run.examples, run.record)
 
     facts = load_facts(dataset)
     classify = Top1Classifier(

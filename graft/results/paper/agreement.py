@@ -4,7 +4,6 @@ contrasts, and test each paper number that applies to the run's model (rules in
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -15,6 +14,7 @@ import polars as pl
 from graft.errors import ResultsError
 from graft.results.paper import numbers as paper_numbers
 from graft.results.paper.numbers import PaperNumber
+from graft.results.record import read_run_record
 from graft.results.stats.agreement import binomial_agreement, interval_agreement, seeds_agreement
 from graft.results.stats.intervals import paired_interval
 from graft.results.stats.paired import holm, mcnemar_exact_p, over_seeds_p
@@ -106,9 +106,9 @@ def read_results(folder: str | Path, model: str | None = None, label: str = "") 
     folder = Path(folder)
     summaries, contrasts = {}, {}
     if (folder / "config.json").is_file() and (folder / "summary.csv").is_file():
-        config = json.loads((folder / "config.json").read_text())
-        experiment = str(config.get("experiment", "custom"))
-        model = model or str(config.get("options", {}).get("model", ""))
+        record = read_run_record(folder)
+        experiment = record.experiment
+        model = model or str(record.options.get("model") or "")
         summaries[experiment] = read_csv_table(folder / "summary.csv")
         if (folder / "contrasts.csv").is_file():
             contrasts[experiment] = read_csv_table(folder / "contrasts.csv")

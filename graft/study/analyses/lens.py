@@ -31,9 +31,9 @@ from graft.core.arch import architecture_of
 from graft.core.wrapping import unwrap
 from graft.errors import ExperimentError
 from graft.models import LoadedModel
-from graft.results.folder import RunFolder
 from graft.results.plots import save_figure
 from graft.results.plots.lens import lens_chart
+from graft.results.record import read_run_record
 from graft.storage.tables import read_table, write_csv
 from graft.study.analyses.lens_causality import identical_lines
 from graft.study.analyses.lens_tables import (
@@ -167,11 +167,9 @@ def draw_lens_figures(folder: str | Path, fig_dir: str | Path | None = None) -> 
     ``figures/lens[_<group>]_<metric>.png`` (and ``.pdf``; ``fig_dir``: that folder instead
     of ``figures``). Returns the PNG paths."""
     folder = Path(folder)
-    config = RunFolder(folder).read_config() or {}
-    run_key = str(config.get("run_key") or "")
-    summary = read_table(folder / f"{LENS_SUMMARY}.parquet", LENS_SUMMARY, run_key)
-    model = str(config.get("options", {}).get("model", "?"))
-    order = [g["name"] for g in config.get("grafts", [])]
+    record = read_run_record(folder)
+    summary = read_table(folder / f"{LENS_SUMMARY}.parquet", LENS_SUMMARY, record.run_key)
+    model, order = record.model, [g.name for g in record.grafts]
     out = []
     for (group,), part in summary.partition_by("group", as_dict=True, maintain_order=True).items():
         for metric in FIGURE_METRICS:

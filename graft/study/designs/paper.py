@@ -54,7 +54,7 @@ def position(
 
 def _top1_kinds(done: DesignRun) -> None:
     run = done.run
-    table = write_top1_kinds(run.folder, run.examples, run.config)
+    table = write_top1_kinds(run.folder, run.examples, run.record)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, fmt_str_lengths=20):
         wide = str(top1_kinds_wide(table, group_columns(run.examples)))
     done.files[TOP1_KINDS] = run.folder.path / f"{TOP1_KINDS}.csv"

@@ -50,6 +50,7 @@ from graft.results.compare import (
 )
 from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
+from graft.results.record import RunRecord
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.prompts import TestExample
 from graft.study.data.rows import (
@@ -123,6 +124,11 @@ class ExperimentRun:
     times: StageTimes = field(default_factory=StageTimes)
     computed: dict[str, list[str]] = field(default_factory=dict)
     analyses: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def record(self) -> RunRecord:
+        """``config`` read as the typed record (:class:`graft.results.RunRecord`)."""
+        return RunRecord.from_json(self.config)
 
 
 def _check_remote(execution: ExecutionSpec) -> None:
