@@ -65,10 +65,15 @@ def number_type(allowed: Range) -> click.ParamType:
 def csv_list(ctx, param, value):
     if value is None:
         return None
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    items = tuple(item_list(ctx, param, value))
     if not items:
         raise click.BadParameter("give at least one comma-separated value")
     return items
+
+
+def item_list(ctx, param, value: str) -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``; ``""`` -> ``[]``."""
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def seed_list(ctx, param, value):
@@ -76,7 +81,7 @@ def seed_list(ctx, param, value):
     range (None when not given)."""
     if value is None:
         return None
-    items = [v.strip() for v in value.split(",") if v.strip()]
+    items = item_list(ctx, param, value)
     if not items or not all(v.isdigit() and not SEED.problem("", int(v)) for v in items):
         raise click.BadParameter(
             f"{value!r}: give comma-separated whole numbers from 0 to {SEED.high}, e.g. 0,1,2"

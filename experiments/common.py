@@ -28,6 +28,7 @@ from graft.study import (
     resolve,
     run_design,
 )
+from graft_experiments.click_types import item_list
 from graft_experiments.command import (
     LoggingCommand,
     OneLineError,
@@ -66,60 +67,20 @@ REMOTE = "Remote execution (only with --remote)"
 SECTIONS = (MODEL_DATA, REPLICATES, RUN, DONORS, OUTPUT, REMOTE)
 #: The remote options' parameters: RemoteConfig's fields, in help order.
 REMOTE_PARAMS = tuple(REMOTE_FLAGS)
-#: The shared options of every experiment command, in help order: ExperimentConfig's fields
-#: with a flag, and --quiet.
-SHARED_NAMES = (
-    "model",
-    "dataset",
-    "n_facts",
-    "data_seed",
-    "shuffle",
-    "data_seeds",
-    "finetune_seeds",
-    "control",
-    "templates",
-    "n",
-    "batch_size",
-    "device",
-    "dtype",
-    "seed",
-    "n_boot",
-    "head_policy",
-    "protocol",
-    "score_full_name",
-    "skip_memory_check",
-    "dry_run",
-    "preset",
-    "finetune_max_steps",
-    "generic_corpus",
-    "out",
-    "workspace",
-    "overwrite",
-    "quiet",
-)
+#: The shared options of every experiment command by help section, in help order:
+#: ExperimentConfig's fields with a flag, --dry-run and --quiet.
+SHARED = {
+    MODEL_DATA: ("model", "dataset", "n_facts", "data_seed", "shuffle", "templates", "n"),
+    REPLICATES: ("data_seeds", "finetune_seeds", "control"),
+    RUN: ("batch_size", "device", "dtype", "seed", "n_boot", "head_policy", "protocol")
+    + ("score_full_name", "skip_memory_check", "dry_run"),
+    DONORS: ("preset", "finetune_max_steps", "generic_corpus"),
+    OUTPUT: ("out", "workspace", "overwrite", "quiet"),
+}
+SHARED_NAMES = tuple(name for names in SHARED.values() for name in names)
 SECTION_OF: dict[str, str] = {
-    **dict.fromkeys(
-        ("model", "dataset", "n_facts", "data_seed", "shuffle", "templates", "n", "variant"),
-        MODEL_DATA,
-    ),
-    **dict.fromkeys(("data_seeds", "finetune_seeds", "control"), REPLICATES),
-    **dict.fromkeys(
-        (
-            "batch_size",
-            "device",
-            "dtype",
-            "seed",
-            "n_boot",
-            "head_policy",
-            "protocol",
-            "score_full_name",
-            "skip_memory_check",
-            "dry_run",
-        ),
-        RUN,
-    ),
-    **dict.fromkeys(("preset", "finetune_max_steps", "generic_corpus"), DONORS),
-    **dict.fromkeys(("out", "workspace", "overwrite", "quiet"), OUTPUT),
+    **{name: section for section, names in SHARED.items() for name in names},
+    "variant": MODEL_DATA,
     **dict.fromkeys(REMOTE_PARAMS, REMOTE),
 }
 
@@ -175,6 +136,15 @@ def variant_option(what: str = "the donor", default: str | None = None) -> Calla
         type=click.Choice(VARIANTS),
         default=default,
         help=f"Finetune data variant of {what}: {VARIANT_HELP} {shown}",
+    )
+
+
+def list_option(flag: str, default: tuple[str, ...], help: str, name: str = "") -> Callable:
+    """A comma-separated list option of one command: its parameter is a list (``''``: the
+    empty one); ``name`` renames the parameter."""
+    name = name or flag[2:].replace("-", "_")
+    return click.option(
+        flag, name, callback=item_list, default=",".join(default), show_default=True, help=help
     )
 
 

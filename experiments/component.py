@@ -7,6 +7,7 @@ import click
 from graft.study import component_design
 from graft_experiments.common import (
     GraftCommand,
+    list_option,
     make_config,
     run_or_plan,
     shared_options,
@@ -20,11 +21,10 @@ from graft_experiments.shared import FE_OPTION, LAYERS_OPTION
     short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.",
 )
 @LAYERS_OPTION
-@click.option(
+@list_option(
     "--pairs",
-    default="sft,reversal",
-    show_default=True,
-    help="Donor -> base pairs: sft (SFT -> PRE, forward prompts; SFT is the one-direction "
+    ("sft", "reversal"),
+    "Donor -> base pairs: sft (SFT -> PRE, forward prompts; SFT is the one-direction "
     "model, the both-direction one under --protocol paper) and reversal (both-directions -> "
     "one-direction model, reversed prompts).",
 )
@@ -44,9 +44,8 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     Under --protocol paper: the paper's layer groups and head policy, 'all' (--fe) without
     pos_embed, the both-direction model as the sft pair's donor. Q, K and V (--split-qkv)
     stay exact slices: the paper's fused-QKV 'q' is not emulated (a note says so)."""
-    names = [p.strip() for p in pairs.split(",") if p.strip()]
     specs = make_config("component", cfg_options, remote)
-    run_or_plan(component_design(specs, layers, names, split_qkv, fe))
+    run_or_plan(component_design(specs, layers, pairs, split_qkv, fe))
 
 
 if __name__ == "__main__":

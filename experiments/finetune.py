@@ -20,80 +20,44 @@ from graft.study import (
     resolve_config,
     run_donor_job,
 )
-from graft_experiments.common import (
-    GraftCommand,
-    check_dataset_options,
-    echo_plan,
-    field_option,
-    model_option,
-    quiet_option,
-    standalone,
-    variant_option,
-    with_options,
-)
+from graft_experiments import common
 from graft_experiments.options import FINETUNE_FLAGS, cli_only_option
 
 _FINETUNING = "Finetuning"
 #: FinetuneConfig's fields with a flag, in help order (--finetune-max-steps after --preset).
-_OVERRIDES = (
-    "learning_rate",
-    "epochs",
-    "batch_size",
-    "weight_decay",
-    "seed",
-    "generic_corpus",
-    "weights_dtype",
-    "gradient_checkpointing",
+_OVERRIDES = ("learning_rate", "epochs", "batch_size", "weight_decay", "seed")
+_OVERRIDES += ("generic_corpus", "weights_dtype", "gradient_checkpointing")
+#: ExperimentConfig's fields that say which donor (DonorRequest's fields, and the device).
+_DONOR = ("dataset", "variant", "n_facts", "data_seed", "shuffle", "device")
+_OUT_HELP = (
+    "Output folder [default: <workspace>/finetuned/<model>/<dataset>/<set>/<preset>, where "
+    "the experiments look for their donors]."
 )
 
 
 @click.command(
     "finetune",
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     sections=dict.fromkeys(
         (*FINETUNE_FLAGS, "preset", "device", "skip_memory_check", "dry_run"), _FINETUNING
     ),
 )
-@with_options(
+@common.with_options(
     [
-        *(field_option(FinetuneConfig, name) for name in _OVERRIDES),
-        model_option(),
-        field_option(ExperimentConfig, "dataset"),
-        variant_option(what="the model to train", default="one"),
-        field_option(ExperimentConfig, "n_facts"),
-        field_option(ExperimentConfig, "data_seed"),
-        field_option(ExperimentConfig, "shuffle"),
-        field_option(ExperimentConfig, "device"),
-        field_option(ExperimentConfig, "preset"),
-        field_option(FinetuneConfig, "max_steps"),
-        field_option(ExperimentConfig, "skip_memory_check"),
+        *(common.field_option(FinetuneConfig, name) for name in _OVERRIDES),
+        common.model_option(),
+        common.field_option(ExperimentConfig, "dataset"),
+        common.variant_option(what="the model to train", default="one"),
+        *(common.field_option(ExperimentConfig, name) for name in (*_DONOR[2:], "preset")),
+        common.field_option(FinetuneConfig, "max_steps"),
+        common.field_option(ExperimentConfig, "skip_memory_check"),
         cli_only_option("dry_run"),
-        click.option(
-            "--out",
-            type=click.Path(file_okay=False, path_type=Path),
-            help="Output folder [default: <workspace>/finetuned/<model>/<dataset>/<set>/"
-            "<preset>, where the experiments look for their donors].",
-        ),
-        field_option(ExperimentConfig, "workspace"),
-        quiet_option(),
+        click.option("--out", type=click.Path(file_okay=False, path_type=Path), help=_OUT_HELP),
+        common.field_option(ExperimentConfig, "workspace"),
+        common.quiet_option(),
     ]
 )
-def finetune(
-    model: str,
-    dataset: str,
-    variant: str,
-    n_facts: int | None,
-    data_seed: int,
-    shuffle: str,
-    device: str | None,
-    preset: str | None,
-    out: Path | None,
-    workspace: str | None,
-    quiet: bool,
-    skip_memory_check: bool,
-    dry_run: bool,
-    **overrides,
-) -> None:
+def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, **options) -> None:
     """Finetune MODEL on a fact dataset; writes model, configs and eval.json (SFT vs PRE).
 
     An interrupted run resumes from its last checkpoint; a finished one is not redone.
@@ -101,27 +65,15 @@ def finetune(
     is refused before the model loads, with the setting that makes it fit
     (--skip-memory-check runs it anyway).
     """
-    check_dataset_options(dataset)
-    if Path(dataset).is_dir() and not (Path(dataset) / "train.jsonl").is_file():
-        # checked here because Workspace.locate_donor reads train.jsonl before checking it
-        raise click.BadParameter(f"{dataset} has no train.jsonl", param_hint="--dataset")
-    # a GraftError becomes one line (GraftCommand)
-    config = resolve_config(preset, device=device, **overrides)
-    request = DonorRequest(
-        model,
-        dataset,
-        variant,
-        config,
-        n_facts=n_facts,
-        data_seed=data_seed,
-        shuffle=shuffle,
-        device=device,
-    )
+    common.check_dataset_options(options["dataset"])
+    donor = {name: options.pop(name) for name in _DONOR}
+    config = resolve_config(preset, device=donor["device"], **options)  # the overrides
+    request = DonorRequest(model, config=config, **donor)
     if dry_run:
-        echo_plan(donor_job_lines(request, workspace, out))
+        common.echo_plan(donor_job_lines(request, workspace, out))
         return
     run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
 
 
 if __name__ == "__main__":
-    standalone(finetune)
+    common.standalone(finetune)

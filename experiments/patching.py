@@ -6,43 +6,30 @@ from __future__ import annotations
 import click
 
 from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH, patching_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
-)
-
-
-def _items(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+from graft_experiments import common
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     short_help="Weight grafting vs activation patching, layer by layer (causal-tracing maps).",
 )
-@click.option(
+@common.list_option(
     "--positions",
-    default=",".join(UNITS),
-    show_default=True,
-    help="Position units (rows of the maps), comma-separated position expressions; "
+    UNITS,
+    "Position units (rows of the maps), comma-separated position expressions; "
     "FE[:-1] is the first entity but its last token, FE[-1] its last token.",
+    name="units",
 )
-@click.option(
+@common.list_option(
     "--kinds",
-    default=",".join(SITE_KINDS),
-    show_default=True,
-    help="Sites: residual (a layer's output), attn (the attention block's output), mlp "
+    SITE_KINDS,
+    "Sites: residual (a layer's output), attn (the attention block's output), mlp "
     "(the MLP block's output).",
 )
-@click.option(
+@common.list_option(
     "--modes",
-    default=",".join(PATCH_MODES),
-    show_default=True,
-    help="restore (PRE runs, SFT's values go in: denoising) and/or break (SFT runs, PRE's "
+    PATCH_MODES,
+    "restore (PRE runs, SFT's values go in: denoising) and/or break (SFT runs, PRE's "
     "go in: noising).",
 )
 @click.option(
@@ -52,24 +39,22 @@ def _items(text: str) -> list[str]:
     show_default=True,
     help="Layers per cell: 1 patches each layer alone; K patches the K layers centred on it.",
 )
-@click.option(
+@common.list_option(
     "--methods",
-    default=",".join(METHODS),
-    show_default=True,
-    help="weights (the donor's weights of the site's modules compute on the run's own "
+    METHODS,
+    "weights (the donor's weights of the site's modules compute on the run's own "
     "activations) and/or patching (the donor's own-run output of the site is written in).",
 )
-@click.option(
+@common.list_option(
     "--whole-depth",
-    default=",".join(WHOLE_DEPTH),
-    show_default=True,
-    help="E1's position sets also run in every layer at once by both methods ('' for none); "
+    WHOLE_DEPTH,
+    "E1's position sets also run in every layer at once by both methods ('' for none); "
     "cells identical by construction and patches that copy the donor's whole stream are "
     "labelled, not tested.",
 )
-@variant_option()
-@shared_options
-def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg_options, remote):
+@common.variant_option()
+@common.shared_options
+def patching(variant, cfg_options, remote, **design):
     """Sweep the layers: at each position unit, each layer (or window) and each kind of site,
     give the running model the other model's values, by grafting weights and by patching
     activations, in both directions; then write in <out> the effect of every cell (0 = the
@@ -78,19 +63,9 @@ def patching(positions, kinds, modes, window, methods, whole_depth, variant, cfg
     Holm over the cells that test something), per-cell findings, and layer x position maps
     like causal-tracing figures (see docs/patching.md). The donor is finetuned first if the
     workspace lacks it."""
-    specs = make_config("patching", cfg_options, remote)
-    design = patching_design(
-        specs,
-        units=_items(positions),
-        kinds=_items(kinds),
-        modes=_items(modes),
-        window=window,
-        methods=_items(methods),
-        whole_depth=_items(whole_depth),
-        variant=variant,
-    )
-    run_or_plan(design)
+    specs = common.make_config("patching", cfg_options, remote)
+    common.run_or_plan(patching_design(specs, variant=variant, **design))
 
 
 if __name__ == "__main__":
-    standalone(patching)
+    common.standalone(patching)

@@ -8,10 +8,11 @@ import click
 from graft.core import parse_spec
 from graft.errors import SpecError
 from graft.study import POSITIONS
+from graft_experiments.click_types import item_list
 
 
 def _positions(ctx, param, value):
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    items = item_list(ctx, param, value)
     if not items:
         raise click.BadParameter("name at least one position set, e.g. FE,LT,FE+LT")
     for item in items:

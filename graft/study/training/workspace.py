@@ -265,11 +265,22 @@ class Workspace:
     def dataset_label(self, dataset_dir: str | os.PathLike[str]) -> str:
         """Folder name of a dataset among the donors: its own name for datasets generated in
         the workspace, else its name plus a hash of its manifest (so two folders of one name
-        never collide)."""
+        never collide).
+
+        Raises:
+            DatasetError: a folder outside the workspace with neither a manifest nor a
+                ``train.jsonl``.
+        """
         path = Path(dataset_dir).resolve()
         if path.parent == (self.root / "datasets").resolve():
             return path.name
         key = path / ("manifest.json" if (path / "manifest.json").is_file() else "train.jsonl")
+        if not key.is_file():
+            raise DatasetError(
+                f"{path} has no train.jsonl, which a donor is finetuned on; pass a data kind "
+                "or a dataset folder graft-exp data wrote",
+                "dataset",
+            )
         return f"{slug(path.name)}-{hashlib.sha256(key.read_bytes()).hexdigest()[:8]}"
 
     def donor_dir(
