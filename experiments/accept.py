@@ -8,12 +8,12 @@ import click
 
 from graft.results import accept_run_tables
 from graft.study import accept_donor
-from graft_experiments.common import GraftCommand, quiet_option, standalone
+from graft_experiments import common
 
 
-@click.command(cls=GraftCommand)
+@click.command(cls=common.GraftCommand)
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@quiet_option()
+@common.quiet_option()
 def accept(folder: Path, quiet: bool) -> None:
     """Use FOLDER as it is, where graft would refuse it. A run folder: mark its tables that
     carry no graft marks (another tool's rewrite, or a graft before tables recorded marks)
@@ -39,4 +39,4 @@ def accept(folder: Path, quiet: bool) -> None:
 
 
 if __name__ == "__main__":
-    standalone(accept)
+    common.standalone(accept)

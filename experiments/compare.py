@@ -6,13 +6,13 @@ import click
 
 from graft.results import compare_run, format_comparison
 from graft.study import ExperimentConfig
-from graft_experiments.common import GraftCommand, standalone
+from graft_experiments import common
 from graft_experiments.options import field_option
 from graft_experiments.plot import METRIC_OPTION
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     sections={"n_boot": "Options"},
     short_help="Paired tests of two grafts of a finished run, per template.",
 )
@@ -41,4 +41,4 @@ def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
 
 
 if __name__ == "__main__":
-    standalone(compare)
+    common.standalone(compare)

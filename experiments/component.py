@@ -5,23 +5,16 @@ from __future__ import annotations
 import click
 
 from graft.study import component_design
-from graft_experiments.common import (
-    GraftCommand,
-    list_option,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-)
+from graft_experiments import common
 from graft_experiments.shared import FE_OPTION, LAYERS_OPTION
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.",
 )
 @LAYERS_OPTION
-@list_option(
+@common.list_option(
     "--pairs",
     ("sft", "reversal"),
     "Donor -> base pairs: sft (SFT -> PRE, forward prompts; SFT is the one-direction "
@@ -36,7 +29,7 @@ from graft_experiments.shared import FE_OPTION, LAYERS_OPTION
     "nothing).",
 )
 @FE_OPTION
-@shared_options
+@common.shared_options
 def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     """E3 (Fig. 4, C.5): ATTN+O+FFN, ATTN+O, O+FFN, ATTN+FFN, O, FFN, O+FFN_up, O+FFN_down
     at the last token over a layer group, for each donor pair; PRE and SFT as references.
@@ -44,9 +37,9 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     Under --protocol paper: the paper's layer groups and head policy, 'all' (--fe) without
     pos_embed, the both-direction model as the sft pair's donor. Q, K and V (--split-qkv)
     stay exact slices: the paper's fused-QKV 'q' is not emulated (a note says so)."""
-    specs = make_config("component", cfg_options, remote)
-    run_or_plan(component_design(specs, layers, pairs, split_qkv, fe))
+    specs = common.make_config("component", cfg_options, remote)
+    common.run_or_plan(component_design(specs, layers, pairs, split_qkv, fe))
 
 
 if __name__ == "__main__":
-    standalone(component)
+    common.standalone(component)

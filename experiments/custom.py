@@ -5,17 +5,11 @@ from __future__ import annotations
 import click
 
 from graft.study import custom_design, model_sources
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-)
+from graft_experiments import common
 
 
 @click.command(
-    cls=GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
+    cls=common.GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
 )
 @click.option(
     "--spec",
@@ -53,18 +47,20 @@ from graft_experiments.common import (
     show_default=True,
     help="Add PRE (base alone) and SFT (donor 'sft' with its head).",
 )
-@shared_options
+@common.shared_options
 def custom(specs, donor_args, base_arg, directions, references, cfg_options, remote):
     """Run any graft specs (see docs/specs.md) on the dataset's test prompts.
 
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and sft=both as the default donor. The test
     prompts come from the both-direction dataset when a variant model is trained on both."""
-    setup = make_config("custom", cfg_options, remote, directions=tuple(directions.split(",")))
+    setup = common.make_config(
+        "custom", cfg_options, remote, directions=tuple(directions.split(","))
+    )
     donors = model_sources(donor_args) if donor_args else None
     base = model_sources([f"base={base_arg}"], param="base")["base"]
-    run_or_plan(custom_design(setup, specs, donors, base, references))
+    common.run_or_plan(custom_design(setup, specs, donors, base, references))
 
 
 if __name__ == "__main__":
-    standalone(custom)
+    common.standalone(custom)

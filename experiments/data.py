@@ -16,19 +16,12 @@ from graft.study import (
     generate_dataset,
     load_manifest,
 )
-from graft_experiments.common import (
-    LoggingCommand,
-    field_option,
-    flag_of,
-    in_user_words,
-    standalone,
-    with_options,
-)
+from graft_experiments import common
 from graft_experiments.options import DATASET_FLAGS, field_default
 
 
-@click.command("data", cls=LoggingCommand)
-@with_options([field_option(DatasetConfig, name) for name in DATASET_FLAGS])
+@click.command("data", cls=common.LoggingCommand)
+@common.with_options([common.field_option(DatasetConfig, name) for name in DATASET_FLAGS])
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -38,7 +31,7 @@ from graft_experiments.options import DATASET_FLAGS, field_default
     "read it; "
     "with --articles: <workspace>/datasets/articles-<file>-<sha256[:8]>-n<N|all>].",
 )
-@field_option(ExperimentConfig, "workspace")
+@common.field_option(ExperimentConfig, "workspace")
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
     """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
@@ -53,8 +46,8 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
         path = generate_dataset(config, out, overwrite=overwrite)
     except DatasetError as e:
         if e.param == "out":
-            raise click.UsageError(in_user_words(e)) from None
-        raise click.BadParameter(in_user_words(e), param_hint=flag_of(e)) from None
+            raise click.UsageError(common.in_user_words(e)) from None
+        raise click.BadParameter(common.in_user_words(e), param_hint=common.flag_of(e)) from None
     sizes = load_manifest(path)["sizes"]
     what = "articles" if config.kind == "articles" else "facts"
     click.echo(
@@ -64,4 +57,4 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
 
 
 if __name__ == "__main__":
-    standalone(data)
+    common.standalone(data)

@@ -5,17 +5,11 @@ from __future__ import annotations
 import click
 
 from graft.study import hybrid_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-)
+from graft_experiments import common
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.",
 )
 @click.option(
@@ -24,7 +18,7 @@ from graft_experiments.common import (
     help="Layers of the LT hybrid [default: h2, the last half; under --protocol paper "
     "from_middle, layers L // 2 on, as the authors' hybrid split them].",
 )
-@shared_options
+@common.shared_options
 def hybrid(lt_layers, cfg_options, remote):
     """E4 (Fig. 5): at LT, ATTN from the task model (finetuned on fact set A) and O+FFN from
     the relation model (set B) in the last half of layers; at FE nothing / all / ATTN / FFN /
@@ -33,9 +27,9 @@ def hybrid(lt_layers, cfg_options, remote):
     Under --protocol paper the relation model gives O, up and down at LT (the gate stays
     the task model's), both donors are trained on both directions (both-A, both-B) and
     the LT hybrid starts at layer L // 2, as the authors' hybrid code split the layers."""
-    specs = make_config("hybrid", cfg_options, remote, split=True)
-    run_or_plan(hybrid_design(specs, lt_layers))
+    specs = common.make_config("hybrid", cfg_options, remote, split=True)
+    common.run_or_plan(hybrid_design(specs, lt_layers))
 
 
 if __name__ == "__main__":
-    standalone(hybrid)
+    common.standalone(hybrid)

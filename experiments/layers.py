@@ -5,14 +5,7 @@ from __future__ import annotations
 import click
 
 from graft.study import layers_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
-)
+from graft_experiments import common
 
 
 def _items(separator: str):
@@ -26,7 +19,8 @@ def _items(separator: str):
 
 
 @click.command(
-    cls=GraftCommand, short_help="Layer localisation map, E7: positions x layer windows heatmaps."
+    cls=common.GraftCommand,
+    short_help="Layer localisation map, E7: positions x layer windows heatmaps.",
 )
 @click.option(
     "--positions",
@@ -49,8 +43,8 @@ def _items(separator: str):
     callback=_items(";"),
     help="Component sets, separated by ';' (one map each), e.g. 'block;attn;o,ffn'.",
 )
-@variant_option()
-@shared_options
+@common.variant_option()
+@common.shared_options
 def layers(positions, windows, components, variant, cfg_options, remote):
     """E7: graft SFT into PRE at each position set x layer window (x component set) and draw
     accuracy heatmaps: the layer localisation the paper had no room for.
@@ -58,12 +52,12 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups (quarters by default; no eighths), head
     policy and 'all' without pos_embed, and the both-direction donor unless --variant is
     given. Single layers and width-K windows are the same layers under either rule."""
-    specs = make_config("layers", cfg_options, remote)
+    specs = common.make_config("layers", cfg_options, remote)
     design = layers_design(
         specs, positions=positions, windows=windows, components=components, variant=variant
     )
-    run_or_plan(design)
+    common.run_or_plan(design)
 
 
 if __name__ == "__main__":
-    standalone(layers)
+    common.standalone(layers)

@@ -5,18 +5,11 @@ from __future__ import annotations
 import click
 
 from graft.study import DEFAULT_TOP_K, lens_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
-)
+from graft_experiments import common
 
 
 @click.command(
-    cls=GraftCommand, short_help="Logit lens per layer at LT and FE's last token, per graft."
+    cls=common.GraftCommand, short_help="Logit lens per layer at LT and FE's last token, per graft."
 )
 @click.option(
     "--spec",
@@ -34,8 +27,8 @@ from graft_experiments.common import (
     help="Top tokens stored per prompt, graft, layer and position (ids, texts, "
     "probabilities in lens.parquet); another value recomputes the stored lens batches.",
 )
-@variant_option()
-@shared_options
+@common.variant_option()
+@common.shared_options
 def lens(specs, top_k, variant, cfg_options, remote):
     """The logit lens under grafts: the residual stream at the last token (LT) and at the
     first entity's last token (FE-last), at the embeddings (layer emb) and after every layer,
@@ -51,8 +44,8 @@ def lens(specs, top_k, variant, cfg_options, remote):
     template) and figures/lens_median_rank.png and lens_mean_logprob.png. One replicate,
     local only. Under --protocol paper the donor is the both-direction model unless
     --variant is given."""
-    run_specs = make_config("lens", cfg_options, remote)
-    if run_or_plan(lens_design(run_specs, specs, top_k, variant)) is None:  # --dry-run
+    run_specs = common.make_config("lens", cfg_options, remote)
+    if common.run_or_plan(lens_design(run_specs, specs, top_k, variant)) is None:  # --dry-run
         click.echo(
             "lens: one trace per stored batch, beside its examples: the embeddings and every "
             "layer read at LT and FE-last"
@@ -60,4 +53,4 @@ def lens(specs, top_k, variant, cfg_options, remote):
 
 
 if __name__ == "__main__":
-    standalone(lens)
+    common.standalone(lens)

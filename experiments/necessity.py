@@ -5,32 +5,25 @@ from __future__ import annotations
 import click
 
 from graft.study import necessity_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
-)
+from graft_experiments import common
 from graft_experiments.shared import POSITIONS_OPTION
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     short_help="Necessity: PRE weights grafted back into SFT at each position set.",
 )
 @POSITIONS_OPTION
-@variant_option(what="the SFT model")
-@shared_options
+@common.variant_option(what="the SFT model")
+@common.shared_options
 def necessity(positions, variant, cfg_options, remote):
     """Necessity: run SFT with the PRE weights grafted back at each position set. A drop in
     accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
     Under --protocol paper SFT is the both-direction model unless --variant is given.
     """
-    specs = make_config("necessity", cfg_options, remote)
-    run_or_plan(necessity_design(specs, positions, variant))
+    specs = common.make_config("necessity", cfg_options, remote)
+    common.run_or_plan(necessity_design(specs, positions, variant))
 
 
 if __name__ == "__main__":
-    standalone(necessity)
+    common.standalone(necessity)

@@ -9,7 +9,7 @@ import click
 from graft.errors import StorageError
 from graft.results import draw_figures
 from graft.study import LENS_SUMMARY, draw_lens_figures
-from graft_experiments.common import GraftCommand, standalone
+from graft_experiments import common
 
 #: How the error of a figure that cannot be written begins (graft.results.plots' save_figure).
 FIGURE_WRITE = "cannot write the figure"
@@ -24,7 +24,7 @@ METRIC_OPTION = click.option(
 )
 
 
-@click.command(cls=GraftCommand)
+@click.command(cls=common.GraftCommand)
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
 @METRIC_OPTION
 @click.option(
@@ -59,4 +59,4 @@ def plot(run_folder, metric, fig_dir):
 
 
 if __name__ == "__main__":
-    standalone(plot)
+    common.standalone(plot)

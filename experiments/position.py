@@ -5,24 +5,17 @@ from __future__ import annotations
 import click
 
 from graft.study import position_design
-from graft_experiments.common import (
-    GraftCommand,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
-)
+from graft_experiments import common
 from graft_experiments.shared import POSITIONS_OPTION
 
 
 @click.command(
-    cls=GraftCommand,
+    cls=common.GraftCommand,
     short_help="Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.",
 )
 @POSITIONS_OPTION
-@variant_option()
-@shared_options
+@common.variant_option()
+@common.shared_options
 def position(positions, variant, cfg_options, remote):
     """E1/E2 (Fig. 2, 3a): graft every component of every layer from SFT into PRE at
     FE, LT, FE+LT, (FE+LT)^C, FE^C, LT^C (and M, R variants), with PRE and SFT as references.
@@ -33,9 +26,9 @@ def position(positions, variant, cfg_options, remote):
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
     Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
-    specs = make_config("position", cfg_options, remote)
-    run_or_plan(position_design(specs, positions, variant))
+    specs = common.make_config("position", cfg_options, remote)
+    common.run_or_plan(position_design(specs, positions, variant))
 
 
 if __name__ == "__main__":
-    standalone(position)
+    common.standalone(position)

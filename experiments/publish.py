@@ -6,11 +6,12 @@ from __future__ import annotations
 import click
 
 from graft.results import PROVENANCE_FILE, publish_run
-from graft_experiments.common import GraftCommand, standalone
+from graft_experiments import common
 
 
 @click.command(
-    cls=GraftCommand, short_help="Copy a run's tables into results/NAME with their provenance."
+    cls=common.GraftCommand,
+    short_help="Copy a run's tables into results/NAME with their provenance.",
 )
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False))
 @click.option(
@@ -55,4 +56,4 @@ def publish(run_folder, to, name, allow_incomplete):
 
 
 if __name__ == "__main__":
-    standalone(publish)
+    common.standalone(publish)

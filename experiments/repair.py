@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 from graft.results import repair_run_folder
-from graft_experiments.common import GraftCommand, standalone
+from graft_experiments import common
 
 
-@click.command(cls=GraftCommand)
+@click.command(cls=common.GraftCommand)
 @click.argument("run_folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def repair(run_folder: Path) -> None:
     """Restore RUN_FOLDER's config.json when it was replaced (by another run's) or damaged,
@@ -21,4 +21,4 @@ def repair(run_folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    standalone(repair)
+    common.standalone(repair)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from graft.core import SMOKE_SPECS, TINY_FAMILIES, TOLERANCE, check_family, path_word
-from graft_experiments.common import GraftCommand, standalone
+from graft_experiments import common
 
 
-@click.command(cls=GraftCommand)
+@click.command(cls=common.GraftCommand)
 @click.option(
     "--family",
     type=click.Choice(["all", *TINY_FAMILIES]),
@@ -48,4 +48,4 @@ def smoke(family: str) -> None:
 
 
 if __name__ == "__main__":
-    standalone(smoke)
+    common.standalone(smoke)

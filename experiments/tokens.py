@@ -5,18 +5,12 @@ from __future__ import annotations
 import click
 
 from graft.study import TOKEN_SPECS, tokens_design
-from graft_experiments.common import (
-    GraftCommand,
-    given,
-    make_config,
-    run_or_plan,
-    shared_options,
-    standalone,
-    variant_option,
+from graft_experiments import common
+
+
+@click.command(
+    cls=common.GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6."
 )
-
-
-@click.command(cls=GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6.")
 @click.option(
     "--spec",
     "specs",
@@ -43,22 +37,22 @@ from graft_experiments.common import (
     show_default=True,
     help="Examples sampled per graft and template.",
 )
-@variant_option()
-@shared_options
+@common.variant_option()
+@common.shared_options
 def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     """E6 (C.7): top-10 next tokens with probabilities for a few sampled examples of each graft.
 
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and the both-direction donor unless --variant
-    is given."""
-    if graft_set == "paper" and given("specs"):
+    is common.given."""
+    if graft_set == "paper" and common.given("specs"):
         raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
-    run_specs = make_config("tokens", cfg_options, remote)
+    run_specs = common.make_config("tokens", cfg_options, remote)
     design = tokens_design(run_specs, specs, graft_set == "paper", per_graft, variant)
     if graft_set == "paper":
         click.echo(f"--grafts paper: {design.runs[''].extra_config['paper_graft']}")
-    run_or_plan(design)
+    common.run_or_plan(design)
 
 
 if __name__ == "__main__":
-    standalone(tokens)
+    common.standalone(tokens)

@@ -252,7 +252,7 @@ def test_non_finite_or_huge_numbers_are_refused_before_anything_runs(
     def ran(*args, **kwargs):
         raise AssertionError("the command got past its option checks")
 
-    monkeypatch.setattr(sys.modules["graft_experiments.position"], "make_config", ran)
+    monkeypatch.setattr(graft_experiments.common, "make_config", ran)
     monkeypatch.setattr(graft_experiments.finetune, "run_donor_job", ran)
     monkeypatch.setattr(graft_experiments.data, "generate_dataset", ran)
     result = invoke(command, *args, "--workspace", str(tmp_path / "ws"))
