@@ -11,11 +11,10 @@ from graft.core import (
     cache_argument,
     default_pad_id,
     parse_spec,
-    perturbed_copy,
     run_grafts,
-    tiny_pair,
 )
 from graft.errors import GraftError
+from graft.models import perturbed_copy, tiny_pair
 from graft.results import (
     PROVENANCE_FILE,
     machine_info,

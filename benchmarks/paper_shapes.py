@@ -56,7 +56,7 @@ def random_model(
 @torch.no_grad()
 def noisy_copy(model: nn.Module, seed: int, scale: float = 0.05) -> nn.Module:
     """A copy of ``model`` with seeded noise on every parameter, drawn on its device (at 2.8B
-    parameters, :func:`graft.core.tiny.perturbed_copy`'s CPU draw costs more than the run)."""
+    parameters, :func:`graft.models.tiny.perturbed_copy`'s CPU draw costs more than the run)."""
     donor = copy.deepcopy(model)
     for p in donor.parameters():
         generator = torch.Generator(p.device).manual_seed(seed)

@@ -61,8 +61,8 @@ from benchmarks._graft_api import (
 )
 from benchmarks.paper_routine import paper_rows
 from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, Prompt, graft_rows, headline_prompts
-from graft.core import TINY_FAMILIES
 from graft.errors import GraftError
+from graft.models import TINY_FAMILIES
 from tests.reference import reference_last_logits
 
 #: The columns of the printed table, in order: result key -> header.

@@ -1,7 +1,7 @@
 """Max |one-pass - token-by-token reference| per family and graft kind (float32).
 
 Run from the repository root: python -m benchmarks.reference_table [--out results/FOLDER]
-Uses the same tiny models, prompts and specs as tests/core/test_engine.py. It prints the
+Uses the same tiny models, prompts and specs as tests/core/execution/test_engine.py. It prints the
 markdown table; ``--out`` also writes it as ``reference_table.csv`` with its provenance
 (command, commit, machine), the folder docs/correctness.md shows.
 """
@@ -16,15 +16,9 @@ from collections.abc import Sequence
 import torch
 
 from benchmarks._graft_api import write_benchmark_table
-from graft.core import (
-    EMBEDDING_COMPONENTS,
-    TINY_FAMILIES,
-    architecture_of,
-    perturbed_copy,
-    run_grafts,
-    tiny_model,
-)
-from tests.core.test_engine import (
+from graft.core import EMBEDDING_COMPONENTS, architecture_of, run_grafts
+from graft.models import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.core.execution.test_engine import (
     COMPONENT_SPECS,
     HEAD_SPECS,
     LAYER_SPECS,

@@ -15,7 +15,7 @@ float32):
 1. the base (``graft.models.paper.PAPER_CONFIGS["gpt2-xl"]``, random weights, seed 0;
    ``--layers N`` keeps the width and has N layers) is saved to ``--dir`` (reused when it
    is already there);
-2. the donor is ``graft.core.tiny.perturbed_copy(base)``; the base is dropped, so the client
+2. the donor is ``graft.models.tiny.perturbed_copy(base)``; the base is dropped, so the client
    holds the donor only (its base is a weightless meta copy);
 3. the server harness (``scripts/ndif/harness.py``) starts and deploys the saved base;
 4. the E1 batch: ``--prompts`` headline prompts x the 8 E1 grafts (PRE, SFT, FE, LT, FE+LT,
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: run as root: the server harness makes a network namespace", file=sys.stderr)
         return 2
 
-    from graft.core import perturbed_copy
+    from graft.models import perturbed_copy
 
     folder = saved_base(Path(args.dir) / "base", args.layers, args.dtype)
     base = load_base(folder, args.dtype)

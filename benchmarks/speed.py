@@ -13,7 +13,8 @@ import time
 import torch
 import transformers
 
-from graft.core import GraftRow, architecture_of, parse_spec, perturbed_copy, run_grafts
+from graft.core import GraftRow, architecture_of, parse_spec, run_grafts
+from graft.models import perturbed_copy
 from tests.reference import reference_last_logits
 
 

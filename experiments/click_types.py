@@ -1,6 +1,6 @@
 """What a config field's flag is made of: the :class:`Flag` record of one flag, and the click
 types and callbacks the flags use (finite float ranges, number ranges from the library's
-:class:`~graft.core.ranges.Range`, comma-separated lists, seeds, devices, NAME=SOURCE pairs)."""
+:class:`~graft.ranges.Range`, comma-separated lists, seeds, devices, NAME=SOURCE pairs)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def item_list(ctx, param, value: str) -> list[str]:
 
 
 def seed_list(ctx, param, value):
-    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct seeds in :data:`~graft.core.ranges.SEED`'s
+    """``"0,1,2"`` -> ``(0, 1, 2)``: distinct seeds in :data:`~graft.ranges.SEED`'s
     range (None when not given)."""
     if value is None:
         return None

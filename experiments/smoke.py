@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from graft.core import SMOKE_SPECS, TINY_FAMILIES, TOLERANCE, check_family, path_word
+from graft.core import SMOKE_SPECS, TOLERANCE, check_family, path_word
+from graft.models import TINY_FAMILIES, tiny_pair
 from graft_experiments import common
 
 
@@ -28,7 +29,7 @@ def smoke(family: str) -> None:
     families = TINY_FAMILIES if family == "all" else (family,)
     failures, columns, paths = [], [], {}
     for name in families:
-        shifts, failed, paths[name] = check_family(name)
+        shifts, failed, paths[name] = check_family(*tiny_pair(name))
         failures += failed
         columns.append([shift for _, shift in shifts])
     click.echo("max |logit - base logit| per graft and family (tiny random models):")

@@ -17,11 +17,12 @@ The notebook API, one import away (``import graft``)::
 
 Names are imported on first use, so ``import graft`` itself is instant.
 
-The packages, lowest first: ``errors`` and ``lazy``; ``storage`` (whole-or-absent files,
-locks, tables with provenance); ``core`` (the spec language and the grafting engine);
-``models`` (models by name, embedded offline models); ``results`` (metrics, run folders,
-statistics, figures) and ``remote`` (NDIF servers); ``study`` (the paper's study: data,
-donors, the runner, analyses).
+The packages, lowest first: ``errors``, ``lazy``, ``ranges`` (numeric settings) and
+``naming`` (file-name slugs); ``storage`` (whole-or-absent files, locks, tables with
+provenance); ``core`` (the spec language and the grafting engine, in rooms: ``families``,
+``language``, ``planning``, ``execution``, ``api``); ``models`` (models by name, embedded
+offline models); ``results`` (metrics, run folders, statistics, figures) and ``remote``
+(NDIF servers); ``study`` (the paper's study: data, donors, the runner, analyses).
 """
 
 from __future__ import annotations
@@ -40,17 +41,17 @@ _EXPORTS = {
     "StorageError": "graft.errors",
     "RemoteError": "graft.errors",
     "UpstreamError": "graft.errors",
-    "GraftSpec": "graft.core.spec",
-    "Graft": "graft.core.graft_object",
-    "parse_spec": "graft.core.spec",
-    "graft_texts": "graft.core.texts",
-    "score_targets": "graft.core.texts",
-    "trace": "graft.core.grafted_trace",
-    "generate": "graft.core.generate",
-    "Generation": "graft.core.generate",
-    "run_grafts": "graft.core.engine",
-    "GraftRow": "graft.core.plan",
-    "tiny_pair": "graft.core.tiny",
+    "GraftSpec": "graft.core.language.spec",
+    "Graft": "graft.core.language.graft_object",
+    "parse_spec": "graft.core.language.spec",
+    "graft_texts": "graft.core.api.texts",
+    "score_targets": "graft.core.api.texts",
+    "trace": "graft.core.api.grafted_trace",
+    "generate": "graft.core.api.generate",
+    "Generation": "graft.core.api.generate",
+    "run_grafts": "graft.core.execution.engine",
+    "GraftRow": "graft.core.planning.plan",
+    "tiny_pair": "graft.models.tiny",
     "load_model": "graft.models",
     "LoadedModel": "graft.models",
     "tiny_tokenizer": "graft.models",
@@ -97,16 +98,16 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     import polars as pl
     import torch
 
-    from graft.core.engine import run_grafts
-    from graft.core.generate import Generation, generate
-    from graft.core.graft_object import Graft
-    from graft.core.grafted_trace import trace
-    from graft.core.plan import GraftRow
-    from graft.core.spec import GraftSpec, parse_spec
-    from graft.core.texts import graft_texts, score_targets
-    from graft.core.tiny import tiny_pair
+    from graft.core.api.generate import Generation, generate
+    from graft.core.api.grafted_trace import trace
+    from graft.core.api.texts import graft_texts, score_targets
+    from graft.core.execution.engine import run_grafts
+    from graft.core.language.graft_object import Graft
+    from graft.core.language.spec import GraftSpec, parse_spec
+    from graft.core.planning.plan import GraftRow
     from graft.errors import GraftError, InputError, RemoteError, StorageError, UpstreamError
     from graft.models import LoadedModel, load_model, tiny_tokenizer
+    from graft.models.tiny import tiny_pair
     from graft.results.metrics import example_metrics
     from graft.study.running.runner import ExperimentConfig, ModelSource, run_experiment
     from graft.study.specs.grafts import NamedGraft

@@ -24,7 +24,7 @@ py=${PYTHON:-python3}
 mkdir -p "$out"
 tok_args=()
 [ -n "$tok" ] && tok_args=(--tokenizer "$tok")
-"$py" -c 'import torch, transformers, nnsight, graft.core.engine, benchmarks.paper_scale
+"$py" -c 'import torch, transformers, nnsight, graft.core.execution.engine, benchmarks.paper_scale
 assert torch.cuda.is_available(), "no CUDA device"
 print(torch.cuda.get_device_name(0), torch.__version__, transformers.__version__, nnsight.__version__)'
 "$py" -m benchmarks.paper_scale --device cuda --prompts 32 --batch-size 32 --repeats 3 \

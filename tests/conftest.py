@@ -37,7 +37,7 @@ def _seed_everything():
 @pytest.fixture(scope="session")
 def tiny_pairs():
     """``family -> (base, donor)`` tiny random model pairs, built once per session."""
-    from graft.core.tiny import tiny_pair
+    from graft.models.tiny import tiny_pair
 
     cache: dict = {}
 

@@ -7,7 +7,7 @@ donor. Keys and values cached at earlier positions stay as they were computed, w
 weights that were active at their own position.
 
 This module is deliberately self-contained: it imports nothing from ``graft`` (tests build
-their models with ``graft.core.tiny``), uses no hooks and no activation patching, only weight
+their models with ``graft.models.tiny``), uses no hooks and no activation patching, only weight
 copies, so that it can check a fast one-pass grafting engine.
 
 Tied embeddings (GPT-2, Gemma*, tied Llama): the work copy gets an untied lm_head (its own

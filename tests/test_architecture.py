@@ -69,7 +69,7 @@ def _file_section(text: str) -> list[str]:
 
 
 def _documented(text: str) -> set[str]:
-    """The modules the section gives a row (``graft/core/plan.py``): a file's row in its
+    """The modules the section gives a row (``graft/core/planning/plan.py``): a file's row in its
     package's table (first cell its name, or its path within the package), or a heading
     naming the file itself (**`graft/errors.py`**)."""
     found: set[str] = set()

@@ -22,7 +22,7 @@ def test_the_device_option_runs_the_suite_there_or_says_why_not():
             "no:cacheprovider",
             "--graft-device",
             "cuda",
-            "tests/core/test_hooked.py",
+            "tests/core/execution/test_hooked.py",
             "-k",
             "put_back",
         ],

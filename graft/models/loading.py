@@ -16,10 +16,10 @@ import transformers
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from graft.core.tiny import tiny_model
 from graft.errors import DeviceError, InputError, ModelNotFoundError, first_line
 from graft.models.embedded import embedded_source, ensure_embedded
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
+from graft.models.tiny import tiny_model
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Short names (see :data:`REGISTRY`): hub models (:data:`HUB_MODELS`, loaded with
 ``from_pretrained``), embedded models (:data:`EMBEDDED_MODELS`, GGUF files shipped in PyPI
 packages, see :mod:`graft.models.embedded`) and ``tiny-<family>`` random models
-(:data:`TINY_MODELS`, from :mod:`graft.core.tiny`). Any other hub id (``owner/name``) or local
+(:data:`TINY_MODELS`, from :mod:`graft.models.tiny`). Any other hub id (``owner/name``) or local
 model folder is accepted as is. A hub model found in the folder of models named by
 ``$GRAFT_MODELS`` (as ``<short name>``, ``<owner>/<name>`` or ``<name>``, each a
 ``save_pretrained`` folder) is loaded from there, the way a cluster user holds weights.
@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from graft.core.tiny import TINY_FAMILIES
 from graft.errors import ModelNotFoundError
+from graft.models.tiny import TINY_FAMILIES
 
 DEFAULT_MODEL = "smollm2-135m"
 

@@ -14,7 +14,7 @@ from nnsight.intervention.backends.display import StatusDisplay
 from nnsight.intervention.backends.remote import RemoteBackend
 from nnsight.schema.response import Status
 
-from graft.core import trace as core_trace
+from graft.core.execution import trace as core_trace
 from graft.errors import RemoteError
 from graft.remote.failures import not_ndif
 from graft.remote.payload import format_bytes

@@ -24,7 +24,7 @@ forward order up to the donor-weight budget of a request (the fewest requests). 
 module, or one layer's grafted modules, over that budget cannot be split: that is a one-line
 :class:`~graft.errors.RemoteError` naming it and what to do instead.
 
-:func:`run_block` runs inside the trace (on the server); like :mod:`graft.core.trace` it
+:func:`run_block` runs inside the trace (on the server); like :mod:`graft.core.execution.trace` it
 uses only torch and plain namespaces and travels by value.
 """
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from graft.core.arch import Architecture
-from graft.core.plan import BatchPlan
-from graft.core.trace import graft_trace_body, last_logits, row_metrics
+from graft.core.execution.trace import graft_trace_body, last_logits, row_metrics
+from graft.core.families.arch import Architecture
+from graft.core.planning.plan import BatchPlan
 from graft.errors import RemoteError
 from graft.remote.payload import format_bytes
 
@@ -209,8 +209,9 @@ def trace_block(block: Block, residual: torch.Tensor | None) -> types.SimpleName
 def run_block(model: Any, batch: types.SimpleNamespace, donor_modules: Any) -> torch.Tensor:
     """Inside an open trace of ``model`` on ``batch.inputs``: run the block ``batch.block``
     with the batch's patches (those of the block only) and return the residual stream
-    entering the next block, or, for the last block, what :func:`graft.core.trace.graft_batch`
-    returns. The caller stops the trace after a block that is not the last."""
+    entering the next block, or, for the last block, what
+    :func:`graft.core.execution.trace.graft_batch` returns. The caller stops the trace after a block
+    that is not the last."""
     block = batch.block
 
     def layer(j: int) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from graft.core.wrapping import unwrap, wrap
+from graft.core.families.wrapping import unwrap, wrap
 from graft.errors import RemoteError
 from graft.remote.backends import GraftRemoteBackend, simulation_backend
 from graft.remote.config import RemoteConfig

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from graft.core.ranges import Range, first_problem
-from graft.core.wrapping import unwrap
+from graft.core.families.wrapping import unwrap
 from graft.errors import RemoteError
 from graft.models.registry import looks_like_hub_id
+from graft.ranges import Range, first_problem
 
 MODES = ("local", "remote", "simulate")
 DONOR_MODES = ("ship", "hosted")

@@ -1,10 +1,10 @@
 """Running planned batches on an NDIF(-compatible) server, or through nnsight's simulation.
 
 :class:`RemoteExecutor` is the engine's executor for ``mode="remote"`` and ``"simulate"``
-(:func:`graft.core.engine.run_grafts` with ``executor=RemoteExecutor(config)``). It packs
+(:func:`graft.core.execution.engine.run_grafts` with ``executor=RemoteExecutor(config)``). It packs
 consecutive planned batches into requests, up to ``rows_per_request`` rows and
 ``max_payload_mb`` of donor weights each, and runs each request as one nnsight *session*
-whose traces run :func:`graft.core.trace.graft_batch`, the same trace code as a local run:
+whose traces run :func:`graft.core.execution.trace.graft_batch`, the same trace code as a local run:
 the engine batches rows the same way either way, so the numbers are the same. Shipped donor
 weights are sent once per request for all its batches. Batches whose own donor weights are
 over ``max_payload_mb`` are split between layers, one request per layer block
@@ -27,13 +27,13 @@ import nnsight
 import torch
 from torch import nn
 
-from graft.core import grafted_trace
-from graft.core.arch import architecture_of
-from graft.core.engine import donor_modules
-from graft.core.executor import TraceParts
-from graft.core.plan import BatchPlan, SitePatch
-from graft.core.trace import DonorModules, graft_batch, model_device, trace_batch
-from graft.core.wrapping import unwrap
+from graft.core.api import grafted_trace
+from graft.core.execution.engine import donor_modules
+from graft.core.execution.executor import TraceParts
+from graft.core.execution.trace import DonorModules, graft_batch, model_device, trace_batch
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import unwrap
+from graft.core.planning.plan import BatchPlan, SitePatch
 from graft.errors import RemoteError
 from graft.remote import blocks
 from graft.remote.backends import register_by_value
@@ -302,7 +302,7 @@ class RemoteExecutor:
     def trace_parts(
         self, base: Any, donors: Mapping[str, nn.Module | None], patches: Sequence[SitePatch]
     ) -> TraceParts:
-        """A user's grafted trace (:func:`graft.core.grafted_trace.trace`) sent as one
+        """A user's grafted trace (:func:`graft.core.api.grafted_trace.trace`) sent as one
         request: the envoy the server knows, the donor modules (shipped or hosted) and a
         backend that sends it with the retries and one-line errors of :func:`send`."""
         self.check_donors(donors)

@@ -34,7 +34,7 @@ this class the suffix is JSON with sorted keys::
 
 - a hub repo id, optionally pinned: ``owner/name`` or ``owner/name@revision``;
 - a directory on the server holding a saved model (``save_pretrained``);
-- ``graft.tiny:<family>`` (the tiny random base of :func:`graft.core.tiny.tiny_pair`),
+- ``graft.tiny:<family>`` (the tiny random base of :func:`graft.models.tiny.tiny_pair`),
   ``graft.tiny:<family>:donor`` (that pair's donor) or ``graft.tiny:<family>:donor=<seed>``
   (the base perturbed with another seed) -- for tests and dry runs.
 
@@ -93,7 +93,7 @@ def attach_donors(base: nn.Module, donors: Mapping[str, nn.Module]) -> nn.Module
 
 
 def _tiny(source: str, *, meta: bool) -> nn.Module:
-    from graft.core.tiny import TINY_FAMILIES, perturbed_copy, tiny_config, tiny_model
+    from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_config, tiny_model
 
     parts = source[len(TINY_PREFIX) :].split(":")
     family = parts[0]

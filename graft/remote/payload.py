@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from graft.core.arch import Architecture, architecture_of
-from graft.core.spec import EMBEDDING_COMPONENTS, GraftSpec, expand_components, parse_spec
-from graft.core.wrapping import unwrap
+from graft.core.families.arch import Architecture, architecture_of
+from graft.core.families.wrapping import unwrap
+from graft.core.language.spec import EMBEDDING_COMPONENTS, GraftSpec, expand_components, parse_spec
 from graft.models.paper import PAPER_CONFIGS, meta_model
 
 if TYPE_CHECKING:

@@ -95,8 +95,8 @@ def row_metrics_frame(
     """:func:`example_metrics`' table from metrics computed inside the trace.
 
     ``metrics`` is what ``run_grafts(..., targets=, top_k=)`` returns (target log-prob, rank,
-    top ids and their log-probs; :func:`graft.core.trace.unpack_row_metrics`): a remote run
-    returns these few numbers per row instead of a vocabulary of logits. The rank there is
+    top ids and their log-probs; :func:`graft.core.execution.trace.unpack_row_metrics`): a remote
+    run returns these few numbers per row instead of a vocabulary of logits. The rank there is
     counted on float32 log-probabilities rather than logits: the same order, up to ties that
     rounding creates.
     """
@@ -113,7 +113,7 @@ def row_metrics_frame(
 
 
 def name_metrics_frame(scores: Mapping[str, torch.Tensor]) -> pl.DataFrame:
-    """Per-example whole-name metrics from :func:`graft.core.continuation.score_continuations`.
+    """Per-example whole-name metrics from :func:`graft.core.api.continuation.score_continuations`.
 
     Returns:
         ``name_tokens`` (Int64: the target's tokens), ``name_logprob`` (Float64: the sum of

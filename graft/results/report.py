@@ -7,8 +7,8 @@ from typing import cast
 
 import polars as pl
 
-from graft.core.naming import slug
 from graft.errors import ResultsError
+from graft.naming import slug
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.paper import numbers as paper_numbers

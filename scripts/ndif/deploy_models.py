@@ -6,7 +6,7 @@ Deploys, each as one pinned replica of the sandboxing CPU model actor
 (``graft_ndif_shims.CPUSandboxModelActor``: trusted requests run in the actor's process,
 untrusted ones in a sandbox runner process), in float32:
 
-- ``ship``: graft's tiny llama base (``graft.core.tiny.tiny_model("llama")`` with graft's tiny
+- ``ship``: graft's tiny llama base (``graft.models.tiny.tiny_model("llama")`` with graft's tiny
   tokenizer), saved to ``MODELS_DIR/tiny-llama`` and served as nnsight's
   ``TransformersModel`` under the key graft's client sends for that path;
 - ``hosted``: the graft pair ``graft.tiny:llama`` with donors ``sft`` =
@@ -35,8 +35,8 @@ SIZE_BYTES = 64 * 1024 * 1024
 
 
 def save_tiny_base(path: Path) -> None:
-    from graft.core.tiny import tiny_model
     from graft.models.loading import tiny_tokenizer
+    from graft.models.tiny import tiny_model
 
     model = tiny_model("llama")
     model.save_pretrained(path)

@@ -26,7 +26,7 @@ def test_buckets_tell_donor_calls_from_base_compute_and_planning(monkeypatch):
 def test_buckets_follow_the_trace_body_into_its_module_helper(monkeypatch):
     lines = {5: "donor_out = module(_take(x, rows, cells))", 6: "kept = type(module).forward("}
     monkeypatch.setattr(profile_engine.linecache, "getline", lambda f, n: lines[n])
-    trace = "/x/graft/core/trace.py"
+    trace = "/x/graft/core/execution/trace.py"
     donor = [(TORCH_LINEAR, "forward", 1), (trace, "_graft_module", 5)]
     assert profile_engine.bucket(donor) == "donor module calls"
     gather = [(trace, "_take", 1), (trace, "_graft_module", 5), (trace, "graft_trace_body", 9)]
@@ -38,7 +38,7 @@ def test_buckets_follow_the_trace_body_into_its_module_helper(monkeypatch):
 def test_buckets_know_the_shared_gather(monkeypatch):
     lines = {7: "donor_out = module(_take_once(gathered, x_all, rows, cells, patch.seq_dim))"}
     monkeypatch.setattr(profile_engine.linecache, "getline", lambda f, n: lines[n])
-    trace = "/x/graft/core/trace.py"
+    trace = "/x/graft/core/execution/trace.py"
     donor = [
         (TORCH_LINEAR, "forward", 1),
         ("/x/nnsight/envoy.py", "f", 2),

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from benchmarks.real_model_bound import COLUMNS, keep_norms_in_dtype, main, model_names
-from graft.core.tiny import tiny_model
 from graft.errors import GraftError
+from graft.models.tiny import tiny_model
 from graft.results.publish import read_provenance
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,8 +1,8 @@
 """Property test: random and mutated inputs never end in a traceback.
 
 Spec strings (mutations of valid specs: deleted, duplicated, swapped or inserted characters
-and spec tokens, plus random text) go through ``graft.core.spec.parse_spec`` and resolution on
-tiny architectures: they parse or raise a ``GraftError``. Command lines (every command, one
+and spec tokens, plus random text) go through ``graft.core.language.spec.parse_spec`` and resolution
+on tiny architectures: they parse or raise a ``GraftError``. Command lines (every command, one
 option at a time set to an out-of-range number, an empty string, unicode, an odd path, a bad
 model name or device, a mutated spec) go through click's ``CliRunner`` on ``tiny-llama``
 with ``--n 1``: exit code 0 or 2 and no exception but ``SystemExit``.
@@ -25,10 +25,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graft.core.arch import architecture_of
-from graft.core.spec import parse_spec
-from graft.core.tiny import tiny_model
+from graft.core.families.arch import architecture_of
+from graft.core.language.spec import parse_spec
 from graft.errors import GraftError
+from graft.models.tiny import tiny_model
 from graft_experiments.cli import main
 from graft_experiments.common import REMOTE_PARAMS
 

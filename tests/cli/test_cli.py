@@ -550,7 +550,7 @@ def test_smoke_checks_its_invariants(monkeypatch):
     result = invoke("smoke", "--family", "llama")
     assert result.exit_code == 0, result.output
     assert "ok: grafting nothing gives the base's logits" in result.output
-    import graft.core.selfcheck as selfcheck
+    import graft.core.api.selfcheck as selfcheck
 
     original = selfcheck.run_grafts
     monkeypatch.setattr(selfcheck, "run_grafts", lambda *a, **k: original(*a, **k) + 1e-3)

@@ -19,8 +19,8 @@ import torch
 from click.testing import CliRunner, Result
 
 import graft.study.running.batches
-from graft.core.engine import GraftRow, run_grafts
-from graft.core.spec import parse_spec
+from graft.core.execution.engine import GraftRow, run_grafts
+from graft.core.language.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.prompts import load_test_prompts
 from graft_experiments.cli import COMMANDS, main
@@ -533,7 +533,7 @@ def test_resume_is_bit_identical_on_every_engine_path(
     run, on the shortcut path and on the path without the shared prefix (where a row's floats
     depend on the rows batched with it: before groups were fixed by the plan, the resumed
     batches ran in other company there and came out different)."""
-    import graft.core.routing as routing
+    import graft.core.execution.routing as routing
 
     monkeypatch.setattr(graft.study.running.batches, "GROUP_BATCHES", 2)  # groups: batches 0-1, 2
     if path == "fallback":

@@ -19,7 +19,7 @@ import pytest
 
 import graft.study.analyses.lens
 import graft.study.running.batches
-from graft.core.arch import architecture_of
+from graft.core.families.arch import architecture_of
 from graft.models import context_length, load_model
 from graft.results.plots.lens import EMBEDDING_LAYER
 from graft.study.analyses.lens import FIGURE_METRICS

@@ -238,8 +238,8 @@ def test_the_library_refuses_what_the_command_line_refuses(config, field, value,
 
 
 def test_control_data_seeds_stay_seeds():
-    from graft.core.ranges import MAX_SEED
     from graft.errors import ExperimentError
+    from graft.ranges import MAX_SEED
     from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET
 
     highest = MAX_SEED - CONTROL_DATA_SEED_OFFSET

@@ -16,11 +16,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from graft.core.arch import Architecture, architecture_of
-from graft.core.selectors import layer_group, paper_layer_group
-from graft.core.spec import GraftSpec
-from graft.core.tiny import tiny_model
+from graft.core.families.arch import Architecture, architecture_of
+from graft.core.language.selectors import layer_group, paper_layer_group
+from graft.core.language.spec import GraftSpec
 from graft.models.loading import tiny_tokenizer
+from graft.models.tiny import tiny_model
 from graft.results.report import LAYER_SEP
 from graft.study.specs.grafts import FUSED_QKV_NOTE
 from graft_experiments.cli import main

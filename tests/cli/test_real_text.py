@@ -12,8 +12,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graft.core.engine import GraftRow, run_grafts
-from graft.core.spec import parse_spec
+from graft.core.execution.engine import GraftRow, run_grafts
+from graft.core.language.spec import parse_spec
 from graft.models import load_model
 from graft.study.data.articles import EXAMPLE_ARTICLES, read_articles
 from graft.study.data.prompts import load_test_prompts

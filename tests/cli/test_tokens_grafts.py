@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from graft.core.tiny import TINY_FAMILIES
+from graft.models.tiny import TINY_FAMILIES
 from graft_experiments.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from graft.core.tiny import tiny_config
 from graft.errors import ModelNotFoundError
 from graft.models import MODELS_ENV
 from graft.models.configs import local_tokenizer, model_config
 from graft.models.paper import PAPER_CONFIGS
+from graft.models.tiny import tiny_config
 
 
 def test_tiny_models_are_built():

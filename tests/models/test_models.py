@@ -11,7 +11,6 @@ import torch
 import transformers
 
 from graft import models
-from graft.core.tiny import TINY_FAMILIES, tiny_model
 from graft.errors import GraftError
 from graft.models import (
     DEFAULT_MODEL,
@@ -29,6 +28,7 @@ from graft.models import (
     resolve_model_name,
     tiny_tokenizer,
 )
+from graft.models.tiny import TINY_FAMILIES, tiny_model
 from graft.storage.files import current_umask
 
 
@@ -209,7 +209,7 @@ def test_tiny_models_load_with_tokenizer(family: str) -> None:
     with torch.no_grad():
         logits = loaded.model(**ids).logits
     assert logits.shape == (1, ids["input_ids"].shape[1], loaded.model.config.vocab_size)
-    # Same weights as graft.core.tiny builds directly.
+    # Same weights as graft.models.tiny builds directly.
     reference = tiny_model(family, seed=0)
     for (name, p), (_, q) in zip(
         loaded.model.named_parameters(), reference.named_parameters(), strict=True

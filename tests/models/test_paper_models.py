@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoModelForCausalLM
 
-from graft.core.arch import architecture_of
+from graft.core.families.arch import architecture_of
 from graft.models import MODELS_ENV, load_model, resolve_model_name
 from graft.models.loading import tiny_tokenizer
 from graft.models.paper import PAPER_CONFIGS, scaled_down

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.engine import LocalExecutor, run_grafts
-from graft.core.plan import plan_batch, resolve_rows
-from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
+from graft.core.execution.engine import LocalExecutor, run_grafts
+from graft.core.families.arch import architecture_of
+from graft.core.planning.plan import plan_batch, resolve_rows
 from graft.errors import RemoteError
 from graft.models.paper import meta_model
+from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.remote.blocks import Block, plan_blocks, stage_of
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.core.grafted_trace import trace
-from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
+from graft.core.api.grafted_trace import trace
 from graft.errors import RemoteError
 from graft.models import tiny_tokenizer
 from graft.models.paper import meta_model
+from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
 from graft.remote.hosted import hosted_model_key

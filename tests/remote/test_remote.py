@@ -17,13 +17,13 @@ import threading
 import pytest
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.engine import LocalExecutor, run_grafts
-from graft.core.plan import GraftRow, plan_batch
-from graft.core.spec import parse_spec
-from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
+from graft.core.execution.engine import LocalExecutor, run_grafts
+from graft.core.families.arch import architecture_of
+from graft.core.language.spec import parse_spec
+from graft.core.planning.plan import GraftRow, plan_batch
 from graft.errors import RemoteError
 from graft.models.paper import PAPER_CONFIGS, meta_model
+from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
 from graft.remote.hosted import (

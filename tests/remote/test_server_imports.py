@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules scripts/ndif imports, directly or inside the server.
 SERVER_SIDE = [
-    "graft.core.tiny",
+    "graft.models.tiny",
     "graft.models.loading",
     "graft.remote.config",
     "graft.remote.hosted",

@@ -13,12 +13,12 @@ import threading
 import pytest
 import torch
 
-from graft.core.engine import LocalExecutor, run_grafts
-from graft.core.plan import GraftRow
-from graft.core.spec import parse_spec
-from graft.core.tiny import perturbed_copy, tiny_model
-from graft.core.wrapping import wrap
+from graft.core.execution.engine import LocalExecutor, run_grafts
+from graft.core.families.wrapping import wrap
+from graft.core.language.spec import parse_spec
+from graft.core.planning.plan import GraftRow
 from graft.errors import RemoteError, SpecError
+from graft.models.tiny import perturbed_copy, tiny_model
 from graft.remote.client import classify, server_versions
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor

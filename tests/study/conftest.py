@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graft.core.tiny import perturbed_copy, tiny_model
 from graft.models import tiny_tokenizer
+from graft.models.tiny import perturbed_copy, tiny_model
 from graft.study.data.datasets import DatasetConfig, generate_dataset
 from graft.study.training.donors import accept_donor
 

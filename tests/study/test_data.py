@@ -21,7 +21,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
-from graft.core.spans import template_fields
+from graft.core.language.spans import template_fields
 from graft.errors import DatasetError, ExperimentError, StorageError
 from graft.study.data.datasets import (
     DatasetConfig,

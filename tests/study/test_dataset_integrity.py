@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from graft.core.ranges import MAX_SEED
 from graft.errors import DamagedFileError, DatasetError, StorageError
 from graft.models import ensure_embedded, tiny_tokenizer
+from graft.ranges import MAX_SEED
 from graft.storage import files as result_files
 from graft.study.data.datasets import (
     DatasetConfig,
@@ -236,7 +236,7 @@ def test_a_huge_training_text_is_cut_before_tokenizing():
 @pytest.mark.parametrize("seed", [MAX_SEED + 1, 99999999999999999999999, -1, True, 1.5])
 def test_a_seed_out_of_range_is_refused_before_anything_is_written(tmp_path, seed):
     """--data-seed 99999999999999999999999 was an OverflowError after the dataset was made."""
-    # DatasetConfig itself refuses it (graft.core.ranges), before anything is written
+    # DatasetConfig itself refuses it (graft.ranges), before anything is written
     with pytest.raises(DatasetError, match=r"seed must be (a whole number|at most|>= 0)") as info:
         generate_dataset(DatasetConfig(n_facts=2, seed=seed), tmp_path / "d")
     assert info.value.param == "seed" and "\n" not in str(info.value)

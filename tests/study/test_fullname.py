@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 import torch
 
-from graft.core.spec import parse_spec
+from graft.core.language.spec import parse_spec
 from graft.errors import GraftError
 from graft.models import load_model, tiny_tokenizer
 from graft.study.data.prompts import load_test_prompts

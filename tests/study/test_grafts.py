@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graft.core.spec import SpecError, parse_spec
+from graft.core.language.spec import SpecError, parse_spec
 from graft.errors import GraftError
 from graft.study.specs.grafts import (
     COMPONENT_SETS,

@@ -17,12 +17,12 @@ import polars as pl
 import pytest
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.spec import parse_spec
-from graft.core.texts import _rows, graft_texts
-from graft.core.tiny import TINY_FAMILIES
+from graft.core.api.texts import _rows, graft_texts
+from graft.core.families.arch import architecture_of
+from graft.core.language.spec import parse_spec
 from graft.errors import ExperimentError
 from graft.models import tiny_tokenizer
+from graft.models.tiny import TINY_FAMILIES
 from graft.results.metrics import example_metrics
 from graft.results.plots.lens import EMBEDDING_LAYER, layer_label, lens_chart
 from graft.study.analyses.lens import LensAnalysis

@@ -10,12 +10,12 @@ import nnsight
 import pytest
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.texts import graft_texts
-from graft.core.tiny import TINY_FAMILIES
-from graft.core.wrapping import wrap
+from graft.core.api.texts import graft_texts
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import wrap
 from graft.errors import SpecError
 from graft.models import tiny_tokenizer
+from graft.models.tiny import TINY_FAMILIES
 from graft.study.analyses.patching import PatchingExecutor, executor_for, residual_sites
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 import torch
 
-from graft.core.arch import architecture_of
-from graft.core.engine import run_grafts
-from graft.core.plan import GraftRow, resolve_rows
-from graft.core.spec import parse_spec
-from graft.core.tiny import TINY_FAMILIES
-from graft.core.wrapping import wrap
+from graft.core.execution.engine import run_grafts
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import wrap
+from graft.core.language.spec import parse_spec
+from graft.core.planning.plan import GraftRow, resolve_rows
 from graft.errors import SpecError
+from graft.models.tiny import TINY_FAMILIES
 from graft.study.analyses.patching import executor_for
 from graft.study.analyses.patching_report import sweep_table
 from graft.study.analyses.patching_sweep import (

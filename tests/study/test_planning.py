@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.core.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from graft.errors import GraftError, MemoryPlanError
 from graft.models.paper import PAPER_CONFIGS
+from graft.models.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from graft.study import RunRequest
 from graft.study.planning import finetune_plan, run_plan
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from graft.core.arch import architecture_of
-from graft.core.selectors import paper_layer_group
-from graft.core.spec import SpecError
-from graft.core.tiny import tiny_model
+from graft.core.families.arch import architecture_of
+from graft.core.language.selectors import paper_layer_group
+from graft.core.language.spec import SpecError
 from graft.errors import DatasetError, ExperimentError, FinetuneError
+from graft.models.tiny import tiny_model
 from graft.study import DonorRequest, resolve_config
 from graft.study.data.datasets import (
     build_dataset,

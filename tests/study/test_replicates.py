@@ -19,7 +19,7 @@ import graft.study.running.batches as batches
 import graft.study.running.runner as runner
 import graft.study.running.summaries as summaries
 import graft.study.training.workspace as workspace_module
-from graft.core.spec import parse_spec
+from graft.core.language.spec import parse_spec
 from graft.errors import ConfigMismatchError, ExperimentError
 from graft.results.stats import seed_summary
 from graft.storage.tables import save_table

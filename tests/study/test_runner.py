@@ -18,10 +18,10 @@ import pytest
 import graft.study.running.batches as batches
 import graft.study.running.runner as runner
 import graft.study.training.workspace as workspace
-from graft.core.spec import parse_spec
-from graft.core.tiny import tiny_model
+from graft.core.language.spec import parse_spec
 from graft.errors import ExperimentError, GraftError
 from graft.models import tiny_tokenizer
+from graft.models.tiny import tiny_model
 from graft.remote.config import RemoteConfig
 from graft.results.folder import MARKER_FILE, RunFolderError
 from graft.study.running.runner import (

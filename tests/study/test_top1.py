@@ -8,7 +8,7 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from graft.core.spec import parse_spec
+from graft.core.language.spec import parse_spec
 from graft.results import read_run_record
 from graft.results.top1_kinds import KINDS, Top1Classifier
 from graft.study import RunRequest

@@ -18,7 +18,7 @@ import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from graft.core.spec import DEFAULT_DONOR
+from graft.core.language.spec import DEFAULT_DONOR
 from graft.errors import ResultsError
 from graft.results.compare import CONTROL_SUFFIX
 from graft.storage.files import atomic_path, storage_errors

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import polars as pl
 
-from graft.core.arch import architecture_of
-from graft.core.wrapping import unwrap
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import unwrap
 from graft.errors import ExperimentError
 from graft.models import LoadedModel
 from graft.results.plots import save_figure

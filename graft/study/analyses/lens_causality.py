@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from graft.core.arch import Architecture
-from graft.core.plan import GraftRow
+from graft.core.families.arch import Architecture
+from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError
 from graft.study.analyses.lens_trace import POSITIONS, own_model
 from graft.study.data.prompts import TestExample

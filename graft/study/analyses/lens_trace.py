@@ -4,7 +4,7 @@ decoded through the graft's readout (its final norm and unembedding), scored on 
 target token as the run scores its logits, with the top-k tokens of every readout.
 
 :func:`logit_lens` does it for engine rows: one nnsight trace per batch
-(:func:`graft.core.grafted_trace.trace_rows`, the engine's own trace code, so a grafted row's
+(:func:`graft.core.api.grafted_trace.trace_rows`, the engine's own trace code, so a grafted row's
 layers are exactly the graft's), the input of the first layer (the embeddings, layer
 :data:`~graft.results.plots.lens.EMBEDDING_LAYER` = -1, labelled ``emb``) and every layer's
 output saved at the two positions only, the trace stopped after the last layer; each saved
@@ -24,11 +24,11 @@ import nnsight
 import torch
 from torch import nn
 
-from graft.core.arch import architecture_of
-from graft.core.grafted_trace import trace_rows
-from graft.core.plan import GraftRow
-from graft.core.spec import RESOLUTIONS, GraftSpec, parse_spec
-from graft.core.wrapping import unwrap
+from graft.core.api.grafted_trace import trace_rows
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import unwrap
+from graft.core.language.spec import RESOLUTIONS, GraftSpec, parse_spec
+from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError
 
 #: The positions the lens reads: the last token, and the last token of the first entity.

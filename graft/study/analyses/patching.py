@@ -4,7 +4,7 @@ A graft spec names cells: (position, layer, component), plus the head and the em
 graft's engine *grafts weights* there: each grafted module's output at the spec's positions
 is the donor's module run on the input the base's run gave it. Activation patching, as
 nnsight, TransformerLens or pyvene users do it, takes the outputs from the donor's own run
-instead. :class:`PatchingExecutor` runs the same batch plans (:class:`graft.core.plan.
+instead. :class:`PatchingExecutor` runs the same batch plans (:class:`graft.core.planning.plan.
 BatchPlan`: per grafted module, a bool [batch, positions] mask, in forward order) that way:
 
 - ``activation``: the donor runs the batch alone, in an nnsight trace that saves the output
@@ -18,7 +18,8 @@ BatchPlan`: per grafted module, a bool [batch, positions] mask, in forward order
   Embedding and head patches stay activation patches (the embedding output is the residual
   stream before layer 0; the final norm and the unembedding act on the stream after the
   last layer). Several component sets of one layer range therefore patch the same stream.
-- ``weights``: the engine itself (``None`` executor: :class:`graft.core.executor.LocalExecutor`).
+- ``weights``: the engine itself (``None`` executor:
+  :class:`graft.core.execution.executor.LocalExecutor`).
 
 A plan that patches nothing is the base's own forward (the engine's path for such a plan),
 so patching nothing equals the base bit for bit.
@@ -34,17 +35,23 @@ import nnsight
 import torch
 from torch import nn
 
-from graft.core.arch import architecture_of
-from graft.core.executor import LocalExecutor, _plain_forward
-from graft.core.plan import BatchPlan
-from graft.core.trace import last_logits, merge_slices, model_device, row_metrics, trace_batch
-from graft.core.wrapping import unwrap, wrap
+from graft.core.execution.executor import LocalExecutor, _plain_forward
+from graft.core.execution.trace import (
+    last_logits,
+    merge_slices,
+    model_device,
+    row_metrics,
+    trace_batch,
+)
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import unwrap, wrap
+from graft.core.planning.plan import BatchPlan
 from graft.errors import SpecError
 
 #: The ways a graft's cells are given the donor's values, in report order.
 METHODS = ("weights", "activation", "residual")
 
-Site = types.SimpleNamespace  # a patch as graft.core.trace.trace_batch makes it
+Site = types.SimpleNamespace  # a patch as graft.core.execution.trace.trace_batch makes it
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:

@@ -24,8 +24,8 @@ import numpy as np
 import polars as pl
 from scipy.stats import bootstrap
 
-from graft.core.arch import Architecture
-from graft.core.plan import GraftRow
+from graft.core.families.arch import Architecture
+from graft.core.planning.plan import GraftRow
 from graft.errors import ResultsError
 from graft.results.compare import read_examples, replicate_column
 from graft.results.folder import RunFolder

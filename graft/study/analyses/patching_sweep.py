@@ -42,9 +42,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from graft.core.arch import Architecture
-from graft.core.plan import GraftRow, resolve_rows
-from graft.core.spec import EMBEDDING_COMPONENTS, GraftSpec, ResolvedGraft, parse_spec
+from graft.core.families.arch import Architecture
+from graft.core.language.spec import EMBEDDING_COMPONENTS, GraftSpec, ResolvedGraft, parse_spec
+from graft.core.planning.plan import GraftRow, resolve_rows
 from graft.errors import SpecError
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import NamedGraft, head_suffix, reference

@@ -35,8 +35,8 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from graft.core.naming import slug
 from graft.errors import DatasetError
+from graft.naming import slug
 from graft.study.data.files import RESOURCES, jsonl_bytes, read_jsonl
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.protocol import DEFAULT_PROTOCOL

@@ -25,7 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from graft.core.spec import PROTOCOLS
+from graft.core.language.spec import PROTOCOLS
 from graft.errors import DatasetError, StorageError
 from graft.storage.files import fsync, share_like_umask
 from graft.storage.locks import exclusive

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graft.core.spans import TokenizedPrompt, tokenize_with_spans
+from graft.core.language.spans import TokenizedPrompt, tokenize_with_spans
 from graft.errors import DatasetError
 from graft.study.data.datasets import check_dataset_folder
 from graft.study.data.files import read_jsonl

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from graft.core.spans import render, template_fields
+from graft.core.language.spans import render, template_fields
 from graft.study.data.facts import Fact
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.templates import TEMPLATE_SETS, Relation, TemplateSet

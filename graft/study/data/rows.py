@@ -10,9 +10,9 @@ from typing import Any
 
 from torch import nn
 
-from graft.core.arch import architecture_of
-from graft.core.plan import GraftRow, resolve_rows
-from graft.core.spans import ALIASES
+from graft.core.families.arch import architecture_of
+from graft.core.language.spans import ALIASES
+from graft.core.planning.plan import GraftRow, resolve_rows
 from graft.errors import ExperimentError, SpecError
 from graft.study.data.datasets import check_dataset_folder
 from graft.study.data.files import read_jsonl

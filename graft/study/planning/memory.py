@@ -24,7 +24,7 @@ recomputes one layer at a time in the backward pass.
 A grafting run holds the base and each donor whole, one forward pass's working set
 (no gradients: the largest of a layer's attention and feed-forward intermediates on top of
 the residual stream), the key/value cache of the prompts a step shares
-(:func:`graft.core.prefix.step_rows` rows), and each row's last-position logits.
+(:func:`graft.core.planning.prefix.step_rows` rows), and each row's last-position logits.
 
 These are the tensors' bytes, what CUDA's allocator counts (within 5% of the finetunes and
 8% of the forward passes measured on an H200 at the paper's sizes); what a device needs
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from graft.core.prefix import step_rows
+from graft.core.planning.prefix import step_rows
 from graft.errors import GraftError
 from graft.models.paper import meta_model
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graft.core.spans import ALIASES
+from graft.core.language.spans import ALIASES
 from graft.errors import MemoryPlanError
 from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer

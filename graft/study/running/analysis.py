@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from graft.core.arch import Architecture
-from graft.core.plan import GraftRow
+from graft.core.families.arch import Architecture
+from graft.core.planning.plan import GraftRow
 from graft.models import LoadedModel
 from graft.results.folder import RunFolder
 from graft.study.data.prompts import TestExample

@@ -14,8 +14,8 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
-from graft.core.plan import GraftRow
-from graft.core.spec import SpecError
+from graft.core.language.spec import SpecError
+from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError
 from graft.models import LoadedModel
 from graft.results.folder import RunFolder
@@ -300,7 +300,7 @@ def _run_rows(
     """Last-position logits of ``rows`` locally; remotely, the per-row metrics of ``targets``
     computed on the server (a few numbers per row instead of a vocabulary of logits). Rows per
     forward: ``batch_size`` (default all)."""
-    from graft.core.engine import run_grafts
+    from graft.core.execution.engine import run_grafts
     from graft.remote.executor import RemoteExecutor
 
     remote = run.execution.remote_run

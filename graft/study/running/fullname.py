@@ -2,7 +2,7 @@
 
 The first token of a common first name ("Robert") is a weak test of a recalled fact, so a
 run can also score every token of the target name, teacher-forced
-(:func:`graft.core.continuation.score_continuations`): the name's log-probability and
+(:func:`graft.core.api.continuation.score_continuations`): the name's log-probability and
 whether greedy decoding reproduces the whole name. Step 0 is the row's own first-token
 result, so each example costs one extra row per name token after the first; the last-token
 graft follows the prediction position along the name (``GraftRow.prompt_length``).
@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from graft.core.continuation import score_continuations
-from graft.core.plan import GraftRow
+from graft.core.api.continuation import score_continuations
+from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError, SpecError
 from graft.results.metrics import name_metrics_frame
 from graft.study.data.prompts import TestExample

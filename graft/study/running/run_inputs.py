@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from graft.core.arch import check_compatible
-from graft.core.spec import SpecError
+from graft.core.families.arch import check_compatible
+from graft.core.language.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.data.prompts import TestExample

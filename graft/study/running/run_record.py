@@ -31,9 +31,9 @@ KEY_OPTIONS = ("templates", "directions", "n", "batch_size", "seed", "dtype", "h
 
 
 def engine_entry(execution: ExecutionSpec, models: RunModels) -> dict[str, Any]:
-    """How the engine computes this run's rows (:func:`graft.core.engine.engine_path`), and
-    how many stored batches each engine call runs together."""
-    from graft.core.engine import engine_path
+    """How the engine computes this run's rows (:func:`graft.core.execution.engine.engine_path`),
+    and how many stored batches each engine call runs together."""
+    from graft.core.execution.engine import engine_path
 
     remote = execution.remote_run is not None
     donors = {n: m.model for n, m in models.donors.items()}

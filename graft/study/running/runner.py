@@ -40,8 +40,8 @@ from typing import Any
 
 import polars as pl
 
-from graft.core.arch import architecture_of
-from graft.core.wrapping import unwrap
+from graft.core.families.arch import architecture_of
+from graft.core.families.wrapping import unwrap
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
 from graft.results.compare import (

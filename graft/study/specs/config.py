@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graft.core.ranges import COUNT, MAX_SEED, SEED, Range, first_problem
-from graft.core.spec import PROTOCOLS
+from graft.core.language.spec import PROTOCOLS
 from graft.errors import DatasetError, ExperimentError
 from graft.models import DEFAULT_MODEL
+from graft.ranges import COUNT, MAX_SEED, SEED, Range, first_problem
 from graft.remote.config import RemoteConfig
 from graft.study.specs.presets import STEPS
 from graft.study.specs.protocol import DEFAULT_PROTOCOL, protocol_of

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from graft.core.arch import FAMILIES
-from graft.core.selectors import parse_layers
-from graft.core.spec import DEFAULT_DONOR, GraftSpec, parse_spec
+from graft.core.families.arch import FAMILIES
+from graft.core.language.selectors import parse_layers
+from graft.core.language.spec import DEFAULT_DONOR, GraftSpec, parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.models import HUB_MODELS
 from graft.models.configs import model_config
@@ -95,8 +95,8 @@ def _is_reference(graft: NamedGraft) -> bool:
 
 def with_protocol(grafts: Sequence[NamedGraft], protocol: Protocol = GRAFT) -> list[NamedGraft]:
     """``grafts`` resolved under ``protocol`` (``paper``: the paper's layer groups, ``all``
-    without ``pos_embed``; see :mod:`graft.core.spec`). References stay as they are: a whole
-    donor is that model, position embedding included."""
+    without ``pos_embed``; see :mod:`graft.core.language.spec`). References stay as they are: a
+    whole donor is that model, position embedding included."""
     name = protocol.name
     return [
         g if _is_reference(g) else NamedGraft(g.name, replace(g.spec, protocol=name), g.group)

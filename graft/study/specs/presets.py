@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from graft.core.ranges import SEED, Range, first_problem
 from graft.errors import FinetuneError
 from graft.models import resolve_device
+from graft.ranges import SEED, Range, first_problem
 
 #: Most optimisation steps of one finetune (``max_steps``, ``--finetune-max-steps``).
 MAX_STEPS = 1_000_000

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graft.core.spec import PROTOCOLS, RESOLUTIONS
-from graft.core.vocabulary import Resolution
+from graft.core.language.spec import PROTOCOLS, RESOLUTIONS
+from graft.core.language.vocabulary import Resolution
 from graft.errors import ExperimentError
 from graft.study.specs.templates import TEMPLATE_SETS, TemplateSet
 
@@ -27,11 +27,11 @@ class Protocol:
     Args:
         name: ``graft`` or ``paper``: the value of ``--protocol``, what run records store and
             what a graft spec's ``protocol=`` names (the spec language's own resolution rules,
-            :data:`graft.core.spec.PROTOCOLS`).
+            :data:`graft.core.language.spec.PROTOCOLS`).
         templates: its training and test templates
             (:class:`~graft.study.specs.templates.TemplateSet`).
         resolution: how its grafts' cells resolve (layer groups, ``all``, fused q/k/v;
-            :class:`~graft.core.vocabulary.Resolution`).
+            :class:`~graft.core.language.vocabulary.Resolution`).
         head_policy: the head policy of grafts that name none.
         dtype: the dtype models run in when none is given; None: the device's default
             (float32 on CPU, bfloat16 on CUDA).

@@ -13,7 +13,7 @@ from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import RunSpecs, resolve
 
 if TYPE_CHECKING:
-    from graft.core.executor import Executor
+    from graft.core.execution.executor import Executor
     from graft.study.running.analysis import BatchAnalysis
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graft.core.spec import PROTOCOLS
+from graft.core.language.spec import PROTOCOLS
 
 #: Training directions: ``one`` (first_actor always first) or ``both`` (also swapped).
 DIRECTIONS = ("one", "both")

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graft.core.naming import slug
 from graft.errors import DatasetError, FinetuneError, StorageError
 from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
+from graft.naming import slug
 from graft.study.data.datasets import (
     default_dataset_name,
     generate_dataset,

@@ -14,12 +14,12 @@ import socket
 import pytest
 import torch
 
-from graft.core.engine import run_grafts
-from graft.core.grafted_trace import trace
-from graft.core.tiny import perturbed_copy, tiny_config, tiny_model
+from graft.core.api.grafted_trace import trace
+from graft.core.execution.engine import run_grafts
 from graft.errors import RemoteError
 from graft.models.loading import tiny_tokenizer
 from graft.models.paper import meta_model
+from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.remote.client import server_versions
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor

@@ -1,0 +1,9 @@
+"""Running the plans (above :mod:`graft.core.planning`): the one execution loop
+(:mod:`graft.core.execution.engine`) and what it accepts (:mod:`graft.core.execution.inputs`),
+how each row runs (:mod:`graft.core.execution.routing`), the executors
+(:mod:`graft.core.execution.executor`) and where they split a grafted matrix product
+(:mod:`graft.core.execution.split`), the code that runs inside an nnsight trace and
+travels to a server (:mod:`graft.core.execution.trace`), the local graft without a trace
+(:mod:`graft.core.execution.hooked`), the head's logits into kept buffers
+(:mod:`graft.core.execution.head`) and the layers a step's identical rows run once
+(:mod:`graft.core.execution.depth_share`)."""

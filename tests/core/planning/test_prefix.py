@@ -1,0 +1,84 @@
+"""Shared-prefix caches: a step's rows read their prompts' keys and values
+(graft.core.planning.prefix)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import graft.core.execution.engine as engine
+import graft.core.execution.executor as executor
+from graft.core.families.arch import architecture_of
+from graft.core.planning.plan import resolve_rows
+from graft.core.planning.prefix import prefix_plans, select_rows, step_rows
+from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.core.execution.test_engine_paths import SPECS, prompt_rows
+
+
+def _filled_cache(prompts=3, heads=2, length=5, dim=4, layers=3) -> DynamicCache:
+    cache = DynamicCache()
+    for i in range(layers):
+        cache.update(
+            torch.randn(prompts, heads, length, dim), torch.randn(prompts, heads, length, dim), i
+        )
+    return cache
+
+
+def test_a_selected_cache_gathers_each_layer_when_the_step_reaches_it():
+    cache = _filled_cache()
+    index = torch.tensor([2, 0, 0, 1, 2])
+    expected = copy.deepcopy(cache)
+    expected.batch_select_indices(index)
+    selected = select_rows(cache, index)
+    # nothing is copied up front: the layers still hold the prompts' tensors
+    assert all(s.keys is c.keys for s, c in zip(selected.layers, cache.layers, strict=True))
+    for i in range(len(cache.layers)):
+        new_k, new_v = torch.randn(5, 2, 1, 4), torch.randn(5, 2, 1, 4)
+        keys, values = selected.update(new_k, new_v, i)
+        want_k, want_v = expected.update(new_k, new_v, i)
+        assert torch.equal(keys, want_k) and torch.equal(values, want_v)
+        # it stores nothing: the prompts' cache and the selected one keep their length
+        assert selected.layers[i].keys.shape[-2] == cache.layers[i].keys.shape[-2] == 5
+    assert selected.get_seq_length() == cache.get_seq_length() == 5
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_every_family_steps_on_prompt_keys_without_copying_them(family, monkeypatch):
+    base = tiny_model(family, seed=0)
+    donors = {"sft": perturbed_copy(base, seed=1)}
+    rows = prompt_rows(SPECS[:5])
+    unshared = engine.run_grafts(base, donors, rows, batch_size=4, executor=_NoShortcuts())
+    lazy = []
+    original = executor.select_rows
+
+    def spying(cache, index, below=None):
+        selected = original(cache, index, below)
+        lazy.append(all("update" in vars(layer) for layer in selected.layers))
+        return selected
+
+    monkeypatch.setattr(executor, "select_rows", spying)
+    out = engine.run_grafts(base, donors, rows, batch_size=4)
+    assert lazy and all(lazy), f"{family}: a step copied its rows' keys up front"
+    assert (out - unshared).abs().max() <= 1e-5
+
+
+class _NoShortcuts:
+    def run(self, base, donors, plans):
+        return engine.LocalExecutor(shortcuts=False).run(base, donors, plans)
+
+
+@pytest.mark.parametrize(("batch", "most"), [(4, 16), (32, 128), (64, 128), (256, 256)])
+def test_steps_hold_up_to_four_batches_of_rows_and_128_unless_a_batch_is_larger(batch, most):
+    assert step_rows(batch) == most
+    base = tiny_model("llama", seed=0)
+    arch = architecture_of(base)
+    specs = ["LT:all:all", "LT:all:o", "LT:all:ffn", "none"]
+    rows = [r for seed in range(80) for r in prompt_rows(specs, lengths=(5,), seed=seed)]
+    resolved = resolve_rows(arch, rows, {"sft": perturbed_copy(base, seed=1)})
+    steps = prefix_plans(arch, rows, resolved, range(len(rows)), batch, pad_id=0)
+    assert sum(len(idx) for idx, _ in steps) == len(rows)
+    assert max(len(idx) for idx, _ in steps) == min(most, len(rows))
+    assert max(len(plan.prefix.plan.input_ids) for _, plan in steps) <= most
