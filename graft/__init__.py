@@ -50,6 +50,7 @@ _EXPORTS = {
     "generate": "graft.core.api.generate",
     "Generation": "graft.core.api.generate",
     "run_grafts": "graft.core.execution.engine",
+    "score_grafts": "graft.core.execution.engine",
     "GraftRow": "graft.core.planning.plan",
     "tiny_pair": "graft.models.tiny",
     "load_model": "graft.models",
@@ -79,6 +80,7 @@ __all__ = [
     "generate",
     "Generation",
     "run_grafts",
+    "score_grafts",
     "GraftRow",
     "tiny_pair",
     "load_model",
@@ -101,7 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.core.api.generate import Generation, generate
     from graft.core.api.grafted_trace import trace
     from graft.core.api.texts import graft_texts, score_targets
-    from graft.core.execution.engine import run_grafts
+    from graft.core.execution.engine import run_grafts, score_grafts
     from graft.core.language.graft_object import Graft
     from graft.core.language.spec import GraftSpec, parse_spec
     from graft.core.planning.plan import GraftRow

@@ -29,6 +29,8 @@ _EXPORTS = {
     "Architecture": "graft.core.families.arch",
     "architecture_of": "graft.core.families.arch",
     "run_grafts": "graft.core.execution.engine",
+    "score_grafts": "graft.core.execution.engine",
+    "Executor": "graft.core.execution.executor",
     "LocalExecutor": "graft.core.execution.executor",
     "GraftRow": "graft.core.planning.plan",
     "default_pad_id": "graft.core.planning.plan",

@@ -94,7 +94,7 @@ def row_metrics_frame(
 ) -> pl.DataFrame:
     """:func:`example_metrics`' table from metrics computed inside the trace.
 
-    ``metrics`` is what ``run_grafts(..., targets=, top_k=)`` returns (target log-prob, rank,
+    ``metrics`` is what ``score_grafts(..., targets, top_k=)`` returns (target log-prob, rank,
     top ids and their log-probs; :func:`graft.core.execution.trace.unpack_row_metrics`): a remote
     run returns these few numbers per row instead of a vocabulary of logits. The rank there is
     counted on float32 log-probabilities rather than logits: the same order, up to ties that

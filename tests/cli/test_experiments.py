@@ -468,15 +468,15 @@ def test_plot_rejects_unfinished_folder(tmp_path):
 
 @pytest.fixture
 def engine_calls(monkeypatch) -> list[int]:
-    """The rows of each engine call the runner makes (``graft.study.running.batches._run_rows``)."""
+    """The rows of each engine call the runner makes (``graft.study.running.batches._row_metrics``)."""
     calls: list[int] = []
-    original = graft.study.running.batches._run_rows
+    original = graft.study.running.batches._row_metrics
 
     def counting(cfg, base, donors, rows, *args):
         calls.append(len(rows))
         return original(cfg, base, donors, rows, *args)
 
-    monkeypatch.setattr(graft.study.running.batches, "_run_rows", counting)
+    monkeypatch.setattr(graft.study.running.batches, "_row_metrics", counting)
     return calls
 
 

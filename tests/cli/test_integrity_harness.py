@@ -76,7 +76,7 @@ wrap(modeling_utils, "safe_save_file", "weights")      # a checkpoint's (or dono
 wrap(torch, "save", "torch_save")                       # optimizer, scheduler, rng state
 wrap(polars.DataFrame, "write_parquet", "parquet", after=True)  # written, not yet renamed
 wrap(os, "replace", "replace")                          # every atomic rename
-wrap(batches, "_run_rows", "engine")                    # an engine call
+wrap(batches, "_row_metrics", "engine")                    # an engine call
 if os.environ.get("GRAFT_COUNT_FILE"):
     atexit.register(lambda: open(os.environ["GRAFT_COUNT_FILE"], "w").write(json.dumps(calls)))
 from graft_experiments.cli import main

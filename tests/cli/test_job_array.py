@@ -35,7 +35,7 @@ def counted(module, name, tag):
     setattr(module, name, wrapper)
 
 counted(finetune, "_train", "finetune")
-counted(batches, "_run_rows", "engine")
+counted(batches, "_row_metrics", "engine")
 from graft_experiments.cli import main
 main(sys.argv[1:])
 """

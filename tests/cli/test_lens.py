@@ -68,7 +68,7 @@ def counted(monkeypatch, module, name: str, rows_at: int) -> list[int]:
 
 def engine_and_lens_calls(monkeypatch) -> tuple[list[int], list[int]]:
     """The rows of each engine call of the runner and of each lens trace."""
-    engine = counted(monkeypatch, graft.study.running.batches, "_run_rows", 3)
+    engine = counted(monkeypatch, graft.study.running.batches, "_row_metrics", 3)
     lens = counted(monkeypatch, graft.study.analyses.lens, "logit_lens", 2)
     return engine, lens
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.core.execution.engine import LocalExecutor, run_grafts
+from graft.core.execution.engine import LocalExecutor, run_grafts, score_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.planning.plan import plan_batch, resolve_rows
 from graft.errors import RemoteError
@@ -149,10 +149,10 @@ def test_every_family_splits_exactly(tiny_pairs, family):
     base, donor = tiny_pairs(family, tied=True if family == "gpt2" else None, n_layers=N_LAYERS)
     rows = make_rows(E1[:5], n_prompts=2)
     targets = [(5 * i) % 96 for i in range(len(rows))]
-    kw = dict(batch_size=4, targets=targets, top_k=3)
-    local = run_grafts(base, donor, rows, executor=EXACT_LOCAL, **kw)
+    kw = dict(batch_size=4, top_k=3)
+    local = score_grafts(base, donor, rows, targets, executor=EXACT_LOCAL, **kw)
     executor = RemoteExecutor(RemoteConfig(mode="simulate", max_payload_mb=LIMIT_MB))
-    got = run_grafts(base, donor, rows, executor=executor, **kw)
+    got = score_grafts(base, donor, rows, targets, executor=executor, **kw)
     assert sum(s.block is not None for s in executor.sent) > 1
     for name, value in local.items():
         assert torch.equal(got[name], value), name

@@ -446,7 +446,7 @@ def test_payload_of_paper_models_from_their_configs_alone():
 def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, caplog):
     from types import SimpleNamespace
 
-    from graft.results.metrics import example_metrics, row_metrics_frame
+    from graft.models import tiny_tokenizer
     from graft.study.running import batches
     from graft.study.specs.config import ExperimentConfig
     from graft.study.specs.run import resolve
@@ -454,12 +454,12 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
     base, donors = llama
     rows = make_rows([COMPONENT, POSITION], 2)
     targets = [3, 7, 11, 19]
-    loaded = SimpleNamespace(model=base, tokenizer=SimpleNamespace(pad_token_id=0))
+    loaded = SimpleNamespace(model=base, tokenizer=tiny_tokenizer())
     with caplog.at_level(logging.INFO, logger="graft.remote"):
-        local = batches._run_rows(
+        local = batches._row_metrics(
             resolve(ExperimentConfig(experiment="t", remote=None)), loaded, donors, rows, targets
         )
-        also_local = batches._run_rows(
+        also_local = batches._row_metrics(
             resolve(ExperimentConfig(experiment="t", remote=RemoteConfig())),
             loaded,
             donors,
@@ -468,14 +468,13 @@ def test_the_runner_runs_rows_on_the_executor_its_remote_config_names(llama, cap
         )
         assert "request" not in caplog.text
         simulate = resolve(ExperimentConfig(experiment="t", remote=RemoteConfig(mode="simulate")))
-        simulated = batches._run_rows(simulate, loaded, donors, rows, targets)
+        simulated = batches._row_metrics(simulate, loaded, donors, rows, targets)
     assert "request 1/1: 4 rows in 1 batches" in caplog.text
-    assert torch.equal(also_local, local)
-    # remotely only the per-row metrics come back, and they give the same examples table
-    assert set(simulated) == {"target_logprob", "target_rank", "top_ids", "top_logprobs"}
-    assert simulated["top_ids"].shape == (4, batches.REMOTE_TOP_K)
-    from_logits = example_metrics(local, targets)
-    from_server = row_metrics_frame(targets, simulated)
+    assert also_local.equals(local)
+    # remotely only the per-row metrics come back (the top REMOTE_TOP_K tokens of a row),
+    # and they give the same examples table as the logits do locally
+    from_logits, from_server = local, simulated
+    assert from_server["top10_ids"].list.len().to_list() == [batches.REMOTE_TOP_K] * 4
     assert from_server.columns == from_logits.columns
     floats = ["target_prob", "target_logprob", "top10_probs"]
     assert from_server.drop(floats).equals(from_logits.drop(floats))  # ranks, hits, top ids

@@ -13,7 +13,7 @@ import threading
 import pytest
 import torch
 
-from graft.core.execution.engine import LocalExecutor, run_grafts
+from graft.core.execution.engine import LocalExecutor, run_grafts, score_grafts
 from graft.core.families.wrapping import wrap
 from graft.core.language.spec import parse_spec
 from graft.core.planning.plan import GraftRow
@@ -125,17 +125,17 @@ def test_row_metrics_are_the_logits_metrics_locally_and_through_the_remote_path(
         GraftRow([1, 9, 10], {}, parse_spec("LT:all:all")),
     ]
     logprobs = run_grafts(base, donors, rows, log_probs=True)
-    local = run_grafts(base, donors, rows, targets=[5, 7], top_k=3)
+    local = score_grafts(base, donors, rows, [5, 7], top_k=3)
     assert torch.allclose(local["target_logprob"], logprobs[[0, 1], [5, 7]])
     expected_rank = (logprobs > logprobs[[0, 1], [5, 7]].unsqueeze(1)).sum(1)
     assert torch.equal(local["target_rank"], expected_rank)
     assert torch.equal(local["top_ids"], logprobs.topk(3).indices)
     assert torch.allclose(local["top_logprobs"], logprobs.topk(3).values)
     simulate = RemoteExecutor(RemoteConfig(mode="simulate"))
-    simulated = run_grafts(base, donors, rows, targets=[5, 7], top_k=3, executor=simulate)
+    simulated = score_grafts(base, donors, rows, [5, 7], top_k=3, executor=simulate)
     # the remote path runs the one-pass trace body: bit-equal to the local one-pass path
-    one_pass = run_grafts(
-        base, donors, rows, targets=[5, 7], top_k=3, executor=LocalExecutor(shortcuts=False)
+    one_pass = score_grafts(
+        base, donors, rows, [5, 7], top_k=3, executor=LocalExecutor(shortcuts=False)
     )
     for name, value in one_pass.items():
         assert torch.equal(simulated[name], value), name
@@ -153,7 +153,7 @@ def test_bad_targets_are_one_line_errors(targets, top_k, message):
     base = tiny_model("llama")
     rows = [GraftRow([1, 5, 6], {}, parse_spec("none"))] * 2
     with pytest.raises(SpecError, match=message):
-        run_grafts(base, {}, rows, targets=targets, top_k=top_k)
+        score_grafts(base, {}, rows, targets, top_k=top_k)
 
 
 def test_the_default_payload_limit_fits_a_redis_value():

@@ -163,7 +163,7 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
     monkeypatch.setattr(workspace_module, "finetune", _no_finetune)
     monkeypatch.setattr(batches, "GROUP_BATCHES", 1)  # one engine call per stored batch
     calls: list[int] = []
-    original = batches._run_rows
+    original = batches._row_metrics
 
     def crash_in_the_second_seed(*args):
         calls.append(1)
@@ -171,14 +171,14 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
             raise KeyboardInterrupt
         return original(*args)
 
-    monkeypatch.setattr(batches, "_run_rows", crash_in_the_second_seed)
+    monkeypatch.setattr(batches, "_row_metrics", crash_in_the_second_seed)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         run(config(workspace, out, finetune_seeds=(0, 1)))
     stored = sorted(p.name for p in (out / "parts/examples").iterdir())
     assert stored == [f"d0-f0-{b}.parquet" for b in range(4)] + ["d0-f1-0.parquet"]
     calls.clear()
-    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(workspace, out, finetune_seeds=(0, 1)), echo=lines.append)
     assert "x 2 replicates (finetune seeds 0,1, data seeds 0) = " in lines[0]

@@ -112,8 +112,8 @@ def test_repeated_prompt_ids_are_refused_before_any_row_runs(
     sample = runner.sample_examples
     monkeypatch.setattr(runner, "sample_examples", lambda *a: (lambda e: e + e[-1:])(sample(*a)))
     calls: list[int] = []
-    original = batches._run_rows
-    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    original = batches._row_metrics
+    monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(1) or original(*a))
     out = tmp_path / "run"
     with pytest.raises(ExperimentError, match="repeat a .* key.* own") as info:
         run(config(dataset, out), donor_path)

@@ -122,8 +122,8 @@ def test_stored_batches_run_in_groups_with_the_same_numbers(
     dataset, donor_path, tmp_path, monkeypatch
 ):
     calls: list[int] = []
-    original = batches._run_rows
-    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(len(a[3])) or original(*a))
+    original = batches._row_metrics
+    monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(len(a[3])) or original(*a))
     grouped = run(config(dataset, tmp_path / "grouped", batch_size=1), donor_path)
     # 18 stored batches of one row, handed to the engine 8 at a time, each stored on its own
     assert calls == [8, 8, 2]
@@ -145,7 +145,7 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
     expected = sort(run(config(dataset, tmp_path / "full"), donor_path).examples)
 
     calls: list[int] = []
-    original = batches._run_rows
+    original = batches._row_metrics
 
     def crash_on_third(*args):
         calls.append(1)
@@ -153,7 +153,7 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
             raise KeyboardInterrupt  # the user hits Ctrl-C in the middle of batch 2
         return original(*args)
 
-    monkeypatch.setattr(batches, "_run_rows", crash_on_third)
+    monkeypatch.setattr(batches, "_row_metrics", crash_on_third)
     out = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         run(config(dataset, out), donor_path)
@@ -164,7 +164,7 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
     assert not (out / "examples.parquet").exists() and not (out / "summary.parquet").exists()
 
     calls.clear()
-    monkeypatch.setattr(batches, "_run_rows", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(dataset, out), donor_path, echo=lines.append)
     assert "(2 already done)" in lines[0] and len(calls) == 3

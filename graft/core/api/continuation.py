@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from graft.core.execution.engine import run_grafts
+from graft.core.execution.engine import score_grafts
 from graft.core.planning.plan import GraftRow
 from graft.errors import SpecError
 
@@ -85,7 +85,7 @@ def score_continuations(
             one row less per continuation, so they equal a run without ``first`` within the
             engine's float bound rather than bit for bit (a batch of another shape may round
             differently in the last bit).
-        **kwargs: passed to ``run_grafts`` (batch_size, executor, pad_id, ...).
+        **kwargs: passed to ``score_grafts`` (batch_size, executor, pad_id, ...).
 
     Returns:
         ``logprob`` [rows] (float64: the sum over the continuation's tokens), ``tokens``
@@ -101,8 +101,7 @@ def score_continuations(
         logprobs[:, 0] = torch.as_tensor(first[0], dtype=torch.float64)
         ranks[:, 0] = torch.as_tensor(first[1], dtype=torch.long)
     if ext:
-        metrics = run_grafts(base, donors, ext, targets=targets, top_k=1, **kwargs)
-        assert isinstance(metrics, dict)  # with targets, run_grafts returns metrics
+        metrics = score_grafts(base, donors, ext, targets, top_k=1, **kwargs)
         idx = torch.tensor(where, dtype=torch.long).reshape(-1, 2)
         logprobs[idx[:, 0], idx[:, 1]] = metrics["target_logprob"].double()
         ranks[idx[:, 0], idx[:, 1]] = metrics["target_rank"]

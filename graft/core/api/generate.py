@@ -20,6 +20,7 @@ import torch
 
 from graft.core.api.texts import _rows, _spec_list, _tokenizer
 from graft.core.execution.engine import run_grafts
+from graft.core.execution.executor import Executor
 from graft.core.language.graft_object import Graft
 from graft.core.language.spec import GraftSpec
 from graft.core.planning.plan import GraftRow
@@ -56,7 +57,7 @@ def generate(
     temperature: float = 1.0,
     seed: int = 0,
     stop_at_eos: bool = True,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> Generation:
     """Continue ``text`` under each graft of ``specs`` (see the module docstring for which
     positions a graft covers as the text grows).

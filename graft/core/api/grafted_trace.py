@@ -39,7 +39,7 @@ from nnsight.intervention.tracer import InterleavingTracer
 
 from graft.core.api.texts import _field_list, _rows, _spec_list, _text_list, _tokenizer, is_one_spec
 from graft.core.execution.engine import _plans, checked_inputs
-from graft.core.execution.executor import LocalExecutor
+from graft.core.execution.executor import Executor, LocalExecutor
 from graft.core.execution.trace import DonorModules, graft_trace_body, last_logits, trace_batch
 from graft.core.families.wrapping import unwrap, wrap
 from graft.core.language.graft_object import Graft
@@ -284,7 +284,7 @@ def trace(
     *,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
     pad_id: int | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
     grad: bool = False,
     attention: bool = False,
 ) -> GraftedTrace:
@@ -350,7 +350,7 @@ def trace_rows(
     rows: Sequence[GraftRow],
     *,
     pad_id: int | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
     grad: bool = False,
     attention: bool = False,
 ) -> GraftedTrace:
@@ -376,7 +376,7 @@ def _check_options(base: Any, backend: Any, grad: bool, attention: bool) -> Any:
 
 
 def _plan_rows(
-    base: Any, donors: Any, rows: Sequence[GraftRow], pad_id: int | None, executor: Any
+    base: Any, donors: Any, rows: Sequence[GraftRow], pad_id: int | None, executor: Executor | None
 ) -> tuple[types.SimpleNamespace, DonorModules, list[dict[str, list[int]]], Any]:
     """``rows`` as one planned batch: the trace's batch, donor modules, padded spans, and
     the executor's trace parts."""
@@ -414,7 +414,13 @@ def _padded_spans(rows: Sequence[GraftRow], last_index: torch.Tensor) -> list[di
 
 
 def _invoke_trace(
-    base: Any, donors: Any, tokenizer: Any, pad_id: Any, executor: Any, grad: bool, attention: bool
+    base: Any,
+    donors: Any,
+    tokenizer: Any,
+    pad_id: Any,
+    executor: Executor | None,
+    grad: bool,
+    attention: bool,
 ) -> GraftedTrace:
     executor = LocalExecutor() if executor is None else executor
     if not isinstance(executor, LocalExecutor):

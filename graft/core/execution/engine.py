@@ -275,9 +275,7 @@ def run_grafts(
     progress: bool | str = False,
     sort_by_length: bool = True,
     executor: Executor | None = None,
-    targets: Sequence[int] | torch.Tensor | None = None,
-    top_k: int = 5,
-) -> torch.Tensor | dict[str, torch.Tensor]:
+) -> torch.Tensor:
     """Final-position logits of every (prompt, graft) row, batched, one trace per batch.
 
     Args:
@@ -295,16 +293,69 @@ def run_grafts(
         progress: show a tqdm bar (a string is used as its description).
         sort_by_length: batch rows of similar length together (results keep input order).
         executor: where the batches run (default: :class:`LocalExecutor`, this machine).
-        targets: one target token id per row: return per-row metrics instead of logits,
-            computed inside the trace (remotely: on the server, so a request returns
-            ``2 + 2 * top_k`` numbers per row rather than a vocabulary of logits).
-        top_k: how many most probable tokens the metrics list (with ``targets``).
 
     Returns:
-        tensor [len(rows), vocab] on CPU: float32 (float64 if the model is float64). With
-        ``targets``: the dict of :func:`graft.core.execution.trace.unpack_row_metrics`
-        (``target_logprob``, ``target_rank``, ``top_ids``, ``top_logprobs``).
+        tensor [len(rows), vocab] on CPU: float32 (float64 if the model is float64).
     """
+    out = _run_rows(
+        base, donors, rows, batch_size, padding_side, pad_id, progress, sort_by_length, executor
+    )
+    return torch.log_softmax(out, dim=-1) if log_probs and out.numel() else out
+
+
+def score_grafts(
+    base,
+    donors,
+    rows: Sequence[GraftRow],
+    targets: Sequence[int] | torch.Tensor,
+    *,
+    top_k: int = 5,
+    batch_size: int = 16,
+    padding_side: str = "left",
+    pad_id: int | None = None,
+    progress: bool | str = False,
+    sort_by_length: bool = True,
+    executor: Executor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Per-row metrics of one target token per row, computed inside the trace (remotely: on
+    the server, so a request returns ``2 + 2 * top_k`` numbers per row rather than a
+    vocabulary of logits). The other arguments are :func:`run_grafts`'.
+
+    Returns:
+        the dict of :func:`graft.core.execution.trace.unpack_row_metrics`: ``target_logprob``
+        and ``target_rank`` [rows], ``top_ids`` and ``top_logprobs`` [rows, top_k].
+    """
+    out = _run_rows(
+        base,
+        donors,
+        rows,
+        batch_size,
+        padding_side,
+        pad_id,
+        progress,
+        sort_by_length,
+        executor,
+        targets=targets,
+        top_k=top_k,
+    )
+    return unpack_row_metrics(out, top_k)
+
+
+def _run_rows(
+    base,
+    donors,
+    rows: Sequence[GraftRow],
+    batch_size: int,
+    padding_side: str,
+    pad_id: int | None,
+    progress: bool | str,
+    sort_by_length: bool,
+    executor: Executor | None,
+    targets: Sequence[int] | torch.Tensor | None = None,
+    top_k: int = 5,
+) -> torch.Tensor:
+    """The rows' last-position logits, or with ``targets`` their packed metrics
+    (:func:`graft.core.execution.trace.row_metrics`)."""
     base, donors, arch, same, pad_id, resolved = checked_inputs(base, donors, rows, pad_id)
     torch_base = unwrap(base)
     if targets is not None:
@@ -338,6 +389,4 @@ def run_grafts(
     finally:
         if bar is not None:
             bar.close()
-    if targets is not None:
-        return unpack_row_metrics(out, top_k)
-    return torch.log_softmax(out, dim=-1) if log_probs and out.numel() else out
+    return out

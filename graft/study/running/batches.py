@@ -14,6 +14,7 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
+from graft.core.execution.executor import Executor
 from graft.core.language.spec import SpecError
 from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError
@@ -81,7 +82,7 @@ def run_batches(
     loaded: dict[str, LoadedModel],
     echo: Callable[[str], None],
     times: StageTimes,
-    executor: Any = None,
+    executor: Executor | None = None,
     analyses: Sequence[BatchAnalysis] = (),
 ) -> dict[str, list[str]]:
     """Run and store every batch the run folder does not hold yet, replicate by replicate
@@ -157,7 +158,7 @@ def _replicate_batches(
     run: RunSpecs,
     plan: _Plan,
     models: RunModels,
-    executor: Any,
+    executor: Executor | None,
     analyses: Sequence[BatchAnalysis],
 ) -> Iterator[tuple[str, str, pl.DataFrame]]:
     """(batch id, table, frame) of every missing batch of one replicate, group by group: the
@@ -177,7 +178,7 @@ def _replicate_batches(
             # the whole group runs, stored batches included: a row's floats may depend on
             # the rows it is batched with, so a resumed run batches exactly as a whole one
             targets = [examples[ei].target_id for ei, _ in flat]
-            scores = _run_rows(run, models.base, donors, group_rows, targets, size, executor)
+            scores = _row_metrics(run, models.base, donors, group_rows, targets, size, executor)
         start = 0
         for b, chunk in zip(group, chunks, strict=True):
             end = start + len(chunk)
@@ -185,9 +186,8 @@ def _replicate_batches(
             start = end
             stored_id = batch_id(run, plan.rep, b)
             if b in missing[EXAMPLES_TABLE] and scores is not None:
-                tok = models.base.tokenizer
                 frame = _batch_frame(
-                    _slice_scores(scores, *at), chunk, examples, grafts, tok, plan.rep
+                    scores.slice(at[0], at[1] - at[0]), chunk, examples, grafts, plan.rep
                 )
                 if run.analysis.score_full_name:
                     chosen = [examples[ei] for ei, _ in chunk]
@@ -219,13 +219,6 @@ def group_batches(execution: ExecutionSpec) -> int:
     return 1 if execution.remote_run else GROUP_BATCHES
 
 
-def _slice_scores(scores, start: int, end: int):
-    """Rows ``start:end`` of logits or of a dict of per-row metrics."""
-    if isinstance(scores, dict):
-        return {name: value[start:end] for name, value in scores.items()}
-    return scores[start:end]
-
-
 def _plan_line(
     run: RunSpecs,
     arms: Mapping[Replicate, list[NamedGraft]],
@@ -251,17 +244,15 @@ def _plan_line(
 
 
 def _batch_frame(
-    scores: torch.Tensor | dict[str, torch.Tensor],
+    metrics: pl.DataFrame,
     chunk: Sequence[tuple[int, int]],
     examples: Sequence[TestExample],
     grafts: Sequence[NamedGraft],
-    tokenizer: Any,
     replicate: Replicate | None = None,
 ) -> pl.DataFrame:
-    """One stored batch: which (prompt, graft, replicate) each row is, and its metrics (from
-    logits, or from the metrics a remote run computed inside its trace)."""
+    """One stored batch: which (prompt, graft, replicate) each row is, beside its
+    ``metrics`` (:func:`_row_metrics`)."""
     replicate = replicate or Replicate()
-    targets = torch.tensor([examples[ei].target_id for ei, _ in chunk])
     meta = pl.DataFrame(
         {
             "graft": [grafts[gi].name for _, gi in chunk],
@@ -276,11 +267,6 @@ def _batch_frame(
             "finetune_seed": pl.Series([replicate.finetune_seed] * len(chunk), dtype=pl.Int64),
         }
     )
-    metrics = (
-        row_metrics_frame(targets, scores, tokenizer)
-        if isinstance(scores, dict)
-        else example_metrics(scores, targets, tokenizer)
-    )
     return pl.concat([meta, metrics], how="horizontal")
 
 
@@ -288,32 +274,35 @@ def _batch_frame(
 REMOTE_TOP_K = 10
 
 
-def _run_rows(
+def _row_metrics(
     run: RunSpecs,
     base: LoadedModel,
     donors,
     rows: list[GraftRow],
     targets: list[int],
     batch_size: int | None = None,
-    executor: Any = None,
-) -> torch.Tensor | dict[str, torch.Tensor]:
-    """Last-position logits of ``rows`` locally; remotely, the per-row metrics of ``targets``
-    computed on the server (a few numbers per row instead of a vocabulary of logits). Rows per
-    forward: ``batch_size`` (default all)."""
-    from graft.core.execution.engine import run_grafts
+    executor: Executor | None = None,
+) -> pl.DataFrame:
+    """The metrics of ``rows`` (:func:`graft.results.metrics.example_metrics`'s columns):
+    from their last-position logits locally; remotely, from the per-row metrics of
+    ``targets`` computed on the server (a few numbers per row instead of a vocabulary of
+    logits). Rows per forward: ``batch_size`` (default all)."""
+    from graft.core.execution.engine import run_grafts, score_grafts
     from graft.remote.executor import RemoteExecutor
 
     remote = run.execution.remote_run
+    settings: dict[str, Any] = dict(
+        batch_size=batch_size or len(rows),
+        pad_id=base.tokenizer.pad_token_id,
+        executor=executor or (RemoteExecutor(remote) if remote else None),
+    )
+    ids = torch.tensor(targets)
     try:
-        return run_grafts(
-            base.model,
-            donors,
-            rows,
-            batch_size=batch_size or len(rows),
-            pad_id=base.tokenizer.pad_token_id,
-            executor=executor or (RemoteExecutor(remote) if remote else None),
-            targets=targets if remote else None,
-            top_k=REMOTE_TOP_K,
+        if remote:
+            scores = score_grafts(base.model, donors, rows, targets, top_k=REMOTE_TOP_K, **settings)
+            return row_metrics_frame(ids, scores, base.tokenizer)
+        return example_metrics(
+            run_grafts(base.model, donors, rows, **settings), ids, base.tokenizer
         )
     except SpecError as err:  # a RemoteError stays one: the command line exits 1 for it
         raise ExperimentError(str(err)) from None

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from graft.core.api.continuation import score_continuations
+from graft.core.execution.executor import Executor
 from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError, SpecError
 from graft.results.metrics import name_metrics_frame
@@ -33,7 +34,7 @@ def name_columns(
     rows: Sequence[GraftRow],
     examples: Sequence[TestExample],
     first: pl.DataFrame,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> pl.DataFrame:
     """The whole-name columns of one stored batch.
 

@@ -12,7 +12,13 @@ import torch
 
 import graft.core.execution.executor as executor
 import graft.core.execution.head as head
-from graft.core.execution.engine import GraftRow, LocalExecutor, engine_path, run_grafts
+from graft.core.execution.engine import (
+    GraftRow,
+    LocalExecutor,
+    engine_path,
+    run_grafts,
+    score_grafts,
+)
 from graft.core.execution.head import DeferredLogits, HeadProducts, deferrable_head
 from graft.core.language.spec import parse_spec
 from graft.errors import SlowPathWarning
@@ -81,7 +87,7 @@ def test_what_keeps_the_models_own_head(counted):
     base = tiny_model("llama", seed=0)
     donors = {"sft": perturbed_copy(base, seed=1)}
     rows = _rows()
-    run_grafts(base, donors, rows, batch_size=4, targets=[5] * len(rows))  # metrics
+    score_grafts(base, donors, rows, [5] * len(rows), batch_size=4)  # metrics
     run_grafts(base, donors, rows, batch_size=4, padding_side="right")  # every position
     run_grafts(base, donors, rows, batch_size=4, executor=LocalExecutor(hooks=False))
     grafted_head = [

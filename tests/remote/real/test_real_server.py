@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from graft.core.api.grafted_trace import trace
-from graft.core.execution.engine import run_grafts
+from graft.core.execution.engine import run_grafts, score_grafts
 from graft.errors import RemoteError
 from graft.models.loading import tiny_tokenizer
 from graft.models.paper import meta_model
@@ -244,7 +244,7 @@ def test_small_results_are_the_local_metrics(ndif_server, server_path, llama, mo
     base, donors = llama
     rows = make_rows(SPECS)
     targets = [(7 * i) % 96 for i in range(len(rows))]
-    local = run_grafts(base, donors, rows, batch_size=4, targets=targets, top_k=3)
+    local = score_grafts(base, donors, rows, targets, batch_size=4, top_k=3)
     client = (meta_model(tiny_config("llama")), list(donors)) if mode == "hosted" else llama
     sizes: list[int] = []
     finalize = RemoteBackend.finalize
@@ -256,7 +256,9 @@ def test_small_results_are_the_local_metrics(ndif_server, server_path, llama, mo
     RemoteBackend.finalize = measured
     try:
         cfg = config(ndif_server, mode)
-        got = remote(*client, rows, cfg, batch_size=4, targets=targets, top_k=3)
+        got = score_grafts(
+            *client, rows, targets, batch_size=4, top_k=3, executor=RemoteExecutor(cfg)
+        )
         small = sum(sizes)
         sizes.clear()
         remote(*client, rows, cfg, batch_size=4)
