@@ -131,9 +131,9 @@ def _study(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     del keywords
     if not positional:
         return (
-            "This page's numbers come from no folder of `results/`: they were measured before "
-            "graft published its runs, and the text gives the command that measured them. "
-            "Where they were first reported is in [results/HISTORY.md](../../results/HISTORY.md).",
+            "This page's numbers come from no folder of `results/`: the text gives the command "
+            "that measured them, and no file of the measurement is kept. Earlier measurements "
+            "are in [results/HISTORY.md](../../results/HISTORY.md).",
             [],
         )
     lines = [
@@ -188,7 +188,6 @@ def _studies(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
                 + (f"; remove {' '.join(extra)}" if extra else "")
             )
         covered.update(named)
-        sources.append(page)
         commands = []
         for name in named:
             sources.append(ROOT / name / PROVENANCE_FILE)
@@ -212,4 +211,4 @@ def _studies(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
 
 def marker(folders: list[str]) -> str:
     """The ``study`` marker that names ``folders``."""
-    return "<!-- results-table: study " + " ".join(shlex.quote(f) for f in folders) + " -->"
+    return " ".join(["<!-- results-table: study", *(shlex.quote(f) for f in folders), "-->"])

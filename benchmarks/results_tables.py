@@ -167,7 +167,8 @@ def render(block: Block) -> list[str]:
     files = ", ".join(f"`{shown(p)}`" for p in dict.fromkeys(sources))
     edit = block.generator.edit
     what = edit(block.positional) if edit else "the marker above, not the table"
-    note = f"*Generated from {files} by `{COMMAND}`; edit {what}.*"
+    source = f" from {files}" if files else ""
+    note = f"*Generated{source} by `{COMMAND}`; edit {what}.*"
     return ["", *table.splitlines(), "", note, ""]
 
 
