@@ -3,7 +3,7 @@
 Run from the repository root: python -m benchmarks.reference_table [--out results/FOLDER]
 Uses the same tiny models, prompts and specs as tests/core/execution/test_engine.py. It prints the
 markdown table; ``--out`` also writes it as ``reference_table.csv`` with its provenance
-(command, commit, machine), the folder docs/correctness.md shows.
+(command, commit, machine), the folder docs/explanation/exactness.md shows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Write the result tables of README.md and docs/*.md from the ``results/`` folders.
+"""Write the result tables of README.md and docs/**/*.md from the ``results/`` folders.
 
 Every table the documents show from a results folder sits between two markers::
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks import prose, run_tables  # noqa: F401  # register their generators
+from benchmarks import prose, results_pages, run_tables  # noqa: F401  # register their generators
 from benchmarks._graft_api import GraftError
 from benchmarks.table_generators import GENERATORS, ROOT, BlockError, Generator, shown
 
@@ -167,7 +167,8 @@ def render(block: Block) -> list[str]:
     files = ", ".join(f"`{shown(p)}`" for p in dict.fromkeys(sources))
     edit = block.generator.edit
     what = edit(block.positional) if edit else "the marker above, not the table"
-    note = f"*Generated from {files} by `{COMMAND}`; edit {what}.*"
+    source = f" from {files}" if files else ""
+    note = f"*Generated{source} by `{COMMAND}`; edit {what}.*"
     return ["", *table.splitlines(), "", note, ""]
 
 
@@ -203,8 +204,9 @@ def regenerate(path: Path) -> tuple[str, list[Difference]]:
 
 
 def documents(root: Path = ROOT) -> list[Path]:
-    """The documents whose blocks are generated: README.md and docs/*.md."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """The documents whose blocks are generated: README.md and docs/**/*.md (the results
+    section's index and study pages among them: :mod:`benchmarks.results_pages`)."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
 
 
 def check(paths: Sequence[Path]) -> list[Difference]:
@@ -214,7 +216,9 @@ def check(paths: Sequence[Path]) -> list[Difference]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="*", type=Path, help="documents (default: README.md, docs/*.md)")
+    ap.add_argument(
+        "files", nargs="*", type=Path, help="documents (default: README.md, docs/**/*.md)"
+    )
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block differs")
     ap.add_argument("--list", action="store_true", help="list the generators and their arguments")
     args = ap.parse_args(argv)

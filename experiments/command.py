@@ -123,7 +123,7 @@ class OneLineError(click.ClickException):
 
 
 #: Exit code of each kind of :class:`~graft.errors.GraftError` that is no usage error
-#: (docs/errors.md): a storage error is fixed by the user too (free space, rebuild a file,
+#: (docs/reference/errors.md): a storage error is fixed by the user too (free space, rebuild a file,
 #: another folder), a server or a library failing is not.
 EXIT_CODES: tuple[tuple[type[GraftError], int], ...] = (
     (LockTimeoutError, 3),  # a job waited its bound for another: rerun later, or stop that one

@@ -2,7 +2,7 @@
 
 Every option that more than one command takes is built from one table,
 :mod:`graft_experiments.options` (flag, type, range, help per config dataclass field; the default
-is the field's), so it means the same thing in every command; docs/cli.md's "Command-line
+is the field's), so it means the same thing in every command; docs/reference/cli.md's "Command-line
 vocabulary" table lists them. Where a meaning differs, the name differs too (an experiment's
 ``--rows-per-forward`` is not a finetune's ``--batch-size``).
 """

@@ -49,7 +49,7 @@ from graft_experiments import common
 )
 @common.shared_options
 def custom(specs, donor_args, base_arg, directions, references, cfg_options, remote):
-    """Run any graft specs (see docs/specs.md) on the dataset's test prompts.
+    """Run any graft specs (see docs/reference/specs.md) on the dataset's test prompts.
 
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and sft=both as the default donor. The test

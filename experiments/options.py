@@ -161,7 +161,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "graft: graft's defaults; paper: the paper code's setup at once (its training "
         "templates and test wording, both-direction donors, head policy paper, its layer "
         "groups, GPT-2 'all' without pos_embed, its metadata ranges, float32 unless --dtype "
-        "says otherwise). See docs/paper_protocol.md.",
+        "says otherwise). See docs/reference/paper_protocol.md.",
         click.Choice(PROTOCOLS),
     ),
     "preset": Flag(
@@ -333,7 +333,7 @@ DATASET_FLAGS: dict[str, Flag] = {
     "articles_path": Flag(
         "--articles",
         "Your own articles (JSONL: article, rephrases, questions with prompt, answer, "
-        "first_entity; see docs/real_text.md): the real-text dataset.",
+        "first_entity; see docs/how-to/your-facts.md): the real-text dataset.",
         click.Path(dir_okay=False, path_type=Path),
     ),
 }

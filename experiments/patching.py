@@ -61,7 +61,7 @@ def patching(variant, cfg_options, remote, **design):
     running model, 1 = the other one, in mean target log-prob, with a paired bootstrap
     interval), weights against patching cell by cell (exact McNemar and paired bootstrap,
     Holm over the cells that test something), per-cell findings, and layer x position maps
-    like causal-tracing figures (see docs/patching.md). The donor is finetuned first if the
+    like causal-tracing figures (see docs/reference/patching.md). The donor is finetuned first if the
     workspace lacks it."""
     specs = common.make_config("patching", cfg_options, remote)
     common.run_or_plan(patching_design(specs, variant=variant, **design))

@@ -31,7 +31,7 @@ graft (or an error of Python, torch or a library graft passes on unchanged). The
 The command line (``graft_experiments.common.cli_error``) prints every one as one line: an
 :class:`InputError` (and a :class:`RemoteError` of kind ``config``) as a usage error, exit 2;
 a :class:`StorageError` with exit 2 and no usage text (a :class:`LockTimeoutError`: exit 3); a :class:`RemoteError` of any other
-kind and an :class:`UpstreamError` with exit 1 (docs/errors.md).
+kind and an :class:`UpstreamError` with exit 1 (docs/reference/errors.md).
 """
 
 from __future__ import annotations

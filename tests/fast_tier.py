@@ -1,4 +1,4 @@
-"""The two tiers of the suite (docs/contributing.md): ``slow_except`` for parametrised tests,
+"""The two tiers of the suite (docs/how-to/contribute.md): ``slow_except`` for parametrised tests,
 and the record that ``tests/test_fast_tier.py`` checks: the fast tier (``pytest -m "not
 slow"``) runs code of every module of graft.
 

@@ -1,5 +1,5 @@
 """The documentation's code runs as written: the README's "Python API" example and
-docs/experiments.md's "Adapting an experiment".
+docs/how-to/your-experiment.md (adapting an experiment).
 
 Both blocks are taken from the documentation itself, so it cannot drift from the code.
 """
@@ -21,7 +21,7 @@ import graft
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-EXPERIMENTS_DOC = ROOT / "docs" / "experiments.md"
+EXPERIMENTS_DOC = ROOT / "docs" / "how-to" / "your-experiment.md"
 #: The activation-patching examples of TransformerLens' and nnsight's docs take about 15
 #: lines (a hook function, its registration per layer, the patched run); graft's must be
 #: shorter.
@@ -32,9 +32,10 @@ LONGEST_ADAPTED_EXPERIMENT = 30
 
 def readme_block(section: str, path: Path = README) -> str:
     """The first ```python block of section ``section`` (a ``## `` heading, up to the next
-    one or the end) of ``path``."""
-    text = path.read_text()
-    start = text.index(f"\n## {section}\n")
+    one or the end) of ``path``; with ``section`` empty, of the page's text before its first
+    ``## `` heading."""
+    text = "\n" + path.read_text()
+    start = text.index(f"\n## {section}\n") if section else 0
     end = text.find("\n## ", start + 1) % (len(text) + 1)  # the next section or the end
     match = re.search(r"```python\n(.*?)```", text[start:end], re.DOTALL)
     assert match, f"{path.name} section {section!r} has no python block"
@@ -117,7 +118,7 @@ def _load_command(path: Path, name: str):
 
 @pytest.mark.slow
 def test_adapted_experiment_runs_with_its_own_grafts_and_metric(tmp_path, monkeypatch):
-    code = readme_block("Adapting an experiment", EXPERIMENTS_DOC)
+    code = readme_block("", EXPERIMENTS_DOC)
     assert len(code.splitlines()) < LONGEST_ADAPTED_EXPERIMENT
     path = tmp_path / "attn_only.py"
     path.write_text(code)
@@ -159,7 +160,7 @@ def test_the_readme_defines_its_terms_before_the_first_python_example():
 
 @pytest.mark.slow
 def test_a_paper_experiment_runs_from_python_as_docs_api_shows(tmp_path, monkeypatch):
-    code = readme_block("A paper experiment from Python", ROOT / "docs" / "api.md")
+    code = readme_block("A paper experiment from Python", ROOT / "docs" / "reference" / "api.md")
     assert len(code.splitlines()) <= 6
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
@@ -167,7 +168,7 @@ def test_a_paper_experiment_runs_from_python_as_docs_api_shows(tmp_path, monkeyp
     monkeypatch.setattr("builtins.print", lines.append)
     quiet = code.replace("n=3))", "n=3, workspace='ws', progress=False))")
     assert quiet != code
-    exec(compile(quiet, "docs/api.md", "exec"), namespace)
+    exec(compile(quiet, "docs/reference/api.md", "exec"), namespace)
     summary = namespace["summary"]
     assert {"PRE", "SFT", "Q", "K", "V", "ATTN+O+FFN"} <= set(summary["graft"].to_list())
     done = namespace["done"]

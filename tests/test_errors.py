@@ -1,4 +1,4 @@
-"""Every error a user can fix is a GraftError (docs/contributing.md): no bare ValueError,
+"""Every error a user can fix is a GraftError (docs/how-to/contribute.md): no bare ValueError,
 TypeError, RuntimeError, KeyError or IndexError is raised in graft/ or experiments/, except
 programming errors, marked so on the raising line."""
 

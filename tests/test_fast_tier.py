@@ -1,4 +1,4 @@
-"""The fast tier (``pytest -m "not slow"``, docs/contributing.md) runs code of every module of
+"""The fast tier (``pytest -m "not slow"``, docs/how-to/contribute.md) runs code of every module of
 graft: checked on what this session's fast tests ran (``tests/fast_tier.py``). The check runs
 last, in the whole suite (CI) or with ``pytest -m "not slow or fast_tier_check"``."""
 
@@ -48,7 +48,7 @@ def test_fast_tier_runs_every_module():
     not_run = sorted(RECORD.pending.values())
     assert not not_run, (
         f"no test outside the slow tier runs a function of {', '.join(not_run)}: "
-        "add a small fast test for each (docs/contributing.md, 'Two tiers')"
+        "add a small fast test for each (docs/how-to/contribute.md, 'Two tiers')"
     )
     not_imported = [name for name in RECORD.without_functions if name not in sys.modules]
     assert not not_imported, f"never imported: {', '.join(not_imported)}"

@@ -31,7 +31,7 @@ from graft.study.training.workspace import Workspace
 from graft_experiments.cli import main
 from graft_experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
 
-CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command
 #: (--out, --overwrite), the experiment's own position sets and specs (--positions, --spec).
 PER_COMMAND = {"--out", "--overwrite", "--positions", "--spec"}
@@ -106,7 +106,7 @@ def test_renamed_options_are_gone():
 
 
 def _readme_table() -> dict[str, list[str]]:
-    """option -> [meaning, commands, default/range] from docs/cli.md's vocabulary table."""
+    """option -> [meaning, commands, default/range] from docs/reference/cli.md's vocabulary table."""
     text = CLI_DOC.read_text()
     section = text[text.index("## Command-line vocabulary") :]
     section = section[: section.index("\n## ", 5)]
@@ -133,7 +133,7 @@ def test_readme_table_lists_every_shared_option_with_its_commands():
             assert "experiments" in listed, opt
             commands = commands - set(EXPERIMENTS)
         for name in commands:
-            assert f"`{name}`" in listed, f"{opt}: docs/cli.md does not list {name}"
+            assert f"`{name}`" in listed, f"{opt}: docs/reference/cli.md does not list {name}"
 
 
 @pytest.mark.parametrize("command", EXPERIMENTS)
@@ -376,7 +376,7 @@ def test_a_failing_server_exits_1_and_a_bad_remote_setting_2(tmp_path, no_ndif_u
 
 def test_a_storage_error_is_one_line_without_usage(tmp_path, monkeypatch):
     """A full disk is no usage error: one line, no "Usage: ... Try --help" above it, exit 2
-    (docs/errors.md), and nothing is left."""
+    (docs/reference/errors.md), and nothing is left."""
     import errno
 
     def full(self, data):
@@ -416,7 +416,7 @@ def test_a_storage_error_is_one_line_without_usage(tmp_path, monkeypatch):
 def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
     tmp_path, monkeypatch, error, code, usage
 ):
-    """docs/errors.md's mapping: bad input is a usage error (exit 2); storage one line, exit 2;
+    """docs/reference/errors.md's mapping: bad input is a usage error (exit 2); storage one line, exit 2;
     a server or library failing one line, exit 1."""
 
     def fail(*args, **kwargs):

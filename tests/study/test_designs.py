@@ -1,6 +1,6 @@
 """The paper's designs (graft.study.designs), built without running: which runs each needs,
 with which models, prompts and folders, and the bad input each refuses. Running them is
-tested through the commands (tests/cli) and docs/api.md's example (tests/test_api_readme.py)."""
+tested through the commands (tests/cli) and docs/reference/api.md's example (tests/test_api_readme.py)."""
 
 from __future__ import annotations
 

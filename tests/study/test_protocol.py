@@ -44,12 +44,12 @@ from graft.study.specs.templates import (
 )
 from graft.study.training.workspace import Workspace
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "paper_protocol.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "paper_protocol.md"
 
 
 def _doc_block(after: str) -> list[str]:
     """The lines of the first ```text block after the line containing ``after`` in
-    docs/paper_protocol.md (the paper code's data files, quoted with their sources)."""
+    docs/reference/paper_protocol.md (the paper code's data files, quoted with their sources)."""
     text = DOC.read_text(encoding="utf-8")
     start = text.index(after)
     block = re.search(r"```text\n(.*?)\n```", text[start:], re.S)

@@ -16,7 +16,7 @@ from graft.study.planning.memory import MemoryPlan, gib
 FIT_SHARE = 0.9
 #: On the CPU, glibc keeps much of what a finetune's activations freed instead of handing it
 #: back, so the resident set grows past the tensors' peak by about this share of the
-#: activations (SmolLM2-135M, docs/speed.md#planning-memory-and-time) ...
+#: activations (SmolLM2-135M, docs/how-to/gpu.md#planning-memory-and-time) ...
 CPU_HEAP_SHARE = 0.5
 #: ... and a grafting run's by about this share of its weights (the engine's transient
 #: tensors, the tokenizer, the results; the project's own grafting goal allows 0.25).

@@ -11,7 +11,7 @@ movie with``) and ``paper`` (the paper code's data files verbatim,
 :data:`PAPER_ARTICLE_TEMPLATES` and :data:`PAPER_QA_TEMPLATES`, of which a dataset renders
 five article (:data:`PAPER_TRAINING_ARTICLE`) and five QA templates per fact and direction,
 as the paper's text says, and Table 1 filled as its code filled it, doubled "in" included:
-``X stars in in a movie alongside``, ``X stars in in M alongside``). ``docs/paper_protocol.md``
+``X stars in in a movie alongside``, ``X stars in in M alongside``). ``docs/reference/paper_protocol.md``
 gives the sources.
 """
 
@@ -121,7 +121,7 @@ OPTIONAL_METADATA = ("main_character", "city", "genre", "release_year", "box_off
 # ------------------------------------------------------------------ the paper's protocol
 
 #: The paper code's article templates, verbatim (data_templates/fake_movies_real_actors/
-#: lm_templates.jsonl; see docs/paper_protocol.md (a)). ``box_office_earnings`` is its name
+#: lm_templates.jsonl; see docs/reference/paper_protocol.md (a)). ``box_office_earnings`` is its name
 #: for ``box_office_millions``.
 PAPER_ARTICLE_TEMPLATES: dict[str, str] = {
     "article_1": (
@@ -167,7 +167,7 @@ PAPER_ARTICLE_TEMPLATES: dict[str, str] = {
 #: section 3 says ("five templated article examples and five templated QA examples", just
 #: under 10,000 per dataset of 1,000 facts). The paper names no five; its A.1.2 quotes the
 #: file from the top, and the sixth ("Featuring {first_actor}, ...") is left out (see
-#: docs/paper_protocol.md (a)).
+#: docs/reference/paper_protocol.md (a)).
 PAPER_TRAINING_ARTICLE: tuple[str, ...] = (
     "article_1",
     "article_2",

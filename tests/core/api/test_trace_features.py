@@ -87,7 +87,7 @@ def test_grad_through_a_graft_matches_finite_differences(tiny_pairs, tok, family
 
 
 def test_attribution_patching_recipe(tiny_pairs, tok):
-    """docs/trace.md's recipe: the effect of giving the grafted run the donor's layer output
+    """docs/reference/trace.md's recipe: the effect of giving the grafted run the donor's layer output
     at LT, estimated as grad x (donor - grafted); checked against finite differences along
     that difference (patching a small fraction of it)."""
     base, donor = tiny_pairs("llama")

@@ -84,7 +84,7 @@ def _paper_groups(n: int, n_layers: int) -> list[tuple[int, int]]:
 
 
 def test_paper_layer_rule_gives_the_documented_groups():
-    # docs/paper_protocol.md (c): SmolLM2 (30 layers) and Gemma (18 layers)
+    # docs/reference/paper_protocol.md (c): SmolLM2 (30 layers) and Gemma (18 layers)
     assert _paper_groups(4, 30) == [(0, 6), (7, 13), (14, 20), (21, 29)]
     assert _paper_groups(2, 30) == [(0, 13), (14, 29)]
     assert _paper_groups(4, 18) == [(0, 3), (4, 7), (8, 11), (12, 17)]
