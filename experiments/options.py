@@ -5,9 +5,8 @@ Each entry of :data:`FLAGS` says how one field of :class:`~graft.study.running.r
 given on the command line: its flag, click type (range, choice), help and, where the command
 line says "not given" differently from the field, its default; otherwise the default is the
 field's own. The click parameter is named after the field, so a command hands its values to
-the dataclass as they are. :data:`NOT_ON_CLI` names the fields without a flag and why, and
-:data:`CLI_ONLY` the flags that are no field; ``tests/cli/test_options.py`` fails when a field
-is in neither the table nor :data:`NOT_ON_CLI`, or an entry names no field.
+the dataclass as they are. :data:`CLI_ONLY` names the flags that are no field; ``tests/cli/test_options.py`` fails when
+a field has no flag here and no reason in its ``NOT_ON_CLI``, or an entry names no field.
 """
 
 from __future__ import annotations
@@ -344,37 +343,6 @@ FLAGS: dict[type, dict[str, Flag]] = {
     ExperimentConfig: EXPERIMENT_FLAGS,
     FinetuneConfig: FINETUNE_FLAGS,
     RemoteConfig: REMOTE_FLAGS,
-}
-
-#: config class -> {field without a flag: why}.
-NOT_ON_CLI: dict[type, dict[str, str]] = {
-    DatasetConfig: {
-        "relations": "library only (the paper's relation templates)",
-        "protocol": "set by an experiment's --protocol (graft-exp data: library only so far)",
-    },
-    ExperimentConfig: {
-        "experiment": "the command's name",
-        "split": "set by the command (hybrid needs fact sets A and B)",
-        "directions": "set by the command (custom: its own --directions)",
-        "remote": "built from the remote options (REMOTE_FLAGS)",
-        "progress": "the inverse of --quiet",
-    },
-    FinetuneConfig: {
-        "name": "--preset",
-        "warmup_steps": "preset only",
-        "val_fraction": "preset only",
-        "fp16_on_cuda": "preset only",
-        "generic_ratio": "preset only",
-        "generic_corpus_id": "fixed from --generic-corpus (graft.study.data.generic_corpus.settle)",
-        "max_length": "preset only",
-    },
-    RemoteConfig: {
-        "api_key": "env NDIF_API_KEY only (keeps keys out of shell history)",
-        "retry_wait_s": "library only",
-        "rows_per_request": "library only",
-        "compress": "library only",
-        "verbose": "library only",
-    },
 }
 
 #: Flags that are no config field: name -> (decl, help).

@@ -34,35 +34,23 @@ from graft.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-#: public name -> the module that defines it (imported on first access).
+#: module -> the public names it defines (each imported on first access; ``name=attr``
+#: where the module calls it otherwise).
 _EXPORTS = {
-    "GraftError": "graft.errors",
-    "InputError": "graft.errors",
-    "StorageError": "graft.errors",
-    "RemoteError": "graft.errors",
-    "UpstreamError": "graft.errors",
-    "GraftSpec": "graft.core.language.spec",
-    "Graft": "graft.core.language.graft_object",
-    "parse_spec": "graft.core.language.spec",
-    "graft_texts": "graft.core.api.texts",
-    "score_targets": "graft.core.api.texts",
-    "trace": "graft.core.api.grafted_trace",
-    "generate": "graft.core.api.generate",
-    "Generation": "graft.core.api.generate",
-    "run_grafts": "graft.core.execution.engine",
-    "score_grafts": "graft.core.execution.engine",
-    "GraftRow": "graft.core.planning.plan",
-    "tiny_pair": "graft.models.tiny",
-    "load_model": "graft.models",
-    "LoadedModel": "graft.models",
-    "tiny_tokenizer": "graft.models",
-    "example_metrics": "graft.results.metrics",
-    "ExperimentConfig": "graft.study.running.runner",
-    "ModelSource": "graft.study.running.runner",
-    "NamedGraft": "graft.study.specs.grafts",
-    "run_experiment": "graft.study.running.runner",
-    "RunSpecs": "graft.study.specs.run",
-    "resolve": "graft.study.specs.run",
+    "graft.errors": ("GraftError", "InputError", "StorageError", "RemoteError", "UpstreamError"),
+    "graft.core.language.spec": ("GraftSpec", "parse_spec"),
+    "graft.core.language.graft_object": ("Graft",),
+    "graft.core.api.texts": ("graft_texts", "score_targets"),
+    "graft.core.api.grafted_trace": ("trace",),
+    "graft.core.api.generate": ("generate", "Generation"),
+    "graft.core.execution.engine": ("run_grafts", "score_grafts"),
+    "graft.core.planning.plan": ("GraftRow",),
+    "graft.models.tiny": ("tiny_pair",),
+    "graft.models": ("load_model", "LoadedModel", "tiny_tokenizer"),
+    "graft.results.metrics": ("example_metrics",),
+    "graft.study.running.runner": ("ExperimentConfig", "ModelSource", "run_experiment"),
+    "graft.study.specs.grafts": ("NamedGraft",),
+    "graft.study.specs.run": ("RunSpecs", "resolve"),
 }
 
 __all__ = [
@@ -116,7 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from graft.study.specs.run import RunSpecs, resolve
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, _LAZY_NAMES = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def target_metrics(

@@ -4,27 +4,31 @@ modules define without importing torch, nnsight or transformers before they are 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package``: ``exports`` maps a public name to the
-    module that defines it (``"name:attr"`` when the module calls it otherwise); a name is
-    imported on first access and kept in ``namespace`` (the package's globals)."""
+    package: str, exports: Mapping[str, Sequence[str]], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """``__getattr__``, ``__dir__`` and ``__all__`` for ``package``: ``exports`` maps a module
+    to the public names it defines (``"name=attr"`` where the module calls it ``attr``); a
+    name is imported on first access and kept in ``namespace`` (the package's globals)."""
+    where: dict[str, tuple[str, str]] = {}
+    for module, names in exports.items():
+        for entry in names:
+            name, _, attr = entry.partition("=")
+            where[name] = (module, attr or name)
 
     def getattr_(name: str) -> Any:
-        where = exports.get(name)
-        if where is None:
+        if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, _, attr = where.partition(":")
-        value = getattr(importlib.import_module(module), attr or name)
+        module, attr = where[name]
+        value = getattr(importlib.import_module(module), attr)
         namespace[name] = value
         return value
 
     def dir_() -> list[str]:
-        return sorted([*namespace, *exports])
+        return sorted([*namespace, *where])
 
-    return getattr_, dir_
+    return getattr_, dir_, sorted(where)

@@ -99,9 +99,9 @@ def test_import_graft_imports_no_library_module():
     )
     # only the few lines that make the lazy names: no library module, no torch
     assert out.stdout.strip() == "['graft.lazy'] False"
-    assert set(graft.__all__) == {*graft._EXPORTS, "target_metrics"} and set(graft.__all__) <= set(
-        dir(graft)
-    )
+    assert set(graft.__all__) == {*graft._LAZY_NAMES, "target_metrics"} and set(
+        graft.__all__
+    ) <= set(dir(graft))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         graft.nope  # noqa: B018
 

@@ -24,33 +24,25 @@ Tiny random models live in :mod:`graft.models.tiny` (a layer above); numeric ran
 
 from graft.lazy import lazy_exports
 
-#: public name -> the module that defines it (imported on first access).
+#: module -> the public names it defines (each imported on first access; ``name=attr``
+#: where the module calls it otherwise).
 _EXPORTS = {
-    "Architecture": "graft.core.families.arch",
-    "architecture_of": "graft.core.families.arch",
-    "run_grafts": "graft.core.execution.engine",
-    "score_grafts": "graft.core.execution.engine",
-    "Executor": "graft.core.execution.executor",
-    "LocalExecutor": "graft.core.execution.executor",
-    "GraftRow": "graft.core.planning.plan",
-    "default_pad_id": "graft.core.planning.plan",
-    "cache_argument": "graft.core.planning.prefix",
-    "COUNT": "graft.ranges",
-    "Range": "graft.ranges",
-    "SEED": "graft.ranges",
-    "engine_path": "graft.core.execution.routing",
-    "render": "graft.core.language.spans",
-    "tokenize_with_spans": "graft.core.language.spans",
-    "EMBEDDING_COMPONENTS": "graft.core.language.spec",
-    "GraftSpec": "graft.core.language.spec",
-    "HEAD_POLICIES": "graft.core.language.spec",
-    "PROTOCOLS": "graft.core.language.spec",
-    "ResolvedGraft": "graft.core.language.spec",
-    "parse_spec": "graft.core.language.spec",
-    "SMOKE_SPECS": "graft.core.api.selfcheck",
-    "TOLERANCE": "graft.core.api.selfcheck",
-    "check_family": "graft.core.api.selfcheck",
-    "path_word": "graft.core.api.selfcheck",
+    "graft.core.families.arch": ("Architecture", "architecture_of"),
+    "graft.core.execution.engine": ("run_grafts", "score_grafts"),
+    "graft.core.execution.executor": ("Executor", "LocalExecutor"),
+    "graft.core.planning.plan": ("GraftRow", "default_pad_id"),
+    "graft.core.planning.prefix": ("cache_argument",),
+    "graft.ranges": ("COUNT", "Range", "SEED"),
+    "graft.core.execution.routing": ("engine_path",),
+    "graft.core.language.spans": ("render", "tokenize_with_spans"),
+    "graft.core.language.spec": (
+        "EMBEDDING_COMPONENTS",
+        "GraftSpec",
+        "HEAD_POLICIES",
+        "PROTOCOLS",
+        "ResolvedGraft",
+        "parse_spec",
+    ),
+    "graft.core.api.selfcheck": ("SMOKE_SPECS", "TOLERANCE", "check_family", "path_word"),
 }
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -3,13 +3,11 @@ remote executor, hosted graft pairs."""
 
 from graft.lazy import lazy_exports
 
-#: public name -> the module that defines it (imported on first access).
+#: module -> the public names it defines (each imported on first access; ``name=attr``
+#: where the module calls it otherwise).
 _EXPORTS = {
-    "DONOR_MODES": "graft.remote.config",
-    "REMOTE_RANGES": "graft.remote.config",
-    "RemoteConfig": "graft.remote.config",
-    "RemoteExecutor": "graft.remote.executor",
-    "payload_table": "graft.remote.payload",
+    "graft.remote.config": ("DONOR_MODES", "REMOTE_RANGES", "RemoteConfig"),
+    "graft.remote.executor": ("RemoteExecutor",),
+    "graft.remote.payload": ("payload_table",),
 }
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

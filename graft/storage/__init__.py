@@ -3,10 +3,10 @@ tables that carry their provenance in their metadata. Imports only :mod:`graft.e
 
 from graft.lazy import lazy_exports
 
-#: public name -> the module that defines it (imported on first access).
+#: module -> the public names it defines (each imported on first access; ``name=attr``
+#: where the module calls it otherwise).
 _EXPORTS = {
-    "atomic_path": "graft.storage.files",
-    "write_csv": "graft.storage.tables",
+    "graft.storage.files": ("atomic_path",),
+    "graft.storage.tables": ("write_csv",),
 }
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())
