@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -180,10 +181,10 @@ def draw_summary_figures(
     if order is None:
         order = list(dict.fromkeys(summary["graft"].to_list()))
     suffix = metric_slug(metric)
-    if experiment == "layers":
-        return _draw_layers(summary, order, model, metric, fig_dir, suffix, seeds_note)
-    if experiment == "component":
-        return _draw_components(summary, order, model, metric, fig_dir, suffix, seeds_note)
+    if experiment in ("layers", "component"):
+        figures = _Figures(model, metric, fig_dir, suffix, seeds_note)
+        draw = _draw_layers if experiment == "layers" else _draw_components
+        return draw(summary, order, figures)
     out: list[Path] = []
     unit = metric == "acc@5"  # the paper's numbers are top-5 accuracies
     xlabel, legend, note = _BAR_TEXT.get(
@@ -220,38 +221,41 @@ def draw_summary_figures(
     return out
 
 
-def _draw_layers(
-    summary: pl.DataFrame,
-    order: list[str],
-    model: str,
-    metric: str,
-    fig_dir: Path,
-    suffix: str,
-    seeds_note: str | None = None,
-) -> list[Path]:
+@dataclass(frozen=True)
+class _Figures:
+    """What every figure of one summary shares.
+
+    Fields:
+        model: graft's model name (titles; the paper model it is compared with).
+        metric: the metric drawn.
+        fig_dir: where the PNG and PDF files go.
+        suffix: the metric's part of the file names.
+        seeds_note: the footnote of a summary over several replicates (None: one).
+    """
+
+    model: str
+    metric: str
+    fig_dir: Path
+    suffix: str
+    seeds_note: str | None
+
+
+def _draw_layers(summary: pl.DataFrame, order: list[str], figures: _Figures) -> list[Path]:
     """One heatmap per (component group, template); control grafts in a heatmap of their
     own (``..._control_<metric>``)."""
     control = pl.col("graft").str.ends_with(CONTROL_SUFFIX)
-    args = (model, metric, fig_dir, suffix, seeds_note)
-    out = _draw_layer_maps(summary.filter(~control), order, *args, control=False)
+    out = _draw_layer_maps(summary.filter(~control), order, figures, control=False)
     twins = summary.filter(control).with_columns(pl.col("graft").str.strip_suffix(CONTROL_SUFFIX))
     if not twins.is_empty():
         main = [n for n in order if not n.endswith(CONTROL_SUFFIX)]
-        out += _draw_layer_maps(twins, main, *args, control=True)
+        out += _draw_layer_maps(twins, main, figures, control=True)
     return out
 
 
 def _draw_layer_maps(
-    summary: pl.DataFrame,
-    order: list[str],
-    model: str,
-    metric: str,
-    fig_dir: Path,
-    suffix: str,
-    seeds_note: str | None,
-    *,
-    control: bool,
+    summary: pl.DataFrame, order: list[str], figures: _Figures, *, control: bool
 ) -> list[Path]:
+    model, metric, seeds_note = figures.model, figures.metric, figures.seeds_note
     out = []
     donor = "a control donor's" if control else "SFT"
     kind = "_control" if control else ""
@@ -284,8 +288,8 @@ def _draw_layer_maps(
             note=f"Cells: {cells_are}, {donor} weights grafted into PRE at the row's "
             f"positions in the column's layers ({whiskers}s in summary.csv).",
         )
-        stem = f"layers_{slug(group)}_{template}{kind}_{suffix}"
-        png, _ = plots.save_figure(fig, fig_dir, stem)
+        stem = f"layers_{slug(group)}_{template}{kind}_{figures.suffix}"
+        png, _ = plots.save_figure(fig, figures.fig_dir, stem)
         out.append(png)
     return out
 
@@ -341,15 +345,8 @@ def _paper_component_note(model: str, template: str, metric: str) -> str | None:
     return _paper_statements(paper_model, found, parts)
 
 
-def _draw_components(
-    summary: pl.DataFrame,
-    order: list[str],
-    model: str,
-    metric: str,
-    fig_dir: Path,
-    suffix: str,
-    seeds_note: str | None = None,
-) -> list[Path]:
+def _draw_components(summary: pl.DataFrame, order: list[str], figures: _Figures) -> list[Path]:
+    model, metric = figures.model, figures.metric
     out = []
     for template, part in summary.partition_by(
         "template", as_dict=True, maintain_order=True
@@ -370,8 +367,8 @@ def _draw_components(
                 plots.GRAFT_KEY: "base with the donor's components at LT",
             },
             whiskers=plots.whiskers_text(part, metric),
-            note=_join(seeds_note, _paper_component_note(model, template, metric)),
+            note=_join(figures.seeds_note, _paper_component_note(model, template, metric)),
         )
-        png, _ = plots.save_figure(fig, fig_dir, f"component_{template}_{suffix}")
+        png, _ = plots.save_figure(fig, figures.fig_dir, f"component_{template}_{figures.suffix}")
         out.append(png)
     return out

@@ -37,7 +37,7 @@ from graft.study.specs.donor import DonorRequest
 from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
 from graft.study.training.sources import finetune_steps, trained_mix
-from graft.study.training.workspace import Workspace, parse_variant
+from graft.study.training.workspace import Workspace, donor_dataset
 
 #: Free memory of common GPU sizes once their CUDA context is up (GiB), for "needs ...".
 GPU_SIZES = {"24 GB": 23.0, "40 GB": 39.0, "80 GB": 78.5}
@@ -290,16 +290,8 @@ def plan_donor(
     """The plan of the donor :meth:`Workspace.locate_donor` names for ``request`` (its
     dataset generated into the scratch folder if the workspace lacks it); ``out``: another
     folder than the workspace's; ``what``: how the plan names it."""
-    direction, train_set = parse_variant(request.variant)
-    real, read = workspace.dataset(
-        request.dataset,
-        direction,
-        split=request.split or train_set is not None,
-        n_facts=request.n_facts,
-        seed=request.data_seed,
-        protocol=request.protocol,
-        shuffle=request.shuffle,
-    )
+    train_set, where = donor_dataset(request)
+    real, read = workspace.dataset(**where)
     corpora = workspace.real.corpus_dir
     config = settle(request.config, read, corpora, fetch=False)
     folder = out or workspace.real.donor_dir(request.model, real, train_set, config)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from graft.errors import DatasetError, FinetuneError, StorageError
 from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
@@ -79,6 +80,22 @@ def parse_variant(variant: str) -> tuple[str, str | None]:
             "task (= one-A) or relation (= one-B)"
         )
     return direction, train_set or None
+
+
+def donor_dataset(request: DonorRequest) -> tuple[str | None, dict[str, Any]]:
+    """The fact set the donor of ``request`` learns (None: all) and the arguments of
+    :meth:`Workspace.dataset` that find or make its dataset (the runner's and the
+    planner's alike)."""
+    direction, train_set = parse_variant(request.variant)
+    return train_set, dict(
+        dataset=request.dataset,
+        direction=direction,
+        split=request.split or train_set is not None,
+        n_facts=request.n_facts,
+        seed=request.data_seed,
+        protocol=request.protocol,
+        shuffle=request.shuffle,
+    )
 
 
 def model_slug(model: str) -> str:
@@ -307,17 +324,9 @@ class Workspace:
         (:func:`graft.study.data.generic_corpus.settle`: the paper's corpus is downloaded into
         :attr:`corpus_dir` if missing), so the folder names it."""
         config = request.config
-        direction, train_set = parse_variant(request.variant)
+        train_set, where = donor_dataset(request)
         resolve_model_name(request.model)
-        dataset_dir = self.dataset(
-            request.dataset,
-            direction,
-            split=request.split or train_set is not None,
-            n_facts=request.n_facts,
-            seed=request.data_seed,
-            protocol=request.protocol,
-            shuffle=request.shuffle,
-        )
+        dataset_dir = self.dataset(**where)
         with self._writing("keep the generic corpus"):
             config = settle(config, dataset_dir, self.corpus_dir, hub=self.hub)
         path = self.donor_dir(request.model, dataset_dir, train_set, config)
