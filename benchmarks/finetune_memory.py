@@ -38,7 +38,7 @@ from benchmarks.measure import (
     write_json,
 )
 from benchmarks.paper_shapes import random_model, shape_config
-from benchmarks.plan_check import train_steps
+from benchmarks.plan_check import train_as_asked
 from graft.models import PAPER_CONFIGS
 
 PRECISIONS = {"mixed": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -74,16 +74,7 @@ def run(args: argparse.Namespace) -> dict:
     else:
         reset_peak_rss()
     model = random_model(args.shape, PRECISIONS[args.precision], device, args.layers)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    seconds = train_steps(
-        model,
-        precision=args.precision,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        steps=args.steps,
-        device=device,
-    )
+    seconds = train_as_asked(model, args)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - held_before
     else:

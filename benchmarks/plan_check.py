@@ -154,6 +154,24 @@ def train_steps(
     return seconds
 
 
+def train_as_asked(
+    model, args: argparse.Namespace, saved: dict[int, int] | None = None
+) -> list[float]:
+    """:func:`train_steps` with the command's ``--gradient-checkpointing``, ``--precision``,
+    ``--batch-size``, ``--seq-len``, ``--steps`` and ``--device``."""
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return train_steps(
+        model,
+        precision=args.precision,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        device=torch.device(args.device),
+        saved=saved,
+    )
+
+
 def train(args: argparse.Namespace) -> dict:
     """``--steps`` AdamW steps on random tokens; the peak and the saved activations."""
     from graft.study import estimate_finetune_bytes
@@ -163,18 +181,8 @@ def train(args: argparse.Namespace) -> dict:
     peak = Peak(device)
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
     model = random_model(config, dtype, device)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
     saved: dict[int, int] = {}
-    seconds = train_steps(
-        model,
-        precision=args.precision,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        steps=args.steps,
-        device=device,
-        saved=saved,
-    )
+    seconds = train_as_asked(model, args, saved)
     plan = estimate_finetune_bytes(
         config,
         dtype=args.precision,
