@@ -24,7 +24,8 @@ from graft_experiments.plot import METRIC_OPTION
     "--score",
     default="target_logprob",
     show_default=True,
-    help="Per-prompt score compared with a paired bootstrap: target_logprob, target_rank "
+    help="Per-prompt score compared (paired bootstrap interval, Wilcoxon signed-rank p): "
+    "target_logprob, target_rank "
     "or target_prob (name_logprob in a run with --score-full-name).",
 )
 @field_option(ExperimentConfig, "n_boot")
@@ -33,7 +34,8 @@ def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
     the prompts both scored in RUN_FOLDER, per template (and donor pair): both accuracies,
     their difference (A minus B) with Newcombe's paired 95% interval, the exact McNemar
     test (b: prompts only A hits, c: only B hits), and the score difference with a paired
-    bootstrap 95% interval and p-value (bootstrap seed 0). p-values are Holm-adjusted over
+    bootstrap 95% interval (bootstrap seed 0) and the Wilcoxon signed-rank p-value over the
+    prompts (of their means over seeds in a replicated run). p-values are Holm-adjusted over
     the templates. --metric acc@k (or hit@k) picks the accuracy; in a run with
     --score-full-name, --metric name_exact --score name_logprob compare whole names."""
     table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)

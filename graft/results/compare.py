@@ -4,8 +4,8 @@
 
 Every graft of a run scores the same test prompts, so two grafts are compared prompt by
 prompt (:func:`graft.results.stats.paired_contrasts`): the exact McNemar test and Newcombe's
-paired interval for the top-k accuracy, a paired bootstrap for a continuous score such as
-the target's log-probability.
+paired interval for the top-k accuracy; for a continuous score such as the target's
+log-probability a paired bootstrap interval and the Wilcoxon signed-rank p-value.
 """
 
 from __future__ import annotations
@@ -234,7 +234,8 @@ def compare_run(
     """Graft ``a`` against graft ``b`` in the finished run in ``folder``, per group and
     template, on the prompts both scored (Holm-adjusted over the templates). In a run of
     several replicates the prompts are matched within each replicate and the intervals and
-    the score's p-value come from a bootstrap clustered by replicate.
+    the intervals come from a bootstrap clustered by replicate and the score's p-value from
+    the signed-rank test of the prompts' mean differences over replicates.
 
     Args:
         folder: a run folder (``config.json`` and ``examples.parquet``).
@@ -243,7 +244,7 @@ def compare_run(
         metric: the accuracy compared with McNemar's test: ``acc@k`` (or ``hit@k``), or
             ``name_exact`` (greedy continuation is the whole target name) in a run that
             scored whole names.
-        score: continuous per-example column compared with a paired bootstrap
+        score: continuous per-example column compared (bootstrap interval, signed-rank p)
             (``target_logprob``, ``target_rank``, ``target_prob``; ``name_logprob``, the
             whole name's teacher-forced log-prob, in a run that scored whole names).
         n_boot: bootstrap resamples.
