@@ -332,11 +332,12 @@ def no_ndif_url():
     thread.join()
 
 
-def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
+def _custom(tmp_path, spec: str, *more: str) -> click.testing.Result:
+    """``custom --spec SPEC`` on a tiny-llama donor ``sft`` (1 prompt, 2 facts), ``more`` after."""
     return invoke(
         "custom",
         "--spec",
-        "LT:all:o",
+        spec,
         "--donor",
         "sft=tiny-llama",
         "--model",
@@ -352,9 +353,12 @@ def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
         str(tmp_path / "ws"),
         "--out",
         str(tmp_path / "run"),
-        "--remote",
-        *remote,
+        *more,
     )
+
+
+def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
+    return _custom(tmp_path, "LT:all:o", "--remote", *remote)
 
 
 @pytest.mark.slow
@@ -447,26 +451,7 @@ def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeyp
 
 
 def test_custom_names_the_missing_donor_and_the_fix(tmp_path):
-    result = invoke(
-        "custom",
-        "--spec",
-        "LT:all:o@nodonor",
-        "--donor",
-        "sft=tiny-llama",
-        "--model",
-        "tiny-llama",
-        "--n",
-        "1",
-        "--n-facts",
-        "2",
-        "--n-boot",
-        "10",
-        "--workspace",
-        str(tmp_path / "ws"),
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-    )
+    result = _custom(tmp_path, "LT:all:o@nodonor")
     assert result.exit_code == 2, result.output
     assert "uses donor(s) ['nodonor'] not loaded (loaded: ['sft'])" in result.output
     assert "write a loaded one after '@' in its spec, or add the missing one to --donor" in (

@@ -25,12 +25,12 @@ from graft.models import load_model
 from graft.study.data.prompts import load_test_prompts
 from graft_experiments.cli import COMMANDS, main
 from tests.cli.tiny_runs import tiny_args
+from tests.engine_cases import BASE_POSITIONS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 MODEL = "tiny-llama"
 TEMPLATES = ("headline", "movie", "qa")
-BASE_POSITIONS = ["FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]
 POSITION_GRAFTS = {
     "headline": ["PRE", "SFT", *BASE_POSITIONS, "R", "FE+R", "R+LT"],
     "qa": ["PRE", "SFT", *BASE_POSITIONS, "R", "FE+R", "R+LT"],
@@ -52,6 +52,17 @@ RUN_FILES = ("config.json", "summary.parquet", "summary.csv", "examples.parquet"
 # The engine's float32 bound on logits is 1e-5; a log-softmax moves by at most twice the
 # largest logit change, so log-probs (and probabilities <= 1) of two runs agree to 2e-5.
 LOGPROB_TOL = 2e-5
+
+
+def stored_graft_rows(rows: pl.DataFrame, by_id: dict) -> list[GraftRow]:
+    """The engine rows of a run's stored ``rows``, each checked against its test prompt in
+    ``by_id`` (prompt id -> example): the same target and text."""
+    graft_rows = []
+    for row in rows.iter_rows(named=True):
+        ex = by_id[row["prompt_id"]]
+        assert row["target_id"] == ex.target_id and row["text"] == ex.text
+        graft_rows.append(GraftRow(ex.input_ids, ex.spans, parse_spec(row["spec"])))
+    return graft_rows
 
 
 @pytest.fixture(scope="module")
@@ -742,11 +753,7 @@ def test_position_numbers_match_engine(position_run):
     picked = [table.filter(pl.col("template") == t)["prompt_id"][0] for t in TEMPLATES]
     rows = table.filter(pl.col("prompt_id").is_in(picked))
     assert rows.height == sum(len(g) for g in POSITION_GRAFTS.values())
-    graft_rows = []
-    for row in rows.iter_rows(named=True):
-        ex = by_id[row["prompt_id"]]
-        assert row["target_id"] == ex.target_id and row["text"] == ex.text
-        graft_rows.append(GraftRow(ex.input_ids, ex.spans, parse_spec(row["spec"])))
+    graft_rows = stored_graft_rows(rows, by_id)
     logprobs = run_grafts(
         base.model,
         {"sft": donor.model},

@@ -12,13 +12,18 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graft.core.execution.engine import GraftRow, run_grafts
-from graft.core.language.spec import parse_spec
+from graft.core.execution.engine import run_grafts
 from graft.models import load_model
 from graft.study.data.articles import EXAMPLE_ARTICLES, read_articles
 from graft.study.data.prompts import load_test_prompts
 from graft_experiments.cli import main
-from tests.cli.test_experiments import LOGPROB_TOL, check_figures, check_run_folder, invoke
+from tests.cli.test_experiments import (
+    LOGPROB_TOL,
+    check_figures,
+    check_run_folder,
+    invoke,
+    stored_graft_rows,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -90,11 +95,7 @@ def test_position_numbers_match_engine(position_run, dataset):
     table = pl.read_parquet(position_run / "examples.parquet")
     picked = [table.filter(pl.col("template") == t)["prompt_id"][0] for t in TEMPLATES]
     rows = table.filter(pl.col("prompt_id").is_in(picked)).sort(["prompt_id", "graft"])
-    graft_rows = []
-    for row in rows.iter_rows(named=True):
-        ex = by_id[row["prompt_id"]]
-        assert row["target_id"] == ex.target_id and row["text"] == ex.text
-        graft_rows.append(GraftRow(ex.input_ids, ex.spans, parse_spec(row["spec"])))
+    graft_rows = stored_graft_rows(rows, by_id)
     logprobs = run_grafts(
         base.model, {"sft": donor.model}, graft_rows, log_probs=True, pad_id=tok.pad_token_id
     )

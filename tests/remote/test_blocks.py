@@ -20,6 +20,7 @@ from graft.remote.blocks import Block, plan_blocks, stage_of
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
 from graft.remote.payload import estimate_payload_bytes, module_bytes
+from tests.engine_cases import E1_SPECS
 from tests.fast_tier import slow_except
 
 from .test_remote import make_rows
@@ -31,17 +32,6 @@ except ImportError:  # tests/ is not a package: conftest puts it on sys.path
 
 KEY = hf_model_key("graft/tiny-llama")
 BF16_KEY = hf_model_key("graft/tiny-llama-bf16")
-#: the E1 position grafts, PRE and SFT included
-E1 = [
-    "none",
-    "ALL:all:all; head=donor",
-    "FE:all:all",
-    "LT:all:all",
-    "FE+LT:all:all",
-    "(FE+LT)^C:all:all",
-    "FE^C:all:all",
-    "LT^C:all:all",
-]
 EXACT_LOCAL = LocalExecutor(shortcuts=False)
 #: an 8-layer tiny llama's donor weights are 12 KB (embeddings), 36 KB a layer, 12 KB the
 #: head, 314 KB in all; 0.16 MB less what 16 rows' residual streams, masks and the trace take
@@ -90,7 +80,7 @@ def sizes(model) -> dict[str, int]:
 @pytest.mark.slow
 def test_a_split_e1_batch_is_the_unsplit_run_and_sends_each_block_once(server, pair):
     base, donor = pair
-    rows = make_rows(E1, n_prompts=2)  # 16 rows
+    rows = make_rows(E1_SPECS, n_prompts=2)  # 16 rows
     local = run_grafts(base, donor, rows, batch_size=8)
     exact = run_grafts(base, donor, rows, batch_size=8, executor=EXACT_LOCAL)
     executor = RemoteExecutor(config(server, max_payload_mb=LIMIT_MB))
@@ -120,7 +110,7 @@ def test_a_split_e1_batch_is_the_unsplit_run_and_sends_each_block_once(server, p
 def test_a_weightless_client_base_ships_only_the_donor(server, pair):
     """Ship mode needs the base's module tree here, not its weights: a meta copy will do."""
     base, donor = pair
-    rows = make_rows(E1[1:4], n_prompts=2)
+    rows = make_rows(E1_SPECS[1:4], n_prompts=2)
     exact = run_grafts(base, donor, rows, executor=EXACT_LOCAL)
     client = meta_model(tiny_config("llama", n_layers=N_LAYERS))
     executor = RemoteExecutor(config(server, max_payload_mb=LIMIT_MB))
@@ -147,7 +137,7 @@ def test_every_family_splits_exactly(tiny_pairs, family):
     """Tied heads, fused QKV, learned positions, q/k norms: the simulated split run is the
     one-pass run bit for bit, metrics included."""
     base, donor = tiny_pairs(family, tied=True if family == "gpt2" else None, n_layers=N_LAYERS)
-    rows = make_rows(E1[:5], n_prompts=2)
+    rows = make_rows(E1_SPECS[:5], n_prompts=2)
     targets = [(5 * i) % 96 for i in range(len(rows))]
     kw = dict(batch_size=4, top_k=3)
     local = score_grafts(base, donor, rows, targets, executor=EXACT_LOCAL, **kw)

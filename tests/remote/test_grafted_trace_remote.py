@@ -15,9 +15,11 @@ from graft.errors import RemoteError
 from graft.models import tiny_tokenizer
 from graft.models.paper import meta_model
 from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
-from graft.remote.config import RemoteConfig, hf_model_key
+from graft.remote.config import RemoteConfig
 from graft.remote.executor import RemoteExecutor
 from graft.remote.hosted import hosted_model_key
+
+from .test_remote import API_KEY, BASE_KEY, remote_cfg
 
 try:
     from tests.ndif_double import NdifDouble
@@ -26,8 +28,6 @@ except ImportError:  # tests/ is not a package: conftest puts it on sys.path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-API_KEY = "test-key"
-BASE_KEY = hf_model_key("graft/tiny-llama")
 PAIR_KEY = hosted_model_key("graft.tiny:llama", {"sft": "graft.tiny:llama:donor"})
 TEXTS = ["Keanu Reeves starred in a movie with", "Tom Hanks acted in"]
 FIELDS = [{"FE": "Keanu Reeves"}, {"FE": "Tom Hanks"}]
@@ -68,15 +68,8 @@ def run(base, donors, tok, executor=None) -> dict[str, torch.Tensor]:
 
 
 def cfg(server, **kwargs) -> RemoteConfig:
-    values = dict(
-        mode="remote",
-        host=server.url,
-        api_key=API_KEY,
-        model_key=BASE_KEY,
-        retries=0,
-        timeout_s=60,
-    )
-    return RemoteConfig(**{**values, **kwargs})
+    """test_remote's settings for the double, with no retries."""
+    return remote_cfg(server, **{"retries": 0, **kwargs})
 
 
 def assert_same(got: dict, want: dict) -> None:

@@ -19,7 +19,6 @@ import torch
 
 from graft.core.execution.engine import LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
-from graft.core.language.spec import parse_spec
 from graft.core.planning.plan import GraftRow, plan_batch
 from graft.errors import RemoteError
 from graft.models.paper import PAPER_CONFIGS, meta_model
@@ -34,6 +33,7 @@ from graft.remote.hosted import (
     parse_hosted_model_key,
 )
 from graft.remote.payload import estimate_payload_bytes, format_bytes, payload_table
+from tests.engine_cases import random_rows
 
 try:
     from tests.ndif_double import NdifDouble
@@ -58,13 +58,8 @@ HYBRID = "FE:all:all@sft; LT:h2:o,ffn@relation"
 
 
 def make_rows(specs, n_prompts: int = 3, seed: int = 0) -> list[GraftRow]:
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for i in range(n_prompts):
-        n = (6, 9, 11)[i % 3]  # several lengths: padded batches
-        ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
-        rows += [GraftRow(ids, {"FE": [1, 2], "M": [4, 5]}, parse_spec(s)) for s in specs]
-    return rows
+    lengths = [(6, 9, 11)[i % 3] for i in range(n_prompts)]  # several lengths: padded batches
+    return random_rows(specs, lengths, {"FE": [1, 2], "M": [4, 5]}, seed)
 
 
 @pytest.fixture(scope="module")

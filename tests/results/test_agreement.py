@@ -478,39 +478,27 @@ def _seeded_fig2(folder: Path, per_seed: tuple[float, float, float], complement:
     discordant of 150, FE+LT 122/150, SFT 137/150), with the per-seed FE+LT values
     ``per_seed`` (SFT 0.92 / 0.88 / 0.94), and (``complement``) Fig. 2's second claim."""
     sft = [0.92, 0.88, 0.94]
+
+    def row(graft: str, mean: float, lo: float, hi: float, values: list[float]) -> dict:
+        return {
+            "group": "",
+            "template": "headline",
+            "graft": graft,
+            "n": 50,
+            "n_seeds": 3,
+            "acc@5": mean,
+            "acc@5_lo": lo,
+            "acc@5_hi": hi,
+            "acc@5_per_seed": str(values),
+            "per_seed_of": "finetune_seed",
+        }
+
     rows = []
     for graft, values in (("FE+LT", list(per_seed)), ("SFT", sft)):
         mean = sum(values) / 3
-        rows.append(
-            {
-                "group": "",
-                "template": "headline",
-                "graft": graft,
-                "n": 50,
-                "n_seeds": 3,
-                "acc@5": mean,
-                "acc@5_lo": mean - 0.05,
-                "acc@5_hi": mean + 0.05,
-                "acc@5_per_seed": str(values),
-                "per_seed_of": "finetune_seed",
-            }
-        )
+        rows.append(row(graft, mean, mean - 0.05, mean + 0.05, values))
     if complement:
-        for graft in ("(FE+LT)^C", "PRE"):
-            rows.append(
-                {
-                    "group": "",
-                    "template": "headline",
-                    "graft": graft,
-                    "n": 50,
-                    "n_seeds": 3,
-                    "acc@5": 0.0,
-                    "acc@5_lo": 0.0,
-                    "acc@5_hi": 0.02,
-                    "acc@5_per_seed": "[0.0, 0.0, 0.0]",
-                    "per_seed_of": "finetune_seed",
-                }
-            )
+        rows += [row(graft, 0.0, 0.0, 0.02, [0.0, 0.0, 0.0]) for graft in ("(FE+LT)^C", "PRE")]
     pl.DataFrame(rows).write_csv(folder / "position_summary.csv")
     contrast = {**_contrast("FE+LT", "SFT", 0, 0, 3, 18, 0.012), "n": 150}
     contrast.update({"acc@5_a": 122 / 150, "acc@5_b": 137 / 150, "acc@5_diff": -0.1})

@@ -14,22 +14,14 @@ from graft.core.language.spec import parse_spec
 from graft.errors import GraftError
 from graft.models import load_model, tiny_tokenizer
 from graft.study.data.prompts import load_test_prompts
-from graft.study.running.runner import (
-    ExperimentConfig,
-    ModelSource,
-    NamedGraft,
-    RunRequest,
-    load_examples,
-    run_experiment,
-)
-from graft.study.specs.grafts import reference
+from graft.study.running.runner import ExperimentConfig, NamedGraft, load_examples
 from graft.study.specs.run import resolve
+from tests.study.tiny_run import REFERENCES, run_with_donor, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 GRAFTS = [
-    reference("PRE", None),
-    reference("SFT", "sft"),
+    *REFERENCES,
     NamedGraft("FE+LT", parse_spec("FE+LT:all:all")),
     NamedGraft("LT", parse_spec("LT:h2:o,ffn")),
 ]
@@ -37,25 +29,12 @@ NAME_COLUMNS = ["name_text", "name_tokens", "name_logprob", "name_exact"]
 
 
 def config(dataset, out, **kw) -> ExperimentConfig:
-    options = dict(
-        experiment="custom",
-        model="tiny-llama",
-        dataset=str(dataset),
-        templates=("headline",),
-        n=3,
-        batch_size=5,
-        device="cpu",
-        n_boot=20,
-        out=str(out),
-        progress=False,
-        score_full_name=True,
-    )
-    return ExperimentConfig(**(options | kw))
+    options = dict(dataset=str(dataset), n=3, batch_size=5, score_full_name=True)
+    return tiny_config(out, **(options | kw))
 
 
 def run(cfg, donor_path):
-    donors = {"sft": ModelSource(path=donor_path)}
-    return run_experiment(RunRequest(specs=cfg, grafts=GRAFTS, donors=donors), echo=lambda _: None)
+    return run_with_donor(cfg, GRAFTS, donor_path)
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ from graft.storage.tables import save_table
 from graft.study import DonorRequest, RunRequest
 from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
 from graft.study.specs.config import CONTROL_DATA_SEED_OFFSET, Replicate
-from graft.study.specs.grafts import reference
 from graft.study.specs.presets import resolve_config
 from graft.study.training.workspace import Workspace
+from tests.study.tiny_run import REFERENCES, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -36,8 +36,7 @@ MODEL = "tiny-llama"
 KIND = "fake_movies_real_actors"
 N_FACTS = 4
 GRAFTS = [
-    reference("PRE", None),
-    reference("SFT", "sft"),
+    *REFERENCES,
     NamedGraft("FE", parse_spec("FE:all:all")),
     NamedGraft("FE+LT", parse_spec("FE+LT:all:all")),
 ]
@@ -50,15 +49,9 @@ def config(workspace, out, **kw) -> ExperimentConfig:
         n_facts=N_FACTS,
         preset="cpu",
         templates=("headline", "movie"),
-        n=2,
-        batch_size=4,
-        device="cpu",
-        n_boot=20,
         workspace=str(workspace),
-        out=str(out),
-        progress=False,
     )
-    return ExperimentConfig(**(options | kw))
+    return tiny_config(out, **(options | kw))
 
 
 def run(cfg, grafts=GRAFTS, **kw):

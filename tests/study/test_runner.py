@@ -35,13 +35,13 @@ from graft.study.running.runner import (
 )
 from graft.study.specs.grafts import reference
 from graft.study.specs.run import resolve
+from tests.study.tiny_run import REFERENCES, run_with_donor, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 GRAFTS = [
-    reference("PRE", None),
-    reference("SFT", "sft"),
+    *REFERENCES,
     NamedGraft("FE", parse_spec("FE:all:all")),
     NamedGraft("LT", parse_spec("LT:h2:o,ffn")),
     NamedGraft("M", parse_spec("M:all:all")),
@@ -49,26 +49,12 @@ GRAFTS = [
 
 
 def config(dataset, out, **kw) -> ExperimentConfig:
-    options = dict(
-        experiment="custom",
-        model="tiny-llama",
-        dataset=str(dataset),
-        templates=("headline", "movie"),
-        n=2,
-        batch_size=4,
-        device="cpu",
-        n_boot=20,
-        out=str(out),
-        progress=False,
-    )
-    return ExperimentConfig(**(options | kw))
+    options = dict(dataset=str(dataset), templates=("headline", "movie"))
+    return tiny_config(out, **(options | kw))
 
 
 def run(cfg, donor_path, echo=None):
-    return run_experiment(
-        RunRequest(specs=cfg, grafts=GRAFTS, donors={"sft": ModelSource(path=donor_path)}),
-        echo=echo or (lambda _: None),
-    )
+    return run_with_donor(cfg, GRAFTS, donor_path, echo)
 
 
 def sort(df: pl.DataFrame) -> pl.DataFrame:

@@ -11,33 +11,19 @@ import pytest
 from graft.core.language.spec import parse_spec
 from graft.results import read_run_record
 from graft.results.top1_kinds import KINDS, Top1Classifier
-from graft.study import RunRequest
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
 from graft.study.data.datasets import load_facts
-from graft.study.running.runner import ExperimentConfig, ModelSource, NamedGraft, run_experiment
+from graft.study.running.runner import NamedGraft
 from graft.study.specs.grafts import reference
+from tests.study.tiny_run import run_with_donor, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_a_runs_top1_kinds_are_classified_against_its_datasets_names(dataset, donor_path, tmp_path):
-    config = ExperimentConfig(
-        experiment="custom",
-        model="tiny-llama",
-        dataset=str(dataset),
-        templates=("headline",),
-        n=2,
-        batch_size=4,
-        device="cpu",
-        n_boot=20,
-        out=str(tmp_path / "run"),
-        progress=False,
-    )
+    config = tiny_config(tmp_path / "run", dataset=str(dataset))
     grafts = [reference("PRE", None), NamedGraft("LT", parse_spec("LT:all:all"))]
-    run = run_experiment(
-        RunRequest(specs=config, grafts=grafts, donors={"sft": ModelSource(path=donor_path)}),
-        echo=lambda _: None,
-    )
+    run = run_with_donor(config, grafts, donor_path)
     assert group_columns(run.examples) == ["template", "graft"]  # one seed, one group
     record = read_run_record(run.folder.path)  # the stored record, read back typed
     assert record == run.record

@@ -11,6 +11,7 @@ from graft.core.execution.engine import GraftRow, LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.language.spec import parse_spec
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.engine_cases import own_forward
 
 TOL = 1e-5
 SFT = "ALL:all:all; head=donor"
@@ -31,19 +32,6 @@ def _rows(specs: list[str], seed: int = 0) -> list[GraftRow]:
         ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
         rows.append(GraftRow(ids, {"FE": [1, 2]}, parse_spec(text)))
     return rows
-
-
-def _own_forward(model, rows: list[GraftRow]) -> torch.Tensor:
-    """Last-token logits of ``model`` on the rows, right-padded in one batch."""
-    width = max(len(r.input_ids) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
-        mask[i, : len(r.input_ids)] = 1
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask).logits
-    return torch.stack([logits[i, len(r.input_ids) - 1] for i, r in enumerate(rows)])
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +57,8 @@ def test_sft_is_the_donor_forward(models, family, monkeypatch):
     monkeypatch.setattr(executor, "graft_batch", None)  # a trace would fail: none is run
     direct = run_grafts(base, donors, rows, **kw)
     assert (direct - grafted).abs().max() <= TOL
-    assert torch.equal(direct, _own_forward(donors["sft"], rows))
-    assert (direct - _own_forward(base, rows)).abs().max() > 1e-3  # not the base
+    assert torch.equal(direct, own_forward(donors["sft"], rows))
+    assert (direct - own_forward(base, rows)).abs().max() > 1e-3  # not the base
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])

@@ -15,21 +15,12 @@ from graft.core.families.arch import architecture_of
 from graft.core.language.spec import EMBEDDING_COMPONENTS, SpecError, parse_spec
 from graft.errors import UnsupportedModelError
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
+from tests.engine_cases import BASE_POSITION_SPECS, own_forward
 from tests.fast_tier import slow_except
 from tests.reference import reference_last_logits
 
 TOL = 1e-5
-POSITION_SPECS = [
-    "FE:all:all",
-    "LT:all:all",
-    "FE+LT:all:all",
-    "(FE+LT)^C:all:all",
-    "FE^C:all:all",
-    "LT^C:all:all",
-    "M:all:all",
-    "FE+M:all:all",
-    "ALL:all:all",
-]
+POSITION_SPECS = [*BASE_POSITION_SPECS, "M:all:all", "FE+M:all:all", "ALL:all:all"]
 COMPONENT_SPECS = [
     "FE+LT:all:attn",
     "ALL:all:ffn",
@@ -123,15 +114,7 @@ def test_graft_nothing_is_the_base_exactly(family_setup, family):
     out = run_grafts(
         base, donors, none_rows, batch_size=6, padding_side="right", sort_by_length=False
     )
-    width = max(len(r.input_ids) for r in none_rows)
-    ids = torch.zeros((6, width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(none_rows):
-        ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
-        mask[i, : len(r.input_ids)] = 1
-    with torch.no_grad():
-        plain = base(input_ids=ids, attention_mask=mask).logits
-    last = torch.stack([plain[i, len(r.input_ids) - 1] for i, r in enumerate(none_rows)])
+    last = own_forward(base, none_rows)
     # exact: the same batch, padding and forward, nothing patched (left padding runs other
     # shapes than this plain forward: equal within TOL there, not bit for bit)
     assert torch.equal(out, last)

@@ -9,13 +9,13 @@ import torch
 
 import graft.core.execution.trace as trace
 from graft.core.execution.engine import LocalExecutor, run_grafts
-from graft.core.language.spec import parse_spec
 from graft.core.planning.carrier import BASE
 from graft.core.planning.plan import GraftRow
 from graft.errors import GraftError, RemoteError, SpecError
 from graft.models.tiny import perturbed_copy, tiny_model
 from graft.remote.config import RemoteConfig
 from graft.remote.executor import RemoteExecutor
+from tests.engine_cases import random_rows
 
 TOL = 1e-5
 
@@ -27,12 +27,7 @@ def llama():
 
 
 def rows_of(specs, lengths=(9, 4, 7, 5, 11)) -> list[GraftRow]:
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for n in lengths:
-        ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
-        rows += [GraftRow(ids, {"FE": [1, 2]}, parse_spec(s)) for s in specs]
-    return rows
+    return random_rows(specs, lengths)
 
 
 class Recording(LocalExecutor):

@@ -12,22 +12,15 @@ import graft.core.execution.split as split_module
 from graft.core.execution.engine import LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import wrap
-from graft.core.language.spec import parse_spec
 from graft.core.planning.plan import GraftRow
 from graft.core.planning.plan_cache import layouts_for
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy
+from tests.engine_cases import E1_SPECS, random_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SPECS = [
-    "none",
-    "ALL:all:all; head=donor",
-    "FE:all:all",
-    "LT:all:all",
-    "FE+LT:all:all",
-    "(FE+LT)^C:all:all",
-    "FE^C:all:all",
-    "LT^C:all:all",
+    *E1_SPECS,
     "LT:q4:q",
     "LT:q4:k,v",
     "LT:q4:o,ffn",
@@ -37,12 +30,7 @@ SPECS = [
 
 
 def rows_of(specs, lengths=(9, 4, 7, 5, 11, 7)) -> list[GraftRow]:
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for n in lengths:
-        ids = [1] + torch.randint(3, 96, (n - 1,), generator=g).tolist()
-        rows += [GraftRow(ids, {"FE": [1, 2]}, parse_spec(s)) for s in specs]
-    return rows
+    return random_rows(specs, lengths)
 
 
 def _forwards(model: torch.nn.Module) -> dict[str, object]:

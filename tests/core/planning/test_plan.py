@@ -42,24 +42,8 @@ def _reference_patches(arch, resolved, padded) -> list[SitePatch]:
             mark(arch.table.final_norm_path, None, res.final_norm_donor, None, i, last)
         if res.unembed_donor:
             mark(arch.table.unembed_path, None, res.unembed_donor, None, i, last)
-    patches = []
-    for path, site in plan_module._site_order(arch):
-        for (p, donor), entry in entries.items():
-            if p != path:
-                continue
-            fused = site.fused if site is not None else None
-            patches.append(
-                SitePatch(
-                    path=path,
-                    donor=donor,
-                    rows=entry["rows"],
-                    fused=fused,
-                    slices=plan_module._fused_slices(entry) if fused else [],
-                    n_heads=arch.n_heads,
-                    seq_dim=site.seq_dim if site is not None else 1,
-                )
-            )
-    return patches
+    # the patches in site order, as the planning assembles them from its masks
+    return plan_module._patches(arch, entries)
 
 
 def _random_spec(rng: random.Random, components: tuple[str, ...]):
