@@ -23,8 +23,8 @@ from graft.models.tiny import perturbed_copy, tiny_config, tiny_model
 from graft.remote.client import server_versions
 from graft.remote.config import RemoteConfig, hf_model_key
 from graft.remote.executor import RemoteExecutor
+from tests.engine_cases import E1_SPECS as E1
 
-from ..test_blocks import E1
 from ..test_remote import make_rows
 from .conftest import REPORT, sandbox_path
 
