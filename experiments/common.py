@@ -72,8 +72,18 @@ REMOTE_PARAMS = tuple(REMOTE_FLAGS)
 SHARED = {
     MODEL_DATA: ("model", "dataset", "n_facts", "data_seed", "shuffle", "templates", "n"),
     REPLICATES: ("data_seeds", "finetune_seeds", "control"),
-    RUN: ("batch_size", "device", "dtype", "seed", "n_boot", "head_policy", "protocol")
-    + ("score_full_name", "skip_memory_check", "dry_run"),
+    RUN: (
+        "batch_size",
+        "device",
+        "dtype",
+        "seed",
+        "n_boot",
+        "head_policy",
+        "protocol",
+        "score_full_name",
+        "skip_memory_check",
+        "dry_run",
+    ),
     DONORS: ("preset", "finetune_max_steps", "generic_corpus"),
     OUTPUT: ("out", "workspace", "overwrite", "quiet"),
 }

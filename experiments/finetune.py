@@ -25,8 +25,7 @@ from graft_experiments.options import FINETUNE_FLAGS, cli_only_option
 
 _FINETUNING = "Finetuning"
 #: FinetuneConfig's fields with a flag, in help order (--finetune-max-steps after --preset).
-_OVERRIDES = ("learning_rate", "epochs", "batch_size", "weight_decay", "seed")
-_OVERRIDES += ("generic_corpus", "weights_dtype", "gradient_checkpointing")
+_OVERRIDES = tuple(name for name in FINETUNE_FLAGS if name != "max_steps")
 #: ExperimentConfig's fields that say which donor (DonorRequest's fields, and the device).
 _DONOR = ("dataset", "variant", "n_facts", "data_seed", "shuffle", "device")
 _OUT_HELP = (

@@ -121,14 +121,6 @@ class RunRecord:
         """The grafts' names in run order, each once."""
         return list(dict.fromkeys(g.name for g in self.grafts))
 
-    @property
-    def dataset_paths(self) -> dict[int, Path]:
-        """Data seed -> the folder of the dataset its prompts came from."""
-        paths = {r.data_seed: r.dataset for r in self.replicates if r.dataset is not None}
-        if not paths and self.dataset is not None:
-            paths = {int(self.options.get("data_seed") or 0): self.dataset}
-        return paths
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         """The record of the JSON object ``data`` (a run's ``config.json`` as parsed)."""

@@ -75,6 +75,7 @@ __all__ = [
     "engine_path",
     "is_loaded",
     "run_grafts",
+    "score_grafts",
 ]
 
 

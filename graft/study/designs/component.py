@@ -12,7 +12,6 @@ import polars as pl
 from graft.core import parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.results.folder import RunFolder
-from graft.results.record import read_run_record
 from graft.study.designs.common import design_folder, protocol_fields, specs_for
 from graft.study.designs.design import Design, DesignRun
 from graft.study.running.summaries import format_summary
@@ -117,8 +116,8 @@ def _combine(done: DesignRun) -> None:
     combined = pl.concat([r.summary for r in done.runs.values()], how="diagonal_relaxed")
     folder.write_summary(combined)
     names = list(done.runs)
-    records = [read_run_record(r.folder.path) for r in done.runs.values()]  # as finally stored
-    grafts = [g for record in records for g in record.raw["grafts"]]
-    folder.write_json("config.json", dict(records[0].raw, grafts=grafts, pairs=names))
+    configs = [r.folder.read_config() or {} for r in done.runs.values()]  # as finally stored
+    grafts = [g for config in configs for g in config["grafts"]]
+    folder.write_json("config.json", dict(configs[0], grafts=grafts, pairs=names))
     done.files["summary"] = folder.path / "summary.csv"
     done.lines += ["all pairs:", format_summary(combined)]

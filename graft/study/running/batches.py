@@ -173,22 +173,20 @@ def _replicate_batches(
         chunks = [plan.rows[b * size : (b + 1) * size] for b in group]
         flat = [row for chunk in chunks for row in chunk]
         group_rows = graft_rows(examples, grafts, flat)
-        scores = None
+        metrics = None
         if missing[EXAMPLES_TABLE].intersection(group):
             # the whole group runs, stored batches included: a row's floats may depend on
             # the rows it is batched with, so a resumed run batches exactly as a whole one
             targets = [examples[ei].target_id for ei, _ in flat]
-            scores = _row_metrics(run, models.base, donors, group_rows, targets, size, executor)
+            metrics = _row_metrics(run, models.base, donors, group_rows, targets, size, executor)
         start = 0
         for b, chunk in zip(group, chunks, strict=True):
-            end = start + len(chunk)
-            rows, at = group_rows[start:end], (start, end)
-            start = end
+            rows = group_rows[start : start + len(chunk)]
+            own = None if metrics is None else metrics.slice(start, len(chunk))
+            start += len(chunk)
             stored_id = batch_id(run, plan.rep, b)
-            if b in missing[EXAMPLES_TABLE] and scores is not None:
-                frame = _batch_frame(
-                    scores.slice(at[0], at[1] - at[0]), chunk, examples, grafts, plan.rep
-                )
+            if b in missing[EXAMPLES_TABLE] and own is not None:
+                frame = _batch_frame(own, chunk, examples, grafts, plan.rep)
                 if run.analysis.score_full_name:
                     chosen = [examples[ei] for ei, _ in chunk]
                     names = name_columns(run, models.base, donors, rows, chosen, frame, executor)
