@@ -6,20 +6,13 @@ import click
 
 from graft.study import custom_design, model_sources
 from graft_experiments import common
+from graft_experiments.shared import spec_option
 
 
 @click.command(
     cls=common.GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
 )
-@click.option(
-    "--spec",
-    "specs",
-    multiple=True,
-    required=True,
-    help="Graft as NAME=SPEC or SPEC (repeatable), e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; "
-    "LT:h2:mlp'. A spec without head= gets --head-policy, one without protocol= is resolved "
-    "under --protocol.",
-)
+@spec_option(", e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; LT:h2:mlp'.", required=True)
 @click.option(
     "--donor",
     "donor_args",

@@ -6,6 +6,7 @@ import click
 
 from graft.study import layers_design
 from graft_experiments import common
+from graft_experiments.shared import positions_option
 
 
 def _items(separator: str):
@@ -22,13 +23,7 @@ def _items(separator: str):
     cls=common.GraftCommand,
     short_help="Layer localisation map, E7: positions x layer windows heatmaps.",
 )
-@click.option(
-    "--positions",
-    default="FE,LT,FE+LT",
-    show_default=True,
-    callback=_items(","),
-    help="Comma-separated position sets (rows of the map).",
-)
+@positions_option(("FE", "LT", "FE+LT"), " (rows of the map)")
 @click.option(
     "--windows",
     default=None,

@@ -6,19 +6,13 @@ import click
 
 from graft.study import DEFAULT_TOP_K, lens_design
 from graft_experiments import common
+from graft_experiments.shared import spec_option
 
 
 @click.command(
     cls=common.GraftCommand, short_help="Logit lens per layer at LT and FE's last token, per graft."
 )
-@click.option(
-    "--spec",
-    "specs",
-    multiple=True,
-    help="Another graft as NAME=SPEC or SPEC (repeatable), after PRE, SFT, FE, LT and FE+LT. "
-    "A spec without head= gets --head-policy, one without protocol= is resolved under "
-    "--protocol.",
-)
+@spec_option(", after PRE, SFT, FE, LT and FE+LT.")
 @click.option(
     "--top-k",
     type=click.IntRange(1),

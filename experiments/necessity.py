@@ -6,14 +6,14 @@ import click
 
 from graft.study import necessity_design
 from graft_experiments import common
-from graft_experiments.shared import POSITIONS_OPTION
+from graft_experiments.shared import positions_option
 
 
 @click.command(
     cls=common.GraftCommand,
     short_help="Necessity: PRE weights grafted back into SFT at each position set.",
 )
-@POSITIONS_OPTION
+@positions_option()
 @common.variant_option(what="the SFT model")
 @common.shared_options
 def necessity(positions, variant, cfg_options, remote):

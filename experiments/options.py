@@ -202,31 +202,22 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
     ),
 }
 
+
+def _override(decl: str, name: str, what: str = "") -> Flag:
+    """The flag of a :class:`FinetuneConfig` number that overrides the preset's."""
+    return Flag(
+        decl,
+        f"Override the preset's {name.replace('_', ' ')}{what}.",
+        number_type(FINETUNE_RANGES[name]),
+        None,
+    )
+
+
 FINETUNE_FLAGS: dict[str, Flag] = {
-    "learning_rate": Flag(
-        "--lr",
-        "Override the preset's learning rate.",
-        number_type(FINETUNE_RANGES["learning_rate"]),
-        None,
-    ),
-    "epochs": Flag(
-        "--epochs",
-        "Override the preset's epochs.",
-        number_type(FINETUNE_RANGES["epochs"]),
-        None,
-    ),
-    "batch_size": Flag(
-        "--batch-size",
-        "Override the preset's batch size: training texts per optimisation step.",
-        number_type(FINETUNE_RANGES["batch_size"]),
-        None,
-    ),
-    "weight_decay": Flag(
-        "--weight-decay",
-        "Override the preset's weight decay.",
-        number_type(FINETUNE_RANGES["weight_decay"]),
-        None,
-    ),
+    "learning_rate": _override("--lr", "learning_rate"),
+    "epochs": _override("--epochs", "epochs"),
+    "batch_size": _override("--batch-size", "batch_size", ": training texts per optimisation step"),
+    "weight_decay": _override("--weight-decay", "weight_decay"),
     "seed": Flag(
         "--finetune-seed",
         f"Seed of the {_FINETUNE_SEED_HELP} and generic-text sample (an experiment's "

@@ -6,14 +6,14 @@ import click
 
 from graft.study import position_design
 from graft_experiments import common
-from graft_experiments.shared import POSITIONS_OPTION
+from graft_experiments.shared import positions_option
 
 
 @click.command(
     cls=common.GraftCommand,
     short_help="Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.",
 )
-@POSITIONS_OPTION
+@positions_option()
 @common.variant_option()
 @common.shared_options
 def position(positions, variant, cfg_options, remote):

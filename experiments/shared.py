@@ -1,7 +1,10 @@
-"""Options several experiment commands share: ``--positions`` (E1, necessity), ``--layers``
-and ``--fe`` (the commands that graft component sets at LT)."""
+"""Options several experiment commands share: ``--positions`` (E1, necessity, E7),
+``--spec`` (custom, tokens, lens), ``--layers`` and ``--fe`` (the commands that graft
+component sets at LT)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import click
 
@@ -23,14 +26,31 @@ def _positions(ctx, param, value):
     return tuple(dict.fromkeys(items))  # a repeated set is run once, never pooled twice
 
 
-POSITIONS_OPTION = click.option(
-    "--positions",
-    callback=_positions,
-    default=",".join(POSITIONS),
-    show_default=True,
-    help="Comma-separated position sets (any position expression of a graft spec); sets "
-    "naming a field a template lacks (M, R) are skipped for that template.",
-)
+def positions_option(default: tuple[str, ...] = POSITIONS, what: str = "") -> Callable:
+    """``--positions``: comma-separated position sets, each checked as a graft spec's."""
+    return click.option(
+        "--positions",
+        callback=_positions,
+        default=",".join(default),
+        show_default=True,
+        help=f"Comma-separated position sets{what} (any position expression of a graft spec); "
+        "sets naming a field a template lacks (M, R) are skipped for that template.",
+    )
+
+
+def spec_option(help: str, default: tuple[str, ...] = (), required: bool = False) -> Callable:
+    """``--spec`` (repeatable, parameter ``specs``): grafts as ``NAME=SPEC`` or ``SPEC``."""
+    return click.option(
+        "--spec",
+        "specs",
+        multiple=True,
+        required=required,
+        default=default,
+        show_default=bool(default),
+        help=f"Graft as NAME=SPEC or SPEC (repeatable){help} A spec without head= gets "
+        "--head-policy, one without protocol= is resolved under --protocol.",
+    )
+
 
 #: ``--layers`` of the commands that graft component sets at LT over one layer range.
 LAYERS_OPTION = click.option(

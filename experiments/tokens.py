@@ -6,20 +6,13 @@ import click
 
 from graft.study import TOKEN_SPECS, tokens_design
 from graft_experiments import common
+from graft_experiments.shared import spec_option
 
 
 @click.command(
     cls=common.GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6."
 )
-@click.option(
-    "--spec",
-    "specs",
-    multiple=True,
-    default=TOKEN_SPECS,
-    show_default=True,
-    help="Graft as NAME=SPEC or SPEC (repeatable); PRE and SFT are always added. A spec "
-    "without head= gets --head-policy, one without protocol= is resolved under --protocol.",
-)
+@spec_option("; PRE and SFT are always added.", default=TOKEN_SPECS)
 @click.option(
     "--grafts",
     "graft_set",

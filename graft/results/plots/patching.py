@@ -20,9 +20,13 @@ VALUE_LABELS = {
 _METHOD_COLORS = {"weights": "#3b6fb6", "patching": "#d1553b"}
 
 
-def _footnote(fig: Figure, note: str) -> None:
-    width = fig.get_figwidth()
-    fig.supxlabel(textwrap.fill(note, max(70, int(16 * width))), fontsize=7.5, color="0.25")
+def _titled(fig: Figure, title: str, model: str | None, note: str | None) -> Figure:
+    """``fig`` with its title (and the model's name) on top and ``note`` under it."""
+    fig.suptitle(f"{title} ({model})" if model else title, fontsize=10)
+    if note:
+        width = max(70, int(16 * fig.get_figwidth()))
+        fig.supxlabel(textwrap.fill(note, width), fontsize=7.5, color="0.25")
+    return fig
 
 
 def _units(table: pl.DataFrame, units: Sequence[str] | None) -> list[str]:
@@ -98,11 +102,7 @@ def patching_maps(
     if image is not None:
         bar = fig.colorbar(image, ax=axes, shrink=0.8)
         bar.set_label(VALUE_LABELS.get(value, value), fontsize=8)
-    title = f"{direction}: weights vs patching, layer by layer"
-    fig.suptitle(f"{title} ({model})" if model else title, fontsize=10)
-    if note:
-        _footnote(fig, note)
-    return fig
+    return _titled(fig, f"{direction}: weights vs patching, layer by layer", model, note)
 
 
 def patching_lines(
@@ -152,8 +152,4 @@ def patching_lines(
                 ax.set_xlabel("layer")
     axes[0][0].legend(fontsize=8, loc="upper left")
     fig.supylabel(VALUE_LABELS.get(value, value), fontsize=8)
-    title = f"{direction}: weights vs patching per layer"
-    fig.suptitle(f"{title} ({model})" if model else title, fontsize=10)
-    if note:
-        _footnote(fig, note)
-    return fig
+    return _titled(fig, f"{direction}: weights vs patching per layer", model, note)
