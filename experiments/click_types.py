@@ -109,16 +109,17 @@ def name_sources(ctx, param, values) -> dict[str, str]:
 
 
 class DeviceType(click.ParamType):
-    """``cpu``, ``cuda``, ``cuda:N``: checked against this machine when the option is parsed."""
+    """``cpu``, ``cuda``, ``cuda:N``: checked for its form when the option is parsed; whether
+    this machine has it, when a run starts (a ``--dry-run`` plans a GPU job anywhere)."""
 
     name = "device"
 
     def convert(self, value, param, ctx):
         from graft.errors import DeviceError
-        from graft.models import resolve_device
+        from graft.models import parse_device
 
         try:
-            resolve_device(value)
+            parse_device(value)
         except DeviceError as err:
             self.fail(str(err), param, ctx)
         return str(value)

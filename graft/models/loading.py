@@ -91,42 +91,69 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The device to use: ``None`` -> :func:`default_device`; else ``device`` if it exists here.
-
-    Every device string graft accepts (experiments, finetuning, loading) goes through here.
+def parse_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch device, whether or not this machine has it (a plan for a GPU
+    job is made on a machine without one).
 
     Raises:
-        DeviceError: an unknown device string (``"banana"``), CUDA/MPS (or a CUDA index)
-            this machine does not have, or a CPU index other than 0 (``cpu:1``).
+        DeviceError: an unknown device string (``"banana"``), a CPU index other than 0
+            (``cpu:1``), or a device type graft does not run on.
     """
-    if device is None:
-        return default_device()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise DeviceError(
             f"unknown device {str(device)!r}; use cpu, cuda or cuda:<index> (or leave it unset "
-            "for cuda when available, else cpu)"
+            "for cuda when available, else cpu)",
+            param="device",
         ) from None
+    if dev.type == "cpu" and dev.index not in (None, 0):
+        raise DeviceError(
+            f"device {str(device)!r}: torch runs on one CPU device (its cores share the work); "
+            "use cpu",
+            param="device",
+        )
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise DeviceError(
+            f"device {str(device)!r} is not supported; use cpu or cuda", param="device"
+        )
+    return dev
+
+
+def device_type(device: str | torch.device | None) -> str:
+    """The type of the device a run with ``device`` uses (``cpu``, ``cuda``, ``mps``), where
+    it runs or not: None is :func:`default_device`'s."""
+    return (default_device() if device is None else parse_device(device)).type
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The device to use: ``None`` -> :func:`default_device`; else ``device`` if it exists here.
+
+    Every device string graft runs on (experiments, finetuning, loading) goes through here.
+
+    Raises:
+        DeviceError: as :func:`parse_device`, and CUDA/MPS (or a CUDA index) this machine
+            does not have.
+    """
+    if device is None:
+        return default_device()
+    dev = parse_device(device)
     if dev.type == "cuda":
         n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n_gpus == 0:
-            raise DeviceError(f"device {str(device)!r}: CUDA is not available here; use cpu")
+            raise DeviceError(
+                f"device {str(device)!r}: CUDA is not available here; use cpu", param="device"
+            )
         if dev.index is not None and dev.index >= n_gpus:
             raise DeviceError(
                 f"device {str(device)!r}: this machine has {n_gpus} CUDA device(s) "
-                f"(cuda:0..cuda:{n_gpus - 1})"
+                f"(cuda:0..cuda:{n_gpus - 1})",
+                param="device",
             )
-    elif dev.type == "cpu" and dev.index not in (None, 0):
-        raise DeviceError(
-            f"device {str(device)!r}: torch runs on one CPU device (its cores share the work); "
-            "use cpu"
-        )
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise DeviceError(f"device {str(device)!r}: MPS is not available here; use cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise DeviceError(f"device {str(device)!r} is not supported; use cpu or cuda")
+        raise DeviceError(
+            f"device {str(device)!r}: MPS is not available here; use cpu", param="device"
+        )
     return dev
 
 

@@ -126,3 +126,27 @@ def test_a_finetune_that_does_not_fit_names_its_flags(tmp_path, monkeypatch):
         "--dry-run",
     )
     assert ": fits" in lean and "bfloat16" in lean
+
+
+@pytest.mark.parametrize("command", [["position"], ["finetune"]])
+def test_a_gpu_job_is_planned_on_a_machine_without_one(tmp_path, monkeypatch, command):
+    """``--device cuda --dry-run`` plans the GPU run where there is no GPU (a login node):
+    memory against common GPU sizes, the GPU preset; the run itself is refused (exit 2)."""
+    import torch
+
+    from graft.models.paper import PAPER_CONFIGS
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    model = tmp_path / "gpt2-xl"
+    PAPER_CONFIGS["gpt2-xl"]().save_pretrained(model)  # config.json alone: no weights
+    ws = str(tmp_path / "ws")
+    args = [*command, "--model", str(model), "--workspace", ws, "--device", "cuda"]
+    out = _invoke(tmp_path, *args, "--dry-run")
+    assert "device: cuda (not on this machine): free memory unknown" in out
+    assert "paper preset" in out  # a GPU's preset, not the CPU's
+    needs = [line for line in out.splitlines() if line.startswith("needs about")]
+    assert needs and needs[-1].endswith("on a GPU of 24 GB no, 40 GB yes, 80 GB yes"), out
+    refused = _invoke(tmp_path, *args, code=2)
+    assert "--device 'cuda': CUDA is not available here" in refused
+    assert _tree(tmp_path) == ["cwd", "gpt2-xl", "gpt2-xl/config.json"]

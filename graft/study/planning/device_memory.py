@@ -7,9 +7,12 @@ from pathlib import Path
 
 import torch
 
-from graft.models import resolve_device
+from graft.errors import DeviceError
+from graft.models import parse_device, resolve_device
 from graft.study.planning.memory import MemoryPlan, gib
 
+#: The name of a device this machine does not have (its memory unknown).
+ABSENT = "not on this machine"
 #: A plan fits when its peak is at most this share of the free memory (the rest: allocator
 #: rounding and fragmentation, the CUDA context's later growth, the plan's own error, which
 #: was within 10% of measured peaks); between it and the whole free memory it is "tight".
@@ -48,12 +51,19 @@ class DeviceMemory:
 
 
 def device_memory(device: str | torch.device | None) -> DeviceMemory:
-    """The free and total memory of ``device`` (default: CUDA if available, else CPU).
+    """The free and total memory of ``device`` (default: CUDA if available, else CPU); a GPU
+    this machine does not have: its memory unknown (a plan made for a GPU job elsewhere).
 
     Raises:
-        DeviceError: an unknown device, or one this machine does not have.
+        DeviceError: an unknown device.
     """
-    dev = resolve_device(device)
+    try:
+        dev = resolve_device(device)
+    except DeviceError:
+        dev = parse_device(device or "cpu")  # raises for an unknown device
+        if dev.type == "cpu":
+            raise
+        return DeviceMemory(str(dev), ABSENT, None, None)
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         free, total = torch.cuda.mem_get_info(index)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import GraftError
-from graft.models import resolve_device
+from graft.models import device_type as type_of_device
 from graft.models.configs import FoundConfig, local_tokenizer, model_config
 from graft.study.data.files import load_generic_texts
 from graft.study.data.generic_corpus import settle
@@ -199,7 +199,7 @@ def plan_finetune(
     """The plan of finetuning ``model`` on the dataset folder ``dataset_dir`` (as
     :func:`graft.study.training.finetune.finetune` would), without loading the model; a generic
     corpus not downloaded yet is not downloaded (its lengths are guessed from the stand-in's)."""
-    device_type = resolve_device(device).type
+    device_type = type_of_device(device)
     found = found_config(model)
     data = load_fact_dataset(dataset_dir, train_set)
     generic, _ = generic_texts(config, data.path, corpus_dir, fetch=False)
@@ -310,6 +310,8 @@ def plan_donor(
 
 def verdict_lines(needed: int, memory: DeviceMemory, fixes: list[str]) -> list[str]:
     result = verdict(needed, memory)
+    if result == "unknown" and memory.device.startswith("cuda"):
+        return [f"needs about {gib(needed)}: on a GPU of {gpu_sizes(needed)}"]
     head = f"needs about {gib(needed)}: {result}"
     if result == "tight":
         head += f" (above {FIT_SHARE:.0%} of the free memory)"

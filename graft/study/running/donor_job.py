@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graft.models import resolve_device
 from graft.study.planning.device_memory import device_memory
 from graft.study.planning.finetune_plan import (
     FinetunePlan,
@@ -53,7 +54,9 @@ def run_donor_job(
 
     Raises:
         MemoryPlanError: the plan does not fit (with the setting that makes it fit).
+        DeviceError: this machine has no such device (before anything is written).
     """
+    resolve_device(request.device)
     if check_memory:
         check_fits(plan_donor_job(request, workspace, out), device_memory(request.device))
     home = Workspace.at(workspace)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graft.errors import FinetuneError
-from graft.models import resolve_device
+from graft.models import device_type
 from graft.ranges import SEED, Range, first_problem
 
 #: Most optimisation steps of one finetune (``max_steps``, ``--finetune-max-steps``).
@@ -172,7 +172,7 @@ PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, PAPER_BF16, GEN
 
 def default_preset(device: str | None = None) -> str:
     """``paper`` when training runs on CUDA (``device``, default: CUDA if available), else ``cpu``."""
-    return "paper" if resolve_device(device).type == "cuda" else "cpu"
+    return "paper" if device_type(device) == "cuda" else "cpu"
 
 
 def resolve_config(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import ExperimentError, FinetuneError, GraftError, ModelNotFoundError
-from graft.models import resolve_device, resolve_model_name
+from graft.models import device_type, resolve_model_name
 from graft.study.data.training_data import load_fact_dataset, split_texts
 from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.donor import DonorRequest
@@ -147,7 +147,7 @@ def pending_finetune(
         return None
     texts = [row["text"] for row in load_fact_dataset(donor.dataset_dir, donor.train_set).train]
     steps = finetune_steps(donor.config, len(texts))
-    device = resolve_device(run.execution.device).type
+    device = device_type(run.execution.device)
     rep = replicate or run.replicates[0]
     which = f" (finetune seed {rep.finetune_seed}, data seed {rep.train_data_seed})"
     which = which if run.replicated else ""
