@@ -374,6 +374,7 @@ def test_custom_facts_and_corpus(tmp_path):
     manifest = load_manifest(out)
     assert manifest["excluded_names"] == {"suffix": 1}
     assert manifest["dropped_rows"] == {"excluded_name": 1, "actor_reused": 1}
+    assert manifest["dropped_row_numbers"] == {"excluded_name": [2], "actor_reused": [4]}
     assert manifest["sources"]["facts_path"] == str(facts)
     assert (
         manifest["sources"]["corpus_path"] == str(corpus) and manifest["sizes"]["corpus_docs"] == 2
@@ -386,6 +387,36 @@ def test_custom_facts_and_corpus(tmp_path):
     )
     out2 = generate_dataset(DatasetConfig(kind="custom", facts_path=jsonl), tmp_path / "e")
     assert load_facts(out2)[0].second_actor == "Cy Do"
+
+
+def test_a_facts_file_names_its_dataset_and_the_rows_it_lost(tmp_path, caplog):
+    """Two facts files never share a dataset folder (named by content); the rows left out
+    are said in one line, with their numbers and reasons; a file of another relation's
+    columns is refused with the columns it has and the way on."""
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    header = "movie_title,first_actor,second_actor\n"
+    first.write_text(header + "Red Dog,Ana Smith,John Ponce\nBlue Cat,Ana Smith,Jo Park\n")
+    second.write_text(header + "Red Dog,Ana Smith,John Ponce\nGreen Owl,Mia Lopez,Tom Hardy\n")
+    names = {
+        default_dataset_name(DatasetConfig(kind="custom", facts_path=p)) for p in (first, second)
+    }
+    assert len(names) == 2 and all(
+        n.startswith("custom-") and n.endswith("-one-nall-seed0") for n in names
+    )
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_bytes(first.read_bytes())
+    assert default_dataset_name(DatasetConfig(kind="custom", facts_path=renamed)) in names
+    with caplog.at_level("WARNING", logger="graft"):
+        generate_dataset(DatasetConfig(kind="custom", facts_path=first), tmp_path / "d")
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert said == [f"facts file {first}: 1 of 2 rows left out: row 2 (actor already used)"]
+    other = tmp_path / "people.csv"
+    other.write_text("person,company\nAda Lovelace,Acme Ltd\n")
+    with pytest.raises(
+        DatasetError, match=r"row 1 lacks one; it has person, company\); .*articles"
+    ):
+        generate_dataset(DatasetConfig(kind="custom", facts_path=other), tmp_path / "e")
+    assert not (tmp_path / "e").exists()
 
 
 def test_generic_corpus():

@@ -46,6 +46,7 @@ from graft.study.data.dataset_folder import (
     verify_dataset,
 )
 from graft.study.data.facts import DEFAULT_N_FACTS, KINDS, draw_facts
+from graft.study.data.facts_file import facts_file_tag
 from graft.study.data.files import jsonl_bytes, read_text_corpus
 from graft.study.data.renderings import (
     render_test_prompts,
@@ -191,6 +192,7 @@ def _movie_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, A
         },
         "excluded_names": dict(sorted(drawn.excluded_names.items())),
         "dropped_rows": dict(sorted(drawn.dropped_rows.items())),
+        "dropped_row_numbers": dict(sorted(drawn.dropped_row_numbers.items())),
         "templates": {
             "article": list(config.texts.article),
             "qa": list(config.texts.qa),
@@ -330,7 +332,9 @@ def default_dataset_name(config: DatasetConfig) -> str:
     """A folder name that spells out the config, e.g. ``fake_movies_real_actors-one-n50-seed0``
     (``fake_movies_real_actors-paper-one-n50-seed0`` under the paper protocol, so the two
     protocols' datasets, and the donors trained on them, never share a folder;
-    ``real_movies_shuffled-pairs-one-n50-seed0`` for the pair-keeping shuffle). Without
+    ``real_movies_shuffled-pairs-one-n50-seed0`` for the pair-keeping shuffle;
+    ``custom-1a2b3c4d-one-nall-seed0`` for a facts file, named by the start of its content's
+    SHA-256, so two files never share a folder). Without
     ``n_facts``: ``nall`` for a custom file, ``npaper`` under the paper protocol (its 1,000
     facts, or the most the kind has), else ``n50``. An articles file's:
     :func:`~graft.study.data.articles.articles_dataset_name`."""
@@ -344,6 +348,11 @@ def default_dataset_name(config: DatasetConfig) -> str:
         n = config.n_facts or DEFAULT_N_FACTS
     parts = (
         [config.kind]
+        + (
+            [facts_file_tag(config.facts_path)]
+            if config.kind == "custom" and config.facts_path
+            else []
+        )
         + ([tag] if (tag := protocol_of(config.protocol).dataset_tag) else [])
         + ([config.shuffle] if config.shuffle != SHUFFLES[0] else [])
         + [config.direction]

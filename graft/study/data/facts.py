@@ -24,13 +24,13 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from hashlib import sha256
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError
-from graft.study.data.files import RESOURCES, read_jsonl
+from graft.study.data.facts_file import dropped_line, file_digest, no_usable_facts, read_facts_file
+from graft.study.data.files import RESOURCES
 from graft.study.data.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.protocol import protocol_of
@@ -185,26 +185,34 @@ def _fake_movie_facts(config: DatasetConfig, excluded: Counter[str]) -> list[Fac
 
 
 def _usable_pairs(
-    rows: Iterable[dict[str, Any]], excluded: Counter[str], dropped: Counter[str]
+    rows: Iterable[dict[str, Any]],
+    excluded: Counter[str],
+    dropped: Counter[str],
+    where: dict[str, list[int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows whose names pass the filter, each actor and title used at most once (file order)."""
+    """Rows whose names pass the filter, each actor and title used at most once (file order);
+    ``where`` gets reason -> the numbers (from 1) of the rows left out for it."""
     seen_actors: set[str] = set()
     seen_titles: set[str] = set()
     kept = []
-    for row in rows:
+    for number, row in enumerate(rows, 1):
         names = (row["first_actor"], row["second_actor"])
         reasons = [name_exclusion_reason(a) for a in names]
         if any(reasons):
             excluded.update(r for r in reasons if r)
-            dropped["excluded_name"] += 1
+            reason = "excluded_name"
         elif names[0] == names[1] or any(a in seen_actors for a in names):
-            dropped["actor_reused"] += 1
+            reason = "actor_reused"
         elif row["movie_title"].lower() in seen_titles:
-            dropped["duplicate_title"] += 1
+            reason = "duplicate_title"
         else:
             seen_actors.update(names)
             seen_titles.add(row["movie_title"].lower())
             kept.append(dict(row))
+            continue
+        dropped[reason] += 1
+        if where is not None:
+            where.setdefault(reason, []).append(number)
     return kept
 
 
@@ -317,90 +325,22 @@ def _real_movie_facts(
     return _assemble(config, rows, fakes, n)
 
 
-def read_facts_file(path: Path) -> list[dict[str, Any]]:
-    """Rows of a user facts file (CSV, or JSONL when the suffix is .jsonl/.ndjson/.json)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(
-            f"cannot read facts file {path}: {e.__class__.__name__}; pass a readable UTF-8 "
-            "CSV/JSONL file as facts_path",
-            "facts_path",
-        ) from e
-    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        return _check_fact_rows(path, read_jsonl(path, "facts_path"))
-    try:
-        rows = list(csv.DictReader(text.splitlines()))
-    except csv.Error as e:
-        raise DatasetError(
-            f"facts file {path} is not valid {path.suffix or 'CSV'} ({e}); fix the file or "
-            "choose another facts_path",
-            "facts_path",
-        ) from e
-    return _check_fact_rows(path, rows)
-
-
-def _check_fact_rows(path: Path, rows: list[Any]) -> list[dict[str, Any]]:
-    required = ("movie_title", "first_actor", "second_actor")
-    bad = [
-        i
-        for i, r in enumerate(rows)
-        if not isinstance(r, dict) or any(k not in r for k in required)
-    ]
-    if not rows or bad:
-        raise DatasetError(
-            f"facts file {path} needs columns {', '.join(required)} in every row"
-            + (f" (row {bad[0] + 1} lacks one)" if bad else " (it has no rows)"),
-            "facts_path",
-        )
-    for row in rows:
-        for k in required:
-            row[k] = str(row[k]).strip()
-    return rows
-
-
-_REASON_WORDS = {
-    "excluded_name": "unusable name",
-    "actor_reused": "actor already used",
-    "duplicate_title": "title already used",
-    "single_word": "single word",
-    "non_ascii": "non-ASCII",
-    "punctuation": "punctuation",
-    "suffix": "Jr/Sr/II suffix",
-    "whitespace": "extra whitespace",
-}
-
-
-def _no_usable_facts(
-    config: DatasetConfig, n_rows: int, n_usable: int, excluded: Counter[str], dropped: Counter[str]
-) -> str:
-    """The message for a facts file too poor to make a dataset from."""
-    detail = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(dropped.items()))
-    if excluded:
-        names = ", ".join(f"{_REASON_WORDS.get(k, k)}: {v}" for k, v in sorted(excluded.items()))
-        detail += f"; names excluded: {names}"
-    head = (
-        f"no usable fact in {config.facts_path}"
-        if n_usable == 0
-        else f"only {n_usable} usable fact in {config.facts_path}, a split dataset needs 2"
-    )
-    return (
-        f"{head}: {n_rows - n_usable} of {n_rows} rows excluded ({detail}); actor names need "
-        "two or more words of ASCII letters, each actor and title used once"
-    )
-
-
 def _custom_facts(
-    config: DatasetConfig, excluded: Counter[str], dropped: Counter[str]
+    config: DatasetConfig,
+    excluded: Counter[str],
+    dropped: Counter[str],
+    where: dict[str, list[int]],
 ) -> list[Fact]:
     assert config.facts_path is not None
     rows = read_facts_file(config.facts_path)
-    pool = _usable_pairs(rows, excluded, dropped)
+    pool = _usable_pairs(rows, excluded, dropped, where)
     if len(pool) < len(_set_names(config)):
         raise DatasetError(
-            _no_usable_facts(config, len(rows), len(pool), excluded, dropped), "facts_path"
+            no_usable_facts(config.facts_path, len(rows), len(pool), excluded, dropped),
+            "facts_path",
         )
+    if where:
+        logger.warning(dropped_line(config.facts_path, len(rows), where))
     n = _need(config, len(pool), "usable facts (distinct actors, clean names)")
     pool = pool[: n * len(_set_names(config))]
     fakes = Fakes(
@@ -417,6 +357,8 @@ class DrawnFacts:
         facts: the facts, set A before set B.
         excluded_names: name-filter reason -> count of names left out.
         dropped_rows: reason -> count of source rows left out (reused actor, title, ...).
+        dropped_row_numbers: reason -> the numbers (from 1, under a CSV's header) of the
+            rows of a user's facts file left out for it (empty for the shipped data).
         sources: the input files used (path, hash), for the manifest.
     """
 
@@ -424,6 +366,7 @@ class DrawnFacts:
     excluded_names: Counter[str]
     dropped_rows: Counter[str]
     sources: dict[str, Any]
+    dropped_row_numbers: dict[str, list[int]] = field(default_factory=dict)
 
 
 def draw_facts(config: DatasetConfig) -> DrawnFacts:
@@ -432,11 +375,12 @@ def draw_facts(config: DatasetConfig) -> DrawnFacts:
     excluded: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
     sources: dict[str, Any] = {}
+    where: dict[str, list[int]] = {}
     if config.kind == "custom":
-        facts = _custom_facts(config, excluded, dropped)
+        facts = _custom_facts(config, excluded, dropped, where)
         assert config.facts_path is not None  # as _custom_facts asserts
         sources["facts_path"] = str(config.facts_path)
-        sources["facts_sha256"] = sha256(Path(config.facts_path).read_bytes()).hexdigest()
+        sources["facts_sha256"] = file_digest(config.facts_path)
     elif config.kind == "real_movies_shuffled":
         facts = _real_movie_facts(config, excluded, dropped)
         sources["movies"] = "graft/resources/real_movies.csv"
@@ -444,4 +388,4 @@ def draw_facts(config: DatasetConfig) -> DrawnFacts:
         facts = _fake_movie_facts(config, excluded)
         if config.kind == "fake_movies_real_actors":
             sources["actors"] = "graft/resources/real_actors.txt"
-    return DrawnFacts(facts, excluded, dropped, sources)
+    return DrawnFacts(facts, excluded, dropped, sources, where)
