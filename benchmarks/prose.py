@@ -20,12 +20,15 @@ are Python over these functions only (no builtins):
   :class:`~graft.results.stats.verdict.Agreement`: ``.verdict``, ``.p``, ``.lo``, ...;
   its run needs a MODEL in the sources);
 - ``p(x)``: a p-value as the tables write it (``p = 0.049``, ``p < 1e-4``);
-- ``min``, ``max``, ``len``.
+- ``json("A/finetune_log_seed1")``: ``A``'s ``finetune_log_seed1.json`` as Python values
+  (a donor's training log or own evaluation: ``json(...)["train_seconds_this_session"]``);
+- ``min``, ``max``, ``len``, ``sum``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import textwrap
 from collections.abc import Sequence
@@ -93,6 +96,14 @@ class _Sources:
         if column not in found:
             raise BlockError(f"{table} has no column {column!r}")
         return found[column]
+
+    def json(self, name: str) -> Any:
+        alias, _, stem = name.partition("/")
+        path = self._folder(alias)[0] / f"{stem}.json"
+        if not path.is_file():
+            raise BlockError(f"no {shown(path)}")
+        self.read.append(path)
+        return json.loads(path.read_text(encoding="utf-8"))
 
     def check(self, alias: str, finding: str) -> Any:
         folder, model = self._folder(alias)
@@ -192,6 +203,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "rows": sources.rows,
         "val": sources.val,
         "check": sources.check,
+        "json": sources.json,
         "each": _each,
         "span": _span,
         "seed_t": _seed_t,
@@ -199,6 +211,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "min": min,
         "max": max,
         "len": len,
+        "sum": sum,
     }
 
     def fill(match: re.Match) -> str:

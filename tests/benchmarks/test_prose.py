@@ -111,3 +111,25 @@ def test_an_inline_block_is_the_text_alone_and_a_changed_digit_fails(tmp_path):
     doc.write_text(block.replace("inline=yes", "inline=no"))
     with pytest.raises(BlockError, match="inline takes yes"):
         results_tables.check([doc])
+
+
+def test_json_reads_a_folders_json_file_and_names_it_and_sum_adds(tmp_path):
+    # a donor's training log (the gentle preset's seeds): its fields, and a sum over them
+    text, folders = prose.render_template(
+        _template(
+            tmp_path,
+            '{{ json("E/finetune_log_seed1")["global_step"] | num }} steps, '
+            '{{ sum([json("E/finetune_log_seed%d" % s)["global_step"] for s in (1, 2)]) | num }}',
+            "E = results/smollm2-cpu-gentle-seeds012",
+        )
+    )
+    assert text == "2,400 steps, 4,800"
+    assert folders == [ROOT / "results" / "smollm2-cpu-gentle-seeds012"]
+    with pytest.raises(
+        BlockError, match=re.escape("no results/smollm2-cpu-gentle-seeds012/none.json")
+    ):
+        prose.render_template(
+            _template(
+                tmp_path, '{{ json("E/none")["x"] }}', "E = results/smollm2-cpu-gentle-seeds012"
+            )
+        )
