@@ -59,6 +59,7 @@ from benchmarks._graft_api import (
     run_grafts,
     write_benchmark_table,
 )
+from benchmarks.md_table import md_table
 from benchmarks.paper_routine import paper_rows
 from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, Prompt, graft_rows, headline_prompts
 from graft.errors import GraftError
@@ -229,12 +230,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 def table(results: Sequence[dict]) -> str:
     """The results as a markdown table, one row per model."""
     head = ["model", "dtype", "rows", *COLUMNS.values()]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    body = []
     for r in results:
         cells = [r["model"], r["dtype"], str(r["rows"]), *(f"{r[k]:.1e}" for k in COLUMNS)]
         cells[len(head) - 2] = f"{r['max_abs_logit']:.1f}"  # the scale: not a difference
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return md_table(head, body, right=len(head) - 2)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
