@@ -41,7 +41,6 @@ import argparse
 import gc
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -51,12 +50,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._graft_api import (
-    architecture_of,
-    machine_info,
-    machine_label,
-    write_benchmark_table,
-)
+from benchmarks._graft_api import architecture_of, machine_info, machine_label
 from benchmarks.measure import (
     current_rss,
     environment,
@@ -64,7 +58,9 @@ from benchmarks.measure import (
     peak_rss,
     release_free_heap,
     reset_peak_rss,
+    settings_of,
     write_json,
+    write_table,
 )
 from benchmarks.paper_scale_table import GOALS, PROXY_GOALS, TABLE_HEAD, csv_row, report_line
 from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload, shape_config
@@ -394,21 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.json}")
     if args.out is not None and results:
         machine = machine_label(machine_info(args.device))
-        path = write_benchmark_table(
-            args.out,
-            "paper_scale",
-            [csv_row(res, machine) for res in results],
-            command=shlex.join(["python", "-m", "benchmarks.paper_scale", *argv]),
-            device=args.device,
-            settings={
-                "prompts": args.prompts,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "shapes": args.shapes,
-                "dtypes": args.dtypes,
-                "threads": torch.get_num_threads(),
-            },
-        )
+        rows = [csv_row(res, machine) for res in results]
+        names = ("prompts", "batch_size", "repeats", "shapes", "dtypes")
+        settings = settings_of(args, *names, threads=torch.get_num_threads())
+        path = write_table(args.out, "paper_scale", rows, argv, args.device, settings)
         print(f"wrote {path} and its provenance")
     return 0 if len(results) == len(combos) else 1
 

@@ -26,7 +26,6 @@ document marks a ``csv`` table of it.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 from collections.abc import Sequence
@@ -34,12 +33,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._graft_api import (
-    architecture_of,
-    machine_info,
-    machine_label,
-    write_benchmark_table,
-)
+from benchmarks._graft_api import architecture_of, machine_info, machine_label
 from benchmarks.measure import (
     MIB,
     current_rss,
@@ -47,7 +41,9 @@ from benchmarks.measure import (
     param_bytes,
     peak_rss,
     reset_peak_rss,
+    settings_of,
     write_json,
+    write_table,
 )
 from benchmarks.real_model_measures import (
     check,
@@ -279,21 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.out is not None:
-        path = write_benchmark_table(
-            args.out,
-            "real_model",
-            [csv_row(result, machine_label(machine_info(args.device)))],
-            command=shlex.join(["python", "-m", "benchmarks.real_model", *args.argv]),
-            device=args.device,
-            settings={
-                "model": args.model,
-                "prompts": args.prompts,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "paper_examples": args.paper_examples,
-                "threads": torch.get_num_threads(),
-            },
-        )
+        row = csv_row(result, machine_label(machine_info(args.device)))
+        names = ("model", "prompts", "batch_size", "repeats", "paper_examples")
+        settings = settings_of(args, *names, threads=torch.get_num_threads())
+        path = write_table(args.out, "real_model", [row], args.argv, args.device, settings)
         print(f"wrote {path} and its provenance")
     return 0
 
