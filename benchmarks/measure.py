@@ -1,6 +1,6 @@
 """Measuring on this machine for the benchmarks: resident memory (now and peak), parameter
 bytes, wall time of a call (synchronised on a GPU), the environment a result was measured in,
-the JSON a benchmark writes and its table in a results folder."""
+a benchmark's command line, the JSON it writes and its table in a results folder."""
 
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from benchmarks._graft_api import write_benchmark_table
 
 MIB = 2**20
 
@@ -133,6 +131,11 @@ def write_json(path: Path, data: dict) -> None:
         raise
 
 
+def benchmark_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m module``, described by the first line of ``doc``."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+
+
 def settings_of(args: argparse.Namespace, *names: str, **more: Any) -> dict[str, Any]:
     """The options ``names`` of ``args`` by name, then ``more``: the settings a benchmark's
     provenance records."""
@@ -150,6 +153,10 @@ def write_table(
     """Write the table of the benchmark ``benchmarks.<name>`` as ``out/<name>.csv`` with its
     provenance (:func:`write_benchmark_table`): the command that ran it with ``argv`` (None:
     this process's arguments), ``device`` and ``settings``. Return the CSV's path."""
+    # graft is imported here, not with this module: plan_check measures memory with graft
+    # imported only where it runs graft
+    from benchmarks._graft_api import write_benchmark_table
+
     argv = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "-m", f"benchmarks.{name}", *argv])
     return write_benchmark_table(out, name, table, command, device, settings)

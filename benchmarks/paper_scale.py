@@ -52,6 +52,7 @@ import torch
 
 from benchmarks._graft_api import architecture_of, machine_info, machine_label
 from benchmarks.measure import (
+    benchmark_parser,
     current_rss,
     environment,
     param_bytes,
@@ -238,9 +239,7 @@ def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.paper_scale", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.paper_scale", __doc__)
     ap.add_argument(
         "--shapes",
         default=",".join(PAPER_CONFIGS),

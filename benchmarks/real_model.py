@@ -36,6 +36,7 @@ import torch
 from benchmarks._graft_api import architecture_of, machine_info, machine_label
 from benchmarks.measure import (
     MIB,
+    benchmark_parser,
     current_rss,
     environment,
     param_bytes,
@@ -213,9 +214,7 @@ def report(res: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.real_model", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.real_model", __doc__)
     ap.add_argument("--model", default="smollm2-135m", help="registry name or model folder")
     ap.add_argument("--prompts", type=int, default=32, help="headline prompts (rows = 8 x this)")
     ap.add_argument("--batch-size", type=int, default=32)
