@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cli import benchmark_parser
 from benchmarks.measure import (
     MIB,
-    benchmark_parser,
     current_rss,
     environment,
     peak_rss,

@@ -1,6 +1,6 @@
 """Measuring on this machine for the benchmarks: resident memory (now and peak), parameter
 bytes, wall time of a call (synchronised on a GPU), the environment a result was measured in,
-a benchmark's command line, the JSON it writes and its table in a results folder."""
+the JSON a benchmark writes and its table in a results folder."""
 
 from __future__ import annotations
 
@@ -129,11 +129,6 @@ def write_json(path: Path, data: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def benchmark_parser(module: str, doc: str) -> argparse.ArgumentParser:
-    """The parser of ``python -m module``, described by the first line of ``doc``."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
 
 
 def settings_of(args: argparse.Namespace, *names: str, **more: Any) -> dict[str, Any]:

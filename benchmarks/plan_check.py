@@ -41,9 +41,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cli import benchmark_parser
 from benchmarks.measure import (
     MIB,
-    benchmark_parser,
     current_rss,
     peak_rss,
     release_free_heap,

@@ -33,7 +33,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from benchmarks._graft_api import cache_argument, default_pad_id
-from benchmarks.measure import benchmark_parser, timed, write_json
+from benchmarks.cli import benchmark_parser
+from benchmarks.measure import timed, write_json
 from benchmarks.workload import Prompt, graft_rows, headline_prompts, plain_forward
 
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.measure import benchmark_parser, timed, write_json
+from benchmarks.cli import benchmark_parser
+from benchmarks.measure import timed, write_json
 from benchmarks.paper_scale import load_tokenizer
 from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload
 from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, build_workload, graft_rows
