@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from benchmarks.md_table import md_table
 from graft.results import KEY_CONTRASTS
 
 TEMPLATES = ("headline", "qa", "movie")
@@ -51,7 +52,7 @@ def _cell(row: dict) -> str:
 
 
 def table(setups: list[tuple[str, Path]]) -> str:
-    lines = ["| setup | contrast | " + " | ".join(TEMPLATES) + " |", "|---|---|---|---|---|"]
+    body = []
     for label, folder in setups:
         contrasts = _contrasts(folder)
         for a, b in KEY_CONTRASTS:
@@ -62,8 +63,8 @@ def table(setups: list[tuple[str, Path]]) -> str:
             for template in TEMPLATES:
                 hit = rows.filter(pl.col("template") == template)
                 cells.append("—" if hit.is_empty() else _cell(hit.row(0, named=True)))
-            lines.append(f"| {label} | {a} vs {b} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            body.append([label, f"{a} vs {b}", *cells])
+    return md_table(["setup", "contrast", *TEMPLATES], body)
 
 
 def main(argv: list[str]) -> int:

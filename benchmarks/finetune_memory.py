@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cli import benchmark_parser
 from benchmarks.measure import (
     MIB,
     current_rss,
@@ -115,9 +116,7 @@ def report(res: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.finetune_memory", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.finetune_memory", __doc__)
     ap.add_argument("--shape", default="gpt2-xl", choices=list(PAPER_CONFIGS))
     ap.add_argument("--precision", default="mixed", choices=list(PRECISIONS))
     ap.add_argument("--batch-size", type=int, default=4)

@@ -1,9 +1,10 @@
 """Measuring on this machine for the benchmarks: resident memory (now and peak), parameter
 bytes, wall time of a call (synchronised on a GPU), the environment a result was measured in,
-and the JSON a benchmark writes."""
+the JSON a benchmark writes and its table in a results folder."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -12,9 +13,10 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -127,3 +129,29 @@ def write_json(path: Path, data: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def settings_of(args: argparse.Namespace, *names: str, **more: Any) -> dict[str, Any]:
+    """The options ``names`` of ``args`` by name, then ``more``: the settings a benchmark's
+    provenance records."""
+    return {**{name: getattr(args, name) for name in names}, **more}
+
+
+def write_table(
+    out: str | os.PathLike[str],
+    name: str,
+    table: Sequence[Mapping[str, Any]],
+    argv: Sequence[str] | None,
+    device: Any,
+    settings: Mapping[str, Any],
+) -> Path:
+    """Write the table of the benchmark ``benchmarks.<name>`` as ``out/<name>.csv`` with its
+    provenance (:func:`write_benchmark_table`): the command that ran it with ``argv`` (None:
+    this process's arguments), ``device`` and ``settings``. Return the CSV's path."""
+    # graft is imported here, not with this module: plan_check measures memory with graft
+    # imported only where it runs graft
+    from benchmarks._graft_api import write_benchmark_table
+
+    argv = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "-m", f"benchmarks.{name}", *argv])
+    return write_benchmark_table(out, name, table, command, device, settings)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -35,6 +35,8 @@ class Row(Protocol):
     spans: Mapping[str, Sequence[int]]
     spec: GraftSpec
 
+
+R = TypeVar("R", bound=Row)
 
 # (module path, output features to copy or None for the whole module, donor name)
 _Load = tuple[str, torch.Tensor | None, str]
@@ -149,14 +151,28 @@ def paper_last_logits(
     return last if last.dtype == torch.float64 else last.float()
 
 
-def paper_rows(
-    base: nn.Module, donors: Mapping[str, nn.Module], rows: Sequence[Row]
+def stacked_rows(
+    base: nn.Module,
+    rows: Sequence[R],
+    last_logits: Callable[[R, ResolvedGraft, Architecture], torch.Tensor],
 ) -> torch.Tensor:
-    """``paper_last_logits`` of every row, stacked: [rows, vocab] on the CPU."""
+    """``last_logits(row, resolved, arch)`` of every row, its graft resolved on ``base``'s
+    architecture ``arch`` at the row's length and spans, stacked: [rows, vocab] on the CPU."""
     arch = architecture_of(base)
     out = []
     for row in rows:
         spans = {k: list(v) for k, v in row.spans.items()}
         resolved = row.spec.resolve(arch, len(row.input_ids), spans)
-        out.append(paper_last_logits(base, donors, row.input_ids, resolved, arch).cpu())
+        out.append(last_logits(row, resolved, arch).cpu())
     return torch.stack(out)
+
+
+def paper_rows(
+    base: nn.Module, donors: Mapping[str, nn.Module], rows: Sequence[Row]
+) -> torch.Tensor:
+    """``paper_last_logits`` of every row, stacked: [rows, vocab] on the CPU."""
+
+    def last_logits(row: Row, resolved: ResolvedGraft, arch: Architecture) -> torch.Tensor:
+        return paper_last_logits(base, donors, row.input_ids, resolved, arch)
+
+    return stacked_rows(base, rows, last_logits)

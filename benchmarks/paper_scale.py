@@ -41,7 +41,6 @@ import argparse
 import gc
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -51,12 +50,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._graft_api import (
-    architecture_of,
-    machine_info,
-    machine_label,
-    write_benchmark_table,
-)
+from benchmarks._graft_api import architecture_of, machine_info, machine_label
+from benchmarks.cli import add_common_options, benchmark_parser, check_common_options
 from benchmarks.measure import (
     current_rss,
     environment,
@@ -64,7 +59,9 @@ from benchmarks.measure import (
     peak_rss,
     release_free_heap,
     reset_peak_rss,
+    settings_of,
     write_json,
+    write_table,
 )
 from benchmarks.paper_scale_table import GOALS, PROXY_GOALS, TABLE_HEAD, csv_row, report_line
 from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload, shape_config
@@ -242,18 +239,14 @@ def planned_grafting_peak(config, dtype: str, batch_size: int, prompts) -> dict 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.paper_scale", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.paper_scale", __doc__)
     ap.add_argument(
         "--shapes",
         default=",".join(PAPER_CONFIGS),
         help="comma-separated; NAME:LAYERS gives one shape its own depth",
     )
     ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated")
-    ap.add_argument("--prompts", type=int, default=12, help="headline prompts (rows = 8 x this)")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
+    add_common_options(ap, "paper_scale", prompts=12, batch_size=16, paper_examples=0)
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than published")
     ap.add_argument(
         "--width",
@@ -269,20 +262,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "thread that drives a GPU; else torch's default)",
     )
     ap.add_argument(
-        "--paper-examples", type=int, default=0, help="FE+LT examples for the paper's routine"
-    )
-    ap.add_argument(
         "--no-shortcuts", action="store_true", help="the plain one-pass graft (LocalExecutor)"
     )
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder (default: SmolLM2's)")
-    ap.add_argument("--json", type=Path, default=None, help="write every result here")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="a results folder: write the table as paper_scale.csv with provenance.json",
-    )
     args = ap.parse_args(argv)
     args.shapes = [s for s in args.shapes.split(",") if s]
     args.depths = {}  # a shape written NAME:LAYERS has its own depth (e.g. gpt2-xl:48)
@@ -300,9 +282,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for dtype in args.dtypes:
         if dtype not in DTYPES:
             ap.error(f"--dtypes: unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
-    for name in ("prompts", "batch_size", "repeats"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.layers is not None and args.layers < 1:
         ap.error("--layers must be at least 1")
     if args.width is not None and (args.width < PROXY_HEAD_DIM or args.width % PROXY_HEAD_DIM):
@@ -311,18 +290,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.threads = 1
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be at least 1")
-    if not 0 <= args.paper_examples <= args.prompts:
-        ap.error("--paper-examples must be between 0 and --prompts")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device not in ("cpu", "cuda"):
         ap.error(f"--device {args.device!r}: use cpu or cuda")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
-    if args.json is not None and args.json.is_dir():
-        ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
-    if args.out is not None and args.out.is_file():
-        ap.error(f"--out {args.out} is a file; give a folder such as results/NAME")
+    check_common_options(ap, args)
     return args
 
 
@@ -394,21 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.json}")
     if args.out is not None and results:
         machine = machine_label(machine_info(args.device))
-        path = write_benchmark_table(
-            args.out,
-            "paper_scale",
-            [csv_row(res, machine) for res in results],
-            command=shlex.join(["python", "-m", "benchmarks.paper_scale", *argv]),
-            device=args.device,
-            settings={
-                "prompts": args.prompts,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "shapes": args.shapes,
-                "dtypes": args.dtypes,
-                "threads": torch.get_num_threads(),
-            },
-        )
+        rows = [csv_row(res, machine) for res in results]
+        names = ("prompts", "batch_size", "repeats", "shapes", "dtypes")
+        settings = settings_of(args, *names, threads=torch.get_num_threads())
+        path = write_table(args.out, "paper_scale", rows, argv, args.device, settings)
         print(f"wrote {path} and its provenance")
     return 0 if len(results) == len(combos) else 1
 

@@ -41,7 +41,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.measure import MIB, current_rss, peak_rss, release_free_heap, reset_peak_rss
+from benchmarks.cli import benchmark_parser
+from benchmarks.measure import (
+    MIB,
+    current_rss,
+    peak_rss,
+    release_free_heap,
+    reset_peak_rss,
+)
 
 PRECISIONS = ("float32", "mixed", "bfloat16")
 
@@ -291,9 +298,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], dict]] = {
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.plan_check", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.plan_check", __doc__)
     ap.add_argument("command", choices=list(COMMANDS))
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than published")

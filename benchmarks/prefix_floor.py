@@ -23,7 +23,6 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from benchmarks._graft_api import cache_argument, default_pad_id
+from benchmarks.cli import benchmark_parser
 from benchmarks.measure import timed, write_json
 from benchmarks.workload import Prompt, graft_rows, headline_prompts, plain_forward
 
@@ -112,9 +112,7 @@ def _model_and_tokenizer(name: str, random_weights: bool):
 
 @torch.no_grad()
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.prefix_floor", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.prefix_floor", __doc__)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=32, help="rows per step (and plain) batch")

@@ -28,7 +28,6 @@ Three views, one short run (warm-up first):
 
 from __future__ import annotations
 
-import argparse
 import collections
 import linecache
 import statistics
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cli import benchmark_parser
 from benchmarks.measure import timed, write_json
 from benchmarks.paper_scale import load_tokenizer
 from benchmarks.paper_shapes import PROXY_HEAD_DIM, random_workload
@@ -231,9 +231,7 @@ def _print_shares(title: str, shares: dict[str, float]) -> None:
 
 @torch.no_grad()
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.profile_engine", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.profile_engine", __doc__)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=16)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks._graft_api import machine_label, provenance_entries
+from benchmarks.md_table import escaped, md_row
 
 HEADER = (
     "| run | model, protocol, seeds | command | commit | machine, threads | date |",
@@ -83,10 +84,6 @@ def _date(entry: dict) -> str:
     return created + (f" (resumed {', '.join(resumed)})" if resumed else "")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def rows(label: str, folder: Path) -> list[str]:
     """The table rows of every entry ``folder``'s provenance records, labelled ``label``."""
     lines = []
@@ -105,5 +102,5 @@ def rows(label: str, folder: Path) -> list[str]:
             machine_cell(entry),
             _date(entry),
         ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append(md_row(escaped(c) for c in cells))
     return lines

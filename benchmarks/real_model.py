@@ -26,20 +26,14 @@ document marks a ``csv`` table of it.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
-from benchmarks._graft_api import (
-    architecture_of,
-    machine_info,
-    machine_label,
-    write_benchmark_table,
-)
+from benchmarks._graft_api import architecture_of, machine_info, machine_label
+from benchmarks.cli import add_common_options, benchmark_parser, check_common_options
 from benchmarks.measure import (
     MIB,
     current_rss,
@@ -47,7 +41,9 @@ from benchmarks.measure import (
     param_bytes,
     peak_rss,
     reset_peak_rss,
+    settings_of,
     write_json,
+    write_table,
 )
 from benchmarks.real_model_measures import (
     check,
@@ -217,52 +213,27 @@ def report(res: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.real_model", description=__doc__.splitlines()[0]
-    )
+    ap = benchmark_parser("benchmarks.real_model", __doc__)
     ap.add_argument("--model", default="smollm2-135m", help="registry name or model folder")
-    ap.add_argument("--prompts", type=int, default=32, help="headline prompts (rows = 8 x this)")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
-    ap.add_argument(
-        "--paper-examples", type=int, default=2, help="FE+LT examples for the paper routine"
-    )
+    add_common_options(ap, "real_model", prompts=32, batch_size=32, paper_examples=2)
     ap.add_argument(
         "--dtype",
         default=None,
         choices=["float32", "bfloat16", "float16"],
         help="default: float32 on the CPU, bfloat16 on CUDA",
     )
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the donor's noise")
-    ap.add_argument("--json", type=Path, default=None, help="write every number here")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results folder: write real_model.csv and its provenance there",
-    )
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    for name in ("prompts", "batch_size", "repeats"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.paper_examples < 0 or args.paper_examples > args.prompts:
-        ap.error("--paper-examples must be between 0 and --prompts")
     if args.threads < 0:
         ap.error("--threads must be 0 (torch's default) or more")
     if args.device is not None:
         try:
-            device = torch.device(args.device)
+            torch.device(args.device)
         except RuntimeError:
             ap.error(f"--device {args.device!r} is not a device; use cpu or cuda")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            ap.error("--device cuda: this machine has no CUDA device; use --device cpu")
-    if args.json is not None and args.json.is_dir():
-        ap.error(f"--json {args.json} is a folder; give a file name such as out.json")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        ap.error(f"--out {args.out} is a file; give a results folder such as results/NAME")
+    check_common_options(ap, args)
     return args
 
 
@@ -279,21 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.out is not None:
-        path = write_benchmark_table(
-            args.out,
-            "real_model",
-            [csv_row(result, machine_label(machine_info(args.device)))],
-            command=shlex.join(["python", "-m", "benchmarks.real_model", *args.argv]),
-            device=args.device,
-            settings={
-                "model": args.model,
-                "prompts": args.prompts,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "paper_examples": args.paper_examples,
-                "threads": torch.get_num_threads(),
-            },
-        )
+        row = csv_row(result, machine_label(machine_info(args.device)))
+        names = ("model", "prompts", "batch_size", "repeats", "paper_examples")
+        settings = settings_of(args, *names, threads=torch.get_num_threads())
+        path = write_table(args.out, "real_model", [row], args.argv, args.device, settings)
         print(f"wrote {path} and its provenance")
     return 0
 

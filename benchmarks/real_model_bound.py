@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 import types
 from collections.abc import Mapping, Sequence
@@ -53,13 +52,15 @@ import torch
 from torch import nn
 
 from benchmarks._graft_api import (
+    Architecture,
     GraftRow,
-    architecture_of,
+    ResolvedGraft,
     perturbed_copy,
     run_grafts,
-    write_benchmark_table,
 )
-from benchmarks.paper_routine import paper_rows
+from benchmarks.md_table import md_table
+from benchmarks.measure import settings_of, write_table
+from benchmarks.paper_routine import paper_rows, stacked_rows
 from benchmarks.workload import E1_GRAFTS, E3_GRAFTS, Prompt, graft_rows, headline_prompts
 from graft.errors import GraftError
 from graft.models import TINY_FAMILIES
@@ -94,22 +95,15 @@ def reference_rows(
     base: nn.Module, donors: Mapping[str, nn.Module], rows: Sequence[GraftRow]
 ) -> torch.Tensor:
     """The reference's last-position logits of every row, stacked: [rows, vocab]."""
-    arch = architecture_of(base)
-    out = []
-    for row in rows:
-        spans = {k: list(v) for k, v in row.spans.items()}
-        res = row.spec.resolve(arch, len(row.input_ids), spans)
-        out.append(
-            reference_last_logits(
-                base,
-                dict(donors),
-                list(row.input_ids),
-                res.cells,
-                res.final_norm_donor,
-                res.unembed_donor,
-            ).cpu()
+
+    def last_logits(row: GraftRow, res: ResolvedGraft, arch: Architecture) -> torch.Tensor:
+        del arch  # the reference finds its modules by itself
+        ids = list(row.input_ids)
+        return reference_last_logits(
+            base, dict(donors), ids, res.cells, res.final_norm_donor, res.unembed_donor
         )
-    return torch.stack(out)
+
+    return stacked_rows(base, rows, last_logits)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -229,12 +223,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 def table(results: Sequence[dict]) -> str:
     """The results as a markdown table, one row per model."""
     head = ["model", "dtype", "rows", *COLUMNS.values()]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    body = []
     for r in results:
         cells = [r["model"], r["dtype"], str(r["rows"]), *(f"{r[k]:.1e}" for k in COLUMNS)]
         cells[len(head) - 2] = f"{r['max_abs_logit']:.1f}"  # the scale: not a difference
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return md_table(head, body, right=len(head) - 2)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -291,20 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     if args.out:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        path = write_benchmark_table(
-            args.out,
-            "real_model_bound",
-            results,
-            command=shlex.join(["python", "-m", "benchmarks.real_model_bound", *argv]),
-            device=args.device,
-            settings={
-                "prompts": args.prompts,
-                "dtype": args.dtype,
-                "seed": args.seed,
-                "norms_in_dtype": args.norms_in_dtype,
-            },
-        )
+        settings = settings_of(args, "prompts", "dtype", "seed", "norms_in_dtype")
+        path = write_table(args.out, "real_model_bound", results, argv, args.device, settings)
         print(f"wrote {path}")
     return 0
 

@@ -9,13 +9,11 @@ markdown table; ``--out`` also writes it as ``reference_table.csv`` with its pro
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 from collections.abc import Sequence
 
 import torch
 
-from benchmarks._graft_api import write_benchmark_table
+from benchmarks.measure import write_table
 from graft.core import EMBEDDING_COMPONENTS, architecture_of, run_grafts
 from graft.models import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.core.execution.test_engine import (
@@ -88,10 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = " | ".join(f"{row[k]:.1e}" if k in row else "-" for k in KINDS)
         print(f"| {family} | {cells} | {row['rows']} |")
     if args.out:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        command = shlex.join(["python", "-m", "benchmarks.reference_table", *argv])
         settings = {"dtype": "float32", "paddings": ["left", "right"], "batch_size": 7}
-        path = write_benchmark_table(args.out, "reference_table", table, command, "cpu", settings)
+        path = write_table(args.out, "reference_table", table, argv, "cpu", settings)
         print(f"wrote {path}")
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from benchmarks import provenance_table
 from benchmarks._graft_api import provenance_entries
+from benchmarks.md_table import escaped, md_row
 from benchmarks.table_generators import ROOT, BlockError, generator, shown
 
 __all__ = ["PAGES", "RESULTS", "page_folders", "study_pages"]
@@ -117,10 +118,6 @@ def _title(path: Path) -> str:
     raise BlockError(f"{shown(path)} has no '# ' title")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 @generator(
     "study",
     "study FOLDER ...: a study page's runs, one row per experiment and benchmark each "
@@ -156,7 +153,7 @@ def _study(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
                 provenance_table.machine_cell(entry),
                 provenance_table._date(entry),
             ]
-            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            lines.append(md_row(escaped(c) for c in cells))
     return "\n".join(lines), files
 
 
@@ -195,9 +192,9 @@ def _studies(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
                 entry.get("command") or "not recorded"
                 for _, entry in provenance_entries(ROOT / name)
             ]
-        link = f"[{_cell(_title(page))}]({page.name})"
+        link = f"[{escaped(_title(page))}]({page.name})"
         folders = ", ".join(f"`{n}`" for n in named) or "none"
-        shown_commands = "<br>".join(f"`{_cell(c)}`" for c in dict.fromkeys(commands)) or "—"
+        shown_commands = "<br>".join(f"`{escaped(c)}`" for c in dict.fromkeys(commands)) or "—"
         lines.append(f"| {link} | {folders} | {shown_commands} |")
     published = sorted(f"results/{p.name}" for p in RESULTS.iterdir() if p.is_dir())
     orphans = [name for name in published if name not in covered]

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from benchmarks._graft_api import provenance_entries, read_csv_table
+from benchmarks.md_table import md_table
 from benchmarks.summary_table import template_order
 from benchmarks.table_generators import (
     BlockError,
@@ -87,7 +88,6 @@ def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         raise BlockError(f"minus={minus}: no such graft")
     order = [g for g in _order(keywords, present, folders, experiment) if g != minus]
     templates = template_order(rows)
-    lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---|" * len(templates)]
 
     def values(graft: str, template: str) -> list[float] | None:
         part = rows.filter((pl.col("graft") == graft) & (pl.col("template") == template))
@@ -98,23 +98,21 @@ def _seeds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
             raise BlockError(f"{graft} on {template} lacks finetune seeds")
         return [by_seed[s] for s in seeds]
 
-    for graft in order:
-        cells = []
-        for template in templates:
-            got = values(graft, template)
-            if got is None:
-                cells.append("—")
-                continue
-            if minus is not None:
-                base = values(minus, template)
-                if base is None:
-                    raise BlockError(f"no {minus} row on {template}")
-                got = [g - b for g, b in zip(got, base, strict=True)]
-            mean = sum(got) / len(got)
-            each = " / ".join(format(v, form) for v in got)
-            cells.append(each if len(got) == 1 else f"{each} ({format(mean, form)})")
-        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), files
+    def cell(graft: str, template: str) -> str:
+        got = values(graft, template)
+        if got is None:
+            return "—"
+        if minus is not None:
+            base = values(minus, template)
+            if base is None:
+                raise BlockError(f"no {minus} row on {template}")
+            got = [g - b for g, b in zip(got, base, strict=True)]
+        mean = sum(got) / len(got)
+        each = " / ".join(format(v, form) for v in got)
+        return each if len(got) == 1 else f"{each} ({format(mean, form)})"
+
+    body = ([graft, *(cell(graft, t) for t in templates)] for graft in order)
+    return md_table(["graft", *templates], body), files
 
 
 @generator(
@@ -145,20 +143,18 @@ def _metrics(positional: list[str], keywords: dict[str, str]) -> tuple[str, list
     templates = template_order(rows)
     order = _order(keywords, list(dict.fromkeys(rows["graft"])), [folder], experiment)
     shown_templates = " / ".join(templates)
-    lines = [
-        "| graft | " + " | ".join(f"{m} {shown_templates}" for m in metrics) + " |",
-        "|---|" + "---|" * len(metrics),
-    ]
-    for graft in order:
-        cells = []
-        for metric, form in zip(metrics, forms, strict=True):
-            values = []
-            for template in templates:
-                row = rows.filter((pl.col("graft") == graft) & (pl.col("template") == template))
-                values.append("—" if row.is_empty() else format(row[metric][0], form))
-            cells.append(" / ".join(values))
-        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), [path]
+
+    def value(graft: str, template: str, metric: str, form: str) -> str:
+        row = rows.filter((pl.col("graft") == graft) & (pl.col("template") == template))
+        return "—" if row.is_empty() else format(row[metric][0], form)
+
+    def cell(graft: str, metric: str, form: str) -> str:
+        return " / ".join(value(graft, t, metric, form) for t in templates)
+
+    head = ["graft", *(f"{m} {shown_templates}" for m in metrics)]
+    pairs = list(zip(metrics, forms, strict=True))
+    body = ([graft, *(cell(graft, m, f) for m, f in pairs)] for graft in order)
+    return md_table(head, body), [path]
 
 
 @generator(
@@ -205,38 +201,28 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         if template not in set(rows["template"]):
             raise BlockError(f"{shown(path)} has no template {template}")
         per = " / ".join(f"seed {s}" for s in seeds)
-        lines = [
-            f"| graft (of {'/'.join(map(str, n))} rows, {per}) | "
-            + " | ".join(h for _, h in KINDS)
-            + " |",
-            "|---|" + "---:|" * len(KINDS),
-        ]
+        head = [f"graft (of {'/'.join(map(str, n))} rows, {per})", *(h for _, h in KINDS)]
+        body = []
         for graft in order:
             cells = []
             for kind, _ in KINDS:
                 got = [count(graft, template, kind, s) for s in seeds]
                 cells.append("—" if None in got else " / ".join(map(str, got)))
             if set(cells) != {"—"}:  # a graft the template has no row of (M on qa)
-                lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-        return "\n".join(lines), [path]
+                body.append([graft, *cells])
+        return md_table(head, body, right=len(KINDS)), [path]
     if len(seeds) != 1:
         raise BlockError(f"{shown(path)} holds finetune seeds {seeds}: name one (finetune_seed=)")
     templates = template_order(rows)
-    lines = [
-        "| graft ("
-        + " / ".join(h for _, h in KINDS)
-        + f", of {'/'.join(map(str, n))} rows) | "
-        + " | ".join(templates)
-        + " |",
-        "|---|" + "---:|" * len(templates),
-    ]
-    for graft in order:
-        cells = []
-        for template in templates:
-            got = [count(graft, template, kind, seeds[0]) for kind, _ in KINDS]
-            cells.append("—" if None in got else " / ".join(map(str, got)))
-        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), [path]
+    kinds = " / ".join(h for _, h in KINDS)
+    head = [f"graft ({kinds}, of {'/'.join(map(str, n))} rows)", *templates]
+
+    def cell(graft: str, template: str) -> str:
+        got = [count(graft, template, kind, seeds[0]) for kind, _ in KINDS]
+        return "—" if None in got else " / ".join(map(str, got))
+
+    body = ([graft, *(cell(graft, t) for t in templates)] for graft in order)
+    return md_table(head, body, right=len(templates)), [path]
 
 
 @generator(
@@ -256,10 +242,7 @@ def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, lis
     need = {"template", "graft", "prompt_id", "rank", "token", "prob", "target_rank", "text"}
     if missing := sorted(need - set(rows.columns)):
         raise BlockError(f"{shown(path)} lacks the columns {', '.join(missing)}")
-    lines = [
-        f"| prompt (target) | graft | top {k} next tokens (probability) | target rank |",
-        "|---|---|---|---:|",
-    ]
+    body = []
     for template in template_order(rows):
         part = rows.filter(pl.col("template") == template)
         example = part.filter(pl.col("prompt_id") == part["prompt_id"][0])
@@ -271,6 +254,7 @@ def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, lis
             tokens = ", ".join(
                 f'"{t}" {p:.2f}' for t, p in zip(top["token"], top["prob"], strict=True)
             )
-            lines.append(f"| {label} | {graft} | {tokens} | {top['target_rank'][0]} |")
+            body.append([label, graft, tokens, str(top["target_rank"][0])])
             label = ""
-    return "\n".join(lines), [path]
+    head = ["prompt (target)", "graft", f"top {k} next tokens (probability)", "target rank"]
+    return md_table(head, body, right=1), [path]

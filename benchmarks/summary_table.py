@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from benchmarks.md_table import md_table
 from graft.results import read_run_record
 
 #: Templates in the order the tables show them; any other template follows, as it first
@@ -64,14 +65,13 @@ def markdown(
     present = list(dict.fromkeys(summary["graft"]))
     order = [g for g in (order or present) if g in set(present)]
     templates = template_order(summary)
-    lines = ["| graft | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
-    for graft in order:
-        cells = []
-        for template in templates:
-            row = summary.filter((pl.col("graft") == graft) & (pl.col("template") == template))
-            cells.append("—" if row.is_empty() else _cell(row, metric, replicated))
-        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    def cell(graft: str, template: str) -> str:
+        row = summary.filter((pl.col("graft") == graft) & (pl.col("template") == template))
+        return "—" if row.is_empty() else _cell(row, metric, replicated)
+
+    body = ([graft, *(cell(graft, t) for t in templates)] for graft in order)
+    return md_table(["graft", *templates], body, right=len(templates))
 
 
 def _cell(row: pl.DataFrame, metric: str, replicated: bool) -> str:

@@ -13,6 +13,7 @@ import polars as pl
 
 from benchmarks import contrast_table, provenance_table, summary_table
 from benchmarks._graft_api import PROVENANCE_FILE, provenance_entries, read_csv_table
+from benchmarks.md_table import md_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,8 +225,7 @@ def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[
         seed = int(keywords.get("finetune_seed", "0"))
     except ValueError:
         raise BlockError(f"finetune_seed={keywords['finetune_seed']}: not a number") from None
-    head = ["run", "machine, threads", *(f"{g} {metric}" for g in grafts)]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(grafts)]
+    body = []
     files = []
     for label, folder in _labelled(positional):
         path = folder / f"{experiment}_summary.csv"
@@ -247,8 +247,9 @@ def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[
                 raise BlockError(f"{shown(path)}: no single {graft} row of {template}, seed {seed}")
             r = row.row(0, named=True)
             cells.append(f"{r[metric]:.2f} [{r[metric + '_lo']:.2f}, {r[metric + '_hi']:.2f}]")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines), files
+        body.append(cells)
+    head = ["run", "machine, threads", *(f"{g} {metric}" for g in grafts)]
+    return md_table(head, body, right=len(grafts)), files
 
 
 @generator(
@@ -274,30 +275,25 @@ def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pa
     seen = set(lens["template"])
     templates = [t for t in ("headline", "qa", "movie") if t in seen]
     names = ["emb" if layer < 0 else f"layer {layer}" for layer in layers]
-    lines = [
-        f"| graft ({' / '.join(templates)}) | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(layers),
-    ]
-    for graft in grafts:
-        cells = []
-        for layer in layers:
-            values = []
-            for template in templates:
-                row = lens.filter(
-                    (pl.col("graft") == graft)
-                    & (pl.col("template") == template)
-                    & (pl.col("layer") == layer)
-                )
-                if row.height != 1:
-                    raise BlockError(f"{shown(path)}: no {graft} row at layer {layer}, {template}")
-                values.append(
-                    f"{row[metric][0]:,.4g}"
-                    if metric != "median_rank"
-                    else f"{row[metric][0]:,.1f}".removesuffix(".0")
-                )
-            cells.append(" / ".join(values))
-        lines.append(f"| {graft} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), [path]
+
+    def value(graft: str, layer: int, template: str) -> str:
+        row = lens.filter(
+            (pl.col("graft") == graft)
+            & (pl.col("template") == template)
+            & (pl.col("layer") == layer)
+        )
+        if row.height != 1:
+            raise BlockError(f"{shown(path)}: no {graft} row at layer {layer}, {template}")
+        if metric == "median_rank":
+            return f"{row[metric][0]:,.1f}".removesuffix(".0")
+        return f"{row[metric][0]:,.4g}"
+
+    def cell(graft: str, layer: int) -> str:
+        return " / ".join(value(graft, layer, t) for t in templates)
+
+    head = [f"graft ({' / '.join(templates)})", *names]
+    body = ([graft, *(cell(graft, layer) for layer in layers)] for graft in grafts)
+    return md_table(head, body, right=len(layers)), [path]
 
 
 @generator(
@@ -332,10 +328,8 @@ def _csv(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pat
             return f"{value:.1e}" if 0 < abs(value) < 0.01 else f"{value:,.3g}"
         return str(value)
 
-    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(columns) - 1)]
-    for row in rows.select(columns).iter_rows():
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
-    return "\n".join(lines), files
+    body = ([cell(v) for v in row] for row in rows.select(columns).iter_rows())
+    return md_table(headers, body, right=len(columns) - 1), files
 
 
 #: The columns of a benchmark's speed CSV (benchmarks.paper_scale --out) the table shows,
@@ -371,7 +365,7 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     own_goals = all(g in rows.columns for _, _, g in SPEED_COLUMNS if g)
     titles = [h.split(" (")[0] + " (goal)" if own_goals and g else h for _, h, g in SPEED_COLUMNS]
     head = ["machine", "shape", "dtype", *titles]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * len(SPEED_COLUMNS)]
+    body = []
     keys = ["machine", "shape", *(k for k in ("layers", "width") if k in rows.columns)]
     for (machine, shape, *_), part in rows.group_by(keys, maintain_order=True):
         size = f"{part['params'][0] / 1e9:.2f} B"
@@ -390,8 +384,8 @@ def _speed(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
             if passed in part.columns and (part[passed] == False).any():  # noqa: E712  # polars
                 values += " **not met**"
             cells.append(values)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines), files
+        body.append(cells)
+    return md_table(head, body, right=len(SPEED_COLUMNS)), files
 
 
 def shown(path: Path) -> str:

@@ -10,15 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tokenizers import (
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-    trainers,
-)
+from tokenizers import normalizers
 from transformers import PreTrainedTokenizerFast
 
 from graft.core.language.spans import template_fields
@@ -45,6 +37,7 @@ from graft.study.specs.templates import (
     TEST_TEMPLATES,
 )
 from graft_experiments.data import data as data_command
+from tests.offline_tokenizers import byte_level_bpe
 
 GENERATED_KINDS = ("fake_movies_real_actors", "fake_movies_fake_actors", "real_movies_shuffled")
 
@@ -455,16 +448,9 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
 
 
 def _tiny_tokenizer(texts, normalizer=None) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer)
+    """A tokenizer trained on ``texts``; ``normalizer`` is set after training (it may erase
+    words the vocabulary has)."""
+    tok = byte_level_bpe(texts, vocab_size=400, special_tokens=["<eos>"])
     if normalizer is not None:
         tok.normalizer = normalizer
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")

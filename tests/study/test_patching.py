@@ -31,10 +31,13 @@ def tok():
     return tiny_tokenizer()
 
 
-def run(base, donor, tok, spec: str, method: str, texts=TEXTS, fields=FIELDS) -> torch.Tensor:
-    """Last-token logits of ``spec`` on ``texts`` by ``method``."""
+def run(
+    base, donor, tok, spec: str, method: str, texts=TEXTS, fields=FIELDS, **options
+) -> torch.Tensor:
+    """Last-token logits of ``spec`` on ``texts`` by ``method`` (``options``: graft_texts')."""
+    executor = executor_for(method)
     return graft_texts(
-        base, {"sft": donor}, tok, texts, spec, fields=fields, executor=executor_for(method)
+        base, {"sft": donor}, tok, texts, spec, fields=fields, executor=executor, **options
     )
 
 
@@ -42,17 +45,7 @@ def run(base, donor, tok, spec: str, method: str, texts=TEXTS, fields=FIELDS) ->
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_patching_nothing_is_the_base_bit_for_bit(tiny_pairs, tok, family, method):
     base, donor = tiny_pairs(family)
-    got = graft_texts(
-        base,
-        {"sft": donor},
-        tok,
-        TEXTS,
-        "none",
-        fields=FIELDS,
-        executor=executor_for(method),
-        padding_side="right",
-        sort_by_length=False,
-    )
+    got = run(base, donor, tok, "none", method, padding_side="right", sort_by_length=False)
     encoded = [tok(text)["input_ids"] for text in TEXTS]
     width = max(len(e) for e in encoded)
     ids = torch.zeros((len(encoded), width), dtype=torch.long)

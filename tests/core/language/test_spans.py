@@ -20,6 +20,7 @@ from graft.errors import SpanError
 from graft.models import embedded_gguf
 from graft.study.data.datasets import DatasetConfig, generate_dataset, load_train_records
 from graft.study.data.prompts import load_test_prompts
+from tests.offline_tokenizers import byte_level_bpe
 
 RELATIONS = (("starred", "in", "with"), ("appeared", "in", "alongside"))
 
@@ -49,18 +50,15 @@ def _wrap(tok: Tokenizer, **special) -> PreTrainedTokenizerFast:
 
 def _byte_level_bpe(corpus, *, trim_offsets: bool, bos: str | None = None, nfc: bool = False):
     """GPT-2 (trim_offsets=False), NeoX (NFC, trimmed offsets) or Llama-3 (BOS) style."""
-    tok = Tokenizer(models.BPE())
-    if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>"] + ([bos] if bos else [])
-    trainer = trainers.BpeTrainer(
+    normalizer = normalizers.NFC() if nfc else None
+    tok = byte_level_bpe(
+        corpus,
         vocab_size=800,
         special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        trim_offsets=trim_offsets,
+        normalizer=normalizer,
     )
-    tok.train_from_iterator(corpus, trainer)
     if bos:
         tok.post_processor = processors.Sequence(
             [
@@ -71,7 +69,6 @@ def _byte_level_bpe(corpus, *, trim_offsets: bool, bos: str | None = None, nfc: 
             ]
         )
         return _wrap(tok, bos_token=bos, eos_token="<|endoftext|>")
-    tok.post_processor = processors.ByteLevel(trim_offsets=trim_offsets)
     return _wrap(tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
 
 
