@@ -12,7 +12,9 @@ contract in pyproject.toml):
   (:func:`~graft.study.running.runner.run_experiment`), its batches and record;
 - ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds;
 - ``designs``: the paper's experiments as library objects (a design: its runs, how their
-  tables combine, its figures), run by one function with the one runner.
+  tables combine, its figures), run by one function with the one runner;
+- ``studies``: models x finetune seeds x experiments from one TOML file, planned, run,
+  reported and collected as one study.
 """
 
 from graft.lazy import lazy_exports

@@ -106,8 +106,8 @@ def read_study(path: str | Path) -> Study:
         finetune_seeds=_seeds(file, data.get("finetune_seeds", [0])),
         experiments=experiments,
         options=options,
-        workspace=folder / _text(file, data.get("workspace", "workspace"), "workspace"),
-        out=folder / _text(file, data.get("out", "runs"), "out"),
+        workspace=(folder / _text(file, data.get("workspace", "workspace"), "workspace")).resolve(),
+        out=(folder / _text(file, data.get("out", "runs"), "out")).resolve(),
     )
 
 
