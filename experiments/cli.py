@@ -25,6 +25,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("accept", "accept"),
     ("repair", "repair"),
     ("smoke", "smoke"),
+    ("study", "study"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The paper's study in seven rooms, lowest first (each imports only those below it; a
+"""The paper's study in eight rooms, lowest first (each imports only those below it; a
 contract in pyproject.toml):
 
 - ``specs``: what a run is: configs (datasets, experiments, model sources, replicates), the
@@ -12,7 +12,9 @@ contract in pyproject.toml):
   (:func:`~graft.study.running.runner.run_experiment`), its batches and record;
 - ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds;
 - ``designs``: the paper's experiments as library objects (a design: its runs, how their
-  tables combine, its figures), run by one function with the one runner.
+  tables combine, its figures), run by one function with the one runner;
+- ``studies``: models x finetune seeds x experiments from one TOML file, planned, run,
+  reported and collected as one study.
 """
 
 from graft.lazy import lazy_exports
@@ -20,6 +22,11 @@ from graft.lazy import lazy_exports
 #: module -> the public names it defines (each imported on first access; ``name=attr``
 #: where the module calls it otherwise).
 _EXPORTS = {
+    "graft.study.studies.study_file": ("Study", "read_study"),
+    "graft.study.studies.plan": ("StudyPlan", "plan_study"),
+    "graft.study.studies.execute": ("StudyResult", "run_study"),
+    "graft.study.studies.status": ("RunStatus", "status_lines", "study_status"),
+    "graft.study.studies.collect": ("Collected", "collect_study"),
     "graft.study.designs.design": ("Design", "DesignRun", "plan_design", "run_design"),
     "graft.study.designs.component": ("component_design=component", "PAIRS"),
     "graft.study.designs.paper": (

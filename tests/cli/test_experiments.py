@@ -186,6 +186,7 @@ HELP = {
     "publish": ["RUN_FOLDER", "--to", "--as", "--allow-incomplete", "provenance.json"],
     "accept": ["FOLDER", "checksums.json", "config.json", "--quiet"],
     "repair": ["RUN_FOLDER", "config.json", "--overwrite"],
+    "study": ["plan", "run", "status", "collect", "TOML", "docs/how-to/study.md"],
 }
 
 
@@ -212,6 +213,7 @@ def test_command_help(command):
         "publish",
         "accept",
         "repair",
+        "study",
     ):
         for shared in ("--workspace", "--n-boot", "--templates", "--quiet"):
             assert shared in text

@@ -1,0 +1,78 @@
+"""``graft-exp study plan|run|status|collect FILE``: models x finetune seeds x experiments x
+options from one TOML file (docs/how-to/study.md)."""
+
+from __future__ import annotations
+
+import click
+
+from graft.study import (
+    collect_study,
+    plan_study,
+    read_study,
+    run_study,
+    status_lines,
+    study_status,
+)
+from graft_experiments import common
+
+FILE = click.argument("file", type=click.Path(exists=True, dir_okay=False))
+
+
+@click.group(short_help="A study from one TOML file: plan, run, status, collect.")
+def study():
+    """A study: every model x finetune seed x experiment of one TOML file is one run, in
+    <out>/<model>/seed<S>/<experiment> (see docs/how-to/study.md). A bad file is refused
+    with one line (exit 2) before anything is written."""
+
+
+@study.command(cls=common.GraftCommand, short_help="Every run's plan and the donors they share.")
+@FILE
+def plan(file):
+    """Print the plan of every run of FILE, the donors they share (each finetuned once), a
+    rough finetune time and the memory each run needs; nothing is loaded or written."""
+    for line in plan_study(read_study(file)).lines():
+        click.echo(line)
+
+
+@study.command(cls=common.GraftCommand, short_help="Run the donors, then every run (resumable).")
+@FILE
+@common.quiet_option()
+def run(file, quiet):
+    """Finetune the donors FILE's runs need (each once), then run every run; a run already
+    (partly) done resumes. A failed run does not stop the others: each is listed at the
+    end, and the command then exits 1."""
+    done = run_study(read_study(file), echo=click.echo)
+    if not done.ok:
+        raise common.OneLineError(
+            f"{len(done.failed)} of {len(done.failed) + len(done.runs)} runs failed "
+            f"({', '.join(done.failed)}); fix them and run again (finished runs are kept)",
+            1,
+        )
+
+
+@study.command(cls=common.GraftCommand, short_help="Per run: done, partial, failed, not started.")
+@FILE
+def status(file):
+    """Print where each run of FILE stands, read from its run folder: done, partial (some
+    batches stored), failed (its last attempt) or not started; nothing is written."""
+    for line in status_lines(study_status(read_study(file))):
+        click.echo(line)
+
+
+@study.command(cls=common.GraftCommand, short_help="One table, provenance and figures.")
+@FILE
+def collect(file):
+    """Collect every finished run of FILE into <out>/collected: summary.csv and
+    summary.parquet (every run's summary rows with model, finetune_seed and experiment
+    added), provenance.json (each run folder and what computed it) and figures/ (per
+    experiment, acc@5 per graft with one marker per finetune seed, a panel per model)."""
+    done = collect_study(read_study(file))
+    click.echo(f"collected {done.table.height} rows into {done.folder}")
+    for name, path in done.files.items():
+        click.echo(f"{name}: {path}")
+    for name in done.missing:
+        click.echo(f"not finished (left out): {name}")
+
+
+if __name__ == "__main__":
+    common.standalone(study)

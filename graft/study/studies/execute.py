@@ -1,0 +1,115 @@
+"""Running a study: its donors first, each once, then every run with the one runner (each
+resumable); a run that fails is recorded (``<out>/study_failures.json``) and the others
+still run.
+
+Donors come first, from the study's plan (:func:`graft.study.running.donor_job.run_donor_job`),
+rather than by the first run that needs one: a donor that cannot be trained then fails
+once, with its own error, and the runs that need it are recorded as failed without trying
+it again; and each run's time is its grafting alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graft.errors import first_line
+from graft.storage.files import storage_errors, write_json_atomic
+from graft.study.designs.design import DesignRun, run_design
+from graft.study.running.donor_job import run_donor_job
+from graft.study.studies.plan import plan_study
+from graft.study.studies.study_file import Study
+
+#: The file, in the study's ``out`` folder, of the runs whose last attempt failed.
+FAILURES_FILE = "study_failures.json"
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run_study` did.
+
+    Args:
+        study: the study.
+        runs: run name (``<model>/seed<S>/<experiment>``) -> what it produced, for each run
+            that finished.
+        failed: run name -> its error, one line, for each run that failed.
+        donors: donor folder -> its error, for each donor that could not be finetuned.
+    """
+
+    study: Study
+    runs: dict[str, DesignRun] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    donors: dict[Path, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def read_failures(study: Study) -> dict[str, str]:
+    """Run name -> error of the runs whose last attempt failed (empty without a record)."""
+    path = study.out / FAILURES_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else {}
+
+
+def _error(err: Exception) -> str:
+    return f"{type(err).__name__}: {first_line(err, 400)}"
+
+
+def run_study(study: Study, echo: Callable[[str], None] | None = None) -> StudyResult:
+    """Finetune the donors ``study`` lacks (each once), then run each run with
+    :func:`~graft.study.designs.design.run_design` (resuming a run folder that holds part
+    of it). A failing donor or run is recorded and said, and the next run goes on; the
+    record is ``<out>/study_failures.json`` (a run that finishes later leaves it).
+
+    Raises:
+        InputError: the study's runs cannot be made (before anything is written).
+    """
+    say = echo or (lambda _line: None)
+    plan = plan_study(study)
+    done = StudyResult(study)
+    quiet = not study.options.get("progress", True)
+    for folder, donor in plan.donors.items():
+        if donor.plan.finished:
+            continue
+        say(f"donor: {folder}")
+        try:
+            run_donor_job(donor.request, str(study.workspace), quiet=quiet)
+        except Exception as err:  # recorded, said; the runs that need it are skipped
+            done.donors[folder] = _error(err)
+            say(f"donor failed: {folder}: {done.donors[folder]}")
+    failures = read_failures(study)
+    for run_plan in plan.runs:
+        run = run_plan.run
+        say(f"run {run.name} -> {run.folder}")
+        missing = [d for d in run_plan.donors if d in done.donors]
+        try:
+            if missing:
+                raise RuntimeError(f"its donor {missing[0]} failed: {done.donors[missing[0]]}")
+            done.runs[run.name] = run_design(run.design, echo=echo)
+        except Exception as err:  # one run's failure must not stop the others
+            done.failed[run.name] = failures[run.name] = _error(err)
+            say(f"run failed: {run.name}: {done.failed[run.name]}")
+        else:
+            failures.pop(run.name, None)
+        _write_failures(study, failures)
+    say(
+        f"study: {len(done.runs)} runs done, {len(done.failed)} failed"
+        + "".join(f"\n  failed: {name}: {error}" for name, error in done.failed.items())
+    )
+    return done
+
+
+def _write_failures(study: Study, failures: dict[str, str]) -> None:
+    path = study.out / FAILURES_FILE
+    if not failures and not path.exists():
+        return
+    with storage_errors("the study's failures", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, failures)

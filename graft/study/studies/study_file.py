@@ -1,0 +1,162 @@
+"""A study file: models x finetune seeds x experiments x options in one TOML file, read and
+checked (:func:`read_study`) before anything is written.
+
+::
+
+    models = ["tiny-llama", "tiny-gpt2"]     # or [models.tiny-llama] tables with options
+    finetune_seeds = [0, 1]
+    experiments = ["position", "necessity"]  # or [experiments.position] tables with options
+    workspace = "workspace"                  # relative to the file's folder
+    out = "runs"
+
+    [options]                                # any ExperimentConfig field, for every run
+    n = 1
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from graft.errors import InputError
+from graft.study.specs.config import ExperimentConfig
+from graft.study.studies.kinds import DESIGNS
+
+#: The top-level keys of a study file.
+KEYS = ("models", "finetune_seeds", "experiments", "options", "workspace", "out")
+#: ExperimentConfig fields a study sets itself, and where the file gives them instead.
+RESERVED = {
+    "experiment": "list it under experiments",
+    "model": "list it under models",
+    "finetune_seeds": "give finetune_seeds at the top of the file",
+    "out": "give out at the top of the file (each run gets <out>/<model>/seed<S>/<experiment>)",
+    "workspace": "give workspace at the top of the file",
+    "remote": "a study runs on this machine",
+}
+#: The options every run of a study may take (:class:`ExperimentConfig` fields).
+OPTIONS = tuple(f.name for f in fields(ExperimentConfig) if f.name not in RESERVED)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study: every (model, finetune seed, experiment) is one run.
+
+    Args:
+        path: the study file.
+        models: model (registry name, hub id or folder) -> its own options over ``options``.
+        finetune_seeds: the finetune seeds; each run trains (or finds) its donors with one.
+        experiments: experiment name -> its design's own options (``positions``, ``pairs``,
+            ...: the keyword arguments of its ``graft.study`` design function).
+        options: :class:`ExperimentConfig` fields shared by every run.
+        workspace: where datasets and donors live (shared by every run).
+        out: where the runs go: ``<out>/<model>/seed<S>/<experiment>``, and ``collected/``.
+    """
+
+    path: Path
+    models: dict[str, dict[str, Any]]
+    finetune_seeds: tuple[int, ...]
+    experiments: dict[str, dict[str, Any]]
+    options: dict[str, Any]
+    workspace: Path
+    out: Path
+
+
+def read_study(path: str | Path) -> Study:
+    """The study in the TOML file ``path``, every key checked (the runs' designs are checked
+    when its runs are made, :func:`graft.study.studies.runs.study_runs`).
+
+    Raises:
+        InputError: one line naming the file, the key and the fix: an unreadable file, an
+            unknown key, experiment or option, no models, no experiments, bad seeds.
+    """
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"cannot read the study file {file}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{file} is not valid TOML: {err}") from None
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise InputError(f"{file}: unknown key {unknown[0]!r}; the keys are {', '.join(KEYS)}")
+    models = _named(file, data, "models", '["smollm2-135m"]')
+    experiments = _named(file, data, "experiments", '["position"]')
+    for name, options in experiments.items():
+        if name not in DESIGNS:
+            raise InputError(
+                f"{file}: unknown experiment {name!r}; use {', '.join(DESIGNS)}", param=name
+            )
+        allowed = DESIGNS[name].options
+        for key in options:
+            if key not in allowed:
+                raise InputError(
+                    f"{file}: [experiments.{name}] has no option {key!r}; use "
+                    f"{', '.join(allowed) or 'none'}"
+                )
+    options = _table(file, data.get("options", {}), "options")
+    for where, table in [("options", options), *((f"models.{m}", o) for m, o in models.items())]:
+        _check_options(file, where, table)
+    folder = file.resolve().parent
+    return Study(
+        path=file,
+        models=models,
+        finetune_seeds=_seeds(file, data.get("finetune_seeds", [0])),
+        experiments=experiments,
+        options=options,
+        workspace=(folder / _text(file, data.get("workspace", "workspace"), "workspace")).resolve(),
+        out=(folder / _text(file, data.get("out", "runs"), "out")).resolve(),
+    )
+
+
+def _named(file: Path, data: Mapping[str, Any], key: str, example: str) -> dict[str, dict]:
+    """``key`` as name -> options: a list of names, or a table of tables (one per name)."""
+    value = data.get(key)
+    if not value:
+        raise InputError(f"{file}: no {key}; add {key} = {example}", param=key)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        if len(set(value)) != len(value):
+            raise InputError(f"{file}: {key} lists a name twice; give each once", param=key)
+        return {name: {} for name in value}
+    if isinstance(value, dict):
+        return {name: _table(file, v, f"{key}.{name}") for name, v in value.items()}
+    raise InputError(
+        f"{file}: {key} must be a list of names or [{key}.NAME] tables, got {value!r}", param=key
+    )
+
+
+def _table(file: Path, value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{file}: [{where}] must be a table of options, got {value!r}")
+    return dict(value)
+
+
+def _check_options(file: Path, where: str, options: Mapping[str, Any]) -> None:
+    for key in options:
+        if key in RESERVED:
+            raise InputError(f"{file}: [{where}] {key}: {RESERVED[key]}", param=key)
+        if key not in OPTIONS:
+            raise InputError(
+                f"{file}: [{where}] has no option {key!r}; the options are the experiment "
+                f"options: {', '.join(OPTIONS)}",
+                param=key,
+            )
+
+
+def _seeds(file: Path, value: Any) -> tuple[int, ...]:
+    seeds = [value] if isinstance(value, int) else value
+    good = isinstance(seeds, list) and seeds and len(set(seeds)) == len(seeds)
+    if not good or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise InputError(
+            f"{file}: finetune_seeds must be a list of distinct whole numbers >= 0, got {value!r}",
+            param="finetune_seeds",
+        )
+    return tuple(seeds)
+
+
+def _text(file: Path, value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{file}: {key} must be a folder path, got {value!r}", param=key)
+    return value
