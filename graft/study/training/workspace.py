@@ -271,8 +271,8 @@ class Workspace:
             return folder
         if str(dataset) in FILE_KINDS:
             raise DatasetError(
-                f"data kind {str(dataset)!r} needs your file: make its dataset with graft-exp "
-                f"data {FILE_KINDS[str(dataset)]} and pass the folder it prints to --dataset",
+                f"data kind {str(dataset)!r} needs your file: run graft-exp data "
+                f"{FILE_KINDS[str(dataset)]} and give the folder it prints as dataset",
                 "dataset",
             )
         if str(dataset) not in GENERATED_KINDS:
