@@ -1,5 +1,6 @@
 """``graft-exp data``: generate one of the paper's movie-fact datasets, or a dataset of your
-own facts (``--facts``) or articles (``--articles``) (thin over graft.study.data.datasets)."""
+own facts (``--facts``), articles (``--articles``) or facts of any relation (``--relation``)
+(thin over graft.study.data.datasets)."""
 
 from __future__ import annotations
 
@@ -29,20 +30,23 @@ from graft_experiments.options import DATASET_FLAGS, field_default
     help="Output folder [default: <workspace>/datasets/<kind>[-pairs]-<direction>[-split]-n<N>-"
     "seed<S>, where experiments given the same --dataset, --n-facts, --data-seed and --shuffle "
     "read it; "
-    "with --articles: <workspace>/datasets/articles-<file>-<sha256[:8]>-n<N|all>].",
+    "with --articles: <workspace>/datasets/articles-<file>-<sha256[:8]>-n<N|all>; "
+    "with --relation: <workspace>/datasets/relation-<name>-<sha256[:8]>-n<N|all>].",
 )
 @common.field_option(ExperimentConfig, "workspace")
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
     """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
     if fields["kind"] is None:
-        kind = "articles" if fields["articles_path"] is not None else None
+        kind = "relation" if fields["relation_path"] is not None else None
+        kind = kind or ("articles" if fields["articles_path"] is not None else None)
         kind = kind or ("custom" if fields["facts_path"] is not None else None)
         fields["kind"] = kind or field_default(DatasetConfig, "kind")
     config = DatasetConfig(**fields)
-    if out is None:
-        out = Path(workspace or default_workspace()) / "datasets" / default_dataset_name(config)
     try:
+        if out is None:
+            name = default_dataset_name(config)  # a relation file's: read and checked here
+            out = Path(workspace or default_workspace()) / "datasets" / name
         path = generate_dataset(config, out, overwrite=overwrite)
     except DatasetError as e:
         if e.param == "out":

@@ -297,7 +297,7 @@ DATASET_FLAGS: dict[str, Flag] = {
     "kind": Flag(
         "--dataset",
         "Data kind to generate [default: fake_movies_real_actors, custom with --facts, "
-        "articles with --articles].",
+        "articles with --articles, relation with --relation].",
         click.Choice(KINDS),
         default=None,
     ),
@@ -324,6 +324,12 @@ DATASET_FLAGS: dict[str, Flag] = {
         "--articles",
         "Your own articles (JSONL: article, rephrases, questions with prompt, answer, "
         "first_entity; see docs/how-to/your-facts.md): the real-text dataset.",
+        click.Path(dir_okay=False, path_type=Path),
+    ),
+    "relation_path": Flag(
+        "--relation",
+        "Facts of any relation (TOML: facts = CSV/JSONL of subject, object; train templates; "
+        "[test] templates ending with {object}; see docs/how-to/your-facts.md).",
         click.Path(dir_okay=False, path_type=Path),
     ),
 }

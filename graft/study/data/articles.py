@@ -54,7 +54,8 @@ ARTICLES_GENERATOR = "graft.articles/1"
 
 _ITEM_KEYS = ("id", "source", "article", "rephrases", "questions")
 _QUESTION_KEYS = ("prompt", "answer", "first_entity", "template")
-_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+#: What a template name may be: letters, digits, "_" and "-", a letter or digit first.
+TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _PARAM = "articles_path"
 
 
@@ -144,7 +145,7 @@ def _question(where: str, row: Any) -> Question:
         where, row.get("first_entity"), "'first_entity'", "give the prompt's first entity"
     )
     template = row.get("template", DEFAULT_TEMPLATE)
-    if not isinstance(template, str) or not _TEMPLATE_NAME.fullmatch(template):
+    if not isinstance(template, str) or not TEMPLATE_NAME.fullmatch(template):
         raise DatasetError(
             f"{where}: template {template!r} is no name; use letters, digits, '_' and '-'",
             _PARAM,
@@ -280,8 +281,9 @@ def _unlearnable(a: Article) -> list[str]:
     ]
 
 
-def check_articles_config(config: DatasetConfig) -> None:
-    """Refuse the options an articles dataset has no use for (its texts are the user's)."""
+def check_articles_config(config: DatasetConfig, source: str = _PARAM) -> None:
+    """Refuse the options a dataset of the user's own texts has no use for (kind
+    ``articles``, or ``relation`` with ``source="relation_path"``)."""
     unused = {
         "direction": config.direction != "one",
         "split": config.split,
@@ -292,8 +294,8 @@ def check_articles_config(config: DatasetConfig) -> None:
     wrong = [name for name, set_ in unused.items() if set_]
     if wrong:
         raise DatasetError(
-            f"an articles dataset takes its texts and questions from articles_path; drop "
-            f"{wrong[0]} (it applies to the templated movie datasets only)",
+            f"a dataset of kind {config.kind!r} takes its texts and questions from {source}; "
+            f"drop {wrong[0]} (it applies to the templated movie datasets only)",
             wrong[0],
         )
 
@@ -319,21 +321,34 @@ def article_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, 
     files' hashes and the common entries (:func:`graft.study.data.datasets.build_dataset`).
     ``config.n_facts`` keeps the first that many articles (None: all)."""
     assert config.articles_path is not None  # validate_config checked it
-    articles = read_articles(config.articles_path)
-    if config.n_facts is not None:
-        if config.n_facts > len(articles):
+    path = Path(config.articles_path)
+    files, manifest = articles_files(read_articles(path), config.n_facts, str(path))
+    manifest["sources"] = {
+        "articles_path": str(path),
+        "articles_sha256": sha256(path.read_bytes()).hexdigest(),
+    }
+    return files, manifest
+
+
+def articles_files(
+    articles: list[Article], n_facts: int | None, source: str, what: str = "articles"
+) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The data files and manifest entries (without ``sources``) of ``articles``, the first
+    ``n_facts`` of them (None: all); ``source`` and ``what`` name the input and its items
+    in messages. Shared by the articles and the relation datasets."""
+    if n_facts is not None:
+        if n_facts > len(articles):
             raise DatasetError(
-                f"n_facts {config.n_facts} asks for more articles than "
-                f"{config.articles_path} has ({len(articles)}); choose n_facts between 1 and "
-                f"{len(articles)}",
+                f"n_facts {n_facts} asks for more {what} than {source} has "
+                f"({len(articles)}); choose n_facts between 1 and {len(articles)}",
                 "n_facts",
             )
-        articles = articles[: config.n_facts]
+        articles = articles[:n_facts]
     train = [r for i, a in enumerate(articles) for r in _train_records(i, a)]
     tests = [r for i, a in enumerate(articles) for r in _test_records(i, a)]
     if not tests:
         raise DatasetError(
-            f"the first {len(articles)} articles of {config.articles_path} have no questions; "
+            f"the first {len(articles)} {what} of {source} have no questions; "
             "raise n_facts or give them questions",
             "n_facts",
         )
@@ -361,10 +376,6 @@ def article_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str, 
         "templates": {"test": sorted({r["template"] for r in tests})},
         "answers_not_in_their_article": unlearnable,
         "test_set": "all",
-        "sources": {
-            "articles_path": str(config.articles_path),
-            "articles_sha256": sha256(Path(config.articles_path).read_bytes()).hexdigest(),
-        },
     }
     return files, manifest
 

@@ -48,6 +48,12 @@ from graft.study.data.dataset_folder import (
 from graft.study.data.facts import DEFAULT_N_FACTS, KINDS, draw_facts
 from graft.study.data.facts_file import facts_file_tag
 from graft.study.data.files import jsonl_bytes, read_text_corpus
+from graft.study.data.relation import (
+    RELATION_GENERATOR,
+    RELATION_KIND,
+    relation_dataset,
+    relation_dataset_name,
+)
 from graft.study.data.renderings import (
     render_test_prompts,
     render_training,
@@ -58,6 +64,8 @@ from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import DIRECTIONS
 
 GENERATOR_VERSION = "graft.data/1"
+#: The kinds whose texts are the user's (no Faker draws).
+OWN_TEXT_KINDS = (ARTICLES_KIND, RELATION_KIND)
 
 
 def generator_version(config: DatasetConfig) -> str:
@@ -67,9 +75,11 @@ def generator_version(config: DatasetConfig) -> str:
     QA renderings per fact and direction, no longer six and five; ``real_movies_shuffled``:
     ``shuffled-relations`` or ``shuffled-pairs``, its shuffle, so neither is taken for the
     other nor for the pair-keeping shuffle of the generator before them); ``articles`` has
-    its own."""
+    its own, and so has ``relation``."""
     if config.kind == ARTICLES_KIND:
         return ARTICLES_GENERATOR
+    if config.kind == RELATION_KIND:
+        return RELATION_GENERATOR
     changes = list(protocol_of(config.protocol).generator_tags) + (
         [f"shuffled-{config.shuffle}"] if config.kind == "real_movies_shuffled" else []
     )
@@ -96,8 +106,15 @@ def validate_config(config: DatasetConfig) -> None:
             "an articles file goes with kind 'articles' (and only with it); set articles_path",
             "articles_path",
         )
+    if (config.kind == RELATION_KIND) != (config.relation_path is not None):
+        raise DatasetError(
+            "a relation file goes with kind 'relation' (and only with it); set relation_path",
+            "relation_path",
+        )
     if config.kind == ARTICLES_KIND:
         check_articles_config(config)
+    if config.kind == RELATION_KIND:
+        check_articles_config(config, "relation_path")
     if config.n_facts is not None and config.n_facts < 1:
         raise DatasetError(f"n_facts must be at least 1, not {config.n_facts}", "n_facts")
     if config.protocol not in PROTOCOLS:
@@ -145,6 +162,8 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
     validate_config(config)
     if config.kind == ARTICLES_KIND:
         files, entries = article_dataset(config)
+    elif config.kind == RELATION_KIND:
+        files, entries = relation_dataset(config)
     else:
         files, entries = _movie_dataset(config)
     docs = _corpus_docs(config, entries["sources"])
@@ -153,7 +172,7 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
     entries["sizes"]["corpus_docs"] = len(docs)
     manifest = {
         "generator_version": generator_version(config),
-        **({} if config.kind == ARTICLES_KIND else {"faker_version": version("faker")}),
+        **({} if config.kind in OWN_TEXT_KINDS else {"faker_version": version("faker")}),
         "config": config.to_json(),
         "kind": config.kind,
         "protocol": config.protocol,
@@ -291,10 +310,14 @@ def _made_from(out: Path, config: DatasetConfig) -> bool:
 
 def _inputs_unchanged(sources: dict[str, Any], config: DatasetConfig) -> bool:
     """Whether the input files a dataset was made from (the facts file, the corpus, the
-    articles file) still hold what they held then (a file since removed: yes)."""
-    for name in ("facts", "corpus", "articles"):
-        path = getattr(config, f"{name}_path")
-        recorded = sources.get(f"{name}_sha256")
+    articles file, the relation file and its facts file) still hold what they held then (a
+    file since removed: yes)."""
+    inputs = [
+        (getattr(config, f"{name}_path"), sources.get(f"{name}_sha256"))
+        for name in ("facts", "corpus", "articles", "relation")
+    ]
+    inputs.append((sources.get("relation_facts_path"), sources.get("relation_facts_sha256")))
+    for path, recorded in inputs:
         known = path is not None and recorded is not None and Path(path).is_file()
         if known and _sha256(Path(path).read_bytes()) != recorded:
             return False
@@ -337,9 +360,12 @@ def default_dataset_name(config: DatasetConfig) -> str:
     SHA-256, so two files never share a folder). Without
     ``n_facts``: ``nall`` for a custom file, ``npaper`` under the paper protocol (its 1,000
     facts, or the most the kind has), else ``n50``. An articles file's:
-    :func:`~graft.study.data.articles.articles_dataset_name`."""
+    :func:`~graft.study.data.articles.articles_dataset_name`; a relation file's:
+    :func:`~graft.study.data.relation.relation_dataset_name`."""
     if config.kind == ARTICLES_KIND:
         return articles_dataset_name(config)
+    if config.kind == RELATION_KIND:
+        return relation_dataset_name(config)
     if config.n_facts is None and config.kind == "custom":
         n: int | str = "all"
     elif config.n_facts is None and protocol_of(config.protocol).paper_size:

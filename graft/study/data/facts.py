@@ -38,13 +38,16 @@ from graft.study.specs.templates import OPTIONAL_METADATA
 
 logger = logging.getLogger(__name__)
 
-#: Every dataset kind; ``articles`` (the user's own texts) is built by :mod:`graft.study.data.articles`.
+#: Every dataset kind; ``articles`` (the user's own texts) is built by
+#: :mod:`graft.study.data.articles`, ``relation`` (facts of any relation) by
+#: :mod:`graft.study.data.relation`.
 KINDS = (
     "fake_movies_real_actors",
     "fake_movies_fake_actors",
     "real_movies_shuffled",
     "custom",
     "articles",
+    "relation",
 )
 DEFAULT_N_FACTS = 50
 #: Facts per dataset in the paper (its default under ``protocol="paper"``, or the most a kind

@@ -27,6 +27,7 @@ REASON_WORDS = {
     "punctuation": "punctuation",
     "suffix": "Jr/Sr/II suffix",
     "whitespace": "extra whitespace",
+    "repeated_row": "repeats an earlier row",
 }
 
 
@@ -46,26 +47,36 @@ def facts_file_tag(path: str | Path) -> str:
 
 def read_facts_file(path: Path) -> list[dict[str, Any]]:
     """Rows of a user facts file (CSV, or JSONL when the suffix is .jsonl/.ndjson/.json)."""
+    return _check_fact_rows(Path(path), read_rows(path, "facts_path", "facts file"))
+
+
+def read_rows(path: str | Path, param: str, what: str) -> list[Any]:
+    """The rows of a table file, unchecked: CSV (a header, then one row per line; every value
+    a string) or JSONL when the suffix is .jsonl/.ndjson/.json. ``param`` names the option
+    the file came from, ``what`` the file in messages (``"facts file"``).
+
+    Raises:
+        DatasetError: the file is missing, unreadable, not UTF-8 or not valid CSV/JSONL.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(
-            f"cannot read facts file {path}: {e.__class__.__name__}; pass a readable UTF-8 "
-            "CSV/JSONL file as facts_path",
-            "facts_path",
+            f"cannot read {what} {path}: {e.__class__.__name__}; pass a readable UTF-8 "
+            f"CSV/JSONL file as {param}",
+            param,
         ) from e
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        return _check_fact_rows(path, read_jsonl(path, "facts_path"))
+        return read_jsonl(path, param)
     try:
-        rows = list(csv.DictReader(text.splitlines()))
+        return list(csv.DictReader(text.splitlines()))
     except csv.Error as e:
         raise DatasetError(
-            f"facts file {path} is not valid {path.suffix or 'CSV'} ({e}); fix the file or "
-            "choose another facts_path",
-            "facts_path",
+            f"{what} {path} is not valid {path.suffix or 'CSV'} ({e}); fix the file or "
+            f"choose another {param}",
+            param,
         ) from e
-    return _check_fact_rows(path, rows)
 
 
 def _check_fact_rows(path: Path, rows: list[Any]) -> list[dict[str, Any]]:

@@ -30,10 +30,11 @@ class DatasetConfig:
 
     Args:
         kind: one of :data:`KINDS`. ``custom`` needs ``facts_path``, ``articles`` needs
-            ``articles_path``.
+            ``articles_path``, ``relation`` needs ``relation_path``.
         n_facts: facts per set (per A and per B when ``split``). ``None``: 50 for the
             generated kinds, every usable row of a custom facts file. ``articles``: the
-            first ``n_facts`` articles (``None``: all).
+            first ``n_facts`` articles (``None``: all); ``relation``: the first ``n_facts``
+            facts (``None``: all).
         seed: seeds Faker and every shuffle; the same config gives byte-identical files.
         direction: ``"one"`` (first_actor always before second_actor) or ``"both"`` (also
             the swapped renderings).
@@ -60,6 +61,9 @@ class DatasetConfig:
             two actors who never starred together and are not in its real cast) or
             ``"pairs"`` (the authors' dataset code: each real co-star pair stays together and
             moves to another real movie). Other kinds take only the default.
+        relation_path: TOML file of facts of any relation: a facts table (subject, object)
+            and the train and test templates (kind ``relation``; format:
+            :mod:`graft.study.data.relation`).
     """
 
     kind: str = "fake_movies_real_actors"
@@ -73,6 +77,7 @@ class DatasetConfig:
     protocol: str = "graft"
     articles_path: Path | None = None
     shuffle: str = "relations"
+    relation_path: Path | None = None
 
     def __post_init__(self) -> None:
         found = first_problem(DATASET_RANGES, self)
@@ -118,6 +123,8 @@ class DatasetConfig:
             data["articles_path"] = str(self.articles_path)
         if self.shuffle != SHUFFLES[0]:  # likewise
             data["shuffle"] = self.shuffle
+        if self.relation_path is not None:  # likewise
+            data["relation_path"] = str(self.relation_path)
         return data
 
 

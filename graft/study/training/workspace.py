@@ -50,9 +50,15 @@ logger = logging.getLogger(__name__)
 WORKSPACE_ENV = "GRAFT_WORKSPACE"
 #: Variant aliases: ``task`` / ``relation`` are the two halves of a split one-direction dataset.
 VARIANT_ALIASES = {"task": "one-A", "relation": "one-B"}
-#: Data kinds a workspace generates (``custom`` and ``articles`` need the user's file: give
-#: their dataset folder).
-GENERATED_KINDS = tuple(k for k in KINDS if k not in ("custom", "articles"))
+#: Data kinds that need the user's file (``graft-exp data`` makes their dataset folder).
+FILE_KINDS = {
+    "custom": "--facts FILE",
+    "articles": "--articles FILE",
+    "relation": "--relation FILE.toml",
+}
+#: Data kinds a workspace generates (the others need the user's file: give their dataset
+#: folder).
+GENERATED_KINDS = tuple(k for k in KINDS if k not in FILE_KINDS)
 
 
 def _older(folder: Path, config: DatasetConfig) -> bool:
@@ -263,6 +269,12 @@ class Workspace:
                     "dataset",
                 )
             return folder
+        if str(dataset) in FILE_KINDS:
+            raise DatasetError(
+                f"data kind {str(dataset)!r} needs your file: run graft-exp data "
+                f"{FILE_KINDS[str(dataset)]} and give the folder it prints as dataset",
+                "dataset",
+            )
         if str(dataset) not in GENERATED_KINDS:
             raise DatasetError(
                 f"dataset {str(dataset)!r} is neither a dataset folder nor a data kind "
