@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from graft.results import accept_run_tables
-from graft.study import accept_donor
 from graft_experiments import common
 
 
@@ -21,6 +19,9 @@ def accept(folder: Path, quiet: bool) -> None:
     A donor folder without checksums.json (a model you brought, or one of a graft before
     checksums): write its checksums and accepted.json, so it loads, and is checked from now
     on. What was accepted is said on stderr (also with --quiet)."""
+    from graft.results import accept_run_tables
+    from graft.study import accept_donor
+
     if (folder / ".graft-run").is_file():
         marked = accept_run_tables(folder)
         for file in marked:

@@ -12,22 +12,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from graft.errors import GraftError, RemoteError
-from graft.study import (
-    DIRECTIONS,
-    VARIANT_ALIASES,
-    Design,
-    DesignRun,
-    ExperimentConfig,
-    RunSpecs,
-    plan_design,
-    resolve,
-    run_design,
-)
+
+if TYPE_CHECKING:  # the designs load torch: only when a command runs
+    from graft.study import Design, DesignRun, RunSpecs
+from graft.study import DIRECTIONS, VARIANT_ALIASES, ExperimentConfig
 from graft_experiments.click_types import item_list
 from graft_experiments.command import (
     LoggingCommand,
@@ -267,6 +261,8 @@ def make_config(experiment: str, cfg_options: dict, remote, **extra) -> RunSpecs
     """The command's options as an :class:`ExperimentConfig`, resolved once into its
     :class:`~graft.study.specs.run.RunSpecs` (a bad option: one line, exit 2, as every
     :class:`~graft.errors.GraftError` a command lets escape)."""
+    from graft.study import resolve
+
     return resolve(ExperimentConfig(experiment=experiment, remote=remote, **cfg_options, **extra))
 
 
@@ -291,6 +287,8 @@ def run_or_plan(design: Design) -> DesignRun | None:
     """Run ``design`` (:func:`graft.study.designs.design.run_design`), saying everything on
     stdout; under ``--dry-run`` print the plan of each of its runs instead (nothing loaded
     or written) and return None. A graft error escapes as one line (the command class)."""
+    from graft.study import plan_design, run_design
+
     if not dry_run():
         return run_design(design, echo=click.echo)
     for note in design.notes:

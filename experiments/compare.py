@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.results import compare_run, format_comparison
 from graft.study import ExperimentConfig
 from graft_experiments import common
 from graft_experiments.options import field_option
@@ -38,6 +37,8 @@ def compare(run_folder, graft_a, graft_b, metric, score, n_boot):
     prompts (of their means over seeds in a replicated run). p-values are Holm-adjusted over
     the templates. --metric acc@k (or hit@k) picks the accuracy; in a run with
     --score-full-name, --metric name_exact --score name_logprob compare whole names."""
+    from graft.results import compare_run, format_comparison
+
     table = compare_run(run_folder, graft_a, graft_b, metric, score, n_boot=n_boot)
     click.echo(format_comparison(table))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import component_design
 from graft_experiments import common
 from graft_experiments.shared import FE_OPTION, LAYERS_OPTION
 
@@ -37,6 +36,8 @@ def component(layers, pairs, split_qkv, fe, cfg_options, remote):
     Under --protocol paper: the paper's layer groups and head policy, 'all' (--fe) without
     pos_embed, the both-direction model as the sft pair's donor. Q, K and V (--split-qkv)
     stay exact slices: the paper's fused-QKV 'q' is not emulated (a note says so)."""
+    from graft.study import component_design
+
     specs = common.make_config("component", cfg_options, remote)
     common.run_or_plan(component_design(specs, layers, pairs, split_qkv, fe))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import custom_design, model_sources
 from graft_experiments import common
 from graft_experiments.shared import spec_option
 
@@ -47,6 +46,8 @@ def custom(specs, donor_args, base_arg, directions, references, cfg_options, rem
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and sft=both as the default donor. The test
     prompts come from the both-direction dataset when a variant model is trained on both."""
+    from graft.study import custom_design, model_sources
+
     setup = common.make_config(
         "custom", cfg_options, remote, directions=tuple(directions.split(","))
     )

@@ -9,14 +9,7 @@ from pathlib import Path
 import click
 
 from graft.errors import DatasetError
-from graft.study import (
-    DatasetConfig,
-    ExperimentConfig,
-    default_dataset_name,
-    default_workspace,
-    generate_dataset,
-    load_manifest,
-)
+from graft.study import DatasetConfig, ExperimentConfig
 from graft_experiments import common
 from graft_experiments.options import DATASET_FLAGS, field_default
 
@@ -37,6 +30,8 @@ from graft_experiments.options import DATASET_FLAGS, field_default
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
     """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
+    from graft.study import default_dataset_name, default_workspace, generate_dataset, load_manifest
+
     if fields["kind"] is None:
         kind = "relation" if fields["relation_path"] is not None else None
         kind = kind or ("articles" if fields["articles_path"] is not None else None)

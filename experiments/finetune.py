@@ -12,14 +12,7 @@ from pathlib import Path
 
 import click
 
-from graft.study import (
-    DonorRequest,
-    ExperimentConfig,
-    FinetuneConfig,
-    donor_job_lines,
-    resolve_config,
-    run_donor_job,
-)
+from graft.study import ExperimentConfig, FinetuneConfig
 from graft_experiments import common
 from graft_experiments.options import FINETUNE_FLAGS, cli_only_option
 
@@ -64,6 +57,8 @@ def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, *
     is refused before the model loads, with the setting that makes it fit
     (--skip-memory-check runs it anyway).
     """
+    from graft.study import DonorRequest, donor_job_lines, resolve_config, run_donor_job
+
     common.check_dataset_options(options["dataset"])
     donor = {name: options.pop(name) for name in _DONOR}
     config = resolve_config(preset, device=donor["device"], **options)  # the overrides

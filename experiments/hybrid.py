@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import hybrid_design
 from graft_experiments import common
 
 
@@ -27,6 +26,8 @@ def hybrid(lt_layers, cfg_options, remote):
     Under --protocol paper the relation model gives O, up and down at LT (the gate stays
     the task model's), both donors are trained on both directions (both-A, both-B) and
     the LT hybrid starts at layer L // 2, as the authors' hybrid code split the layers."""
+    from graft.study import hybrid_design
+
     specs = common.make_config("hybrid", cfg_options, remote, split=True)
     common.run_or_plan(hybrid_design(specs, lt_layers))
 

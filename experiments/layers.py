@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import layers_design
 from graft_experiments import common
 from graft_experiments.shared import positions_option
 
@@ -47,6 +46,8 @@ def layers(positions, windows, components, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups (quarters by default; no eighths), head
     policy and 'all' without pos_embed, and the both-direction donor unless --variant is
     given. Single layers and width-K windows are the same layers under either rule."""
+    from graft.study import layers_design
+
     specs = common.make_config("layers", cfg_options, remote)
     design = layers_design(
         specs, positions=positions, windows=windows, components=components, variant=variant

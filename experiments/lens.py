@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from graft.study import DEFAULT_TOP_K, lens_design
+from graft.study import DEFAULT_TOP_K
 from graft_experiments import common
 from graft_experiments.shared import spec_option
 
@@ -38,6 +38,8 @@ def lens(specs, top_k, variant, cfg_options, remote):
     template) and figures/lens_median_rank.png and lens_mean_logprob.png. One replicate,
     local only. Under --protocol paper the donor is the both-direction model unless
     --variant is given."""
+    from graft.study import lens_design
+
     run_specs = common.make_config("lens", cfg_options, remote)
     if common.run_or_plan(lens_design(run_specs, specs, top_k, variant)) is None:  # --dry-run
         click.echo(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import necessity_design
 from graft_experiments import common
 from graft_experiments.shared import positions_option
 
@@ -21,6 +20,8 @@ def necessity(positions, variant, cfg_options, remote):
     accuracy shows the finetuned weights there are needed (the paper tested sufficiency only).
     Under --protocol paper SFT is the both-direction model unless --variant is given.
     """
+    from graft.study import necessity_design
+
     specs = common.make_config("necessity", cfg_options, remote)
     common.run_or_plan(necessity_design(specs, positions, variant))
 

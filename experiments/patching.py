@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH, patching_design
+from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft_experiments import common
 
 
@@ -63,6 +63,8 @@ def patching(variant, cfg_options, remote, **design):
     Holm over the cells that test something), per-cell findings, and layer x position maps
     like causal-tracing figures (see docs/reference/patching.md). The donor is finetuned first if the
     workspace lacks it."""
+    from graft.study import patching_design
+
     specs = common.make_config("patching", cfg_options, remote)
     common.run_or_plan(patching_design(specs, variant=variant, **design))
 

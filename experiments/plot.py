@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from graft.errors import StorageError
-from graft.results import draw_figures
-from graft.study import LENS_SUMMARY, draw_lens_figures
 from graft_experiments import common
 
 #: How the error of a figure that cannot be written begins (graft.results.plots' save_figure).
@@ -41,6 +39,9 @@ def plot(run_folder, metric, fig_dir):
     figures (median rank and mean log-probability per layer) are redrawn too. The run's CSV
     mirrors are checked against its tables first (an edited one is rewritten, with a
     warning)."""
+    from graft.results import draw_figures
+    from graft.study import LENS_SUMMARY, draw_lens_figures
+
     # a GraftError (an unknown metric, a damaged table, a full disk) is the command's one
     # line (graft_experiments.common.cli_error); a folder that is no finished run is a usage error
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import position_design
 from graft_experiments import common
 from graft_experiments.shared import positions_option
 
@@ -26,6 +25,8 @@ def position(positions, variant, cfg_options, remote):
     The donor is finetuned first if the workspace lacks it (graft-exp finetune does it alone).
     Under --protocol paper the donor is the both-direction model unless --variant is given.
     """
+    from graft.study import position_design
+
     specs = common.make_config("position", cfg_options, remote)
     common.run_or_plan(position_design(specs, positions, variant))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-from graft.results import PROVENANCE_FILE, publish_run
 from graft_experiments import common
 
 
@@ -43,6 +42,8 @@ def publish(run_folder, to, name, allow_incomplete):
     creation and resume dates, seeds, n, model, protocol, and the finetuned donors' own
     records. Several experiments (position, component, necessity of one set of runs) may be
     published into one folder; publishing under a name again replaces that entry."""
+    from graft.results import PROVENANCE_FILE, publish_run
+
     done = publish_run(run_folder, to, name, allow_incomplete=allow_incomplete)
     for file, source in done.files.items():
         click.echo(f"{done.folder / file}  <- {source}")

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from graft.results import repair_run_folder
 from graft_experiments import common
 
 
@@ -17,6 +16,8 @@ def repair(run_folder: Path) -> None:
     from the copy the folder keeps, when that copy is the one its tables were computed with.
     Nothing is recomputed; a folder that keeps no fitting copy is one line naming the ways
     out (--overwrite, a new --out)."""
+    from graft.results import repair_run_folder
+
     click.echo(repair_run_folder(run_folder))
 
 

@@ -8,13 +8,14 @@ from collections.abc import Callable
 
 import click
 
-from graft.core import parse_spec
 from graft.errors import SpecError
 from graft.study import POSITIONS
 from graft_experiments.click_types import item_list
 
 
 def _positions(ctx, param, value):
+    from graft.core import parse_spec  # torch: only when the option is given
+
     items = item_list(ctx, param, value)
     if not items:
         raise click.BadParameter("name at least one position set, e.g. FE,LT,FE+LT")

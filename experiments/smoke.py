@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from graft.core import SMOKE_SPECS, TOLERANCE, check_family, path_word
-from graft.models import TINY_FAMILIES, tiny_pair
+from graft.models import TINY_FAMILIES
 from graft_experiments import common
 
 
@@ -26,6 +25,9 @@ def smoke(family: str) -> None:
     every shortcut; ``whole``: the installed transformers offers no key/value cache argument
     graft knows, so rows run whole, slower, with a line saying why).
     """
+    from graft.core import SMOKE_SPECS, TOLERANCE, check_family, path_word
+    from graft.models import tiny_pair
+
     families = TINY_FAMILIES if family == "all" else (family,)
     failures, columns, paths = [], [], {}
     for name in families:

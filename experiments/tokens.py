@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from graft.study import TOKEN_SPECS, tokens_design
+from graft.study import TOKEN_SPECS
 from graft_experiments import common
 from graft_experiments.shared import spec_option
 
@@ -38,6 +38,8 @@ def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     Under --protocol paper: the paper's layer groups, head policy and 'all' without pos_embed
     in every spec that does not set its own, and the both-direction donor unless --variant
     is common.given."""
+    from graft.study import tokens_design
+
     if graft_set == "paper" and common.given("specs"):
         raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
     run_specs = common.make_config("tokens", cfg_options, remote)

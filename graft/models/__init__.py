@@ -15,64 +15,43 @@ Short names (see :data:`REGISTRY`):
 Any other hub id or local directory is passed to ``from_pretrained`` as is.
 """
 
-from graft.core.families.arch import context_length
-from graft.errors import DeviceError, ModelNotFoundError
-from graft.models.configs import model_config
-from graft.models.embedded import embedded_cache_dir, embedded_gguf, ensure_embedded, graft_home
-from graft.models.loading import (
-    LoadedModel,
-    default_device,
-    device_type,
-    load_model,
-    parse_device,
-    resolve_device,
-    resolve_dtype,
-    tiny_tokenizer,
-)
-from graft.models.paper import PAPER_CONFIGS, meta_model
-from graft.models.registry import (
-    DEFAULT_MODEL,
-    EMBEDDED_MODELS,
-    HUB_MODELS,
-    MODELS_ENV,
-    REGISTRY,
-    TINY_MODELS,
-    EmbeddedModel,
-    looks_like_hub_id,
-    resolve_model_name,
-)
-from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model, tiny_pair
+from graft.lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "EMBEDDED_MODELS",
-    "HUB_MODELS",
-    "REGISTRY",
-    "TINY_MODELS",
-    "DeviceError",
-    "EmbeddedModel",
-    "LoadedModel",
-    "ModelNotFoundError",
-    "context_length",
-    "default_device",
-    "device_type",
-    "embedded_cache_dir",
-    "embedded_gguf",
-    "ensure_embedded",
-    "graft_home",
-    "load_model",
-    "MODELS_ENV",
-    "looks_like_hub_id",
-    "parse_device",
-    "resolve_device",
-    "resolve_dtype",
-    "resolve_model_name",
-    "tiny_tokenizer",
-    "model_config",
-    "meta_model",
-    "PAPER_CONFIGS",
-    "TINY_FAMILIES",
-    "perturbed_copy",
-    "tiny_model",
-    "tiny_pair",
-]
+# Public names by module, imported on first use: naming a model or a device (the command
+# line's options) loads neither torch nor transformers.
+_EXPORTS = {
+    "graft.core.families.arch": ("context_length",),
+    "graft.errors": ("DeviceError", "ModelNotFoundError"),
+    "graft.models.configs": ("model_config",),
+    "graft.models.devices": ("DeviceName", "parse_device"),
+    "graft.models.embedded": (
+        "embedded_cache_dir",
+        "embedded_gguf",
+        "ensure_embedded",
+        "graft_home",
+    ),
+    "graft.models.loading": (
+        "LoadedModel",
+        "default_device",
+        "device_type",
+        "load_model",
+        "resolve_device",
+        "resolve_dtype",
+        "tiny_tokenizer",
+    ),
+    "graft.models.paper": ("PAPER_CONFIGS", "meta_model"),
+    "graft.models.registry": (
+        "DEFAULT_MODEL",
+        "EMBEDDED_MODELS",
+        "HUB_MODELS",
+        "MODELS_ENV",
+        "REGISTRY",
+        "TINY_FAMILIES",
+        "TINY_MODELS",
+        "EmbeddedModel",
+        "looks_like_hub_id",
+        "resolve_model_name",
+    ),
+    "graft.models.tiny": ("perturbed_copy", "tiny_model", "tiny_pair"),
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

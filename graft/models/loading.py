@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from graft.errors import DeviceError, InputError, ModelNotFoundError, first_line
+from graft.models.devices import parse_device
 from graft.models.embedded import embedded_source, ensure_embedded
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
 from graft.models.tiny import tiny_model
@@ -91,39 +92,10 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def parse_device(device: str | torch.device) -> torch.device:
-    """``device`` as a torch device, whether or not this machine has it (a plan for a GPU
-    job is made on a machine without one).
-
-    Raises:
-        DeviceError: an unknown device string (``"banana"``), a CPU index other than 0
-            (``cpu:1``), or a device type graft does not run on.
-    """
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise DeviceError(
-            f"unknown device {str(device)!r}; use cpu, cuda or cuda:<index> (or leave it unset "
-            "for cuda when available, else cpu)",
-            param="device",
-        ) from None
-    if dev.type == "cpu" and dev.index not in (None, 0):
-        raise DeviceError(
-            f"device {str(device)!r}: torch runs on one CPU device (its cores share the work); "
-            "use cpu",
-            param="device",
-        )
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise DeviceError(
-            f"device {str(device)!r} is not supported; use cpu or cuda", param="device"
-        )
-    return dev
-
-
 def device_type(device: str | torch.device | None) -> str:
     """The type of the device a run with ``device`` uses (``cpu``, ``cuda``, ``mps``), where
     it runs or not: None is :func:`default_device`'s."""
-    return (default_device() if device is None else parse_device(device)).type
+    return default_device().type if device is None else parse_device(device).type
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -137,7 +109,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     """
     if device is None:
         return default_device()
-    dev = parse_device(device)
+    dev = torch.device(str(parse_device(device)))
     if dev.type == "cuda":
         n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n_gpus == 0:

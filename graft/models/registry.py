@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graft.errors import ModelNotFoundError
-from graft.models.tiny import TINY_FAMILIES
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -70,6 +69,8 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     ),
 }
 
+#: The families of the tiny random models (:mod:`graft.models.tiny`).
+TINY_FAMILIES = ("gpt2", "gpt_neox", "llama", "gemma", "gemma2", "gemma3", "qwen2", "qwen3")
 TINY_MODELS: dict[str, str] = {f"tiny-{f}": f for f in TINY_FAMILIES}
 
 #: Every short name, in listing order.

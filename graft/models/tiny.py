@@ -14,8 +14,7 @@ import transformers
 from torch import nn
 
 from graft.errors import UnsupportedModelError
-
-TINY_FAMILIES = ("gpt2", "gpt_neox", "llama", "gemma", "gemma2", "gemma3", "qwen2", "qwen3")
+from graft.models.registry import TINY_FAMILIES
 
 _COMMON: dict[str, Any] = dict(vocab_size=96, max_position_embeddings=64)
 _SPECIAL: dict[str, Any] = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from torch import nn
-
-from graft.core.families.wrapping import unwrap
 from graft.errors import RemoteError
 from graft.models.registry import looks_like_hub_id
 from graft.ranges import Range, first_problem
+
+if TYPE_CHECKING:
+    from torch import nn
 
 MODES = ("local", "remote", "simulate")
 DONOR_MODES = ("ship", "hosted")
@@ -135,6 +136,8 @@ class RemoteConfig:
         """The model key sent with each request (see ``model_key``)."""
         if self.model_key:
             return self.model_key
+        from graft.core.families.wrapping import unwrap
+
         repo = getattr(getattr(unwrap(base), "config", None), "_name_or_path", None) or ""
         if not looks_like_hub_id(repo) or os.path.exists(repo):
             raise RemoteError(

@@ -11,6 +11,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import graft.results
+import graft.study
 import graft_experiments.data
 import graft_experiments.finetune
 import graft_experiments.plot
@@ -253,8 +255,8 @@ def test_non_finite_or_huge_numbers_are_refused_before_anything_runs(
         raise AssertionError("the command got past its option checks")
 
     monkeypatch.setattr(graft_experiments.common, "make_config", ran)
-    monkeypatch.setattr(graft_experiments.finetune, "run_donor_job", ran)
-    monkeypatch.setattr(graft_experiments.data, "generate_dataset", ran)
+    monkeypatch.setattr(graft.study, "run_donor_job", ran)
+    monkeypatch.setattr(graft.study, "generate_dataset", ran)
     result = invoke(command, *args, "--workspace", str(tmp_path / "ws"))
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
@@ -426,7 +428,7 @@ def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft_experiments.plot, "draw_figures", fail)
+    monkeypatch.setattr(graft.results, "draw_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == code, result.output
     assert ("Usage:" in result.output) is usage, result.output
@@ -441,7 +443,7 @@ def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft_experiments.plot, "draw_figures", fail)
+    monkeypatch.setattr(graft.results, "draw_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == 2 and "Usage:" not in result.output
     assert (

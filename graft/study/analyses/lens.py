@@ -47,8 +47,9 @@ from graft.study.analyses.lens_tables import (
     summarize_lens,
     top_tokens_table,
 )
-from graft.study.analyses.lens_trace import DEFAULT_TOP_K, POSITIONS, logit_lens, top_width
+from graft.study.analyses.lens_trace import POSITIONS, logit_lens, top_width
 from graft.study.running.analysis import AnalysisBatch, FinishedRun
+from graft.study.specs.choices import DEFAULT_TOP_K
 from graft.study.specs.run import RunSpecs
 
 #: The summary statistics drawn, each in a figure of its own: the median rank (robust, on a

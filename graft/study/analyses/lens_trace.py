@@ -30,11 +30,10 @@ from graft.core.families.wrapping import unwrap
 from graft.core.language.spec import RESOLUTIONS, GraftSpec, parse_spec
 from graft.core.planning.plan import GraftRow
 from graft.errors import ExperimentError
+from graft.study.specs.choices import DEFAULT_TOP_K
 
 #: The positions the lens reads: the last token, and the last token of the first entity.
 POSITIONS = ("LT", "FE-last")
-#: The top tokens stored per (row, layer, position) unless asked otherwise.
-DEFAULT_TOP_K = 5
 
 _NOTHING = parse_spec("none")
 

@@ -41,12 +41,12 @@ from graft.study.analyses.patching_contrasts import (
 from graft.study.analyses.patching_sweep import (
     LAYER_SEP,
     UNIT_LABELS,
-    UNITS,
     WHOLE_GROUP,
     cell_flags,
     split_name,
 )
 from graft.study.data.prompts import TestExample
+from graft.study.specs.choices import UNITS
 from graft.study.specs.grafts import NamedGraft
 
 #: The method of the combined tables: a run's executor -> ``weights`` or ``patching``.

@@ -46,18 +46,13 @@ from graft.core.families.arch import Architecture
 from graft.core.language.spec import EMBEDDING_COMPONENTS, GraftSpec, ResolvedGraft, parse_spec
 from graft.core.planning.plan import GraftRow, resolve_rows
 from graft.errors import SpecError
+from graft.study.specs.choices import SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import NamedGraft, head_suffix, reference
 
-SITE_KINDS = ("residual", "attn", "mlp")
-PATCH_MODES = ("restore", "break")
 #: The runs of one direction: the method of each, and the kinds it covers.
 RUN_METHODS = {"weights": SITE_KINDS, "activation": ("attn", "mlp"), "residual": ("residual",)}
-#: Rows of the layer x position maps (the averaged rows of causal tracing, coarser).
-UNITS = ("FE[:-1]", "FE[-1]", "(FE+LT)^C", "LT")
 UNIT_LABELS = {"FE[:-1]": "FE but its last", "FE[-1]": "FE's last", "(FE+LT)^C": "other"}
-#: E1's whole-depth cells, run by every method beside the sweep.
-WHOLE_DEPTH = ("FE", "LT", "FE+LT")
 WHOLE_GROUP = "all layers"
 #: Between a unit and its layer (or window centre) in a sweep graft's name: ``LT | L12``.
 LAYER_SEP = " | L"

@@ -45,7 +45,7 @@ from graft.study.data.dataset_folder import (
     load_train_records,
     verify_dataset,
 )
-from graft.study.data.facts import DEFAULT_N_FACTS, KINDS, draw_facts
+from graft.study.data.facts import draw_facts
 from graft.study.data.facts_file import facts_file_tag
 from graft.study.data.files import jsonl_bytes, read_text_corpus
 from graft.study.data.relation import (
@@ -59,6 +59,7 @@ from graft.study.data.renderings import (
     render_training,
     renderings_per_fact,
 )
+from graft.study.specs.choices import DEFAULT_N_FACTS, KINDS
 from graft.study.specs.config import SHUFFLES, DatasetConfig
 from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import DIRECTIONS

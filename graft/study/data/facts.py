@@ -32,27 +32,13 @@ from graft.errors import DatasetError
 from graft.study.data.facts_file import dropped_line, file_digest, no_usable_facts, read_facts_file
 from graft.study.data.files import RESOURCES
 from graft.study.data.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
+from graft.study.specs.choices import DEFAULT_N_FACTS, PAPER_N_FACTS
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import OPTIONAL_METADATA
 
 logger = logging.getLogger(__name__)
 
-#: Every dataset kind; ``articles`` (the user's own texts) is built by
-#: :mod:`graft.study.data.articles`, ``relation`` (facts of any relation) by
-#: :mod:`graft.study.data.relation`.
-KINDS = (
-    "fake_movies_real_actors",
-    "fake_movies_fake_actors",
-    "real_movies_shuffled",
-    "custom",
-    "articles",
-    "relation",
-)
-DEFAULT_N_FACTS = 50
-#: Facts per dataset in the paper (its default under ``protocol="paper"``, or the most a kind
-#: has where it has fewer).
-PAPER_N_FACTS = 1000
 _MAX_FAKE_NAMES = 20_000
 
 

@@ -25,7 +25,6 @@ from graft.study.designs.component import PAIRS, DonorPair, component, donor_pai
 from graft.study.designs.design import Design, DesignRun, plan_design, run_design
 from graft.study.designs.lens import LENS_SPECS, lens
 from graft.study.designs.paper import (
-    TOKEN_SPECS,
     TOP_TOKENS,
     custom,
     hybrid,
@@ -34,7 +33,8 @@ from graft.study.designs.paper import (
     position,
     tokens,
 )
-from graft.study.designs.patching import METHODS, patching, run_methods, summary_lines
+from graft.study.designs.patching import patching, run_methods, summary_lines
+from graft.study.specs.choices import METHODS, TOKEN_SPECS
 
 __all__ = [
     "LENS_SPECS",

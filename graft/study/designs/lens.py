@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from graft.errors import ExperimentError
 from graft.study.analyses.lens import LensAnalysis, LensRun, check_lens_config, draw_lens_figures
 from graft.study.analyses.lens_tables import LENS_SUMMARY, LENS_TABLE, LENS_TOP_TOKENS
-from graft.study.analyses.lens_trace import DEFAULT_TOP_K
 from graft.study.designs.common import graft_list, sft_design, specs_for
 from graft.study.designs.design import Design, DesignRun
+from graft.study.specs.choices import DEFAULT_TOP_K
 from graft.study.specs.grafts import reference
 from graft.study.specs.run import RunSpecs
 

@@ -18,6 +18,7 @@ from graft.storage import write_csv
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
 from graft.study.designs.common import graft_list, one_run, protocol_fields, sft_design, specs_for
 from graft.study.designs.design import Design, DesignRun
+from graft.study.specs.choices import TOKEN_SPECS
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import (
     POSITIONS,
@@ -35,8 +36,6 @@ from graft.study.specs.run import RunSpecs
 from graft.study.training.sources import resolve_model_path
 from graft.study.training.workspace import parse_variant
 
-#: The grafts of ``tokens`` by default, after PRE and SFT.
-TOKEN_SPECS = ("FE=FE:all:all", "LT=LT:all:all", "FE+LT=FE+LT:all:all")
 #: The table ``tokens`` adds to its run folder (``.parquet`` and ``.csv``).
 TOP_TOKENS = "top_tokens"
 

@@ -13,26 +13,16 @@ from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model
 from graft.study.analyses.patching import executor_for
 from graft.study.analyses.patching_report import write_sweep_report
-from graft.study.analyses.patching_sweep import (
-    PATCH_MODES,
-    SITE_KINDS,
-    UNITS,
-    WHOLE_DEPTH,
-    check_choices,
-    direction_models,
-    sweep_grafts,
-)
+from graft.study.analyses.patching_sweep import check_choices, direction_models, sweep_grafts
 from graft.study.data.rows import load_examples, sample_examples
 from graft.study.designs.common import design_folder, specs_for
 from graft.study.designs.design import Design, DesignRun
+from graft.study.specs.choices import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import with_protocol
 from graft.study.specs.request import RunRequest
 from graft.study.specs.run import RunSpecs
 from graft.study.training.sources import dataset_dir, resolve_model_path
-
-#: What ``methods`` accepts: the engine's graft, or patching the donor's own values.
-METHODS = ("weights", "patching")
 
 
 def run_methods(methods: Sequence[str], kinds: Sequence[str], whole: Sequence[str]) -> list[str]:

@@ -11,6 +11,7 @@ from graft.core.language.spec import DEFAULT_DONOR, GraftSpec, parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.models import HUB_MODELS
 from graft.models.configs import model_config
+from graft.study.specs.choices import POSITIONS
 from graft.study.specs.protocol import GRAFT, Protocol
 
 
@@ -29,21 +30,6 @@ class NamedGraft:
     group: str = ""
 
 
-#: Fig. 2 / Fig. 3a positions; M and R variants apply only to templates with those fields.
-POSITIONS = (
-    "FE",
-    "LT",
-    "FE+LT",
-    "(FE+LT)^C",
-    "FE^C",
-    "LT^C",
-    "M",
-    "FE+M",
-    "M+LT",
-    "R",
-    "FE+R",
-    "R+LT",
-)
 #: Fig. 4 / C.5 component sets (the paper's ATTN = qkv = q,k,v; FFN = gate,up,down).
 COMPONENT_SETS = {
     "ATTN+O+FFN": "qkv,o,ffn",

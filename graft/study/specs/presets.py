@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from graft.errors import FinetuneError
-from graft.models import device_type
 from graft.ranges import SEED, Range, first_problem
 
 #: Most optimisation steps of one finetune (``max_steps``, ``--finetune-max-steps``).
@@ -172,6 +171,8 @@ PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, PAPER_BF16, GEN
 
 def default_preset(device: str | None = None) -> str:
     """``paper`` when training runs on CUDA (``device``, default: CUDA if available), else ``cpu``."""
+    from graft.models import device_type  # torch: only when a preset is chosen
+
     return "paper" if device_type(device) == "cuda" else "cpu"
 
 

@@ -33,8 +33,8 @@ from graft.study.data.datasets import (
     load_manifest,
     validate_config,
 )
-from graft.study.data.facts import KINDS
 from graft.study.data.generic_corpus import PaperCorpusHub, settle
+from graft.study.specs.choices import FILE_KINDS, GENERATED_KINDS, VARIANT_ALIASES
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.donor import DonorRequest
 from graft.study.specs.presets import FinetuneConfig, resolve_config
@@ -48,17 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: Environment variable naming the default workspace folder.
 WORKSPACE_ENV = "GRAFT_WORKSPACE"
-#: Variant aliases: ``task`` / ``relation`` are the two halves of a split one-direction dataset.
-VARIANT_ALIASES = {"task": "one-A", "relation": "one-B"}
-#: Data kinds that need the user's file (``graft-exp data`` makes their dataset folder).
-FILE_KINDS = {
-    "custom": "--facts FILE",
-    "articles": "--articles FILE",
-    "relation": "--relation FILE.toml",
-}
-#: Data kinds a workspace generates (the others need the user's file: give their dataset
-#: folder).
-GENERATED_KINDS = tuple(k for k in KINDS if k not in FILE_KINDS)
 
 
 def _older(folder: Path, config: DatasetConfig) -> bool:
