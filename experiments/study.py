@@ -5,14 +5,6 @@ from __future__ import annotations
 
 import click
 
-from graft.study import (
-    collect_study,
-    plan_study,
-    read_study,
-    run_study,
-    status_lines,
-    study_status,
-)
 from graft_experiments import common
 
 FILE = click.argument("file", type=click.Path(exists=True, dir_okay=False))
@@ -30,6 +22,8 @@ def study():
 def plan(file):
     """Print the plan of every run of FILE, the donors they share (each finetuned once), a
     rough finetune time and the memory each run needs; nothing is loaded or written."""
+    from graft.study import plan_study, read_study
+
     for line in plan_study(read_study(file)).lines():
         click.echo(line)
 
@@ -41,6 +35,8 @@ def run(file, quiet):
     """Finetune the donors FILE's runs need (each once), then run every run; a run already
     (partly) done resumes. A failed run does not stop the others: each is listed at the
     end, and the command then exits 1."""
+    from graft.study import read_study, run_study
+
     done = run_study(read_study(file), echo=click.echo)
     if not done.ok:
         raise common.OneLineError(
@@ -55,6 +51,8 @@ def run(file, quiet):
 def status(file):
     """Print where each run of FILE stands, read from its run folder: done, partial (some
     batches stored), failed (its last attempt) or not started; nothing is written."""
+    from graft.study import read_study, status_lines, study_status
+
     for line in status_lines(study_status(read_study(file))):
         click.echo(line)
 
@@ -66,6 +64,8 @@ def collect(file):
     summary.parquet (every run's summary rows with model, finetune_seed and experiment
     added), provenance.json (each run folder and what computed it) and figures/ (per
     experiment, acc@5 per graft with one marker per finetune seed, a panel per model)."""
+    from graft.study import collect_study, read_study
+
     done = collect_study(read_study(file))
     click.echo(f"collected {done.table.height} rows into {done.folder}")
     for name, path in done.files.items():

@@ -38,6 +38,7 @@ def test_help_and_usage_errors_load_no_heavy_library():
     from graft_experiments.cli import COMMANDS
 
     cases = [["--help"], *([name, "--help"] for name, _ in COMMANDS)]
+    cases += [["study", sub, "--help"] for sub in ("plan", "run", "status", "collect")]
     cases += [
         ["position", "--bogus"],
         ["position", "--n", "0"],
@@ -52,6 +53,7 @@ def test_help_and_usage_errors_load_no_heavy_library():
         assert heavy == [], f"{args} loaded {heavy}"
         assert code == (0 if args[-1] == "--help" else 2), (args, code, output)
     assert "Error: Invalid value for '--device'" in results[-5][3]  # parsed, without torch
+    assert {args[0] for args, *_ in results} >= {"study", "data", "patching", "smoke"}
 
 
 def test_every_command_is_listed_with_its_short_help():
