@@ -180,15 +180,19 @@ class LeaseLock:
     def holds(self) -> bool:
         """Whether this process still holds the lease: the lock file is the one it made, with
         its token, and no waiter has begun to remove it (which a waiter does only once the
-        lease ran out, e.g. while this process was paused)."""
+        lease ran out, e.g. while this process was paused). A file system that fails to
+        answer (another error than a missing file) is taken to say yes: the renewal goes on,
+        and the commit this check guards meets the same error."""
         if self.token is None or self._fd is None:
             return False
         try:
             if _token(self.path.read_text(encoding="utf-8", errors="replace")) != self.token:
                 return False
             return not self._claim(self.token).exists()
-        except OSError:
+        except FileNotFoundError:
             return False
+        except OSError:
+            return True
 
     def check(self) -> None:
         """Raise :class:`~graft.errors.LockLostError` when this process lost the lease."""
