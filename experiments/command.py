@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from graft.errors import GraftError, LockTimeoutError, RemoteError, StorageError, UpstreamError
+from graft.errors import GraftError, LockError, RemoteError, StorageError, UpstreamError
 from graft_experiments.options import FLAGS
 
 
@@ -126,7 +126,8 @@ class OneLineError(click.ClickException):
 #: (docs/reference/errors.md): a storage error is fixed by the user too (free space, rebuild a file,
 #: another folder), a server or a library failing is not.
 EXIT_CODES: tuple[tuple[type[GraftError], int], ...] = (
-    (LockTimeoutError, 3),  # a job waited its bound for another: rerun later, or stop that one
+    # a job waited its bound for another, or lost its lease while paused: rerun (later)
+    (LockError, 3),
     (StorageError, 2),
     (RemoteError, 1),
     (UpstreamError, 1),

@@ -23,14 +23,16 @@ graft (or an error of Python, torch or a library graft passes on unchanged). The
     ├── StorageError           files on disk: one cannot be written (disk full, read-only)
     │   ├── DamagedFileError   a file graft wrote reads back damaged, edited or another run's
     │   ├── RunFolderError     a folder that cannot be written or is no (finished) run folder
-    │   └── LockTimeoutError   another job held a lock longer than GRAFT_LOCK_TIMEOUT (exit 3)
+    │   └── LockError          a cross-process lock stopped this process (exit 3)
+    │       ├── LockTimeoutError   another job held a lock longer than GRAFT_LOCK_TIMEOUT
+    │       └── LockLostError      a lease lock was taken over while this process was paused
     ├── RemoteError            a remote run failed; ``kind`` says how (``config``: a bad setting)
     └── UpstreamError          a library or service graft depends on failed in a way graft detects
         └── HubUnavailable     the paper's generic corpus could not be read from the hub
 
 The command line (``graft_experiments.common.cli_error``) prints every one as one line: an
 :class:`InputError` (and a :class:`RemoteError` of kind ``config``) as a usage error, exit 2;
-a :class:`StorageError` with exit 2 and no usage text (a :class:`LockTimeoutError`: exit 3); a :class:`RemoteError` of any other
+a :class:`StorageError` with exit 2 and no usage text (a :class:`LockError`: exit 3); a :class:`RemoteError` of any other
 kind and an :class:`UpstreamError` with exit 1 (docs/reference/errors.md).
 """
 
@@ -141,8 +143,18 @@ class DamagedFileError(StorageError):
     and how to rebuild it."""
 
 
-class LockTimeoutError(StorageError):
+class LockError(StorageError):
+    """A cross-process lock (graft.storage.locks) stopped this process: the command line
+    exits 3 (rerun later, or stop the other job)."""
+
+
+class LockTimeoutError(LockError):
     """Another process held a lock longer than ``GRAFT_LOCK_TIMEOUT`` (graft.storage.locks)."""
+
+
+class LockLostError(LockError):
+    """A lease lock this process held was taken over by another process while this one was
+    paused past its lease (``GRAFT_LOCK_MODE=lease``); it stopped before writing more."""
 
 
 class RunFolderError(StorageError):

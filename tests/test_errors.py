@@ -65,7 +65,13 @@ KINDS = {
         "StatsError",
         "ResultsError",
     ],
-    "StorageError": ["DamagedFileError", "RunFolderError", "LockTimeoutError"],
+    "StorageError": [
+        "DamagedFileError",
+        "RunFolderError",
+        "LockError",
+        "LockTimeoutError",
+        "LockLostError",
+    ],
     "RemoteError": [],
     "UpstreamError": ["HubUnavailable"],
 }

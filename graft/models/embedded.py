@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from graft.errors import ModelNotFoundError
 from graft.models.registry import EMBEDDED_MODELS
-from graft.storage.files import share_like_umask
+from graft.storage.files import check_commit, share_like_umask
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ def _convert_into(name: str, out: Path) -> None:
     try:
         _convert(name, gguf, tmp)
         share_like_umask(tmp)  # a shared cache: mkdtemp's 0700, safetensors' 0600
+        check_commit()
         if out.exists():  # a stale or unfinished copy from an older format
             shutil.rmtree(out)
         os.rename(tmp, out)

@@ -65,6 +65,7 @@ from graft.results.run_tables import (
 )
 from graft.storage.files import (
     atomic_path,
+    check_commit,
     probe_writable,
     remove_empty,
     to_json,
@@ -275,6 +276,8 @@ class RunFolder(RunTables):
         if not self.path.is_dir():
             return []
         strays = [p for p in self.path.rglob(".*.tmp") if _STRAY_RE.match(p.name)]
+        if strays:
+            check_commit()  # another holder's temp files, if this process lost its lock
         for stray in strays:
             with contextlib.suppress(FileNotFoundError):
                 stray.unlink()
@@ -289,6 +292,7 @@ class RunFolder(RunTables):
         )
         if stored or not self.marker_path.is_file():
             return False
+        check_commit()
         shutil.rmtree(self.parts_path, ignore_errors=True)
         for file in (self.config_path, self.marker_path):
             with contextlib.suppress(FileNotFoundError):
@@ -306,6 +310,7 @@ class RunFolder(RunTables):
         """
         self.check_owned()
         names = [p.name for p in self.parts_path.iterdir()] if self.parts_path.is_dir() else []
+        check_commit()
         shutil.rmtree(self.parts_path, ignore_errors=True)
         for file in [
             self.config_path,

@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote
 import polars as pl
 
 from graft.errors import DamagedFileError, RunFolderError, StorageError
-from graft.storage.files import flat_table, storage_errors, write_json_atomic
+from graft.storage.files import check_commit, flat_table, storage_errors, write_json_atomic
 from graft.storage.tables import read_table, save_table, table_problem, write_csv, writing
 
 logger = logging.getLogger(__name__)
@@ -119,6 +119,7 @@ class RunTables:
             target = folder / f"{file.stem}.{n}{file.suffix}"
         with storage_errors("the run folder", target):
             folder.mkdir(exist_ok=True)
+            check_commit()
             os.replace(file, target)
         logger.warning(
             "part %s %s; moved it to %s: batch %s runs again", file, problem, target, batch_id

@@ -18,7 +18,7 @@ import re
 import stat
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,23 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCE
 #: How an errno reads inside the exceptions of libraries written in Rust (polars,
 #: safetensors), which wrap the ``io::Error`` instead of raising an ``OSError``.
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+#: Checks that run before every commit (:func:`check_commit`); graft.storage.locks adds one.
+_BEFORE_COMMIT: list[Callable[[], None]] = []
+
+
+def before_commit(check: Callable[[], None]) -> None:
+    """Run ``check`` before every commit (:func:`check_commit`): it raises to stop it."""
+    _BEFORE_COMMIT.append(check)
+
+
+def check_commit() -> None:
+    """Before a write into shared state becomes visible (a rename into place, a removal):
+    raise if this process may no longer write there (a lease lock it lost:
+    :class:`~graft.errors.LockLostError`)."""
+    for check in _BEFORE_COMMIT:
+        check()
 
 
 def fsync(path: str | os.PathLike[str]) -> None:
@@ -60,6 +77,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         fsync(tmp)
+        check_commit()
         os.replace(tmp, path)
         fsync(path.parent)
     finally:

@@ -12,15 +12,22 @@ disk and hold nothing (the holder's host, pid and start are in ``<lock>.holder``
 Two lock modes (``GRAFT_LOCK_MODE``):
 
 - ``os`` (default): ``filelock``'s ``fcntl`` lock. The operating system releases it when its
-  process dies, so a lock left by a killed job never blocks. It holds on a local disk, on
-  NFS v4 (locks are part of the protocol) and on Lustre mounted with ``-o flock``; on NFS v3
-  it needs a working lock daemon (``lockd``/NLM), and on Lustre mounted without ``flock`` (or
-  with ``localflock``) it does not hold across nodes.
+  process dies, so a lock left by a killed job never blocks, and it never admits two holders
+  (the lock file is never removed, so every process locks the same inode). It holds on a
+  local disk, on NFS v4 (locks are part of the protocol) and on Lustre mounted with
+  ``-o flock``; on NFS v3 it needs a working lock daemon (``lockd``/NLM), and on Lustre
+  mounted without ``flock`` (or with ``localflock``) it does not hold across nodes.
 - ``lease``: a lock file created atomically (``O_CREAT | O_EXCL``, atomic on NFS v3 and later
-  and on Lustre) that its holder touches every quarter of a lease (``GRAFT_LOCK_LEASE``
-  seconds, default 60) from a background thread; a waiter that finds it untouched for a whole
-  lease takes its holder for dead, removes it and tries again. It needs nothing of the file
-  system's locking, only clocks that agree within a fraction of the lease.
+  and on Lustre) holding a token of its own, that its holder touches every quarter of a lease
+  (``GRAFT_LOCK_LEASE`` seconds, default 60) from a background thread; a waiter that finds it
+  untouched for a whole lease takes its holder for dead and removes it, then tries again.
+  Removing a lock file is itself exclusive (:class:`LeaseLock`): of several waiters on a
+  stale lease one removes it, and no process removes a lease it did not read. A holder paused
+  past its lease (a suspended job, a stopped process) may find its lock taken over: before
+  every commit (:func:`graft.storage.files.check_commit`) it checks that its token is still
+  the lock file's and otherwise stops with one :class:`~graft.errors.LockLostError` line,
+  writing nothing more. It needs nothing of the file system's locking, only clocks that
+  agree within a fraction of the lease.
 
 A waiter gives up after ``GRAFT_LOCK_TIMEOUT`` seconds (default 86,400: a day, longer than
 any finetune here) with one :class:`~graft.errors.LockTimeoutError` line naming the holder.
@@ -34,8 +41,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +48,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from graft.errors import LockTimeoutError, StorageError
-from graft.storage.files import utc_timestamp
+from graft.storage.leases import LeaseLock, holder_record, record_text
 
 logger = logging.getLogger(__name__)
 
@@ -114,98 +119,16 @@ def writable_lock_dir(preferred: str | os.PathLike[str], fallback: str | os.Path
     return Path(fallback)
 
 
-def _holder_record(what: str) -> dict[str, object]:
-    return {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "since": utc_timestamp(),
-        "what": what,
-    }
-
-
-def _record_text(record_file: Path) -> str:
-    """Who holds a lock as the record in ``record_file`` says (``host pid N since T``), or
-    ``"holder unknown"``."""
-    try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
-        return f"{record['host']} pid {record['pid']} since {record['since']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "holder unknown"
-
-
 def holder_text(lock: Path) -> str:
     """Who holds the ``os`` lock ``lock``, as its ``.holder`` record says."""
-    return _record_text(lock.with_name(lock.name + ".holder"))
+    return record_text(lock.with_name(lock.name + ".holder"))
 
 
 def _write_holder(lock: Path, what: str) -> None:
     with contextlib.suppress(OSError):  # the record only informs waiters
         lock.with_name(lock.name + ".holder").write_text(
-            json.dumps(_holder_record(what)), encoding="utf-8"
+            json.dumps(holder_record(what)), encoding="utf-8"
         )
-
-
-class LeaseLock:
-    """A lock file with a lease (``GRAFT_LOCK_MODE=lease``; see the module docstring).
-
-    Args:
-        path: the lock file.
-        lease: seconds a holder's last touch stays valid.
-    """
-
-    def __init__(self, path: Path, lease: float) -> None:
-        self.path, self.lease = path, lease
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def try_acquire(self, what: str) -> bool:
-        """Take the lock if it is free (or its holder's lease ran out); never waits."""
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not self._break_stale():
-                    return False
-                continue
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(_holder_record(what), handle)
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._renew, daemon=True)
-            self._thread.start()
-            return True
-        return False
-
-    def _break_stale(self) -> bool:
-        """Remove the lock file when its lease ran out; whether it was removed."""
-        try:
-            before = self.path.stat()
-        except FileNotFoundError:
-            return True
-        if time.time() - before.st_mtime < self.lease:
-            return False
-        with contextlib.suppress(FileNotFoundError):
-            now = self.path.stat()
-            if (now.st_ino, now.st_mtime) != (before.st_ino, before.st_mtime):
-                return False  # renewed or replaced meanwhile
-            logger.warning("lock %s: its holder's lease ran out (dead?); taking it", self.path)
-            self.path.unlink()
-        return True
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.lease / 4):
-            with contextlib.suppress(OSError):
-                os.utime(self.path)
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-
-    def holder(self) -> str:
-        """Who holds the lease: the lock file is its holder's record."""
-        return _record_text(self.path)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from typing import Any
 
 from graft.core.language.spec import PROTOCOLS
 from graft.errors import DatasetError, StorageError
-from graft.storage.files import fsync, share_like_umask
+from graft.storage.files import check_commit, fsync, share_like_umask
 from graft.storage.locks import exclusive
 from graft.study.data.articles import (
     ARTICLES_GENERATOR,
@@ -335,6 +335,7 @@ def _write(files: dict[str, bytes], out: Path) -> Path:
             fsync(tmp / name)
         share_like_umask(tmp)  # mkdtemp's 0700 folder: the umask's mode, as mkdir gives
         fsync(tmp)  # the files reach the disk before the rename makes them the dataset
+        check_commit()
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)

@@ -54,6 +54,7 @@ from graft.models import (
 )
 from graft.results.provenance import machine_info, package_versions
 from graft.storage.files import (
+    check_commit,
     probe_writable,
     share_like_umask,
     storage_errors,
@@ -390,5 +391,6 @@ def _save(
     write_json_atomic(result / "eval.json", evaluation)
     share_like_umask(result)  # safetensors writes its weights 0600: others could not read
     write_checksums(result)
+    check_commit()  # a lease lost while paused: another process finetunes this donor now
     os.rename(result, run.out)
     shutil.rmtree(partial, ignore_errors=True)

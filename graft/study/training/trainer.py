@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from graft.models import LoadedModel
+from graft.storage.files import check_commit
 from graft.study.data.training_data import CausalCollator, TokenisedTexts
 from graft.study.specs.presets import FinetuneConfig
 from graft.study.training.duration import training_steps, warn_if_long
@@ -99,6 +100,14 @@ def _training_arguments(
     )
 
 
+class CommitCheck(transformers.TrainerCallback):
+    """Before a step's checkpoint is written into the shared partial folder: stop when this
+    process lost its lock (:func:`graft.storage.files.check_commit`)."""
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ARG002 (the callback's signature)
+        check_commit()
+
+
 def build_trainer(
     loaded: LoadedModel,
     cfg: FinetuneConfig,
@@ -129,7 +138,7 @@ def build_trainer(
         eval_dataset=TokenisedTexts(val_texts, tok, max_length),
         data_collator=CausalCollator(tok.pad_token_id),
         processing_class=tok,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, CommitCheck()],
     )
     if quiet:  # without tqdm the Trainer prints every log dict instead
         trainer.remove_callback(transformers.PrinterCallback)
