@@ -120,12 +120,13 @@ def run_one(
     line (``cause``: a reason not to try, as the error). A SLURM array task runs this too."""
     say = echo or (lambda _line: None)
     say(f"run {run.name} -> {run.folder}")
-    try:
-        if cause:
-            raise RuntimeError(cause)
-        result = run_design(run.design, echo=echo)
-    except Exception as err:  # one run's failure must not stop the others
-        error = _error(err)
+    error, result = (f"not run: {cause}" if cause else None), None
+    if error is None:
+        try:
+            result = run_design(run.design, echo=echo)
+        except Exception as err:  # one run's failure must not stop the others
+            error = _error(err)
+    if error is not None:
         say(f"run failed: {run.name}: {error}")
         record_outcome(study, run.name, error)
         return None, error
