@@ -1,5 +1,5 @@
-"""``graft-exp study plan|run|status|collect FILE``: models x finetune seeds x experiments x
-options from one TOML file (docs/how-to/study.md)."""
+"""``graft-exp study plan|run|status|collect|submit FILE``: models x finetune seeds x experiments x
+options from one TOML file (docs/how-to/study.md; submit: docs/how-to/cluster-study.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from graft_experiments import common
 FILE = click.argument("file", type=click.Path(exists=True, dir_okay=False))
 
 
-@click.group(short_help="A study from one TOML file: plan, run, status, collect.")
+@click.group(short_help="A study from one TOML file: plan, run, status, collect, submit.")
 def study():
     """A study: every model x finetune seed x experiment of one TOML file is one run, in
     <out>/<model>/seed<S>/<experiment> (see docs/how-to/study.md). A bad file is refused
@@ -50,10 +50,12 @@ def run(file, quiet):
 @FILE
 def status(file):
     """Print where each run of FILE stands, read from its run folder: done, partial (some
-    batches stored), failed (its last attempt) or not started; nothing is written."""
-    from graft.study import read_study, status_lines, study_status
+    batches stored), failed (its last attempt) or not started; after a submit, SLURM's
+    state of each of its jobs too. Nothing is written."""
+    from graft.study import read_study, slurm_status_lines, status_lines, study_status
 
-    for line in status_lines(study_status(read_study(file))):
+    study_ = read_study(file)
+    for line in status_lines(study_status(study_)) + slurm_status_lines(study_):
         click.echo(line)
 
 
@@ -72,6 +74,25 @@ def collect(file):
         click.echo(f"{name}: {path}")
     for name in done.missing:
         click.echo(f"not finished (left out): {name}")
+
+
+@study.command(cls=common.GraftCommand, short_help="Submit it to SLURM: donor jobs, a run array.")
+@FILE
+@click.option(
+    "--rerun-failed",
+    is_flag=True,
+    help="Submit only the runs not done (failed or never finished), and the donors they lack.",
+)
+def submit(file, rerun_failed):
+    """Submit FILE to SLURM with sbatch: one job per donor to finetune (each once), then
+    every run as one job array that starts when the donors succeeded (afterok). Memory and
+    a donor's time come from the plan; a [slurm] table in FILE (partition, account, cpus,
+    mem, time, extra, python) overrides them. Scripts, logs and job ids go in <out>/slurm
+    (see docs/how-to/cluster-study.md); follow with graft-exp study status FILE."""
+    from graft.study import read_study, submit_study
+
+    for line in submit_study(read_study(file), rerun_failed=rerun_failed).lines():
+        click.echo(line)
 
 
 if __name__ == "__main__":

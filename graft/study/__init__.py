@@ -27,6 +27,7 @@ _EXPORTS = {
     "graft.study.studies.execute": ("StudyResult", "run_study"),
     "graft.study.studies.status": ("RunStatus", "status_lines", "study_status"),
     "graft.study.studies.collect": ("Collected", "collect_study"),
+    "graft.study.studies.slurm": ("Submission", "slurm_status_lines", "submit_study"),
     "graft.study.designs.design": ("Design", "DesignRun", "plan_design", "run_design"),
     "graft.study.designs.component": ("component_design=component", "PAIRS"),
     "graft.study.designs.paper": (

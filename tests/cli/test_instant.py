@@ -38,7 +38,7 @@ def test_help_and_usage_errors_load_no_heavy_library():
     from graft_experiments.cli import COMMANDS
 
     cases = [["--help"], *([name, "--help"] for name, _ in COMMANDS)]
-    cases += [["study", sub, "--help"] for sub in ("plan", "run", "status", "collect")]
+    cases += [["study", sub, "--help"] for sub in ("plan", "run", "status", "collect", "submit")]
     cases += [
         ["position", "--bogus"],
         ["position", "--n", "0"],

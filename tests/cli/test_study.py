@@ -33,7 +33,7 @@ def _study(tmp_path: Path, *args: str, code: int = 0) -> str:
         (ONE.replace('models = ["tiny-llama"]\n', ""), "no models; add models = "),
     ],
 )
-@pytest.mark.parametrize("command", ["plan", "run", "status", "collect"])
+@pytest.mark.parametrize("command", ["plan", "run", "status", "collect", "submit"])
 def test_a_bad_file_is_one_line_exit_2_and_nothing_written(tmp_path, text, message, command):
     path = write_study(tmp_path, text)
     out = _study(tmp_path, command, str(path), code=2)

@@ -17,9 +17,11 @@ from pathlib import Path
 
 from graft.errors import first_line
 from graft.storage.files import storage_errors, write_json_atomic
+from graft.storage.locks import exclusive
 from graft.study.designs.design import DesignRun, run_design
 from graft.study.running.donor_job import run_donor_job
-from graft.study.studies.plan import plan_study
+from graft.study.studies.plan import Donor, plan_study
+from graft.study.studies.runs import StudyRun
 from graft.study.studies.study_file import Study
 
 #: The file, in the study's ``out`` folder, of the runs whose last attempt failed.
@@ -74,31 +76,21 @@ def run_study(study: Study, echo: Callable[[str], None] | None = None) -> StudyR
     say = echo or (lambda _line: None)
     plan = plan_study(study)
     done = StudyResult(study)
-    quiet = not study.options.get("progress", True)
     for folder, donor in plan.donors.items():
         if donor.plan.finished:
             continue
-        say(f"donor: {folder}")
-        try:
-            run_donor_job(donor.request, str(study.workspace), quiet=quiet)
-        except Exception as err:  # recorded, said; the runs that need it are skipped
-            done.donors[folder] = _error(err)
-            say(f"donor failed: {folder}: {done.donors[folder]}")
-    failures = read_failures(study)
+        error = make_donor(study, donor, echo)
+        if error is not None:
+            done.donors[folder] = error
     for run_plan in plan.runs:
         run = run_plan.run
-        say(f"run {run.name} -> {run.folder}")
         missing = [d for d in run_plan.donors if d in done.donors]
-        try:
-            if missing:
-                raise RuntimeError(f"its donor {missing[0]} failed: {done.donors[missing[0]]}")
-            done.runs[run.name] = run_design(run.design, echo=echo)
-        except Exception as err:  # one run's failure must not stop the others
-            done.failed[run.name] = failures[run.name] = _error(err)
-            say(f"run failed: {run.name}: {done.failed[run.name]}")
+        cause = f"its donor {missing[0]} failed: {done.donors[missing[0]]}" if missing else ""
+        result, error = run_one(study, run, echo, cause)
+        if error is None:
+            done.runs[run.name] = result  # type: ignore[assignment]
         else:
-            failures.pop(run.name, None)
-        _write_failures(study, failures)
+            done.failed[run.name] = error
     say(
         f"study: {len(done.runs)} runs done, {len(done.failed)} failed"
         + "".join(f"\n  failed: {name}: {error}" for name, error in done.failed.items())
@@ -106,10 +98,57 @@ def run_study(study: Study, echo: Callable[[str], None] | None = None) -> StudyR
     return done
 
 
-def _write_failures(study: Study, failures: dict[str, str]) -> None:
+def make_donor(study: Study, donor: Donor, echo: Callable[[str], None] | None = None) -> str | None:
+    """Finetune ``donor`` into the study's workspace (as it is, if finished); return its
+    error in one line, said, or None (a SLURM donor job runs this too)."""
+    say = echo or (lambda _line: None)
+    say(f"donor: {donor.plan.folder}")
+    try:
+        quiet = not study.options.get("progress", True)
+        run_donor_job(donor.request, str(study.workspace), quiet=quiet)
+    except Exception as err:  # recorded, said; the runs that need it are skipped
+        say(f"donor failed: {donor.plan.folder}: {_error(err)}")
+        return _error(err)
+    return None
+
+
+def run_one(
+    study: Study, run: StudyRun, echo: Callable[[str], None] | None = None, cause: str = ""
+) -> tuple[DesignRun | None, str | None]:
+    """Run ``run`` (resuming its folder); its outcome goes into ``<out>/study_failures.json``
+    (a failure recorded, a success clearing it). Return what it produced, or its error in one
+    line (``cause``: a reason not to try, as the error). A SLURM array task runs this too."""
+    say = echo or (lambda _line: None)
+    say(f"run {run.name} -> {run.folder}")
+    error, result = (f"not run: {cause}" if cause else None), None
+    if error is None:
+        try:
+            result = run_design(run.design, echo=echo)
+        except Exception as err:  # one run's failure must not stop the others
+            error = _error(err)
+    if error is not None:
+        say(f"run failed: {run.name}: {error}")
+        record_outcome(study, run.name, error)
+        return None, error
+    record_outcome(study, run.name, None)
+    return result, None
+
+
+def record_outcome(study: Study, name: str, error: str | None) -> None:
+    """Record run ``name``'s failure (``error``) or clear it (None) in
+    ``<out>/study_failures.json``, under the workspace's lock: the array tasks of a SLURM
+    study end at once."""
     path = study.out / FAILURES_FILE
-    if not failures and not path.exists():
-        return
-    with storage_errors("the study's failures", path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, failures)
+    if error is None and name not in read_failures(study):
+        return  # only this run's own task writes its name
+    with exclusive(path, "recording a study's failures", study.workspace / ".locks"):
+        failures = read_failures(study)
+        if error is None and name not in failures:
+            return
+        if error is None:
+            failures.pop(name)
+        else:
+            failures[name] = error
+        with storage_errors("the study's failures", path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, failures)

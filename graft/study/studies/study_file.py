@@ -11,13 +11,17 @@ checked (:func:`read_study`) before anything is written.
 
     [options]                                # any ExperimentConfig field, for every run
     n = 1
+
+    [slurm]                                  # graft-exp study submit only (all optional)
+    partition = "gpu"
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,20 @@ from graft.study.specs.config import ExperimentConfig
 from graft.study.studies.kinds import DESIGNS
 
 #: The top-level keys of a study file.
-KEYS = ("models", "finetune_seeds", "experiments", "options", "workspace", "out")
+KEYS = ("models", "finetune_seeds", "experiments", "options", "workspace", "out", "slurm")
+#: The keys of a study file's ``[slurm]`` table (:mod:`graft.study.studies.slurm`), each with
+#: the type it takes and an example of it.
+SLURM_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "partition": (str, '"gpu"'),
+    "account": (str, '"my-lab"'),
+    "cpus": (int, "4"),
+    "mem": ((int, str), '"16G" (or a number of MiB)'),
+    "time": ((int, str), '"2:00:00" (or a number of minutes)'),
+    "extra": (list, '["--gres=gpu:1"] (sbatch options, one a line)'),
+    "python": (str, '"/path/to/venv/bin/python" (the nodes\' Python; default: this one)'),
+}
+#: What a text ``mem`` (a size, sbatch's units) and ``time`` (sbatch's forms) look like.
+SLURM_FORMATS = {"mem": r"\d+[KMGT]?", "time": r"(\d+-)?\d+(:\d+){0,2}"}
 #: ExperimentConfig fields a study sets itself, and where the file gives them instead.
 RESERVED = {
     "experiment": "list it under experiments",
@@ -53,6 +70,8 @@ class Study:
         options: :class:`ExperimentConfig` fields shared by every run.
         workspace: where datasets and donors live (shared by every run).
         out: where the runs go: ``<out>/<model>/seed<S>/<experiment>``, and ``collected/``.
+        slurm: the ``[slurm]`` table: what ``graft-exp study submit`` asks SLURM for, over
+            the plan (keys: :data:`SLURM_KEYS`).
     """
 
     path: Path
@@ -62,6 +81,7 @@ class Study:
     options: dict[str, Any]
     workspace: Path
     out: Path
+    slurm: dict[str, Any] = field(default_factory=dict)
 
 
 def read_study(path: str | Path) -> Study:
@@ -108,6 +128,7 @@ def read_study(path: str | Path) -> Study:
         options=options,
         workspace=(folder / _text(file, data.get("workspace", "workspace"), "workspace")).resolve(),
         out=(folder / _text(file, data.get("out", "runs"), "out")).resolve(),
+        slurm=_slurm(file, _table(file, data.get("slurm", {}), "slurm")),
     )
 
 
@@ -143,6 +164,26 @@ def _check_options(file: Path, where: str, options: Mapping[str, Any]) -> None:
                 f"options: {', '.join(OPTIONS)}",
                 param=key,
             )
+
+
+def _slurm(file: Path, table: dict[str, Any]) -> dict[str, Any]:
+    for key, value in table.items():
+        if key not in SLURM_KEYS:
+            raise InputError(
+                f"{file}: [slurm] has no key {key!r}; the keys are {', '.join(SLURM_KEYS)}",
+                param=key,
+            )
+        kind, example = SLURM_KEYS[key]
+        good = isinstance(value, kind) and not isinstance(value, bool) and value != ""
+        if key == "extra":
+            good = good and all(isinstance(v, str) and v.startswith("-") for v in value)
+        elif key in ("cpus", "mem", "time") and isinstance(value, int):
+            good = good and value >= 1
+        elif key in SLURM_FORMATS and isinstance(value, str):
+            good = re.fullmatch(SLURM_FORMATS[key], value) is not None
+        if not good:
+            raise InputError(f"{file}: [slurm] {key} = {value!r}: give, say, {example}", param=key)
+    return table
 
 
 def _seeds(file: Path, value: Any) -> tuple[int, ...]:
