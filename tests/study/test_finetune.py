@@ -354,8 +354,10 @@ def test_workspace_datasets_and_donor_folders(tmp_path, dataset) -> None:
     assert ws.dataset(made, "both") == made and ws.dataset_label(made) == made.name
     with pytest.raises(DatasetError, match="has direction 'both', the variant asks for 'one'"):
         ws.dataset(made, "one")
-    with pytest.raises(DatasetError, match="neither a dataset folder nor a data kind"):
+    with pytest.raises(DatasetError, match="data kind 'custom' needs your file: run graft-exp"):
         ws.dataset("custom")
+    with pytest.raises(DatasetError, match="neither a dataset folder nor a data kind"):
+        ws.dataset("no_such_kind")
     label = ws.dataset_label(dataset)  # a folder outside the workspace: name plus a hash
     assert label.startswith("facts20-") and len(label) == len("facts20-") + 8
     cfg = presets.resolve_config("cpu")
