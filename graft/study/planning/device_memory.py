@@ -59,11 +59,8 @@ def device_memory(device: str | torch.device | None) -> DeviceMemory:
     """
     try:
         dev = resolve_device(device)
-    except DeviceError:
-        dev = parse_device(device or "cpu")  # raises for an unknown device
-        if dev.type == "cpu":
-            raise
-        return DeviceMemory(str(dev), ABSENT, None, None)
+    except DeviceError:  # an unknown device raises again here; a missing GPU or MPS does not
+        return DeviceMemory(str(parse_device(device)), ABSENT, None, None)
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         free, total = torch.cuda.mem_get_info(index)
