@@ -20,22 +20,27 @@ def accept(folder: Path, quiet: bool) -> None:
     checksums): write its checksums and accepted.json, so it loads, and is checked from now
     on. What was accepted is said on stderr (also with --quiet)."""
     from graft.results import accept_run_tables
-    from graft.study import accept_donor
+    from graft.study import MODEL_FOLDER, RUN_FOLDER, accept_donor, folder_kind
 
-    if (folder / ".graft-run").is_file():
+    kind = folder_kind(folder)
+    if kind == RUN_FOLDER:
+        click.echo(f"{folder} is a run folder: accepting its unmarked tables", err=True)
         marked = accept_run_tables(folder)
         for file in marked:
             click.echo(f"warning: accepted {file} as it is (no graft marks)", err=True)
         if not quiet:
             click.echo(f"{folder}: {len(marked)} unmarked table(s) accepted (config.json)")
-    elif (folder / "config.json").is_file():
+    elif kind == MODEL_FOLDER:
+        click.echo(f"{folder} is a model folder: accepting its weights", err=True)
         checksums = accept_donor(folder)
         click.echo(f"warning: accepted the model folder {folder} as it is", err=True)
         if not quiet:
             click.echo(f"{folder}: checksums written ({checksums.name}); recorded in accepted.json")
     else:
+        what = f"a {kind}" if kind else "neither a run folder nor a model folder"
         raise click.UsageError(
-            f"{folder} is neither a run folder (.graft-run) nor a model folder (config.json)"
+            f"{folder} is {what}: accept takes a run folder (.graft-run, or an older graft's "
+            "config.json) or a model folder (config.json with its model_type)"
         )
 
 

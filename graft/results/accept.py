@@ -42,11 +42,13 @@ def accept_run_tables(folder: str | os.PathLike[str]) -> list[Path]:
     """
     run = RunFolder(folder)
     config = run.read_config()
-    if config is None or not (run.path / MARKER_FILE).is_file():
+    if config is None or not run.is_marked():
         raise RunFolderError(
             f"{run.path} is no run folder of graft's (no {MARKER_FILE} and config.json); give "
             "a folder an experiment wrote (--out)"
         )
+    if not run.marker_path.is_file():  # an older graft's run folder, known by its config
+        run.store_config(config)  # gets its marker (with the config's copy)
     run_key = str(config.get("run_key") or "")
     marked = []
     for file in unmarked_tables(run.path):

@@ -46,6 +46,12 @@ _EXPORTS = {
     "graft.study.designs.common": ("sft_design",),
     "graft.study.training.sources": ("model_sources", "resolve_model_path"),
     "graft.study.training.donors": ("accept_donor",),
+    "graft.study.running.placement": (
+        "MODEL_FOLDER",
+        "RUN_FOLDER",
+        "check_out_placement",
+        "folder_kind",
+    ),
     "graft.study.analyses.lens": (
         "LensAnalysis",
         "LensRun",

@@ -4,6 +4,7 @@ read (what :mod:`graft.study.data.datasets` wrote)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -17,6 +18,9 @@ from graft.study.data.files import read_jsonl
 
 #: The dataset's file of generic text (written only when the config names a corpus).
 CORPUS_FILE = "corpus.jsonl"
+
+#: The fields of a fact that have a default (a line may leave them out).
+_DEFAULTED = {f.name for f in dataclasses.fields(Fact) if f.default is not dataclasses.MISSING}
 
 
 def check_dataset_folder(dataset_dir: str | os.PathLike[str], files: Sequence[str]) -> Path:
@@ -96,9 +100,34 @@ def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_facts(dataset_dir: str | os.PathLike[str]) -> list[Fact]:
-    """The dataset's facts (the folder's files checked by :func:`verify_dataset`)."""
+    """The dataset's facts (the folder's files checked by :func:`verify_dataset`).
+
+    Raises:
+        DatasetError: a line of ``facts.jsonl`` is no fact (fields missing or unknown).
+    """
     verify_dataset(dataset_dir)
-    return [Fact(**r) for r in read_jsonl(Path(dataset_dir) / "facts.jsonl")]
+    path = Path(dataset_dir) / "facts.jsonl"
+    facts = []
+    for number, row in enumerate(read_jsonl(path), 1):
+        try:
+            facts.append(Fact(**row))
+        except TypeError:
+            fields = {f.name for f in dataclasses.fields(Fact)}
+            missing = sorted(fields - set(row) - _DEFAULTED)
+            unknown = sorted(set(row) - fields)
+            problem = f"lacks {', '.join(missing)}" if missing else f"has {', '.join(unknown)}"
+            raise DatasetError(
+                f"{path} line {number} is no fact: it {problem}; each line needs the fields "
+                f"{', '.join(sorted(fields - _DEFAULTED))} (regenerate the dataset or fix the line)"
+            ) from None
+    return facts
+
+
+def check_facts(dataset_dir: str | os.PathLike[str]) -> None:
+    """Raise as :func:`load_facts` does when the dataset has a ``facts.jsonl`` (articles
+    datasets have none), before a run's batches rather than after them."""
+    if (Path(dataset_dir) / "facts.jsonl").is_file():
+        load_facts(dataset_dir)
 
 
 def load_train_records(

@@ -52,6 +52,7 @@ from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
 from graft.results.record import RunRecord
 from graft.storage.locks import exclusive, writable_lock_dir
+from graft.study.data.dataset_folder import check_facts
 from graft.study.data.prompts import TestExample
 from graft.study.data.rows import (
     check_grafts,
@@ -65,6 +66,7 @@ from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
 from graft.study.running.fullname import resume_key
+from graft.study.running.placement import check_out_placement
 from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
 from graft.study.running.run_record import KEY_OPTIONS, engine_entry, run_config
 from graft.study.running.summaries import print_summary, write_summaries
@@ -260,6 +262,7 @@ def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
     resolve_device(run.execution.device)
     out = run.execution.out
     folder = RunFolder(Path(out) if out else default_out(run, request.out_tag))
+    check_out_placement(folder.path, Workspace.at(run.execution.workspace).root)
     folder.check_writable()
     folder.check_owned()
     _check_remote(run.execution)
@@ -319,6 +322,7 @@ def _plan(
             data_path, probe.tokenizer, run.data, context_length(probe.model)
         )
         examples = sample_examples(examples, run.data.n, run.data.sample_seed)
+        check_facts(data_path)  # read by the top-1 kinds after every batch: checked now
         check_span_names(grafts, data_path)
         rows, skipped = plan_rows(examples, grafts)
         check_row_keys(examples, grafts, rows)
