@@ -329,7 +329,8 @@ DATASET_FLAGS: dict[str, Flag] = {
     "relation_path": Flag(
         "--relation",
         "Facts of any relation (TOML: facts = CSV/JSONL of subject, object; train templates; "
-        "[test] templates ending with {object}; see docs/how-to/your-facts.md).",
+        "[test] templates ending with {object}; see docs/how-to/your-facts.md; the movie "
+        "datasets' own: graft/resources/relations/movies*.toml).",
         click.Path(dir_okay=False, path_type=Path),
     ),
 }

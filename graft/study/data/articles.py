@@ -40,6 +40,7 @@ from graft.naming import slug
 from graft.study.data.files import RESOURCES, jsonl_bytes, read_jsonl
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.protocol import DEFAULT_PROTOCOL
+from graft.study.specs.template_file import TEMPLATE_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ ARTICLES_GENERATOR = "graft.articles/1"
 
 _ITEM_KEYS = ("id", "source", "article", "rephrases", "questions")
 _QUESTION_KEYS = ("prompt", "answer", "first_entity", "template")
-#: What a template name may be: letters, digits, "_" and "-", a letter or digit first.
-TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _PARAM = "articles_path"
 
 

@@ -10,6 +10,12 @@ The input is one TOML file (format: :func:`read_relation`)::
     cloze = "{subject} works at {object}"
     qa = "Q: Where does {subject} work?\\nA: {object}"
 
+The templates may also take the keys of :mod:`graft.study.specs.template_file`'s superset
+(``train`` as one table per style, ``[relations]`` fillings, ``[unrendered]``): the movie
+datasets' template files (``graft/resources/relations/movies.toml``, ``movies-paper.toml``)
+are relation files without the ``facts`` line, and a test template with fillings gives one
+prompt per filling.
+
 Each fact (a row of the facts file) is rendered into one article of
 :mod:`graft.study.data.articles` in memory: its training texts are the train templates
 filled with the row (``{subject}``, ``{object}`` and any other column as ``{column}``;
@@ -28,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import re
-import tomllib
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
@@ -36,16 +41,16 @@ from typing import Any
 
 from graft.errors import DatasetError
 from graft.naming import slug
-from graft.study.data.articles import (
-    TEMPLATE_NAME,
-    Article,
-    Question,
-    articles_files,
-    entity_span,
-)
+from graft.study.data.articles import Article, Question, articles_files, entity_span
 from graft.study.data.facts_file import dropped_line, read_rows
 from graft.study.data.files import RESOURCES
 from graft.study.specs.config import DatasetConfig
+from graft.study.specs.template_file import (
+    FILLING_FIELDS,
+    TEMPLATE_KEYS,
+    parse_templates,
+    read_toml,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ RELATION_GENERATOR = "graft.relation/1"
 #: The shipped example: invented people and the invented companies they work at.
 EXAMPLE_RELATION = RESOURCES / "relations" / "employer.toml"
 
-_KEYS = ("name", "facts", "train", "test")
+_KEYS = ("name", "facts", *TEMPLATE_KEYS)
 _PARAM = "relation_path"
 _FIELD = re.compile(r"\{(\w+)\}")
 _OBJECT = "{object}"
@@ -72,6 +77,9 @@ class Relation:
         facts_path: its facts file.
         train: the training templates.
         test: test template name -> its prompt template (the text before ``{object}``).
+        relations: test template name -> its fillings of ``{relation}``,
+            ``{relation_preposition}``, ``{preposition}`` (the file's ``[relations]``): one
+            test prompt per filling; empty without.
         rows: the facts, each ``{column: value}`` (stripped) with its row number under
             ``"_row"`` (1 for the first row under a CSV's header or a JSONL's first object).
         dropped: row numbers left out (each repeats an earlier row).
@@ -83,6 +91,7 @@ class Relation:
     facts_path: Path
     train: list[str]
     test: dict[str, str]
+    relations: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     n_rows: int = 0
@@ -97,54 +106,24 @@ def _render(template: str, values: dict[str, Any]) -> str:
     return _FIELD.sub(lambda m: str(values[m[1]]), template)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise _fail(f"relation file {path} does not exist; pass an existing TOML file")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise _fail(f"cannot read relation file {path}: {type(e).__name__}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise _fail(f"{path} is not valid TOML ({e}); fix the file") from None
-
-
-def _templates(path: Path, data: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """The train templates and the test prompts' templates of a relation file, checked."""
-    train = data.get("train")
-    if not isinstance(train, list) or not train:
-        raise _fail(f"{path}: 'train' must be a non-empty list of template texts")
-    for i, t in enumerate(train, 1):
-        if not isinstance(t, str) or not t.strip():
-            raise _fail(f"{path}: train template {i} must be a non-empty text")
-    test = data.get("test")
-    if not isinstance(test, dict) or not test:
-        raise _fail(
-            f"{path}: give a [test] table of name = text ending with {_OBJECT}, e.g. "
-            'cloze = "{subject} works at {object}"'
-        )
-    prompts = {}
-    for name, text in test.items():
-        where = f"{path}, test template {name!r}"
-        if not TEMPLATE_NAME.fullmatch(name):
-            raise _fail(f"{where}: the name may hold letters, digits, '_' and '-' only")
-        if not isinstance(text, str) or not text.rstrip().endswith(_OBJECT):
-            raise _fail(f"{where} must end with {_OBJECT}: the prompt is the text before it")
-        prompt = text.rstrip()[: -len(_OBJECT)]
-        if "{subject}" not in prompt:
-            raise _fail(f"{where} lacks {{subject}}: its prompt must name the subject (FE)")
-        if _OBJECT in prompt:
-            raise _fail(f"{where} holds {_OBJECT} before its end: the prompt would give it away")
-        prompts[name] = prompt
-    return [t.strip() for t in train], prompts
+def _columns_used(relation: Relation) -> list[tuple[str, str, set[str]]]:
+    """Each template as (where, template, the fields of it a facts column gives): all of
+    them but those its ``[relations]`` fillings give."""
+    named: list[tuple[str, str, set[str]]] = [
+        (f"train template {i}", t, set()) for i, t in enumerate(relation.train, 1)
+    ]
+    named += [
+        (f"test template {n!r}", t, set(FILLING_FIELDS) if n in relation.relations else set())
+        for n, t in relation.test.items()
+    ]
+    return [(where, t, set(_FIELD.findall(t)) - filled) for where, t, filled in named]
 
 
 def _check_fields(relation: Relation, columns: set[str]) -> None:
-    """Every ``{field}`` of a template is a column of the facts file."""
-    named = [(f"train template {i}", t) for i, t in enumerate(relation.train, 1)]
-    named += [(f"test template {n!r}", t) for n, t in relation.test.items()]
-    for where, template in named:
+    """Every ``{field}`` of a template is a column of the facts file (or a filling)."""
+    for where, template, fields in _columns_used(relation):
         for name in _FIELD.findall(template):
-            if name not in columns:
+            if name in fields and name not in columns:
                 raise _fail(
                     f"{relation.path}, {where}: no row of {relation.facts_path.name} has "
                     f"{{{name}}} (its columns: {', '.join(sorted(columns))}); add the column "
@@ -180,7 +159,7 @@ def _facts(relation: Relation) -> None:
             f"{', '.join(sorted(columns))}); name the columns subject and object"
         )
     _check_fields(relation, columns)
-    used = {f for t in [*relation.train, *relation.test.values()] for f in _FIELD.findall(t)}
+    used = {f for _, _, fields in _columns_used(relation) for f in fields}
     seen: dict[str, tuple[int, dict[str, str]]] = {}
     for n, row in enumerate(rows, 1):
         where = f"{relation.facts_path}, row {n}"
@@ -207,13 +186,14 @@ def read_relation(path: str | Path) -> Relation:
     Raises:
         DatasetError: a file is missing or unreadable; the TOML has an unknown key, no train
             templates or no test templates; a test template does not end with ``{object}``
-            or lacks ``{subject}``; a template names a field no column has; a row's subject,
+            or lacks ``{subject}``; a bad ``train`` style, ``[relations]`` or ``[unrendered]``
+            (:func:`~graft.study.specs.template_file.parse_templates`); a template names a field no column has; a row's subject,
             object or used field is empty; a subject is not a whole word of its rendered
             test prompt; two rows share a subject (with other values). One line, naming the
             file, row or template and the fix.
     """
     path = Path(path)
-    data = _read_toml(path)
+    data = read_toml(path, _PARAM)
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise _fail(f"{path}: unknown key {unknown[0]!r}; the keys are {', '.join(_KEYS)}")
@@ -223,8 +203,15 @@ def read_relation(path: str | Path) -> Relation:
         raise _fail(f"{path}: 'name' must be a non-empty text")
     if not isinstance(facts, str) or not facts.strip():
         raise _fail(f"{path}: 'facts' must name the facts file (CSV or JSONL), e.g. 'people.csv'")
-    train, test = _templates(path, data)
-    relation = Relation(name.strip(), path, path.parent / facts.strip(), train, test)
+    templates = parse_templates(path, data, _PARAM)
+    relation = Relation(
+        name.strip(),
+        path,
+        path.parent / facts.strip(),
+        templates.train_texts(),
+        templates.test,
+        templates.relations,
+    )
     _facts(relation)
     return relation
 
@@ -234,17 +221,30 @@ def _article(relation: Relation, row: dict[str, Any]) -> Article:
     texts = [_render(t, row) for t in relation.train]
     questions = []
     for template, prompt_template in relation.test.items():
-        prompt = _render(prompt_template, row).strip()
-        span = entity_span(prompt, row["subject"])
-        if span is None:
-            raise _fail(
-                f"{relation.facts_path}, row {row['_row']}: subject {row['subject']!r} is not "
-                f"a whole word of its test prompt {template!r} ({prompt!r}); move the text "
-                "after {subject} out of the word"
-            )
-        questions.append(Question(prompt, row["object"], row["subject"], template, span))
+        for filling in relation.relations.get(template, [()]):
+            questions.append(_question(relation, row, template, prompt_template, filling))
     source = f"{relation.facts_path.name}, row {row['_row']}"
     return Article(f"row{row['_row']}", texts[0], texts[1:], questions, source)
+
+
+def _question(
+    relation: Relation,
+    row: dict[str, Any],
+    template: str,
+    prompt_template: str,
+    filling: tuple[str, ...],
+) -> Question:
+    """The test question of one fact, test template and filling (``()``: none)."""
+    filled = dict(zip(FILLING_FIELDS, filling, strict=True)) if filling else {}
+    prompt = _render(prompt_template, {**row, **filled}).strip()
+    span = entity_span(prompt, row["subject"])
+    if span is None:
+        raise _fail(
+            f"{relation.facts_path}, row {row['_row']}: subject {row['subject']!r} is not "
+            f"a whole word of its test prompt {template!r} ({prompt!r}); move the text "
+            "after {subject} out of the word"
+        )
+    return Question(prompt, row["object"], row["subject"], template, span)
 
 
 def relation_articles(relation: Relation) -> list[Article]:
@@ -283,6 +283,10 @@ def relation_dataset(config: DatasetConfig) -> tuple[dict[str, bytes], dict[str,
     )
     tests = {name: prompt + _OBJECT for name, prompt in relation.test.items()}
     manifest["relation"] = {"name": relation.name, "train": relation.train, "test": tests}
+    if relation.relations:  # absent without: the datasets of files without it stay as they were
+        manifest["relation"]["relations"] = {
+            name: [list(f) for f in fillings] for name, fillings in relation.relations.items()
+        }
     manifest["dropped_row_numbers"] = {"repeated_row": relation.dropped}
     manifest["sources"] = {
         "relation_path": str(relation.path),
