@@ -2,8 +2,8 @@
 per donor to finetune, the runs as one array after them), the ``[slurm]`` table's checks and
 the job states, with a fake sbatch; then, slow, a tiny study on a REAL single-node SLURM
 (scripts/slurm/start.sh installs and starts it; skipped, with its one-line reason, only
-where apt-get cannot install slurm-wlm and munge): one donor job, an array depending on it,
-one task failing for real (a file where its run folder goes), ``--rerun-failed`` resubmitting
+where apt-get cannot install slurm-wlm and munge): 2 tiny models x 2 seeds x 3 experiments,
+a job per donor (4), one array of the 12 runs depending on them all, one task failing for real (a file where its run folder goes), ``--rerun-failed`` resubmitting
 it alone, and the collected table equal by content to the same file run here."""
 
 from __future__ import annotations
@@ -22,8 +22,15 @@ import pytest
 import graft.study.studies.slurm as slurm
 import graft.study.studies.task as task
 from graft.errors import InputError
-from graft.study import collect_study, read_study, run_study, study_status, submit_study
-from tests.study.study_files import TINY_OPTIONS, tree, write_study
+from graft.study import (
+    collect_study,
+    read_study,
+    run_study,
+    study_status,
+    submit_study,
+)
+from graft.study.studies import study_runs
+from tests.study.study_files import TINY_OPTIONS, TINY_STUDY, tree, write_study
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE = (
@@ -234,7 +241,7 @@ def real_slurm(request):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _wait(jobs: list[str], seconds: float = 240.0) -> None:
+def _wait(jobs: list[str], seconds: float = 600.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         out = subprocess.run(
@@ -255,43 +262,44 @@ def _table(study) -> pl.DataFrame:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_a_tiny_study_on_a_real_slurm_equals_the_same_study_run_here(tmp_path, real_slurm):
-    study = read_study(write_study(tmp_path / "cluster", ONE))
+    """The study of the local tests (2 tiny models x 2 finetune seeds x 3 experiments): a job
+    per donor (4), one array of the 12 runs after all of them, one task failing for real and
+    resubmitted alone, and the collected table equal by content to the file run here."""
+    study = read_study(write_study(tmp_path / "cluster", TINY_STUDY))
     # a real failure for one array task: a file where its run folder goes
-    blocker = study.out / "tiny-llama" / "seed0" / "necessity"
+    blocker = study.out / "tiny-gpt2" / "seed1" / "necessity"
     blocker.parent.mkdir(parents=True)
     blocker.write_text("in the way")
     done = submit_study(study)
-    assert len(done.donors) == 1 and done.tasks == {
-        0: "tiny-llama/seed0/position",
-        1: "tiny-llama/seed0/necessity",
-    }
-    (donor,) = done.donors
+    names = [run.name for run in study_runs(study)]
+    assert len(done.donors) == 4 and done.tasks == dict(enumerate(names)) and len(names) == 12
+    blocked = names.index("tiny-gpt2/seed1/necessity")
     shown = slurm.scontrol_show(done.array or "") or ""
-    assert f"Dependency=afterok:{donor}" in shown and "ArrayTaskId=0-1" in shown, shown
+    assert "ArrayTaskId=0-11" in shown, shown
+    assert all(f"afterok:{donor}" in shown for donor in done.donors), shown
     # the same file run here, into folders of its own, while SLURM works
-    local = read_study(write_study(tmp_path / "local", ONE))
+    local = read_study(write_study(tmp_path / "local", TINY_STUDY))
     assert run_study(local).ok
-    _wait([donor, done.array or ""])
+    _wait([*done.donors, done.array or ""])
     states = {s.run.name: s.state for s in study_status(study)}
-    assert states == {"tiny-llama/seed0/position": "done", "tiny-llama/seed0/necessity": "failed"}
+    assert states == {name: "failed" if name == names[blocked] else "done" for name in names}
     lines = slurm.slurm_status_lines(study)
-    assert f"  1: donor 0: job {donor}: COMPLETED (exit 0:0)" in lines
-    assert f"  1: run tiny-llama/seed0/necessity: job {done.array}_1: FAILED (exit 1:0)" in lines
+    assert sum(": COMPLETED (exit 0:0)" in line and "donor" in line for line in lines) == 4
+    assert f"  1: run {names[blocked]}: job {done.array}_{blocked}: FAILED (exit 1:0)" in lines
     blocker.unlink()
     again = submit_study(study, rerun_failed=True)
-    assert not again.donors and again.tasks == {1: "tiny-llama/seed0/necessity"}
+    assert not again.donors and again.tasks == {blocked: names[blocked]}
     _wait([again.array or ""])
     assert {s.state for s in study_status(study)} == {"done"}
-    assert f"  2: run tiny-llama/seed0/necessity: job {again.array}_1: COMPLETED (exit 0:0)" in (
+    assert f"  2: run {names[blocked]}: job {again.array}_{blocked}: COMPLETED (exit 0:0)" in (
         slurm.slurm_status_lines(study)
     )
     logs = {p.name for p in (study.out / "slurm" / "logs").iterdir()}
     first, second = done.array, again.array
     assert logs == {
-        f"donor0-{donor}.out",
-        f"run0-{first}.out",
-        f"run1-{first}.out",
-        f"run1-{second}.out",
+        *(f"donor{i}-{donor}.out" for i, donor in enumerate(done.donors)),
+        *(f"run{i}-{first}.out" for i in range(12)),
+        f"run{blocked}-{second}.out",
     }
     cluster, here = _table(study), _table(local)
     assert cluster.height > 0 and cluster.columns == here.columns
