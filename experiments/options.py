@@ -247,7 +247,8 @@ FINETUNE_FLAGS: dict[str, Flag] = {
 REMOTE_FLAGS: dict[str, Flag] = {
     "mode": Flag(
         "--remote",
-        "Run the grafted forward passes on an NDIF server (nnsight's remote client).",
+        "Run the grafted forward passes on an NDIF server (nnsight's remote client); donors "
+        "are still finetuned and loaded here (--dry-run plans both parts).",
         default=False,
         extra={"is_flag": True, "callback": remote_mode_flag},
     ),
@@ -350,7 +351,9 @@ CLI_ONLY: dict[str, tuple[str, str]] = {
         "--dry-run",
         "Print the plan (models, rows and batches, finetunes and their duration, memory "
         "against the device's free memory, the setting that makes it fit) and exit; nothing "
-        "is loaded or written.",
+        "is loaded or written. With --remote: what stays here (finetunes, models loaded), "
+        "what the server runs (requests, rows) and what is sent (donor weights, bytes); "
+        "nothing is sent.",
     ),
 }
 

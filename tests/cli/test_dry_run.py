@@ -5,6 +5,7 @@ plan does not fit the device is refused (exit 2) before anything loads, unless
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,56 @@ def test_a_gpu_job_is_planned_on_a_machine_without_one(tmp_path, monkeypatch, co
     refused = _invoke(tmp_path, *args, code=2)
     assert "--device 'cuda': CUDA is not available here" in refused
     assert _tree(tmp_path) == ["cwd", "gpt2-xl", "gpt2-xl/config.json"]
+
+
+@pytest.mark.parametrize("mode", ["ship", "hosted"])
+def test_a_remote_dry_run_plans_the_server_and_names_what_stays_here(tmp_path, monkeypatch, mode):
+    """``--remote --dry-run``: the server's forward passes and requests, what they send
+    (ship: the grafted donor modules, here the whole donor for SFT; hosted: no weights) and
+    what comes back; the donor's finetune and the models loaded named as steps on this
+    machine, and no grafting pass here. Nothing is sent, nothing written."""
+    import graft.remote.client as client
+    from graft.models.tiny import tiny_model
+    from graft.remote.payload import estimate_payload_bytes, format_bytes
+    from graft.study.specs.grafts import reference
+
+    def no_server(*args, **kwargs):
+        raise AssertionError("the plan contacted the server")
+
+    monkeypatch.setattr(client, "send", no_server)
+    monkeypatch.setattr(client, "check_reachable", no_server)
+    remote = ["--remote", "--ndif-host", "http://ndif.invalid", "--donor-mode", mode]
+    args = ["position", *COMMON, "--n", "2", "--workspace", str(tmp_path / "ws"), *remote]
+    out = _invoke(tmp_path, *args, "--ndif-model-key", "K", "--dry-run")
+    assert _tree(tmp_path) == ["cwd"]
+    assert "grafting (base + " not in out and "no grafting pass runs here" in out
+    assert "on this machine: 1 finetune (below), then the base and 1 donor loaded" in out
+    assert "the 'one' model: finetuned first into" in out  # the local step, as planned today
+    assert "on the NDIF server http://ndif.invalid (nothing is sent by this plan):" in out
+    assert "model key: K" in out
+    rows = re.search(r"^rows: .* = (\d+) rows in (\d+) batches", out, re.M)
+    runs = re.search(r"runs: (\d+) rows in (\d+) forward passes .*, (\d+) requests;", out)
+    assert rows and runs and runs.groups() == (*rows.groups(), rows.group(2))
+    whole = estimate_payload_bytes(tiny_model("llama"), reference("SFT", "sft").spec)
+    if mode == "ship":  # a batch with SFT's rows ships the whole donor, others less
+        sent = f"donor modules of the grafted cells, {format_bytes(whole)} a request, "
+        assert sent in out
+        total = float(out.split(sent)[1].split(" KB in all")[0])
+        assert whole / 1024 < total < int(rows.group(2)) * whole / 1024
+    else:
+        assert "sent (--donor-mode hosted): no weights" in out
+    assert "returned: 22 numbers a row" in out
+    unkeyed = _invoke(tmp_path, *args, "--dry-run")
+    assert "model key: none: the base is 'tiny-llama', not a hub id" in unkeyed
+    assert "--ndif-model-key" in unkeyed
+
+
+def test_a_remote_dry_run_on_a_full_device_names_what_this_machine_holds(tmp_path, monkeypatch):
+    full = DeviceMemory("cpu", "CPU", 2**10, 2**30)  # 1 KiB free: not even the tiny models
+    monkeypatch.setattr(graft.study.planning.run_plan, "device_memory", lambda device: full)
+    remote = ["--remote", "--ndif-model-key", "K"]
+    out = _invoke(
+        tmp_path, "position", *COMMON, "--workspace", str(tmp_path / "ws"), *remote, "--dry-run"
+    )
+    assert ": does not fit" in out and "the models a remote run loads here take about" in out
+    assert _tree(tmp_path) == ["cwd"]

@@ -1,6 +1,8 @@
 """The plan of a command before anything heavy is loaded: models and dtypes, the finetunes
 it needs (texts, steps, a rough duration, their memory), its rows and batches, the grafting
-memory, the device's free memory, whether it fits, and the setting that makes it fit.
+memory, the device's free memory, whether it fits, and the setting that makes it fit. A
+remote run's plan says what stays here (its finetunes, its models loaded, no grafting pass)
+and what the server runs and is sent (:mod:`graft.study.planning.remote_plan`).
 
 ``graft-exp <command> --dry-run`` prints it (:meth:`ExperimentPlan.lines`; a lone
 finetune's, :func:`graft.study.planning.finetune_plan.finetune_lines`);
@@ -23,6 +25,7 @@ from graft.errors import MemoryPlanError
 from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
 from graft.models.loading import hub_reachable
+from graft.models.registry import resolve_model_name
 from graft.study.data.files import read_jsonl
 from graft.study.data.rows import load_examples, plan_rows, sample_examples
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
@@ -44,6 +47,12 @@ from graft.study.planning.memory import (
     estimate_grafting_bytes,
     gib,
     model_size,
+)
+from graft.study.planning.remote_plan import (
+    BatchShape,
+    RemotePlan,
+    plan_remote,
+    planned_model_key,
 )
 from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
@@ -74,6 +83,8 @@ class ExperimentPlan:
         counted: rows counted on the tokenized prompts (else on the stored fields).
         model_here: the model is on this machine (not only its published config).
         fixes: what makes it fit when it does not, in parameter words.
+        remote: the server's part of a remote run (None: every pass runs here).
+        held: a remote run's models loaded here (base and donors' weights), in bytes.
     """
 
     experiment: str
@@ -93,6 +104,8 @@ class ExperimentPlan:
     counted: bool
     model_here: bool = True
     fixes: list[str] = field(default_factory=list)
+    remote: RemotePlan | None = None
+    held: int = 0
 
     @property
     def pending(self) -> list[FinetunePlan]:
@@ -104,7 +117,7 @@ class ExperimentPlan:
         parts = [f.needed for f in self.pending]
         if self.grafting is not None:
             parts.append(needed_bytes(self.grafting, self.device.device.split(":")[0]))
-        return max(parts, default=0)
+        return max([*parts, self.held], default=0)
 
     @property
     def verdict(self) -> str:
@@ -120,17 +133,31 @@ class ExperimentPlan:
             + f" = {about}{self.rows} rows in {self.batches} batches of {self.batch_size}; "
             f"longest prompt {self.length.words()}",
         ]
+        if self.remote is not None:
+            out.append(self._here_line())
         for plan in self.finetunes:
             out += plan.lines()
-        if self.grafting is None:
-            out.append("grafting: on the NDIF server (its memory is the server's)")
-        else:
+        if self.remote is not None:
+            out += self.remote.lines()
+        elif self.grafting is not None:
             out.append(
                 f"grafting (base + {self.n_donors} donor{'s' * (self.n_donors != 1)}): "
                 f"{describe(self.grafting)}"
             )
         out.append(f"device: {self.device.describe()}")
         return out + verdict_lines(self.needed, self.device, self.fixes)
+
+    def _here_line(self) -> str:
+        """What a remote run does on this machine."""
+        first = f"{len(self.pending)} finetune{'s' * (len(self.pending) != 1)} (below), then "
+        donors = f"{self.n_donors} donor{'s' * (self.n_donors != 1)}"
+        why = "to plan the batches and send the donor modules"
+        if self.remote is not None and self.remote.donor_mode == "hosted":
+            why = "to plan the batches (hosted mode loads the donors too; only names travel)"
+        return (
+            f"on this machine: {first if self.pending else ''}the base and {donors} loaded "
+            f"({gib(self.held)} of {self.dtype} weights) {why}; no grafting pass runs here"
+        )
 
 
 def check_fits(plan: ExperimentPlan | FinetunePlan, memory: DeviceMemory | None = None) -> None:
@@ -173,8 +200,25 @@ def plan_experiment(
         weights = model_size(found.config).n_params * _bytes(dtype)
         finetunes = _finetunes(run, base, donors, ws, weights)
     n_donors = len({*donors.values()} - {base})
-    grafting = None
-    if run.execution.remote_run is None:
+    grafting, remote, held = None, None, 0
+    server = run.execution.remote_run
+    if server is not None and server.mode == "remote":
+        remote = plan_remote(
+            server,
+            found.config,
+            dtype,
+            grafts,
+            counts["shapes"],
+            counts["length"].tokens,
+            planned_model_key(server, _hub_id(run, base), _base_words(run, base)),
+        )
+        if run.analysis.score_full_name:
+            remote.notes.append(
+                "score_full_name adds requests of its own (a row per name token after the "
+                "first), not counted here"
+            )
+        held = (1 + n_donors) * weights
+    else:  # a simulated remote run runs its passes here, as a local one
         grafting = estimate_grafting_bytes(
             found.config,
             dtype=dtype,
@@ -199,6 +243,8 @@ def plan_experiment(
         n_donors=n_donors,
         counted=tokenizer is not None,
         model_here=found.local,
+        remote=remote,
+        held=held,
     )
     plan.fixes = _experiment_fixes(plan, run, found)
     return plan
@@ -206,6 +252,23 @@ def plan_experiment(
 
 def _bytes(dtype: str) -> int:
     return {"float32": 4, "float64": 8}.get(dtype, 2)
+
+
+def _hub_id(run: RunSpecs, base: ModelSource) -> str | None:
+    """The base's hub id, as a remote run derives its model key from it; None when the run
+    loads the base from a folder (a finetune, a path, an embedded or tiny model)."""
+    if base.path or needs_finetune(base):
+        return None
+    source, location = resolve_model_name(run.donors.model)
+    return location if source == "hub" else None
+
+
+def _base_words(run: RunSpecs, base: ModelSource) -> str:
+    if base.path:
+        return f"the folder {base.path}"
+    if needs_finetune(base):
+        return f"the {base.variant!r} finetune's folder"
+    return repr(run.donors.model)
 
 
 def _rows(
@@ -217,10 +280,10 @@ def _rows(
     tokenizer: Any,
     found: FoundConfig,
 ) -> dict[str, Any]:
-    """Prompts, rows and batches of every replicate, and the longest prompt: on the
-    tokenized prompts as the run makes them when the tokenizer is here, else on the stored
-    prompts' fields."""
-    seeds: dict[int, tuple[int, int, Lengths]] = {}
+    """Prompts, rows and batches of every replicate, the longest prompt and the stored
+    batches' shapes (:class:`BatchShape`): on the tokenized prompts as the run makes them
+    when the tokenizer is here, else on the stored prompts' fields."""
+    seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
         read = (
             data.get(seed)
@@ -237,13 +300,25 @@ def _rows(
         seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
     per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
-    prompts, rows, length = seeds[run.replicates[0].data_seed]
+    prompts, rows, length, _ = seeds[run.replicates[0].data_seed]
+    size = run.execution.batch_size
+    shapes = []
+    for rep in run.replicates:
+        n, order = seeds[rep.data_seed][1], seeds[rep.data_seed][3]
+        for start in range(0, n, size):
+            if order is None:
+                shapes.append(BatchShape(min(size, n - start), None))
+                continue
+            chunk = order[start : start + size]
+            grafts_in, tokens = frozenset(g for g, _ in chunk), max(t for _, t in chunk)
+            shapes.append(BatchShape(len(chunk), grafts_in, tokens))
     return {
         "prompts": prompts,
         "rows": rows,
         "length": length,
         "all_rows": sum(per_replicate),
-        "batches": sum(math.ceil(n / run.execution.batch_size) for n in per_replicate),
+        "batches": sum(math.ceil(n / size) for n in per_replicate),
+        "shapes": shapes,
     }
 
 
@@ -253,7 +328,9 @@ def _prompt_rows(
     dataset: Path,
     tokenizer: Any,
     found: FoundConfig,
-) -> tuple[int, int, Lengths]:
+) -> tuple[int, int, Lengths, list[tuple[int, int]] | None]:
+    """Prompts, rows, the longest prompt and each row's (graft index, tokens) in the run's
+    order (None without the tokenizer: the order is the tokenized lengths')."""
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
@@ -262,7 +339,8 @@ def _prompt_rows(
         examples = sample_examples(examples, run.data.n, run.data.sample_seed)
         rows, _ = plan_rows(examples, grafts)
         most = max((len(e.input_ids) for e in examples), default=1)
-        return len(examples), len(rows), Lengths(most, True)
+        order = [(gi, len(examples[ei].input_ids)) for ei, gi in rows]
+        return len(examples), len(rows), Lengths(most, True), order
     records = [
         r
         for r in read_jsonl(dataset / "test_prompts.jsonl")
@@ -274,7 +352,7 @@ def _prompt_rows(
         per_template.setdefault(r["template"], []).append(r)
     kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
     n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
-    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6)
+    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), None
 
 
 def _span_names(record: Mapping[str, Any]) -> set[str]:
@@ -319,6 +397,11 @@ def _experiment_fixes(plan: ExperimentPlan, run: RunSpecs, found: FoundConfig) -
         fixes.append(finetune_fix(too_big[0], plan.device, presets_only=True))
     if plan.grafting is not None and verdict(plan.grafting.peak_bytes, plan.device) != "fits":
         fixes.append(_grafting_fix(plan, found))
+    if plan.remote is not None and verdict(plan.held, plan.device) != "fits":
+        fixes.append(
+            f"the models a remote run loads here take about {gib(plan.held)}: a smaller dtype, "
+            "or a device with more free memory"
+        )
     return fixes
 
 
