@@ -22,7 +22,7 @@ from graft.core.language.spans import ALIASES
 from graft.errors import MemoryPlanError
 from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
-from graft.models.loading import hub_reachable
+from graft.models.hub import hub_reachable
 from graft.study.data.files import read_jsonl
 from graft.study.data.rows import load_examples, plan_rows, sample_examples
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
