@@ -226,7 +226,8 @@ def _plan_line(
     n_todo: int,
     folder: RunFolder,
 ) -> str:
-    """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches."""
+    """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches, and
+    why rows are fewer than the product (:func:`skipped_note`)."""
     first = prompts[run.data.data_seed]
     n_grafts = len(arms[run.replicates[0]])
     what = f"{len(first.examples)} prompts x {n_grafts} grafts"
@@ -235,10 +236,39 @@ def _plan_line(
         data = ",".join(str(d) for d in prompts)
         control = " + control models" if run.donors.control else ""
         what += f" x {len(arms)} replicates (finetune seeds {seeds}, data seeds {data}{control})"
+    note = skipped_note(first.examples, arms[run.replicates[0]])
     return (
-        f"{run.experiment}: {what} = {n_rows} rows in {n_batches} batches "
+        f"{run.experiment}: {what} = {n_rows} rows{note} in {n_batches} batches "
         f"({n_batches - n_todo} already done) -> {folder.path}"
     )
+
+
+def skipped_note(examples: Sequence[TestExample], grafts: Sequence[NamedGraft]) -> str:
+    """Why a run has fewer rows than prompts x grafts: a graft runs only on the prompts that
+    have the spans it names; `` (27 pairs skipped: M, FE+M, M+LT on 6 prompts without M
+    (headline, qa); ...)``, or ``""`` when none is skipped."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    lacking: dict[tuple[str, ...], list[TestExample]] = {}
+    total = 0
+    for g in grafts:
+        needs = g.spec.span_names()
+        without = [ex for ex in examples if not needs <= set(ex.spans)]
+        if not without:
+            continue
+        missing = tuple(sorted(set().union(*(needs - set(ex.spans) for ex in without))))
+        groups.setdefault(missing, []).append(g.name)
+        lacking[missing] = without
+        total += len(without)
+    if not groups:
+        return ""
+    parts = []
+    for missing, names in groups.items():
+        templates = ", ".join(sorted({ex.template for ex in lacking[missing]}))
+        parts.append(
+            f"{', '.join(names)} on {len(lacking[missing])} prompts without "
+            f"{' or '.join(missing)} ({templates})"
+        )
+    return f" ({total} prompt-graft pairs skipped: {'; '.join(parts)})"
 
 
 def _batch_frame(
