@@ -380,10 +380,14 @@ def test_quiet_hides_info_lines_from_the_console_not_from_the_run_log(tmp_path, 
     from graft_experiments.command import cli_logging
 
     logger = logging.getLogger("graft.study.running.runner")
+    hub_client = logging.getLogger("huggingface_hub.utils._http")
     with cli_logging(quiet=quiet), RunLog(tmp_path / "run.log").capture() as log:
         log.start()
         logger.info("a stage line")
         logger.warning("a warning")
+        # the hub client's "Retrying in 8s [Retry 5/5]" lines: not under --quiet
+        assert hub_client.isEnabledFor(logging.WARNING) is not quiet
+    assert hub_client.isEnabledFor(logging.WARNING)
     err = capsys.readouterr().err
     assert ("a stage line" in err) is not quiet and "a warning" in err
     text = (tmp_path / "run.log").read_text(encoding="utf-8")

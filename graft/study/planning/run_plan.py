@@ -24,7 +24,7 @@ from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
 from graft.models.hub import hub_reachable
 from graft.study.data.files import read_jsonl
-from graft.study.data.rows import load_examples, plan_rows, sample_examples
+from graft.study.data.rows import load_examples, plan_rows, sample_examples, skipped_note
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
 from graft.study.planning.finetune_plan import (
     FinetunePlan,
@@ -74,6 +74,8 @@ class ExperimentPlan:
         counted: rows counted on the tokenized prompts (else on the stored fields).
         model_here: the model is on this machine (not only its published config).
         fixes: what makes it fit when it does not, in parameter words.
+        skipped: why the first replicate's rows are fewer than prompts x grafts
+            (:func:`~graft.study.data.rows.skipped_note`; ``""`` when none is skipped).
     """
 
     experiment: str
@@ -93,6 +95,7 @@ class ExperimentPlan:
     counted: bool
     model_here: bool = True
     fixes: list[str] = field(default_factory=list)
+    skipped: str = ""
 
     @property
     def pending(self) -> list[FinetunePlan]:
@@ -117,7 +120,8 @@ class ExperimentPlan:
             f"model: {self.model}, {self.dtype} on {self.device.device}",
             f"rows: {about}{self.prompts} prompts x {self.grafts} grafts"
             + (f" x {self.replicates} replicates" if self.replicates > 1 else "")
-            + f" = {about}{self.rows} rows in {self.batches} batches of {self.batch_size}; "
+            + f" = {about}{self.rows} rows{self.skipped} in {self.batches} batches of "
+            f"{self.batch_size}; "
             f"longest prompt {self.length.words()}",
         ]
         for plan in self.finetunes:
@@ -199,6 +203,7 @@ def plan_experiment(
         n_donors=n_donors,
         counted=tokenizer is not None,
         model_here=found.local,
+        skipped=counts["skipped"],
     )
     plan.fixes = _experiment_fixes(plan, run, found)
     return plan
@@ -220,7 +225,7 @@ def _rows(
     """Prompts, rows and batches of every replicate, and the longest prompt: on the
     tokenized prompts as the run makes them when the tokenizer is here, else on the stored
     prompts' fields."""
-    seeds: dict[int, tuple[int, int, Lengths]] = {}
+    seeds: dict[int, tuple[int, int, Lengths, str]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
         read = (
             data.get(seed)
@@ -237,11 +242,12 @@ def _rows(
         seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
     per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
-    prompts, rows, length = seeds[run.replicates[0].data_seed]
+    prompts, rows, length, skipped = seeds[run.replicates[0].data_seed]
     return {
         "prompts": prompts,
         "rows": rows,
         "length": length,
+        "skipped": skipped,
         "all_rows": sum(per_replicate),
         "batches": sum(math.ceil(n / run.execution.batch_size) for n in per_replicate),
     }
@@ -253,7 +259,8 @@ def _prompt_rows(
     dataset: Path,
     tokenizer: Any,
     found: FoundConfig,
-) -> tuple[int, int, Lengths]:
+) -> tuple[int, int, Lengths, str]:
+    """Prompts, rows, the longest prompt and why rows are skipped (:func:`skipped_note`)."""
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
@@ -262,7 +269,7 @@ def _prompt_rows(
         examples = sample_examples(examples, run.data.n, run.data.sample_seed)
         rows, _ = plan_rows(examples, grafts)
         most = max((len(e.input_ids) for e in examples), default=1)
-        return len(examples), len(rows), Lengths(most, True)
+        return len(examples), len(rows), Lengths(most, True), skipped_note(examples, grafts)
     records = [
         r
         for r in read_jsonl(dataset / "test_prompts.jsonl")
@@ -274,7 +281,14 @@ def _prompt_rows(
         per_template.setdefault(r["template"], []).append(r)
     kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
     n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
-    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6)
+    n_skipped = len(kept) * len(grafts) - n_rows
+    note = (
+        f" ({n_skipped} prompt-graft pairs skipped: a graft runs only on the prompts that "
+        "have the spans it names)"
+        if n_skipped
+        else ""
+    )
+    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), note
 
 
 def _span_names(record: Mapping[str, Any]) -> set[str]:

@@ -22,10 +22,7 @@ from graft.models import LoadedModel
 from graft.results.folder import RunFolder
 from graft.results.metrics import example_metrics, row_metrics_frame
 from graft.study.data.prompts import TestExample
-from graft.study.data.rows import (
-    graft_rows,
-    plan_rows,
-)
+from graft.study.data.rows import graft_rows, plan_rows, skipped_note
 from graft.study.running.analysis import AnalysisBatch, BatchAnalysis
 from graft.study.running.fullname import name_columns
 from graft.study.running.run_inputs import RunModels, RunPaths, RunPrompts, load_run_models
@@ -241,34 +238,6 @@ def _plan_line(
         f"{run.experiment}: {what} = {n_rows} rows{note} in {n_batches} batches "
         f"({n_batches - n_todo} already done) -> {folder.path}"
     )
-
-
-def skipped_note(examples: Sequence[TestExample], grafts: Sequence[NamedGraft]) -> str:
-    """Why a run has fewer rows than prompts x grafts: a graft runs only on the prompts that
-    have the spans it names; `` (27 pairs skipped: M, FE+M, M+LT on 6 prompts without M
-    (headline, qa); ...)``, or ``""`` when none is skipped."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    lacking: dict[tuple[str, ...], list[TestExample]] = {}
-    total = 0
-    for g in grafts:
-        needs = g.spec.span_names()
-        without = [ex for ex in examples if not needs <= set(ex.spans)]
-        if not without:
-            continue
-        missing = tuple(sorted(set().union(*(needs - set(ex.spans) for ex in without))))
-        groups.setdefault(missing, []).append(g.name)
-        lacking[missing] = without
-        total += len(without)
-    if not groups:
-        return ""
-    parts = []
-    for missing, names in groups.items():
-        templates = ", ".join(sorted({ex.template for ex in lacking[missing]}))
-        parts.append(
-            f"{', '.join(names)} on {len(lacking[missing])} prompts without "
-            f"{' or '.join(missing)} ({templates})"
-        )
-    return f" ({total} prompt-graft pairs skipped: {'; '.join(parts)})"
 
 
 def _batch_frame(

@@ -110,7 +110,9 @@ class LogToFile(transformers.TrainerCallback):
         if state.is_world_process_zero and logs:
             shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in logs.items()}
             shown.pop("total_flos", None)
-            file_only().info("trainer step %d: %s", state.global_step, json.dumps(shown))
+            file_only().info(
+                "trainer step %d: %s", state.global_step, json.dumps(shown, default=str)
+            )
 
 
 class BarOnly(transformers.ProgressCallback):
