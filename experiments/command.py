@@ -35,21 +35,30 @@ class _StderrHandler(logging.StreamHandler):
 @contextlib.contextmanager
 def cli_logging(quiet: bool = False) -> Iterator[None]:
     """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
-    each; ``quiet`` keeps warnings only and also hides transformers' own progress bars.
+    each; ``quiet`` keeps warnings only there (a run's ``run.log`` still gets everything) and
+    also hides transformers' own progress bars and the hub client's retry lines.
     The logger is restored afterwards (commands may run inside a notebook or a test)."""
     logger = logging.getLogger("graft")
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
+    # the handler, not the logger, keeps to warnings: a run's log gets the info lines too
+    handler.setLevel(logging.WARNING if quiet else logging.INFO)
     level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.setLevel(logging.INFO)
+    # the hub client's "Retrying in 8s" lines: hidden by --quiet (a stalled download still
+    # fails with its error)
+    hub_logger = logging.getLogger("huggingface_hub")
+    hub_level = hub_logger.level
     if quiet:
         silence_library_progress()
+        hub_logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        hub_logger.setLevel(hub_level)
 
 
 # ------------------------------------------------------- library errors in the user's words

@@ -1,5 +1,6 @@
 """Models by name: the registry (:mod:`graft.models.registry`), embedded offline GGUF models
-(:mod:`graft.models.embedded`), loading (:mod:`graft.models.loading`), and the paper's models
+(:mod:`graft.models.embedded`), loading (:mod:`graft.models.loading`; the hub probed once
+first, :mod:`graft.models.hub`), and the paper's models
 as configs without weights (:mod:`graft.models.paper`).
 
 Short names (see :data:`REGISTRY`):
@@ -30,6 +31,7 @@ _EXPORTS = {
         "ensure_embedded",
         "graft_home",
     ),
+    "graft.models.hub": ("hub_reachable", "prepare_hub"),
     "graft.models.loading": (
         "LoadedModel",
         "default_device",

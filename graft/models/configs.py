@@ -18,7 +18,8 @@ from typing import Any
 
 from graft.errors import ModelNotFoundError
 from graft.models.embedded import embedded_cache_dir, embedded_gguf
-from graft.models.loading import _finish_tokenizer, _in_hub_cache, tiny_tokenizer
+from graft.models.hub import in_hub_cache
+from graft.models.loading import _finish_tokenizer, tiny_tokenizer
 from graft.models.paper import PAPER_CONFIGS
 from graft.models.registry import HUB_MODELS, resolve_model_name
 from graft.models.tiny import tiny_config
@@ -60,7 +61,7 @@ def model_config(name: str) -> FoundConfig | None:
         return FoundConfig(AutoConfig.from_pretrained(folder), str(folder))
     if source == "embedded":
         return _gguf_config(location)
-    if _in_hub_cache(location):
+    if in_hub_cache(location):
         return FoundConfig(AutoConfig.from_pretrained(location, local_files_only=True), "hub cache")
     paper = {hub: short for short, hub in HUB_MODELS.items() if short in PAPER_CONFIGS}
     short = name if name in PAPER_CONFIGS else paper.get(location)
@@ -106,7 +107,7 @@ def local_tokenizer(name: str) -> Any | None:
     try:
         if folder is not None:
             tokenizer = AutoTokenizer.from_pretrained(folder)
-        elif source == "hub" and _in_hub_cache(location):
+        elif source == "hub" and in_hub_cache(location):
             tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
     except (OSError, ValueError) as err:  # a folder without tokenizer files
         logger.info("no tokenizer of %s on this machine (%s)", name, err)

@@ -5,11 +5,9 @@ character-level one of the ``tiny-*`` models."""
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 import transformers
@@ -19,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from graft.errors import DeviceError, InputError, ModelNotFoundError, first_line
 from graft.models.devices import parse_device
 from graft.models.embedded import embedded_source, ensure_embedded
+from graft.models.hub import prepare_hub
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
 from graft.models.tiny import tiny_model
 
@@ -204,42 +203,13 @@ def _load_pretrained(
     )
 
 
-#: Seconds to wait for the hub before saying it cannot be reached (transformers itself retries
-#: for about 25 s on a machine without a network before it fails).
-HUB_PROBE_SECONDS = 3.0
-
-
-def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
-    """Whether the hub (``$HF_ENDPOINT`` or huggingface.co) answers a TCP connection within
-    ``timeout`` seconds; False at once under ``HF_HUB_OFFLINE``."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return False
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        socket.create_connection((endpoint.hostname or "", port), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
-
-
-def _in_hub_cache(hub_id: str) -> bool:
-    """Whether the hub cache on this machine holds ``hub_id``'s config."""
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
-
-
 def _load_hub(
     location: str, hf_kwargs: dict[str, Any]
 ) -> tuple[transformers.PreTrainedModel, PreTrainedTokenizerBase, str | None]:
-    """Model, tokenizer and commit hash of a hub model; one line at once (not after the
-    download library's retries) when it is neither cached nor reachable."""
-    if not _in_hub_cache(location) and not hub_reachable():
-        raise ModelNotFoundError(
-            f"cannot download {location}: the hub is not reachable from here and the model "
-            f"is not in the hub cache; {hub_hint(location)}"
-        )
+    """Model, tokenizer and commit hash of a hub model; the hub probed first
+    (:func:`~graft.models.hub.prepare_hub`: offline from its cache when it does not answer,
+    one line at once when the model is not cached either)."""
+    prepare_hub(location)
     try:
         model, tok = _load_pretrained(location, hf_kwargs)
     except OSError as err:

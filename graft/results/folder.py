@@ -5,6 +5,8 @@ Layout of a run folder::
     <out>/.graft-run               marker: graft wrote this folder (only such folders are
                                    cleared); it keeps a copy of config.json (graft-exp repair)
     <out>/config.json              resolved config (written once; checked on resume)
+    <out>/run.log                  everything the run said (graft.results.run_log; appended
+                                   by each resume)
     <out>/parts/<name>/<batch>.parquet   one file per finished batch
     <out>/<name>.parquet           all batches combined (finalize)
     <out>/summary.parquet, .csv    the summary table
@@ -55,6 +57,7 @@ from graft.results.provenance import (
     package_versions,
 )
 from graft.results.run_config import CONFIG_FILE, config_changes, config_key, read_config_file
+from graft.results.run_log import LOG_NAME
 from graft.results.run_tables import (
     CONTRASTS_STEM,
     NAME_CONTRASTS_STEM,
@@ -294,7 +297,7 @@ class RunFolder(RunTables):
             return False
         check_commit()
         shutil.rmtree(self.parts_path, ignore_errors=True)
-        for file in (self.config_path, self.marker_path):
+        for file in (self.config_path, self.marker_path, self.path / LOG_NAME):
             with contextlib.suppress(FileNotFoundError):
                 file.unlink()
         if not existed:
@@ -303,7 +306,8 @@ class RunFolder(RunTables):
         return True
 
     def clear(self) -> None:
-        """Remove what this class writes: config, batch parts, combined tables, summary.
+        """Remove what this class writes: config, run log, batch parts, combined tables,
+        summary.
 
         Raises:
             RunFolderError: the folder holds such files but no marker (not graft's to clear).
@@ -314,6 +318,7 @@ class RunFolder(RunTables):
         shutil.rmtree(self.parts_path, ignore_errors=True)
         for file in [
             self.config_path,
+            self.path / LOG_NAME,
             *(self.path / f"{n}.parquet" for n in names),
             *self._summary_files(),
             *self._summary_files(CONTRASTS_STEM),

@@ -359,6 +359,41 @@ def _custom(tmp_path, spec: str, *more: str) -> click.testing.Result:
     )
 
 
+def test_a_quiet_run_keeps_the_console_short_and_logs_everything(tmp_path):
+    """``--quiet``: the plan line, the table and the warnings on the console, no info lines;
+    run.log in the run folder holds the plan, the stages with their times and the summary."""
+    result = _custom(tmp_path, "LT:all:o")
+    assert result.exit_code == 0, result.output
+    assert "data and checks ..." not in result.output and "unverified" not in result.output
+    plan = next(line for line in result.output.splitlines() if line.startswith("custom: "))
+    log = (tmp_path / "run" / "run.log").read_text(encoding="utf-8")
+    assert plan in log and "summary:" in log
+    assert re.search(r"graft.log: loading: [\d.]+ s", log)
+    assert re.search(r"graft.log: time: .*\(total [\d.]+ s\)", log)
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_quiet_hides_info_lines_from_the_console_not_from_the_run_log(tmp_path, capsys, quiet):
+    import logging
+
+    from graft.results.run_log import RunLog
+    from graft_experiments.command import cli_logging
+
+    logger = logging.getLogger("graft.study.running.runner")
+    hub_client = logging.getLogger("huggingface_hub.utils._http")
+    with cli_logging(quiet=quiet), RunLog(tmp_path / "run.log").capture() as log:
+        log.start()
+        logger.info("a stage line")
+        logger.warning("a warning")
+        # the hub client's "Retrying in 8s [Retry 5/5]" lines: not under --quiet
+        assert hub_client.isEnabledFor(logging.WARNING) is not quiet
+    assert hub_client.isEnabledFor(logging.WARNING)
+    err = capsys.readouterr().err
+    assert ("a stage line" in err) is not quiet and "a warning" in err
+    text = (tmp_path / "run.log").read_text(encoding="utf-8")
+    assert "INFO graft.study.running.runner: a stage line" in text and "a warning" in text
+
+
 def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
     return _custom(tmp_path, "LT:all:o", "--remote", *remote)
 

@@ -60,6 +60,8 @@ def test_dry_run_writes_nothing_and_exits_0(tmp_path, command):
     assert str(workspace / "finetuned" / "tiny-llama") in out  # where the donor would go
     if name != "finetune":
         assert "rows: " in out and " grafts = " in out and "grafting (base + " in out
+    if name == "position":  # 126 pairs, less those whose prompt lacks the graft's span
+        assert "prompt-graft pairs skipped: M, FE+M, M+LT on " in out
 
 
 @pytest.mark.parametrize("command", [["position", "--n", "2"], ["finetune"]])

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -414,6 +415,27 @@ def test_quiet_finetune_prints_no_logs_or_bars(dataset, tmp_path, capfd) -> None
         assert noise not in printed, printed
     # at most the logged result line, where a handler shows graft's log
     assert all(f"finetuned model saved to {out}" in line for line in printed.strip().splitlines())
+
+
+@pytest.mark.slow
+def test_the_trainer_logs_go_to_the_run_log_not_the_console(dataset, tmp_path, capfd) -> None:
+    """With its bars on, the Trainer wrote its metrics dicts between them; they go to the
+    run's log instead, one line per log step, and the bars stay."""
+    from graft.results.run_log import RunLog
+
+    two_steps = dataclasses.replace(TINY, max_steps=2)
+    log = RunLog(tmp_path / "run.log")
+    with log.capture():
+        log.start()
+        ft.finetune("tiny-llama", dataset, tmp_path / "sft", two_steps, device="cpu", quiet=False)
+    captured = capfd.readouterr()
+    printed = captured.out + captured.err
+    assert "%|" in printed  # the bars
+    for noise in ("'loss'", "'eval_loss'", "train_runtime"):
+        assert noise not in printed, printed
+    text = (tmp_path / "run.log").read_text(encoding="utf-8")
+    assert re.search(r"graft.log: trainer step 1: \{\"loss\": [\d.]+", text)
+    assert '"eval_loss"' in text and '"train_runtime"' in text
 
 
 def test_finetune_refuses_bad_device_before_writing(dataset, tmp_path) -> None:

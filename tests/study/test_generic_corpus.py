@@ -29,6 +29,26 @@ def dataset(tmp_path_factory):
     return generate_dataset(DatasetConfig(n_facts=4), tmp_path_factory.mktemp("data") / "facts")
 
 
+@pytest.fixture(autouse=True)
+def hub_answers(monkeypatch):
+    """The hub's probe answers (the stand-in ``datasets`` module decides what is read)."""
+    monkeypatch.setattr(gc, "hub_reachable", lambda: True)
+
+
+def test_a_hub_that_does_not_answer_the_probe_is_not_asked(monkeypatch):
+    """Without an answer to the one quick probe, nothing is asked of the download library
+    (which would retry for minutes) and the failure names the endpoint."""
+    tries: list[str] = []
+    _fake_datasets(monkeypatch, lambda *a, **k: tries.append("asked"))
+    monkeypatch.setattr(gc, "hub_reachable", lambda: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(gc, "offline_requested", lambda: False)
+    with pytest.raises(gc.HubUnavailable, match=r"127\.0\.0\.1:9\) did not answer"):
+        gc.fetch_paper_corpus(n=2)
+    assert tries == []
+
+
 @pytest.fixture
 def no_hub(monkeypatch):
     """The hub cannot be reached; counts the tries."""

@@ -65,7 +65,15 @@ def test_run_experiment(dataset, donor_path, tmp_path):
     lines: list[str] = []
     result = run(config(dataset, tmp_path / "run"), donor_path, echo=lines.append)
     # 2 headline prompts x 4 grafts (no M) + 2 movie prompts x 5 grafts = 18 rows, 5 batches
-    assert lines[0].startswith("custom: 4 prompts x 5 grafts = 18 rows in 5 batches (0 already")
+    assert lines[0].startswith(
+        "custom: 4 prompts x 5 grafts = 18 rows (2 prompt-graft pairs skipped: M on 2 prompts "
+        "without M (headline)) in 5 batches (0 already"
+    )
+    # everything also in run.log: the plan line, the summary in full, the stage times
+    log = (tmp_path / "run" / "run.log").read_text(encoding="utf-8")
+    assert lines[0] in log and "summary:" in log
+    assert re.search(r"time: data and checks [\d.]+ s, finetuning .*grafting [\d.]+ s", log)
+    assert re.search(r"INFO graft.log: grafting: [\d.]+ s", log)
     assert result.examples.height == 18
     assert sort(result.examples).equals(sort(pl.read_parquet(tmp_path / "run/examples.parquet")))
     assert result.summary.equals(pl.read_parquet(tmp_path / "run/summary.parquet"))

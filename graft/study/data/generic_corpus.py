@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graft.errors import DatasetError, FinetuneError, HubUnavailable, first_line
+from graft.models.hub import HUB_PROBE_SECONDS, hub_endpoint, hub_reachable, offline_requested
 from graft.storage.files import atomic_path, file_sha256
 from graft.study.data.datasets import CORPUS_FILE, load_dataset_corpus
 from graft.study.data.files import GENERIC_TEXT, jsonl_bytes, load_generic_texts
@@ -158,6 +159,12 @@ class PaperCorpusHub:
             raise HubUnavailable(
                 "the optional datasets library is not installed (pip install 'graft[corpus]')"
             ) from None
+        if self.failure is None and not hub_reachable():  # not minutes of retries
+            self.failure = (
+                f"the hub ({hub_endpoint()}) did not answer within {HUB_PROBE_SECONDS:g} s"
+                if not offline_requested()
+                else "offline mode is on (HF_HUB_OFFLINE)"
+            )
         if self.failure is not None:
             raise HubUnavailable(self.failure)
         texts: list[str] = []

@@ -161,3 +161,31 @@ def plan_rows(
                 skipped[g.name] = skipped.get(g.name, 0) + 1
     rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
     return rows, skipped
+
+
+def skipped_note(examples: Sequence[TestExample], grafts: Sequence[NamedGraft]) -> str:
+    """Why a run has fewer rows than prompts x grafts: a graft runs only on the prompts that
+    have the spans it names; `` (27 pairs skipped: M, FE+M, M+LT on 6 prompts without M
+    (headline, qa); ...)``, or ``""`` when none is skipped."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    lacking: dict[tuple[str, ...], list[TestExample]] = {}
+    total = 0
+    for g in grafts:
+        needs = g.spec.span_names()
+        without = [ex for ex in examples if not needs <= set(ex.spans)]
+        if not without:
+            continue
+        missing = tuple(sorted(set().union(*(needs - set(ex.spans) for ex in without))))
+        groups.setdefault(missing, []).append(g.name)
+        lacking[missing] = without
+        total += len(without)
+    if not groups:
+        return ""
+    parts = []
+    for missing, names in groups.items():
+        templates = ", ".join(sorted({ex.template for ex in lacking[missing]}))
+        parts.append(
+            f"{', '.join(names)} on {len(lacking[missing])} prompts without "
+            f"{' or '.join(missing)} ({templates})"
+        )
+    return f" ({total} prompt-graft pairs skipped: {'; '.join(parts)})"

@@ -24,10 +24,10 @@ from graft.core.language.spans import ALIASES
 from graft.errors import MemoryPlanError
 from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
-from graft.models.loading import hub_reachable
+from graft.models.hub import hub_reachable
 from graft.models.registry import resolve_model_name
 from graft.study.data.files import read_jsonl
-from graft.study.data.rows import load_examples, plan_rows, sample_examples
+from graft.study.data.rows import load_examples, plan_rows, sample_examples, skipped_note
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
 from graft.study.planning.finetune_plan import (
     FinetunePlan,
@@ -85,6 +85,8 @@ class ExperimentPlan:
         fixes: what makes it fit when it does not, in parameter words.
         remote: the server's part of a remote run (None: every pass runs here).
         held: a remote run's models loaded here (base and donors' weights), in bytes.
+        skipped: why the first replicate's rows are fewer than prompts x grafts
+            (:func:`~graft.study.data.rows.skipped_note`; ``""`` when none is skipped).
     """
 
     experiment: str
@@ -106,6 +108,7 @@ class ExperimentPlan:
     fixes: list[str] = field(default_factory=list)
     remote: RemotePlan | None = None
     held: int = 0
+    skipped: str = ""
 
     @property
     def pending(self) -> list[FinetunePlan]:
@@ -130,7 +133,8 @@ class ExperimentPlan:
             f"model: {self.model}, {self.dtype} on {self.device.device}",
             f"rows: {about}{self.prompts} prompts x {self.grafts} grafts"
             + (f" x {self.replicates} replicates" if self.replicates > 1 else "")
-            + f" = {about}{self.rows} rows in {self.batches} batches of {self.batch_size}; "
+            + f" = {about}{self.rows} rows{self.skipped} in {self.batches} batches of "
+            f"{self.batch_size}; "
             f"longest prompt {self.length.words()}",
         ]
         if self.remote is not None:
@@ -245,6 +249,7 @@ def plan_experiment(
         model_here=found.local,
         remote=remote,
         held=held,
+        skipped=counts["skipped"],
     )
     plan.fixes = _experiment_fixes(plan, run, found)
     return plan
@@ -284,6 +289,10 @@ def _rows(
     batches' shapes (:class:`BatchShape`): on the tokenized prompts as the run makes them
     when the tokenizer is here, else on the stored prompts' fields."""
     seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None]] = {}
+    """Prompts, rows and batches of every replicate, and the longest prompt: on the
+    tokenized prompts as the run makes them when the tokenizer is here, else on the stored
+    prompts' fields."""
+    seeds: dict[int, tuple[int, int, Lengths, str]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
         read = (
             data.get(seed)
@@ -312,10 +321,12 @@ def _rows(
             chunk = order[start : start + size]
             grafts_in, tokens = frozenset(g for g, _ in chunk), max(t for _, t in chunk)
             shapes.append(BatchShape(len(chunk), grafts_in, tokens))
+    prompts, rows, length, skipped = seeds[run.replicates[0].data_seed]
     return {
         "prompts": prompts,
         "rows": rows,
         "length": length,
+        "skipped": skipped,
         "all_rows": sum(per_replicate),
         "batches": sum(math.ceil(n / size) for n in per_replicate),
         "shapes": shapes,
@@ -331,6 +342,8 @@ def _prompt_rows(
 ) -> tuple[int, int, Lengths, list[tuple[int, int]] | None]:
     """Prompts, rows, the longest prompt and each row's (graft index, tokens) in the run's
     order (None without the tokenizer: the order is the tokenized lengths')."""
+) -> tuple[int, int, Lengths, str]:
+    """Prompts, rows, the longest prompt and why rows are skipped (:func:`skipped_note`)."""
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
@@ -341,6 +354,7 @@ def _prompt_rows(
         most = max((len(e.input_ids) for e in examples), default=1)
         order = [(gi, len(examples[ei].input_ids)) for ei, gi in rows]
         return len(examples), len(rows), Lengths(most, True), order
+        return len(examples), len(rows), Lengths(most, True), skipped_note(examples, grafts)
     records = [
         r
         for r in read_jsonl(dataset / "test_prompts.jsonl")
@@ -353,6 +367,14 @@ def _prompt_rows(
     kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
     n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
     return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), None
+    n_skipped = len(kept) * len(grafts) - n_rows
+    note = (
+        f" ({n_skipped} prompt-graft pairs skipped: a graft runs only on the prompts that "
+        "have the spans it names)"
+        if n_skipped
+        else ""
+    )
+    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), note
 
 
 def _span_names(record: Mapping[str, Any]) -> set[str]:

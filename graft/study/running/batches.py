@@ -22,10 +22,7 @@ from graft.models import LoadedModel
 from graft.results.folder import RunFolder
 from graft.results.metrics import example_metrics, row_metrics_frame
 from graft.study.data.prompts import TestExample
-from graft.study.data.rows import (
-    graft_rows,
-    plan_rows,
-)
+from graft.study.data.rows import graft_rows, plan_rows, skipped_note
 from graft.study.running.analysis import AnalysisBatch, BatchAnalysis
 from graft.study.running.fullname import name_columns
 from graft.study.running.run_inputs import RunModels, RunPaths, RunPrompts, load_run_models
@@ -226,7 +223,8 @@ def _plan_line(
     n_todo: int,
     folder: RunFolder,
 ) -> str:
-    """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches."""
+    """The one-line plan of a run: prompts x grafts (x replicates) = rows in batches, and
+    why rows are fewer than the product (:func:`skipped_note`)."""
     first = prompts[run.data.data_seed]
     n_grafts = len(arms[run.replicates[0]])
     what = f"{len(first.examples)} prompts x {n_grafts} grafts"
@@ -235,8 +233,9 @@ def _plan_line(
         data = ",".join(str(d) for d in prompts)
         control = " + control models" if run.donors.control else ""
         what += f" x {len(arms)} replicates (finetune seeds {seeds}, data seeds {data}{control})"
+    note = skipped_note(first.examples, arms[run.replicates[0]])
     return (
-        f"{run.experiment}: {what} = {n_rows} rows in {n_batches} batches "
+        f"{run.experiment}: {what} = {n_rows} rows{note} in {n_batches} batches "
         f"({n_batches - n_todo} already done) -> {folder.path}"
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graft.models.hub import offline_note
 from graft.study.data.datasets import load_manifest
 from graft.study.running.batches import group_batches
 from graft.study.running.run_inputs import RunModels, RunPaths
@@ -61,7 +62,8 @@ def run_config(
     """The ``config.json`` of the run: what produced its numbers. ``base``, ``donors`` and
     ``dataset`` are the first replicate's; ``replicates`` lists every replicate's (when
     there are several); ``finetuned_models`` holds the ``finetune_config.json`` of every
-    finetuned model used (preset, seed, data, machine, package versions)."""
+    finetuned model used (preset, seed, data, machine, package versions); ``hub`` why the
+    models came from the hub cache offline, when the hub did not answer."""
     from graft.remote.client import server_versions
 
     first = paths[run.replicates[0]]
@@ -97,4 +99,6 @@ def run_config(
     config["model_checks"] = {
         path: check_status(path) for p in paths.values() for path in p.all() if Path(path).is_dir()
     }
+    if offline_note() is not None:  # the hub did not answer: the models came from its cache
+        config["hub"] = offline_note()
     return config | (extra_config or {})

@@ -24,7 +24,9 @@ a new run stores no batch (its first batch failed), so a failed start leaves the
 as it was. Stored batches are checked on resume (:meth:`RunFolder.done_batches`): a damaged
 or foreign one is set aside and computed again. Progress goes to the ``logging``
 logger of this module (and a tqdm bar); a finetune the run needs first is announced as a
-warning with an estimate of its duration.
+warning with an estimate of its duration. Everything said, with the Trainer's logs, Python's
+warnings (each once), the summary and the stage times, also goes to the run folder's
+``run.log`` (:mod:`graft.results.run_log`).
 Per-batch analyses (``analyses=``, :mod:`graft.study.running.analysis`; the logit lens) run in
 the same loop and resume, each storing its frame of every batch, and write their tables last.
 """
@@ -51,6 +53,7 @@ from graft.results.compare import (
 from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
 from graft.results.record import RunRecord
+from graft.results.run_log import LOG_NAME, RunLog, file_only
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.dataset_folder import check_facts
 from graft.study.data.prompts import TestExample
@@ -69,7 +72,7 @@ from graft.study.running.fullname import resume_key
 from graft.study.running.placement import check_out_placement
 from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
 from graft.study.running.run_record import KEY_OPTIONS, engine_entry, run_config
-from graft.study.running.summaries import print_summary, write_summaries
+from graft.study.running.summaries import format_summary, print_summary, write_summaries
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
@@ -178,7 +181,9 @@ def run_experiment(
     Args:
         request: the run (:class:`~graft.study.specs.request.RunRequest`: specs, grafts,
             base and donors, analyses, executor).
-        echo: where the one-line plan of the run goes (default: this module's logger).
+        echo: where the one-line plan of the run goes (default: this module's logger); it
+            goes into the run's ``run.log`` too, with every log line, warning, the summary and
+            the stage times (:mod:`graft.results.run_log`).
     """
     run = request.specs  # every default applied once, when the request was made
     times = StageTimes()
@@ -190,18 +195,37 @@ def run_experiment(
     # a read-only workspace (a store of finished donors) holds no lock: then beside the run
     fallback = folder.path.resolve().parent / ".graft-locks"
     locks = writable_lock_dir(Workspace.at(run.execution.workspace).lock_dir, fallback)
-    with exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks):
-        return _run_validated(request, folder, data_paths, echo, times)
+    log = RunLog(folder.path / LOG_NAME)  # held until the folder is started: see run_log
+    with (
+        log.capture(),
+        exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks),
+    ):
+        return _run_validated(request, folder, data_paths, _logged(echo), times, log)
+
+
+def _logged(echo: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``echo`` (a caller's console) that also writes each line into the run's log; this
+    module's logger (which reaches the log by itself) when none is given."""
+    if echo is None:
+        return logger.info
+
+    def say(line: str) -> None:
+        file_only().info("%s", line)
+        echo(line)
+
+    return say
 
 
 def _run_validated(
     request: RunRequest,
     folder: RunFolder,
     data_paths: dict[int, Path],
-    echo: Callable[[str], None] | None,
+    echo: Callable[[str], None],
     times: StageTimes,
+    log: RunLog,
 ) -> ExperimentRun:
-    """:func:`run_experiment` once its inputs are checked and its run folder is locked."""
+    """:func:`run_experiment` once its inputs are checked and its run folder is locked; the
+    run's log written from the moment its folder is started."""
     run, grafts, base = request.specs, request.grafts, request.base
     donors, analyses = dict(request.donors), request.analyses
     with times.stage("data and checks"):
@@ -230,7 +254,8 @@ def _run_validated(
     key += resume_key(run.analysis, old)
     existed = folder.path.exists()
     stored = folder.write_config(config, key=key, overwrite=run.execution.overwrite)
-    loading, echo = times.seconds["loading"], echo or logger.info
+    log.start()
+    loading = times.seconds["loading"]
     try:
         with times.stage("grafting"):
             computed = run_batches(
@@ -249,6 +274,8 @@ def _run_validated(
         table, summary = write_summaries(run, folder, all_grafts, prompts)
         done = FinishedRun(run, folder, all_grafts, prompts, arch, computed)
         finished = {a.table: a.finish(done) for a in analyses}
+    file_only().info("summary:\n%s", format_summary(summary, digits=None))
+    file_only().info("%s", times.line())
     drops = prompts[run.data.data_seed].drops
     return ExperimentRun(folder, table, summary, drops, stored, times, computed, finished)
 

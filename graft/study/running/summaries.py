@@ -122,13 +122,25 @@ def summarize_run(
     )
 
 
-def format_summary(summary: pl.DataFrame, metric: str = "acc@5") -> str:
-    """A compact table: one line per graft and template, the metric and its CI; for a run of
-    several replicates, their mean with the between-replicate interval and each replicate's
-    value (``<metric>_per_seed``, in the order of ``per_seed_of``)."""
+def format_summary(summary: pl.DataFrame, metric: str = "acc@5", digits: int | None = 3) -> str:
+    """A compact table: one line per graft and template, the metric and its CI rounded to
+    ``digits`` (None: as stored); for a run of several replicates, their mean with the
+    between-replicate interval and each replicate's value (``<metric>_per_seed``, in the
+    order of ``per_seed_of``). The ``group`` column is left out when no graft has a group,
+    and a graft of none shows ``-`` beside grafts of one."""
     if summary.is_empty():
         return "(no results)"
     cols = ["group", "graft", "template", metric, f"{metric}_lo", f"{metric}_hi", "n"]
+    if "group" in summary.columns:
+        if (summary["group"].fill_null("") == "").all():
+            cols.remove("group")
+        else:
+            summary = summary.with_columns(
+                pl.when(pl.col("group").fill_null("") == "")
+                .then(pl.lit("-"))
+                .otherwise(pl.col("group"))
+                .alias("group")
+            )
     head = ""
     if f"{metric}_per_seed" in summary.columns:
         means = summary.filter(pl.col("n_seeds") > 1)
@@ -139,8 +151,17 @@ def format_summary(summary: pl.DataFrame, metric: str = "acc@5") -> str:
             f"{means[f'{metric}_ci_method'][0]}; then each replicate's value; n prompts "
             "per replicate\n"
         )
-    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_hide_dataframe_shape=True, fmt_str_lengths=40):
-        return head + str(summary.select([c for c in cols if c in summary.columns]))
+    table = summary.select([c for c in cols if c in summary.columns])
+    if digits is not None:
+        table = table.with_columns(pl.col(pl.Float32, pl.Float64).round(digits))
+    with pl.Config(
+        tbl_rows=200,
+        tbl_cols=20,
+        tbl_hide_dataframe_shape=True,
+        fmt_str_lengths=40,
+        float_precision=digits,
+    ):
+        return head + str(table)
 
 
 def print_summary(

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from graft.results.run_log import file_only
+
 
 @dataclass
 class StageTimes:
@@ -21,12 +23,16 @@ class StageTimes:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Time the block as (part of) stage ``name``."""
+        """Time the block as (part of) stage ``name``; its start and its end with its seconds
+        go to the run's log (:func:`~graft.results.run_log.file_only`), not the console."""
+        file_only().info("%s ...", name)
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            took = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + took
+            file_only().info("%s: %s", name, _fmt(took))
 
     def line(self) -> str:
         """``time: finetuning 255 s, loading 4.1 s, ... (total 302 s)``."""

@@ -78,6 +78,10 @@ def check_status(folder: str | os.PathLike[str]) -> str:
     return f"accepted as is {accepted.get('time', '')}".strip()
 
 
+#: Base folders said to load unverified in this process (said once each).
+_SAID_UNVERIFIED: set[str] = set()
+
+
 def verify_donor(folder: str | os.PathLike[str], role: str = "donor") -> None:
     """Check a model folder against its ``checksums.json``. A folder without one is refused
     when it is a donor (``role``); a base model's is loaded as it is (said at info level).
@@ -102,7 +106,14 @@ def verify_donor(folder: str | os.PathLike[str], role: str = "donor") -> None:
                 f"donor folder {folder} has no {CHECKSUMS}, so graft cannot tell later whether "
                 f"its weights changed; to use it as it is, {accept} (records its checksums)"
             )
-        logger.info("%s has no %s: the base model is loaded unverified", folder, CHECKSUMS)
+        if str(folder) not in _SAID_UNVERIFIED:  # a run loads its base more than once
+            _SAID_UNVERIFIED.add(str(folder))
+            logger.info(
+                "%s has no %s: the base model is loaded unverified (%s records its checksums)",
+                folder,
+                CHECKSUMS,
+                accept,
+            )
         return
     sums = _recorded(folder)
     for name, digest in sums.items():

@@ -5,6 +5,7 @@ config asks), built on the training and validation texts, and the log it leaves.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 import transformers
 
 from graft.models import LoadedModel
+from graft.results.run_log import file_only
 from graft.storage.files import check_commit
 from graft.study.data.training_data import CausalCollator, TokenisedTexts
 from graft.study.specs.presets import FinetuneConfig
@@ -100,6 +102,26 @@ def _training_arguments(
     )
 
 
+class LogToFile(transformers.TrainerCallback):
+    """The Trainer's metrics (loss, learning rate, evaluation) one line each, into the run's
+    log alone (:func:`~graft.results.run_log.file_only`): the console keeps its bar."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ARG002 (the callback's signature)
+        if state.is_world_process_zero and logs:
+            shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in logs.items()}
+            shown.pop("total_flos", None)
+            file_only().info(
+                "trainer step %d: %s", state.global_step, json.dumps(shown, default=str)
+            )
+
+
+class BarOnly(transformers.ProgressCallback):
+    """The Trainer's progress bars without the metrics dicts it writes between them."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
 class CommitCheck(transformers.TrainerCallback):
     """Before a step's checkpoint is written into the shared partial folder: stop when this
     process lost its lock (:func:`graft.storage.files.check_commit`)."""
@@ -140,8 +162,12 @@ def build_trainer(
         processing_class=tok,
         callbacks=[*callbacks, CommitCheck()],
     )
-    if quiet:  # without tqdm the Trainer prints every log dict instead
-        trainer.remove_callback(transformers.PrinterCallback)
+    # without tqdm the Trainer prints every log dict, with it writes them between the bars:
+    # the dicts go to the run's log instead
+    trainer.remove_callback(transformers.PrinterCallback)
+    if trainer.pop_callback(transformers.ProgressCallback) is not None:
+        trainer.add_callback(BarOnly())
+    trainer.add_callback(LogToFile())
     return trainer
 
 

@@ -1,0 +1,227 @@
+"""``run.log`` in a run folder: everything a run said, in full, while the console keeps to
+progress bars and one-line stages.
+
+While a run runs (:class:`RunLog`), the records of graft's loggers, of the libraries it
+drives (transformers, huggingface_hub, nnsight, matplotlib) and Python's warnings (captured
+through :func:`logging.captureWarnings`) also go to the run's log, with their time, level
+and logger; lines meant for the log alone (the Trainer's metrics dicts, the summary table in
+full) go to the :data:`FILE_ONLY` logger, which reaches no console. Until the run folder is
+started (:meth:`RunLog.start`, when its ``config.json`` is written) the lines are held in
+memory, so a run that stops at its checks writes nothing; a resumed run appends. Each warning
+is logged once per run (:class:`OnceFilter`): the same message from the same logger again is
+dropped, on the console as in the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+#: The log's file name in a run folder.
+LOG_NAME = "run.log"
+#: The logger of lines for the log file alone (it reaches no console handler).
+FILE_ONLY = "graft.log"
+#: The loggers whose records a run's log holds (their children included).
+CAPTURED = (
+    "graft",
+    FILE_ONLY,
+    "py.warnings",
+    "transformers",
+    "huggingface_hub",
+    "nnsight",
+    "matplotlib",
+)
+
+_file_only = logging.getLogger(FILE_ONLY)
+_file_only.propagate = False  # never to graft's console handler, nor a notebook's root one
+_file_only.setLevel(logging.INFO)
+
+
+def file_only() -> logging.Logger:
+    """The logger of lines for the run's log alone (:data:`FILE_ONLY`)."""
+    return _file_only
+
+
+class OnceFilter(logging.Filter):
+    """Lets each warning (or worse) through once: a record whose logger and message were
+    seen before is dropped (a Python warning's message without the place it was raised at).
+    Lower levels all pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, _without_place(record))
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+class _HeldFileHandler(logging.Handler):
+    """Formats every record; holds the lines until :meth:`open`, then appends them, and each
+    later one, to the file (flushed per line: a killed run keeps its log)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.held: list[str] = []
+        self.file: TextIO | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # a record that cannot be formatted must not stop the run
+            self.handleError(record)
+            return
+        if self.file is None:
+            self.held.append(line)
+        else:
+            self.file.write(line + "\n")
+            self.file.flush()
+
+    def open(self, path: Path) -> None:
+        if self.file is not None:
+            return
+        self.file = path.open("a", encoding="utf-8")
+        for line in self.held:
+            self.file.write(line + "\n")
+        self.file.flush()
+        self.held.clear()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        super().close()
+
+
+class RunLog:
+    """The log of one run: attached while :meth:`capture` runs, written into the run folder
+    from :meth:`start` on.
+
+    Args:
+        path: the log file (``<run folder>/run.log``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.handler = _HeldFileHandler()
+        self.handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        self.once = OnceFilter()
+        self.handler.addFilter(self.once)
+
+    def start(self) -> None:
+        """The run folder is started: write the lines held so far, and every later one."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handler.open(self.path)
+
+    @contextmanager
+    def capture(self) -> Iterator[RunLog]:
+        """Attach the log to :data:`CAPTURED`, capture Python's warnings, and make the console
+        say each warning once; all undone after.
+
+        graft's own loggers are lowered to info level where they were above it (the file gets
+        the plan and the stages under ``--quiet`` too; a console handler keeps its own level).
+        A captured logger that no handler reached before (a notebook's, or Python's warnings)
+        gets a console handler at warning level, as Python's last resort would have been."""
+        loggers = {name: logging.getLogger(name) for name in CAPTURED}
+        levels = {name: lg.level for name, lg in loggers.items()}
+        unheard = [lg for lg in loggers.values() if not lg.hasHandlers()]
+        # the handlers that heard these loggers before (a command's console, a notebook's):
+        # they say each warning once, and nothing below the level they heard before
+        consoles = list(dict.fromkeys(h for lg in loggers.values() for h in _reached(lg)))
+        fallback = _StderrHandler()
+        lowered = {}
+        for name in ("graft", FILE_ONLY, "py.warnings"):
+            if loggers[name].getEffectiveLevel() > logging.INFO:
+                lowered[name] = loggers[name].getEffectiveLevel()
+                loggers[name].setLevel(logging.INFO)
+        console_filters = [OnceFilter(), _AsBefore(lowered)]  # its own once: the file logs all
+        capturing = _capturing()
+        for lg in loggers.values():
+            lg.addHandler(self.handler)
+        for lg in unheard:
+            lg.addHandler(fallback)
+        for h in [*consoles, fallback]:
+            for f in console_filters:
+                h.addFilter(f)
+        logging.captureWarnings(True)
+        file_only().info("run started %s", time.strftime("%Y-%m-%d %H:%M:%S %z"))
+        try:
+            yield self
+        finally:
+            if not capturing:
+                logging.captureWarnings(False)
+            for h in consoles:
+                for f in console_filters:
+                    h.removeFilter(f)
+            for lg in unheard:
+                lg.removeHandler(fallback)
+            for name, lg in loggers.items():
+                lg.removeHandler(self.handler)
+                lg.setLevel(levels[name])
+            self.handler.close()
+
+
+def _reached(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of ``logger`` reaches (its own and, while it propagates, its
+    parents')."""
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        found += current.handlers
+        current = current.parent if current.propagate else None
+    return found
+
+
+class _AsBefore(logging.Filter):
+    """Drops a record of a logger whose level :meth:`RunLog.capture` lowered, when it is
+    below the level that logger had: consoles hear what they heard before."""
+
+    def __init__(self, lowered: dict[str, int]) -> None:
+        super().__init__()
+        self.lowered = lowered
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, level in self.lowered.items():
+            if record.name == name or record.name.startswith(name + "."):
+                return record.levelno >= level
+        return True
+
+
+class _StderrHandler(logging.Handler):
+    """Warnings to whatever ``sys.stderr`` is now, one line each (a captured Python warning
+    as ``Category: message``, without its source line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import sys
+
+        sys.stderr.write(_without_place(record) + "\n")
+
+
+def _without_place(record: logging.LogRecord) -> str:
+    """A record's message; a captured Python warning's as ``Category: message``, without
+    the file, line and source line it was raised at (one warning from two places is one)."""
+    message = record.getMessage()
+    if record.name == "py.warnings" and message:  # "path:line: Category: message\n  source"
+        return message.splitlines()[0].split(": ", 1)[-1]
+    return message
+
+
+def _capturing() -> bool:
+    """Whether Python's warnings go to logging already (someone called captureWarnings)."""
+    import warnings
+
+    return getattr(warnings.showwarning, "__name__", "") == "_showwarning"
