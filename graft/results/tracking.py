@@ -177,7 +177,6 @@ def reporting(tracking: Tracking | None) -> Iterator[None]:
             "WANDB_MODE": tracking.wandb_mode or "offline",
             "WANDB_RUN_GROUP": tracking.group,
         }
-        tracking.folder.mkdir(parents=True, exist_ok=True)  # W&B wants its folder to exist
     token = _ACTIVE.set(tracking)
     try:
         with _environment(env):
@@ -199,6 +198,8 @@ def trainer_reporting(name: str) -> Iterator[tuple[list[str], str | None]]:
     env = {}
     if tracking.tracker == "tensorboard":
         env["TENSORBOARD_LOGGING_DIR"] = str(tracking.tensorboard_dir / run)
+    else:  # W&B wants its folder to exist (made only now: a refused run leaves none)
+        tracking.folder.mkdir(parents=True, exist_ok=True)
     with _environment(env):
         yield [tracking.tracker], run
 
@@ -251,10 +252,12 @@ def log_results(
     figures: Sequence[Path] = (),
 ) -> dict[str, float]:
     """Send the run in ``folder`` (its ``summary.parquet``, ``config.json`` and the PNG
-    ``figures``) to the tracker as the run ``<group>/<name>``; its summary metrics."""
+    ``figures``) to the tracker as the run ``<group>/<name>``; its summary metrics (none
+    when the folder has no summary: its figures and config still go)."""
     import polars as pl
 
-    summary = pl.read_parquet(folder / "summary.parquet")
+    path = folder / "summary.parquet"
+    summary = pl.read_parquet(path) if path.is_file() else pl.DataFrame()
     metrics = summary_metrics(summary)
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
@@ -279,7 +282,8 @@ def _tensorboard_results(
     try:
         for tag, value in metrics.items():
             writer.add_scalar(f"summary/{tag}", value, 0)
-        writer.add_text("summary", _markdown(summary), 0)
+        if summary.width:
+            writer.add_text("summary", _markdown(summary), 0)
         writer.add_text("config", f"```\n{json.dumps(config, indent=1, default=str)}\n```", 0)
         for png in figures:
             with Image.open(png) as image:
@@ -294,16 +298,18 @@ def _wandb_results(
 ) -> None:
     import wandb
 
+    Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
     active = wandb.init(
         name=run, job_type="results", config=_wandb_config(config), dir=os.environ["WANDB_DIR"]
     )
     try:
         active.summary.update(metrics)
-        columns = summary.columns
-        table = wandb.Table(columns=columns, data=[list(r) for r in summary.iter_rows()])
-        active.log(
-            {"summary_table": table, **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}}
-        )
+        logged: dict[str, Any] = {f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}
+        if summary.width:
+            rows = [list(r) for r in summary.iter_rows()]
+            logged["summary_table"] = wandb.Table(columns=summary.columns, data=rows)
+        if logged:
+            active.log(logged)
     finally:
         active.finish()
 

@@ -153,10 +153,10 @@ class PaperCorpusHub:
                 or at an earlier ask of this object).
         """
         try:
-            import datasets  # the optional extra graft[corpus]
+            import datasets  # the optional extra graft-interp[corpus]
         except ImportError:
             raise HubUnavailable(
-                "the optional datasets library is not installed (pip install 'graft[corpus]')"
+                "the optional datasets library is not installed (pip install 'graft-interp[corpus]')"
             ) from None
         if self.failure is not None:
             raise HubUnavailable(self.failure)
