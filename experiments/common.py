@@ -340,19 +340,22 @@ def run_or_plan(design: Design) -> DesignRun | None:
 def _run_reporting(design: Design, tracker: str) -> DesignRun:
     """:func:`run_or_plan`'s run under ``--report-to tracker``: the donor finetunes report
     while they train, then each run's (and the combined folder's) summary and figures."""
-    from graft.results import log_results, reporting, tracking_for
+    from graft.results import close, log_results, reporting, tracking_for
     from graft.study import run_design
 
     tracking = tracking_for(tracker, design.folder / "tracking", design.folder.name)
-    with reporting(tracking):
-        done = run_design(design, echo=click.echo)
-        assert tracking is not None  # tracker is not "none"
-        folders = {run.folder.path: name for name, run in done.runs.items()}
-        if (design.folder / "summary.parquet").exists() and design.folder not in folders:
-            folders[design.folder] = "combined"
-        for folder, name in folders.items():
-            figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
-            log_results(tracking, f"results-{name}" if name else "results", folder, figures)
+    assert tracking is not None  # tracker is not "none"
+    try:
+        with reporting(tracking):
+            done = run_design(design, echo=click.echo)
+            folders = {run.folder.path: name for name, run in done.runs.items()}
+            if (design.folder / "summary.parquet").exists() and design.folder not in folders:
+                folders[design.folder] = "combined"
+            for folder, name in folders.items():
+                figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
+                log_results(tracking, f"results-{name}" if name else "results", folder, figures)
+    finally:
+        close(tracking)
     click.echo(f"tracking: {tracking.folder} ({tracker})")
     return done
 

@@ -28,6 +28,7 @@ _EXPORTS = {
     "graft.results.tracking": (
         "TRACKERS",
         "Tracking",
+        "close",
         "log_results",
         "missing_package",
         "reporting",

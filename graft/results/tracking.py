@@ -9,7 +9,7 @@ goes under one folder (a run folder's ``tracking/``): TensorBoard's event files 
 ``tensorboard/<run name>/``, W&B's run folders in ``wandb/``. W&B runs offline (its runs
 kept in that folder, to upload later with ``wandb sync``) when ``WANDB_MODE`` says so, or
 when no API key is configured or its server does not answer within a second; that choice is
-said in one line. Nothing heavy is imported here until a tracker is used: the command line
+said in a warning. Nothing heavy is imported here until a tracker is used: the command line
 checks a tracker's package (:func:`missing_package`) before any work.
 """
 
@@ -127,7 +127,7 @@ def tracking_for(tracker: str, folder: Path, group: str) -> Tracking | None:
     if tracker == "wandb":
         mode, why = wandb_mode()
         if why:
-            logger.info(
+            logger.warning(
                 "W&B offline (%s): runs kept in %s; upload them with wandb sync",
                 why,
                 folder / "wandb",
@@ -214,6 +214,17 @@ def finish_trainer_run() -> None:
 
     if wandb.run is not None:
         wandb.finish()
+
+
+def close(tracking: Tracking | None) -> None:
+    """At a command's end: wait until W&B has written every run (its service writes the run
+    files after ``finish`` returns; at exit an ``atexit`` hook would, but a command may run
+    inside a notebook or a test that reads them next)."""
+    if tracking is None or tracking.tracker != "wandb":
+        return
+    import wandb
+
+    wandb.teardown()
 
 
 # ------------------------------------------------------------------ a run's results

@@ -120,7 +120,8 @@ def test_wandb_runs_offline_into_the_run_folder_with_the_metrics(tmp_path, monke
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no key: offline
-    out, _ = _position(tmp_path, "wandb")
+    out, output = _position(tmp_path, "wandb")
+    assert "W&B offline (no W&B API key" in output  # said, under --quiet too
     folders = sorted((out / "tracking" / "wandb").glob("offline-run-*"))
     runs = {name: (summary, history) for name, summary, history in map(_wandb_run, folders)}
     assert set(runs) == {"run/results", next(n for n in runs if n.startswith("run/finetune-"))}
