@@ -18,6 +18,7 @@ import click
 from click.core import ParameterSource
 
 from graft.errors import GraftError, RemoteError
+from graft.results import TRACKERS
 
 if TYPE_CHECKING:  # the designs load torch: only when a command runs
     from graft.study import Design, DesignRun, RunSpecs
@@ -84,6 +85,7 @@ SHARED = {
 SHARED_NAMES = tuple(name for names in SHARED.values() for name in names)
 SECTION_OF: dict[str, str] = {
     **{name: section for section, names in SHARED.items() for name in names},
+    "report_to": OUTPUT,
     "variant": MODEL_DATA,
     **dict.fromkeys(REMOTE_PARAMS, REMOTE),
 }
@@ -235,6 +237,36 @@ def remote_options(func: Callable) -> Callable:
 # ------------------------------------------------------------------- experiment commands
 
 
+#: Where :func:`shared_options` keeps ``--report-to`` for :func:`run_or_plan`.
+REPORT_TO = "graft.report_to"
+
+
+def _tracker_installed(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--report-to``'s callback: a tracker whose package is missing is refused at once, in
+    one line naming the extra to install (exit 2)."""
+    if value == "none":
+        return value
+    from graft.results import missing_package
+
+    problem = missing_package(value)
+    if problem:
+        raise OneLineError(problem, 2)
+    return value
+
+
+def report_to_option() -> Callable:
+    return click.option(
+        "--report-to",
+        type=click.Choice(TRACKERS),  # graft.results.tracking's: it imports nothing heavy
+        default="none",
+        show_default=True,
+        callback=_tracker_installed,
+        help="Also report the donor finetunes' losses and the run's summary metrics and "
+        "figures to TensorBoard or Weights & Biases (offline without a network or API key), "
+        "under <run folder>/tracking; needs pip install 'graft-interp[tracking]'.",
+    )
+
+
 def shared_options(func: Callable) -> Callable:
     """Add the shared options; the command receives ``cfg_options`` (a dict) and ``remote``.
 
@@ -247,14 +279,16 @@ def shared_options(func: Callable) -> Callable:
         opts = {k: kwargs.pop(k) for k in SHARED_NAMES}
         check_dataset_options(opts["dataset"])
         opts["progress"] = not opts.pop("quiet")
-        click.get_current_context().meta[DRY_RUN] = opts.pop("dry_run")
+        meta = click.get_current_context().meta
+        meta[DRY_RUN] = opts.pop("dry_run")
+        meta[REPORT_TO] = kwargs.pop("report_to")
         return with_remote(*args, cfg_options=opts, **kwargs)
 
     options = [
         cli_only_option(n) if n in CLI_ONLY else field_option(ExperimentConfig, n)
         for n in SHARED_NAMES
     ]
-    return apply_options(wrapper, options)
+    return apply_options(wrapper, [*options, report_to_option()])
 
 
 def make_config(experiment: str, cfg_options: dict, remote, **extra) -> RunSpecs:
@@ -285,17 +319,45 @@ def echo_plan(lines: list[str]) -> None:
 
 def run_or_plan(design: Design) -> DesignRun | None:
     """Run ``design`` (:func:`graft.study.designs.design.run_design`), saying everything on
-    stdout; under ``--dry-run`` print the plan of each of its runs instead (nothing loaded
-    or written) and return None. A graft error escapes as one line (the command class)."""
+    stdout, reporting to ``--report-to``'s tracker; under ``--dry-run`` print the plan of
+    each of its runs instead (nothing loaded or written) and return None. A graft error
+    escapes as one line (the command class)."""
     from graft.study import plan_design, run_design
 
     if not dry_run():
-        return run_design(design, echo=click.echo)
+        ctx = click.get_current_context(silent=True)
+        tracker = ctx.meta.get(REPORT_TO, "none") if ctx is not None else "none"
+        if tracker == "none":
+            return run_design(design, echo=click.echo)
+        return _run_reporting(design, tracker)
     for note in design.notes:
         click.echo(f"note: {note}")
     for plan in plan_design(design).values():
         echo_plan(plan.lines())
     return None
+
+
+def _run_reporting(design: Design, tracker: str) -> DesignRun:
+    """:func:`run_or_plan`'s run under ``--report-to tracker``: the donor finetunes report
+    while they train, then each run's (and the combined folder's) summary and figures."""
+    from graft.results import close, log_results, reporting, tracking_for
+    from graft.study import run_design
+
+    tracking = tracking_for(tracker, design.folder / "tracking", design.folder.name)
+    assert tracking is not None  # tracker is not "none"
+    try:
+        with reporting(tracking):
+            done = run_design(design, echo=click.echo)
+            folders = {run.folder.path: name for name, run in done.runs.items()}
+            if (design.folder / "summary.parquet").exists() and design.folder not in folders:
+                folders[design.folder] = "combined"
+            for folder, name in folders.items():
+                figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
+                log_results(tracking, f"results-{name}" if name else "results", folder, figures)
+    finally:
+        close(tracking)
+    click.echo(f"tracking: {tracking.folder} ({tracker})")
+    return done
 
 
 def standalone(command: click.Command) -> None:

@@ -77,7 +77,7 @@ _GENERIC_CORPUS = Flag(
     "--generic-corpus",
     "Generic text the gentle preset mixes in: a file (one passage per line, or JSONL with "
     "text) or stand-in (graft's 61 shipped passages) [default: the paper's openwebtext + "
-    "IMDB sample from the hub (pip install 'graft[corpus]'), else the stand-in, with a "
+    "IMDB sample from the hub (pip install 'graft-interp[corpus]'), else the stand-in, with a "
     "warning].",
     click.Path(dir_okay=False),
     None,

@@ -19,8 +19,11 @@ import sys
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name as normal
 
+#: graft's distribution name (pyproject's [project] name; the import name is graft)
+DISTRIBUTION = "graft-interp"
 
-def runtime_closure(root: str = "graft") -> set[str]:
+
+def runtime_closure(root: str = DISTRIBUTION) -> set[str]:
     """graft and every package it requires at run time (no extras), transitively."""
     seen: set[str] = set()
     todo = [root]
@@ -45,7 +48,7 @@ def changes(report: dict) -> list[tuple[str, str | None, str]]:
     found = []
     for item in report.get("install", []):
         name, version = item["metadata"]["name"], item["metadata"]["version"]
-        if normal(name) == "graft":
+        if normal(name) == DISTRIBUTION:
             continue
         try:
             installed: str | None = metadata.version(name)

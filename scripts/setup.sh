@@ -4,7 +4,7 @@
 #   TORCH_SPEC   another torch requirement, e.g. TORCH_SPEC="torch==2.13.0" on a GPU machine
 #                (the registry's CUDA build; installed with its own dependencies, unhashed)
 #   GRAFT_UNLOCKED=1  install from pyproject's ranges instead of the lock (the newest releases
-#                they allow: what a `pip install graft` user gets); said so at the end
+#                they allow: what a `pip install graft-interp` user gets); said so at the end
 # The lock is made for Python 3.11 on Linux x86_64; elsewhere setup says so and installs
 # from the ranges.
 set -euo pipefail
@@ -21,6 +21,11 @@ if [ "${GRAFT_UNLOCKED:-0}" = 1 ]; then
 elif [ "$platform" != "3.11-Linux-x86_64" ]; then
     echo "setup: the lock is for Python 3.11 on Linux x86_64, this is $platform: installing from pyproject's version ranges instead" >&2
     mode=unlocked
+fi
+# graft was once installed under the distribution name "graft" (another project's on the
+# package index): such an install is removed, graft-interp replaces it
+if $PY -c 'import importlib.metadata as m; m.distribution("graft")' 2>/dev/null; then
+    $PIP uninstall -q -y graft
 fi
 if [ "$mode" = locked ]; then
     # torch first and alone: a bare 'torch' requirement would pull a multi-GB CUDA build

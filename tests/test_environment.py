@@ -113,7 +113,7 @@ def _report(tmp_path: Path, *packages: tuple[str, str]) -> str:
 def test_the_newest_stage_runs_when_a_run_time_package_differs(tmp_path, capsys):
     differs = _newest_differs()
     transformers = importlib.metadata.version("transformers")
-    differs.main(_report(tmp_path, ("graft", "0.1.0"), ("transformers", "999.0")))
+    differs.main(_report(tmp_path, ("graft-interp", "0.1.0"), ("transformers", "999.0")))
     out, err = capsys.readouterr()
     assert out == f"transformers {transformers} -> 999.0\n" and err == ""
     # a dependency of a dependency counts too (tokenizers comes with transformers)
@@ -126,7 +126,9 @@ def test_the_newest_stage_skips_when_only_dev_tools_or_nothing_differ(tmp_path, 
     mypy = importlib.metadata.version("mypy")
     transformers = importlib.metadata.version("transformers")
     differs.main(
-        _report(tmp_path, ("graft", "0.1.0"), ("mypy", "999.0"), ("transformers", transformers))
+        _report(
+            tmp_path, ("graft-interp", "0.1.0"), ("mypy", "999.0"), ("transformers", transformers)
+        )
     )
     out, err = capsys.readouterr()
     assert out == "" and err == f"mypy {mypy} -> 999.0 (not a run-time package of graft)\n"

@@ -15,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 TRACKED_PACKAGES = ("torch", "transformers", "nnsight", "polars", "graft")
+#: graft's distribution name on the package index (``pip install graft-interp``; "graft"
+#: there is another project); records keep calling it ``graft``, its import name.
+DISTRIBUTION = "graft-interp"
 
 
 def package_versions(names: Sequence[str] = TRACKED_PACKAGES) -> dict[str, str | None]:
-    """Installed versions of ``names`` (None when a package is not installed)."""
+    """Installed versions of ``names`` (None when a package is not installed); ``graft`` is
+    looked up under its distribution name, :data:`DISTRIBUTION`."""
     versions: dict[str, str | None] = {}
     for name in names:
         try:
-            versions[name] = metadata.version(name)
+            versions[name] = metadata.version(DISTRIBUTION if name == "graft" else name)
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions

@@ -174,7 +174,7 @@ def test_fetch_samples_half_of_each_paper_source_with_the_fixed_seed(monkeypatch
 
 def test_fetch_says_why_the_hub_is_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import fails
-    with pytest.raises(gc.HubUnavailable, match=r"pip install 'graft\[corpus\]'"):
+    with pytest.raises(gc.HubUnavailable, match=r"pip install 'graft-interp\[corpus\]'"):
         gc.fetch_paper_corpus()
 
     tries = []

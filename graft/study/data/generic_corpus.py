@@ -154,10 +154,10 @@ class PaperCorpusHub:
                 or at an earlier ask of this object).
         """
         try:
-            import datasets  # the optional extra graft[corpus]
+            import datasets  # the optional extra graft-interp[corpus]
         except ImportError:
             raise HubUnavailable(
-                "the optional datasets library is not installed (pip install 'graft[corpus]')"
+                "the optional datasets library is not installed (pip install 'graft-interp[corpus]')"
             ) from None
         if self.failure is None and not hub_reachable():  # not minutes of retries
             self.failure = (

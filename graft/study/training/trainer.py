@@ -1,6 +1,7 @@
 """The Hugging Face ``Trainer`` of a finetune: its arguments (AdamW on a linear schedule, a
 checkpoint per epoch, the best one kept, mixed precision and gradient checkpointing as the
-config asks), built on the training and validation texts, and the log it leaves."""
+config asks, reporting to the tracker a command chose: :mod:`graft.results.tracking`), built
+on the training and validation texts, and the log it leaves."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import transformers
 
 from graft.models import LoadedModel
 from graft.results.run_log import file_only
+from graft.results.tracking import finish_trainer_run, trainer_reporting
 from graft.storage.files import check_commit
 from graft.study.data.training_data import CausalCollator, TokenisedTexts
 from graft.study.specs.presets import FinetuneConfig
@@ -68,6 +70,8 @@ def _training_arguments(
     steps_per_epoch: int,
     quiet: bool,
     half: str | None = None,
+    report_to: Sequence[str] = ("none",),
+    run_name: str | None = None,
 ) -> transformers.TrainingArguments:
     return transformers.TrainingArguments(
         output_dir=str(ckpt_dir),
@@ -94,7 +98,8 @@ def _training_arguments(
         bf16=half == "bf16",
         **_checkpointing(cfg.gradient_checkpointing),
         use_cpu=dev.type == "cpu",
-        report_to="none",
+        report_to=list(report_to),
+        run_name=run_name,
         remove_unused_columns=False,
         dataloader_num_workers=0,
         disable_tqdm=quiet,
@@ -120,6 +125,23 @@ class BarOnly(transformers.ProgressCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         pass
+
+
+class FinishRun(transformers.TrainerCallback):
+    """At the end of training: end the tracker's run the Trainer started (a W&B run would
+    otherwise stay open until the process exits, and take the next run's logs)."""
+
+    def on_train_end(self, args, state, control, **kwargs):  # noqa: ARG002 (the callback's signature)
+        finish_trainer_run()
+
+
+def _run_name(ckpt_dir: Path) -> str:
+    """A finetune's name for the tracker: its output folder below ``finetuned/`` (the
+    checkpoints lie in ``<out>.partial/checkpoints``)."""
+    out = ckpt_dir.parent
+    parts = [*out.parent.parts, out.name.removesuffix(".partial")]
+    below = parts[parts.index("finetuned") + 1 :] if "finetuned" in parts else parts[-1:]
+    return "finetune-" + "-".join(below)
 
 
 class CommitCheck(transformers.TrainerCallback):
@@ -152,16 +174,19 @@ def build_trainer(
     steps = training_steps(cfg, steps_per_epoch)
     warn_if_long(loaded.model, cfg.batch_size, steps, device.type, tokens)
     half = mixed_precision(cfg, device, loaded.model.config.model_type)
-    args = _training_arguments(cfg, device, ckpt_dir, steps_per_epoch, quiet, half)
-    trainer = transformers.Trainer(
-        model=loaded.model,
-        args=args,
-        train_dataset=train_ds,
-        eval_dataset=TokenisedTexts(val_texts, tok, max_length),
-        data_collator=CausalCollator(tok.pad_token_id),
-        processing_class=tok,
-        callbacks=[*callbacks, CommitCheck()],
-    )
+    with trainer_reporting(_run_name(ckpt_dir)) as (report_to, run_name):
+        args = _training_arguments(
+            cfg, device, ckpt_dir, steps_per_epoch, quiet, half, report_to, run_name
+        )
+        trainer = transformers.Trainer(
+            model=loaded.model,
+            args=args,
+            train_dataset=train_ds,
+            eval_dataset=TokenisedTexts(val_texts, tok, max_length),
+            data_collator=CausalCollator(tok.pad_token_id),
+            processing_class=tok,
+            callbacks=[*callbacks, CommitCheck(), FinishRun()],
+        )
     # without tqdm the Trainer prints every log dict, with it writes them between the bars:
     # the dicts go to the run's log instead
     trainer.remove_callback(transformers.PrinterCallback)
