@@ -288,11 +288,7 @@ def _rows(
     """Prompts, rows and batches of every replicate, the longest prompt and the stored
     batches' shapes (:class:`BatchShape`): on the tokenized prompts as the run makes them
     when the tokenizer is here, else on the stored prompts' fields."""
-    seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None]] = {}
-    """Prompts, rows and batches of every replicate, and the longest prompt: on the
-    tokenized prompts as the run makes them when the tokenizer is here, else on the stored
-    prompts' fields."""
-    seeds: dict[int, tuple[int, int, Lengths, str]] = {}
+    seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None, str]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
         read = (
             data.get(seed)
@@ -309,7 +305,6 @@ def _rows(
         seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
     per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
-    prompts, rows, length, _ = seeds[run.replicates[0].data_seed]
     size = run.execution.batch_size
     shapes = []
     for rep in run.replicates:
@@ -321,7 +316,7 @@ def _rows(
             chunk = order[start : start + size]
             grafts_in, tokens = frozenset(g for g, _ in chunk), max(t for _, t in chunk)
             shapes.append(BatchShape(len(chunk), grafts_in, tokens))
-    prompts, rows, length, skipped = seeds[run.replicates[0].data_seed]
+    prompts, rows, length, _, skipped = seeds[run.replicates[0].data_seed]
     return {
         "prompts": prompts,
         "rows": rows,
@@ -339,11 +334,10 @@ def _prompt_rows(
     dataset: Path,
     tokenizer: Any,
     found: FoundConfig,
-) -> tuple[int, int, Lengths, list[tuple[int, int]] | None]:
-    """Prompts, rows, the longest prompt and each row's (graft index, tokens) in the run's
-    order (None without the tokenizer: the order is the tokenized lengths')."""
-) -> tuple[int, int, Lengths, str]:
-    """Prompts, rows, the longest prompt and why rows are skipped (:func:`skipped_note`)."""
+) -> tuple[int, int, Lengths, list[tuple[int, int]] | None, str]:
+    """Prompts, rows, the longest prompt, each row's (graft index, tokens) in the run's
+    order (None without the tokenizer: the order is the tokenized lengths') and why rows are
+    skipped (:func:`skipped_note`)."""
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
@@ -353,8 +347,8 @@ def _prompt_rows(
         rows, _ = plan_rows(examples, grafts)
         most = max((len(e.input_ids) for e in examples), default=1)
         order = [(gi, len(examples[ei].input_ids)) for ei, gi in rows]
-        return len(examples), len(rows), Lengths(most, True), order
-        return len(examples), len(rows), Lengths(most, True), skipped_note(examples, grafts)
+        note = skipped_note(examples, grafts)
+        return len(examples), len(rows), Lengths(most, True), order, note
     records = [
         r
         for r in read_jsonl(dataset / "test_prompts.jsonl")
@@ -366,7 +360,6 @@ def _prompt_rows(
         per_template.setdefault(r["template"], []).append(r)
     kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
     n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
-    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), None
     n_skipped = len(kept) * len(grafts) - n_rows
     note = (
         f" ({n_skipped} prompt-graft pairs skipped: a graft runs only on the prompts that "
@@ -374,7 +367,7 @@ def _prompt_rows(
         if n_skipped
         else ""
     )
-    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), note
+    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), None, note
 
 
 def _span_names(record: Mapping[str, Any]) -> set[str]:
