@@ -180,7 +180,7 @@ def test_a_remote_dry_run_plans_the_server_and_names_what_stays_here(tmp_path, m
     assert "the 'one' model: finetuned first into" in out  # the local step, as planned today
     assert "on the NDIF server http://ndif.invalid (nothing is sent by this plan):" in out
     assert "model key: K" in out
-    rows = re.search(r"^rows: .* = (\d+) rows in (\d+) batches", out, re.M)
+    rows = re.search(r"^rows: .* = (\d+) rows(?: \(.*\))? in (\d+) batches", out, re.M)
     runs = re.search(r"runs: (\d+) rows in (\d+) forward passes .*, (\d+) requests;", out)
     assert rows and runs and runs.groups() == (*rows.groups(), rows.group(2))
     whole = estimate_payload_bytes(tiny_model("llama"), reference("SFT", "sft").spec)
