@@ -429,7 +429,7 @@ def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft.results, "draw_figures", fail)
+    monkeypatch.setattr(graft.study, "draw_run_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == code, result.output
     assert ("Usage:" in result.output) is usage, result.output
@@ -444,7 +444,7 @@ def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft.results, "draw_figures", fail)
+    monkeypatch.setattr(graft.study, "draw_run_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == 2 and "Usage:" not in result.output
     assert (
