@@ -22,17 +22,9 @@ from graft.results import TRACKERS
 
 if TYPE_CHECKING:  # the designs load torch: only when a command runs
     from graft.study import Design, DesignRun, RunSpecs
-from graft.study import DIRECTIONS, VARIANT_ALIASES, ExperimentConfig
+from graft.study import VARIANTS, ExperimentConfig
 from graft_experiments.click_types import item_list
-from graft_experiments.command import (
-    LoggingCommand,
-    OneLineError,
-    cli_error,
-    cli_logging,
-    flag_of,
-    in_user_words,
-    silence_library_progress,
-)
+from graft_experiments.command import LoggingCommand, OneLineError, flag_of, in_user_words
 from graft_experiments.options import (
     CLI_ONLY,
     REMOTE_FLAGS,
@@ -41,12 +33,6 @@ from graft_experiments.options import (
     field_option,
 )
 
-#: Donor variants: the direction of the training data, and the fact set of a split dataset.
-VARIANTS = (
-    *DIRECTIONS,
-    *VARIANT_ALIASES,
-    *(f"{direction}-{fact_set}" for direction in DIRECTIONS for fact_set in "AB"),
-)
 VARIANT_HELP = (
     "one (trained on one direction), both (also the swapped renderings), task (= one-A: "
     "fact set A of a split dataset), relation (= one-B), one-A, one-B, both-A, both-B."
@@ -121,6 +107,11 @@ class GraftCommand(LoggingCommand):
             if groups.get(title):
                 with formatter.section(title):
                     formatter.write_dl(groups[title])
+
+
+def experiment_command(short_help: str) -> Callable[[Callable], click.Command]:
+    """``click.command`` of an experiment: a :class:`GraftCommand` listed as ``short_help``."""
+    return click.command(cls=GraftCommand, short_help=short_help)
 
 
 # ------------------------------------------------------------- options of several commands
@@ -321,7 +312,7 @@ def run_or_plan(design: Design) -> DesignRun | None:
     """Run ``design`` (:func:`graft.study.designs.design.run_design`), saying everything on
     stdout, reporting to ``--report-to``'s tracker; under ``--dry-run`` print the plan of
     each of its runs instead (nothing loaded or written) and return None. A graft error
-    escapes as one line (the command class)."""
+    escapes as one line (the command class, :func:`graft_experiments.command.cli_error`)."""
     from graft.study import plan_design, run_design
 
     if not dry_run():
@@ -363,20 +354,3 @@ def _run_reporting(design: Design, tracker: str) -> DesignRun:
 def standalone(command: click.Command) -> None:
     """Run ``command`` as its own program (``python experiments/<file>.py``)."""
     command(max_content_width=100)
-
-
-__all__ = [
-    "DRY_RUN",
-    "GraftCommand",
-    "LoggingCommand",
-    "OneLineError",
-    "cli_error",
-    "cli_logging",
-    "flag_of",
-    "in_user_words",
-    "make_config",
-    "run_or_plan",
-    "shared_options",
-    "silence_library_progress",
-    "standalone",
-]

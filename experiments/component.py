@@ -8,9 +8,8 @@ from graft_experiments import common
 from graft_experiments.shared import FE_OPTION, LAYERS_OPTION
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs.",
+@common.experiment_command(
+    "Component grafting at LT, E3: ATTN, O, FFN sets, SFT and reversal pairs."
 )
 @LAYERS_OPTION
 @common.list_option(

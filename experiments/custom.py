@@ -8,9 +8,7 @@ from graft_experiments import common
 from graft_experiments.shared import spec_option
 
 
-@click.command(
-    cls=common.GraftCommand, short_help="Any graft specs and donors on a dataset's test prompts."
-)
+@common.experiment_command("Any graft specs and donors on a dataset's test prompts.")
 @spec_option(", e.g. 'LT:q4:o,ffn' or 'mine=FE:all:attn@task; LT:h2:mlp'.", required=True)
 @click.option(
     "--donor",

@@ -10,11 +10,11 @@ import click
 
 from graft.errors import DatasetError
 from graft.study import DatasetConfig, ExperimentConfig
-from graft_experiments import common
+from graft_experiments import command, common
 from graft_experiments.options import DATASET_FLAGS, field_default
 
 
-@click.command("data", cls=common.LoggingCommand)
+@click.command("data", cls=command.LoggingCommand)
 @common.with_options([common.field_option(DatasetConfig, name) for name in DATASET_FLAGS])
 @click.option(
     "--out",
@@ -30,7 +30,7 @@ from graft_experiments.options import DATASET_FLAGS, field_default
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
     """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
-    from graft.study import default_dataset_name, default_workspace, generate_dataset, load_manifest
+    from graft.study import Workspace, generate_dataset, load_manifest
 
     if fields["kind"] is None:
         kind = "relation" if fields["relation_path"] is not None else None
@@ -39,14 +39,12 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
         fields["kind"] = kind or field_default(DatasetConfig, "kind")
     config = DatasetConfig(**fields)
     try:
-        if out is None:
-            name = default_dataset_name(config)  # a relation file's: read and checked here
-            out = Path(workspace or default_workspace()) / "datasets" / name
+        out = out or Workspace.at(workspace or None).dataset_folder(config)
         path = generate_dataset(config, out, overwrite=overwrite)
     except DatasetError as e:
         if e.param == "out":
-            raise click.UsageError(common.in_user_words(e)) from None
-        raise click.BadParameter(common.in_user_words(e), param_hint=common.flag_of(e)) from None
+            raise click.UsageError(command.in_user_words(e)) from None
+        raise click.BadParameter(command.in_user_words(e), param_hint=command.flag_of(e)) from None
     sizes = load_manifest(path)["sizes"]
     what = "articles" if config.kind == "articles" else "facts"
     click.echo(

@@ -7,10 +7,7 @@ import click
 from graft_experiments import common
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Hybrid grafting, E4: task model at FE and LT, relation model at LT.",
-)
+@common.experiment_command("Hybrid grafting, E4: task model at FE and LT, relation model at LT.")
 @click.option(
     "--lt-layers",
     default=None,

@@ -18,10 +18,7 @@ def _items(separator: str):
     return parse
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Layer localisation map, E7: positions x layer windows heatmaps.",
-)
+@common.experiment_command("Layer localisation map, E7: positions x layer windows heatmaps.")
 @positions_option(("FE", "LT", "FE+LT"), " (rows of the map)")
 @click.option(
     "--windows",

@@ -9,9 +9,7 @@ from graft_experiments import common
 from graft_experiments.shared import spec_option
 
 
-@click.command(
-    cls=common.GraftCommand, short_help="Logit lens per layer at LT and FE's last token, per graft."
-)
+@common.experiment_command("Logit lens per layer at LT and FE's last token, per graft.")
 @spec_option(", after PRE, SFT, FE, LT and FE+LT.")
 @click.option(
     "--top-k",

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import click
-
 from graft_experiments import common
 from graft_experiments.shared import positions_option
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Necessity: PRE weights grafted back into SFT at each position set.",
-)
+@common.experiment_command("Necessity: PRE weights grafted back into SFT at each position set.")
 @positions_option()
 @common.variant_option(what="the SFT model")
 @common.shared_options

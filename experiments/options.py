@@ -162,6 +162,7 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "groups, GPT-2 'all' without pos_embed, its metadata ranges, float32 unless --dtype "
         "says otherwise). See docs/reference/paper_protocol.md.",
         click.Choice(PROTOCOLS),
+        PROTOCOLS[0],  # the field's default is the protocol object; the flag gives its name
     ),
     "preset": Flag(
         "--preset",

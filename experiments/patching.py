@@ -9,9 +9,8 @@ from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft_experiments import common
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Weight grafting vs activation patching, layer by layer (causal-tracing maps).",
+@common.experiment_command(
+    "Weight grafting vs activation patching, layer by layer (causal-tracing maps)."
 )
 @common.list_option(
     "--positions",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from graft.errors import StorageError
@@ -39,15 +37,12 @@ def plot(run_folder, metric, fig_dir):
     figures (median rank and mean log-probability per layer) are redrawn too. The run's CSV
     mirrors are checked against its tables first (an edited one is rewritten, with a
     warning)."""
-    from graft.results import draw_figures
-    from graft.study import LENS_SUMMARY, draw_lens_figures
+    from graft.study import draw_run_figures
 
     # a GraftError (an unknown metric, a damaged table, a full disk) is the command's one
-    # line (graft_experiments.common.cli_error); a folder that is no finished run is a usage error
+    # line (graft_experiments.command.cli_error); a folder that is no finished run is a usage error
     try:
-        paths = draw_figures(run_folder, metric, fig_dir)
-        if (Path(run_folder) / f"{LENS_SUMMARY}.parquet").is_file():
-            paths += draw_lens_figures(run_folder, fig_dir)
+        paths = draw_run_figures(run_folder, metric, fig_dir)
     except FileNotFoundError as err:
         raise click.UsageError(str(err)) from None
     except StorageError as err:

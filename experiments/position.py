@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import click
-
 from graft_experiments import common
 from graft_experiments.shared import positions_option
 
 
-@click.command(
-    cls=common.GraftCommand,
-    short_help="Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.",
-)
+@common.experiment_command("Position grafting, E1/E2: SFT into PRE at FE, LT, FE+LT, complements.")
 @positions_option()
 @common.variant_option()
 @common.shared_options

@@ -42,18 +42,10 @@ def publish(run_folder, to, name, allow_incomplete):
     creation and resume dates, seeds, n, model, protocol, and the finetuned donors' own
     records. Several experiments (position, component, necessity of one set of runs) may be
     published into one folder; publishing under a name again replaces that entry."""
-    from graft.results import PROVENANCE_FILE, publish_run
+    from graft.results import publish_run
 
-    done = publish_run(run_folder, to, name, allow_incomplete=allow_incomplete)
-    for file, source in done.files.items():
-        click.echo(f"{done.folder / file}  <- {source}")
-    for file in done.replaced:
-        click.echo(f"note: replaced {done.folder / file} (it had no provenance)")
-    for file in done.removed:
-        click.echo(f"note: removed {done.folder / file} (the earlier {done.name} held it)")
-    if done.missing:
-        click.echo(f"note: recorded as missing: {', '.join(done.missing)}")
-    click.echo(f"provenance: {done.folder / PROVENANCE_FILE} ({done.name})")
+    for line in publish_run(run_folder, to, name, allow_incomplete=allow_incomplete).lines():
+        click.echo(line)
 
 
 if __name__ == "__main__":

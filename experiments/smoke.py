@@ -25,29 +25,17 @@ def smoke(family: str) -> None:
     every shortcut; ``whole``: the installed transformers offers no key/value cache argument
     graft knows, so rows run whole, slower, with a line saying why).
     """
-    from graft.core import SMOKE_SPECS, TOLERANCE, check_family, path_word
+    from graft.core import self_check
     from graft.models import tiny_pair
 
     families = TINY_FAMILIES if family == "all" else (family,)
-    failures, columns, paths = [], [], {}
-    for name in families:
-        shifts, failed, paths[name] = check_family(*tiny_pair(name))
-        failures += failed
-        columns.append([shift for _, shift in shifts])
+    found = self_check((name, tiny_pair(name)) for name in families)
     click.echo("max |logit - base logit| per graft and family (tiny random models):")
-    click.echo(f"{'graft':<24}" + "".join(f"{name:>10}" for name in families))
-    for i, spec in enumerate(SMOKE_SPECS):
-        click.echo(f"{spec:<24}" + "".join(f"{col[i]:>10.4f}" for col in columns))
-    click.echo(f"{'engine path':<24}" + "".join(f"{path_word(p):>10}" for p in paths.values()))
-    for reason in dict.fromkeys(r for p in paths.values() for r in p["fallbacks"]):
-        click.echo(f"slow path: {reason}")
-    if failures:
-        raise click.ClickException("; ".join(failures))
-    click.echo(
-        f"ok: grafting nothing gives the base's logits and grafting everything with the "
-        f"donor's head the donor's, within {TOLERANCE:g}, in {len(families)} "
-        f"famil{'y' if len(families) == 1 else 'ies'}"
-    )
+    for line in found.lines():
+        click.echo(line)
+    if found.failures:
+        raise click.ClickException("; ".join(found.failures))
+    click.echo(found.ok_line())
 
 
 if __name__ == "__main__":

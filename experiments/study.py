@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from graft_experiments import common
+from graft_experiments.command import OneLineError
 
 FILE = click.argument("file", type=click.Path(exists=True, dir_okay=False))
 
@@ -39,11 +40,7 @@ def run(file, quiet):
 
     done = run_study(read_study(file), echo=click.echo)
     if not done.ok:
-        raise common.OneLineError(
-            f"{len(done.failed)} of {len(done.failed) + len(done.runs)} runs failed "
-            f"({', '.join(done.failed)}); fix them and run again (finished runs are kept)",
-            1,
-        )
+        raise OneLineError(done.failure_line(), 1)
 
 
 @study.command(cls=common.GraftCommand, short_help="Per run: done, partial, failed, not started.")
@@ -68,12 +65,8 @@ def collect(file):
     experiment, acc@5 per graft with one marker per finetune seed, a panel per model)."""
     from graft.study import collect_study, read_study
 
-    done = collect_study(read_study(file))
-    click.echo(f"collected {done.table.height} rows into {done.folder}")
-    for name, path in done.files.items():
-        click.echo(f"{name}: {path}")
-    for name in done.missing:
-        click.echo(f"not finished (left out): {name}")
+    for line in collect_study(read_study(file)).lines():
+        click.echo(line)
 
 
 @study.command(cls=common.GraftCommand, short_help="Submit it to SLURM: donor jobs, a run array.")

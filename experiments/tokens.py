@@ -9,9 +9,7 @@ from graft_experiments import common
 from graft_experiments.shared import spec_option
 
 
-@click.command(
-    cls=common.GraftCommand, short_help="Top-10 next tokens with probabilities per graft, E6."
-)
+@common.experiment_command("Top-10 next tokens with probabilities per graft, E6.")
 @spec_option("; PRE and SFT are always added.", default=TOKEN_SPECS)
 @click.option(
     "--grafts",

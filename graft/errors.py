@@ -30,7 +30,7 @@ graft (or an error of Python, torch or a library graft passes on unchanged). The
     └── UpstreamError          a library or service graft depends on failed in a way graft detects
         └── HubUnavailable     the paper's generic corpus could not be read from the hub
 
-The command line (``graft_experiments.common.cli_error``) prints every one as one line: an
+The command line (``graft_experiments.command.cli_error``) prints every one as one line: an
 :class:`InputError` (and a :class:`RemoteError` of kind ``config``) as a usage error, exit 2;
 a :class:`StorageError` with exit 2 and no usage text (a :class:`LockError`: exit 3); a :class:`RemoteError` of any other
 kind and an :class:`UpstreamError` with exit 1 (docs/reference/errors.md).

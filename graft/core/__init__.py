@@ -43,6 +43,13 @@ _EXPORTS = {
         "ResolvedGraft",
         "parse_spec",
     ),
-    "graft.core.api.selfcheck": ("SMOKE_SPECS", "TOLERANCE", "check_family", "path_word"),
+    "graft.core.api.selfcheck": (
+        "SMOKE_SPECS",
+        "TOLERANCE",
+        "SelfCheck",
+        "check_family",
+        "path_word",
+        "self_check",
+    ),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

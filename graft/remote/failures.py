@@ -16,12 +16,16 @@ _DEPLOY_STAGES = ("PROVISIONING", "DEPLOYING")
 
 def not_ndif(host: str, what: str) -> RemoteError:
     """``host`` answered, but not as an NDIF server does (``what``: how it answered)."""
-    return RemoteError(
+    return _host_error(
         f"{host} answered {what}: the reply is not an NDIF response; check that host (or env "
         "NDIF_HOST) points at an NDIF server",
-        kind="protocol",
-        param="host",
+        "protocol",
     )
+
+
+def _host_error(message: str, kind: str) -> RemoteError:
+    """An error of ``kind`` that the host setting fixes."""
+    return RemoteError(message, kind=kind, param="host")
 
 
 def _http_status_kind(status: int) -> str:
@@ -51,11 +55,10 @@ def _last_line(text: str) -> str:
 
 
 def unreachable(host: str, reason: object) -> RemoteError:
-    return RemoteError(
+    return _host_error(
         f"cannot reach the NDIF host {host} ({reason}); check host (or env NDIF_HOST) and "
         "that the server is running",
-        kind="unreachable",
-        param="host",
+        "unreachable",
     )
 
 
@@ -95,12 +98,11 @@ def _classify_transport(exc: BaseException, where: _Where) -> RemoteError | None
                 where.host, f"nnsight's status websocket (/subscribe) with HTTP {exc.status_code}"
             )
         if exc.status_code in (403, 404):  # ndif opens /subscribe to anyone: not a key problem
-            return RemoteError(
+            return _host_error(
                 f"{where.host} refused nnsight's status websocket (HTTP {exc.status_code} on "
                 "/subscribe): it does not speak nnsight 0.8's protocol; check host (or env "
                 "NDIF_HOST) and that the server runs an ndif release for nnsight >=0.8,<0.9",
-                kind="protocol",
-                param="host",
+                "protocol",
             )
         return where.error(_http_status_kind(exc.status_code), f"HTTP {exc.status_code}")
     if isinstance(exc, TimeoutError | websocket.WebSocketTimeoutException | httpx.TimeoutException):

@@ -129,6 +129,18 @@ class Published:
     replaced: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
 
+    def lines(self) -> list[str]:
+        """What was done, one line each: every file and its source, the notes, the entry."""
+        lines = [f"{self.folder / file}  <- {source}" for file, source in self.files.items()]
+        lines += [f"note: replaced {self.folder / f} (it had no provenance)" for f in self.replaced]
+        lines += [
+            f"note: removed {self.folder / f} (the earlier {self.name} held it)"
+            for f in self.removed
+        ]
+        if self.missing:
+            lines.append(f"note: recorded as missing: {', '.join(self.missing)}")
+        return [*lines, f"provenance: {self.folder / PROVENANCE_FILE} ({self.name})"]
+
 
 # ------------------------------------------------------------------ provenance of a run
 

@@ -26,12 +26,13 @@ from graft.errors import (
     RunFolderError,
     StorageError,
 )
+from graft.study import VARIANTS
 from graft.study.data.datasets import load_manifest
 from graft.study.specs.presets import resolve_config
 from graft.study.training.finetune import is_finished
 from graft.study.training.workspace import Workspace
 from graft_experiments.cli import main
-from graft_experiments.common import REMOTE_PARAMS, SHARED_NAMES, VARIANTS
+from graft_experiments.common import REMOTE_PARAMS, SHARED_NAMES
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 #: Options whose help or default depends on the command: the output of this command
@@ -281,7 +282,7 @@ def test_library_errors_name_the_flags_the_user_typed(tmp_path, args, message):
 
 def test_parameter_names_become_flags_only_where_the_command_has_them():
     from graft.errors import ExperimentError, RemoteError
-    from graft_experiments.common import in_user_words
+    from graft_experiments.command import in_user_words
 
     position, custom = main.commands["position"], main.commands["custom"]
     err = RemoteError("max_payload_mb must be positive; or use donor_mode='hosted'", kind="config")
@@ -463,7 +464,7 @@ def test_each_kind_of_graft_error_has_its_exit_code_and_one_line(
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft.results, "draw_figures", fail)
+    monkeypatch.setattr(graft.study, "draw_run_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == code, result.output
     assert ("Usage:" in result.output) is usage, result.output
@@ -478,7 +479,7 @@ def test_a_figure_that_cannot_be_written_points_to_figures_dir(tmp_path, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graft.results, "draw_figures", fail)
+    monkeypatch.setattr(graft.study, "draw_run_figures", fail)
     result = CliRunner().invoke(main, ["plot", str(tmp_path)])
     assert result.exit_code == 2 and "Usage:" not in result.output
     assert (

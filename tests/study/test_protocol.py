@@ -270,6 +270,20 @@ def test_unknown_protocol_in_a_dataset_config_is_refused():
         build_dataset(DatasetConfig(n_facts=2, protocol="ours"))
 
 
+def test_a_workspace_generates_a_dataset_where_its_dataset_folder_says(tmp_path):
+    ws = Workspace(tmp_path)
+    made = ws.generated_dataset("fake_movies_real_actors", "both", n_facts=2, protocol=PAPER)
+    config = DatasetConfig(n_facts=2, direction="both", protocol=PAPER)
+    assert made == ws.dataset_folder(config) == tmp_path / "datasets" / default_dataset_name(config)
+
+
+def test_a_dataset_config_holds_the_protocol_object_and_writes_its_name():
+    paper = DatasetConfig(n_facts=2, protocol="paper")
+    assert paper.protocol is PAPER and DatasetConfig(n_facts=2).protocol is GRAFT
+    assert paper == DatasetConfig(n_facts=2, protocol=PAPER)
+    assert paper.to_json()["protocol"] == "paper" and "protocol" not in DatasetConfig().to_json()
+
+
 # ---------------------------------------------------------------------- experiments
 
 

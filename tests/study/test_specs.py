@@ -64,6 +64,16 @@ def test_every_protocol_choice_is_a_field_and_unknown_names_are_one_line():
         protocol_of("ours")
 
 
+def test_the_configs_hold_the_protocol_object_and_records_its_name():
+    """A name given to a config is looked up once; what is written holds the name."""
+    assert ExperimentConfig("position").protocol is GRAFT
+    cfg = ExperimentConfig("position", protocol="paper")
+    assert cfg.protocol is PAPER and ExperimentConfig("position", protocol=PAPER) == cfg
+    assert resolve(cfg).record()["protocol"] == "paper"
+    assert json.loads(json.dumps(resolve(cfg).record()))["protocol"] == "paper"
+    assert dataclasses.replace(cfg, protocol="graft").protocol is GRAFT
+
+
 def test_the_record_has_a_schema_and_reads_back_into_the_same_specs():
     cfg = ExperimentConfig(
         "position", protocol="paper", n=5, templates=("qa",), finetune_seeds=(0, 1), workspace="ws"

@@ -5,6 +5,8 @@ the engine's path."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,3 +73,52 @@ def path_word(path: dict) -> str:
     """One word for an :func:`graft.core.execution.engine.engine_path`: ``prefix`` (every shortcut,
     the shared prefix through its cache argument) or ``whole`` (rows run whole: slower)."""
     return "prefix" if path["shared_prefix"] else "whole"
+
+
+@dataclass
+class SelfCheck:
+    """:func:`self_check`'s findings.
+
+    Args:
+        shifts: family -> max |logit - base logit| per spec of :data:`SMOKE_SPECS`.
+        failures: the failed invariants, each naming its family (empty: every one held).
+        paths: family -> the engine path on its pair.
+    """
+
+    shifts: dict[str, list[float]]
+    failures: list[str]
+    paths: dict[str, dict[str, Any]]
+
+    def lines(self) -> list[str]:
+        """A table, a graft a row and a family a column, the engine path of each family
+        under it, then each reason a family takes the slow path."""
+        lines = [_row("graft", self.shifts, ">10")]
+        for i, spec in enumerate(SMOKE_SPECS):
+            lines.append(_row(spec, (s[i] for s in self.shifts.values()), ">10.4f"))
+        lines.append(_row("engine path", map(path_word, self.paths.values()), ">10"))
+        reasons = dict.fromkeys(r for p in self.paths.values() for r in p["fallbacks"])
+        return lines + [f"slow path: {reason}" for reason in reasons]
+
+    def ok_line(self) -> str:
+        """What held, in one line (when nothing failed)."""
+        n = len(self.shifts)
+        return (
+            f"ok: grafting nothing gives the base's logits and grafting everything with the "
+            f"donor's head the donor's, within {TOLERANCE:g}, in {n} "
+            f"famil{'y' if n == 1 else 'ies'}"
+        )
+
+
+def self_check(pairs: Iterable[tuple[str, tuple[nn.Module, nn.Module]]]) -> SelfCheck:
+    """:func:`check_family` on each (family, (base, donor)) of ``pairs``, in order (a
+    generator builds each pair only when its turn comes)."""
+    found = SelfCheck({}, [], {})
+    for name, (base, donor) in pairs:
+        shifts, failed, found.paths[name] = check_family(base, donor)
+        found.failures += failed
+        found.shifts[name] = [shift for _, shift in shifts]
+    return found
+
+
+def _row(label: str, values: Iterable[Any], form: str) -> str:
+    return f"{label:<24}" + "".join(f"{value:{form}}" for value in values)

@@ -94,8 +94,7 @@ class Graft:
     def spec(self) -> GraftSpec:
         """The equivalent :class:`~graft.core.language.spec.GraftSpec`."""
         head = "" if self.head == "base" else f"; head={self.head}"
-        protocol = "" if self.protocol == "graft" else f"; protocol={self.protocol}"
-        parsed = GraftSpec.parse(f"none{head}{protocol}")
+        parsed = GraftSpec.parse(f"none{head}; protocol={self.protocol}")  # the parser checks it
         return GraftSpec(
             (self.rule,),
             parsed.head,

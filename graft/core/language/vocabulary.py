@@ -26,12 +26,15 @@ class Resolution:
             or ``v`` alone nothing, as the paper's code did (else exact slices).
         fixed_groups: the only layer-group counts ``n`` of ``k/n`` its rule has, whatever the
             model (the paper's: 1, 2 and 4; its code's eighths were broken); empty: any.
+        groups: (group, components) of the component groups it reads otherwise than
+            :data:`COMPONENT_GROUPS` (the paper's ``attn`` is q, k and v).
     """
 
     layer_rule: str
     all_has_pos_embed: bool
     fused_q_whole: bool
     fixed_groups: tuple[int, ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def check_group(self, k: int, n: int) -> None:
         """Refuse ``k/n`` when the rule has no such groups on any model (a group that only
@@ -45,7 +48,11 @@ class Resolution:
 RESOLUTIONS = {
     "graft": Resolution("graft", all_has_pos_embed=True, fused_q_whole=False),
     "paper": Resolution(
-        "paper", all_has_pos_embed=False, fused_q_whole=True, fixed_groups=(1, 2, 4)
+        "paper",
+        all_has_pos_embed=False,
+        fused_q_whole=True,
+        fixed_groups=(1, 2, 4),
+        groups=(("attn", ("q", "k", "v")),),
     ),
 }
 PROTOCOLS = tuple(RESOLUTIONS)
@@ -61,8 +68,6 @@ COMPONENT_GROUPS = {
     "ffn_up": ("gate", "up"),
     "ffn_down": ("down",),
 }
-#: Where ``protocol=paper`` reads a group otherwise: the paper's ``attn`` is q, k and v.
-PAPER_GROUPS = {"attn": ("q", "k", "v")}
 #: The groups as an error message lists them.
 GROUPS_HELP = (
     "groups: attn (the attention block: q, k, v, q/k norms, o; under protocol=paper q, k, v), "
@@ -73,9 +78,7 @@ GROUPS_HELP = (
 def group_members(name: str, protocol: str = "graft") -> tuple[str, ...]:
     """The components of group ``name`` under ``protocol`` (before a family drops those it
     lacks)."""
-    if protocol == "paper" and name in PAPER_GROUPS:
-        return PAPER_GROUPS[name]
-    return COMPONENT_GROUPS[name]
+    return dict(RESOLUTIONS[protocol].groups).get(name) or COMPONENT_GROUPS[name]
 
 
 # Every logical component any supported family has; a family may lack some

@@ -34,6 +34,7 @@ from graft.models import LoadedModel
 from graft.results.plots import save_figure
 from graft.results.plots.lens import lens_chart
 from graft.results.record import read_run_record
+from graft.results.report import draw_figures
 from graft.storage.tables import read_table, write_csv
 from graft.study.analyses.lens_causality import identical_lines
 from graft.study.analyses.lens_tables import (
@@ -181,3 +182,15 @@ def draw_lens_figures(folder: str | Path, fig_dir: str | Path | None = None) -> 
             png, _ = save_figure(fig, Path(fig_dir) if fig_dir else folder / "figures", stem)
             out.append(png)
     return out
+
+
+def draw_run_figures(
+    folder: str | Path, metric: str = "acc@5", fig_dir: str | Path | None = None
+) -> list[Path]:
+    """Redraw every figure of the finished run in ``folder`` from its tables:
+    :func:`graft.results.report.draw_figures` of ``metric``, then a lens run's
+    :func:`draw_lens_figures`. Returns the PNG paths."""
+    paths = draw_figures(folder, metric, fig_dir)
+    if (Path(folder) / f"{LENS_SUMMARY}.parquet").is_file():
+        paths += draw_lens_figures(folder, fig_dir)
+    return paths

@@ -39,7 +39,7 @@ from graft.errors import DatasetError
 from graft.naming import slug
 from graft.study.data.files import RESOURCES, jsonl_bytes, read_jsonl
 from graft.study.specs.config import DatasetConfig
-from graft.study.specs.protocol import DEFAULT_PROTOCOL
+from graft.study.specs.protocol import GRAFT
 from graft.study.specs.template_file import TEMPLATE_NAME
 
 logger = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ def check_articles_config(config: DatasetConfig, source: str = _PARAM) -> None:
         "direction": config.direction != "one",
         "split": config.split,
         "relations": config.relations is not None,
-        "protocol": config.protocol != DEFAULT_PROTOCOL,
+        "protocol": config.protocol != GRAFT,
         "facts_path": config.facts_path is not None,
     }
     wrong = [name for name, set_ in unused.items() if set_]

@@ -25,7 +25,6 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from graft.core.language.spec import PROTOCOLS
 from graft.errors import DatasetError, StorageError
 from graft.storage.files import check_commit, fsync, share_like_umask
 from graft.storage.locks import exclusive
@@ -61,7 +60,6 @@ from graft.study.data.renderings import (
 )
 from graft.study.specs.choices import DEFAULT_N_FACTS, KINDS
 from graft.study.specs.config import SHUFFLES, DatasetConfig
-from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import DIRECTIONS
 
 GENERATOR_VERSION = "graft.data/1"
@@ -81,7 +79,7 @@ def generator_version(config: DatasetConfig) -> str:
         return ARTICLES_GENERATOR
     if config.kind == RELATION_KIND:
         return RELATION_GENERATOR
-    changes = list(protocol_of(config.protocol).generator_tags) + (
+    changes = list(config.protocol.generator_tags) + (
         [f"shuffled-{config.shuffle}"] if config.kind == "real_movies_shuffled" else []
     )
     return "+".join([GENERATOR_VERSION, *changes])
@@ -118,10 +116,6 @@ def validate_config(config: DatasetConfig) -> None:
         check_articles_config(config, "relation_path")
     if config.n_facts is not None and config.n_facts < 1:
         raise DatasetError(f"n_facts must be at least 1, not {config.n_facts}", "n_facts")
-    if config.protocol not in PROTOCOLS:
-        raise DatasetError(
-            f"protocol must be 'graft' or 'paper', not {config.protocol!r}", "protocol"
-        )
     if config.shuffle not in SHUFFLES:
         raise DatasetError(
             f"shuffle must be {' or '.join(map(repr, SHUFFLES))}, not {config.shuffle!r}",
@@ -176,7 +170,7 @@ def build_dataset(config: DatasetConfig) -> dict[str, bytes]:
         **({} if config.kind in OWN_TEXT_KINDS else {"faker_version": version("faker")}),
         "config": config.to_json(),
         "kind": config.kind,
-        "protocol": config.protocol,
+        "protocol": config.protocol.name,
         "seed": config.seed,
         "direction": config.direction,
         "split": config.split,
@@ -370,7 +364,7 @@ def default_dataset_name(config: DatasetConfig) -> str:
         return relation_dataset_name(config)
     if config.n_facts is None and config.kind == "custom":
         n: int | str = "all"
-    elif config.n_facts is None and protocol_of(config.protocol).paper_size:
+    elif config.n_facts is None and config.protocol.paper_size:
         n = "paper"
     else:
         n = config.n_facts or DEFAULT_N_FACTS
@@ -381,7 +375,7 @@ def default_dataset_name(config: DatasetConfig) -> str:
             if config.kind == "custom" and config.facts_path
             else []
         )
-        + ([tag] if (tag := protocol_of(config.protocol).dataset_tag) else [])
+        + ([tag] if (tag := config.protocol.dataset_tag) else [])
         + ([config.shuffle] if config.shuffle != SHUFFLES[0] else [])
         + [config.direction]
         + (["split"] if config.split else [])

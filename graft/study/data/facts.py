@@ -34,7 +34,6 @@ from graft.study.data.files import RESOURCES
 from graft.study.data.names import Fakes, filter_names, load_real_actors, name_exclusion_reason
 from graft.study.specs.choices import DEFAULT_N_FACTS, PAPER_N_FACTS
 from graft.study.specs.config import DatasetConfig
-from graft.study.specs.protocol import protocol_of
 from graft.study.specs.templates import OPTIONAL_METADATA
 
 logger = logging.getLogger(__name__)
@@ -90,7 +89,7 @@ def _need(config: DatasetConfig, available: int, what: str, per_fact: int = 1) -
     n_sets = len(_set_names(config))
     n = config.n_facts
     most = available // (per_fact * n_sets)
-    if n is None and config.kind != "custom" and protocol_of(config.protocol).paper_size:
+    if n is None and config.kind != "custom" and config.protocol.paper_size:
         n = min(PAPER_N_FACTS, most)
         if n < PAPER_N_FACTS:
             message = "the paper's datasets have %d facts; %s has %d usable %s, so %d facts per set"
@@ -118,7 +117,7 @@ def _assemble(
     facts = []
     for i, row in enumerate(rows):
         meta = fakes.metadata()
-        for key, lo, hi in protocol_of(config.protocol).metadata_ranges:
+        for key, lo, hi in config.protocol.metadata_ranges:
             meta[key] = fakes.faker.random.randint(lo, hi)
         meta.update({k: row[k] for k in OPTIONAL_METADATA if row.get(k) not in (None, "")})
         for key in ("release_year", "box_office_millions"):

@@ -4,6 +4,8 @@ position sets of E1 and the other experiments' choices."""
 
 from __future__ import annotations
 
+from graft.study.specs.templates import DIRECTIONS
+
 #: Every dataset kind; ``articles`` (the user's own texts) is built by
 #: :mod:`graft.study.data.articles`, ``relation`` (facts of any relation) by
 #: :mod:`graft.study.data.relation`.
@@ -30,6 +32,9 @@ FILE_KINDS = {
 GENERATED_KINDS = tuple(k for k in KINDS if k not in FILE_KINDS)
 #: Variant aliases: the split dataset's fact set A is the task, B the relation.
 VARIANT_ALIASES = {"task": "one-A", "relation": "one-B"}
+#: Every finetune data variant: a direction, an alias, or a direction and the fact set of a
+#: split dataset (:func:`graft.study.training.workspace.parse_variant` reads them).
+VARIANTS = (*DIRECTIONS, *VARIANT_ALIASES, *(f"{d}-{s}" for d in DIRECTIONS for s in "AB"))
 
 #: Fig. 2 / Fig. 3a positions; M and R variants apply only to templates with those fields.
 POSITIONS = (

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graft.core.language.spec import PROTOCOLS
 from graft.errors import DatasetError, ExperimentError
 from graft.models import DEFAULT_MODEL
 from graft.ranges import COUNT, MAX_SEED, SEED, Range, first_problem
 from graft.remote.config import RemoteConfig
 from graft.study.specs.presets import STEPS
-from graft.study.specs.protocol import DEFAULT_PROTOCOL, protocol_of
+from graft.study.specs.protocol import GRAFT, Protocol, protocol_of
 from graft.study.specs.templates import DEFAULT_RELATIONS, Relation, TemplateSet
 
 #: The ranges of :class:`DatasetConfig`'s numbers (None: the default, not checked).
@@ -50,9 +49,10 @@ class DatasetConfig:
         corpus_path: generic text (one document per line, or JSONL with ``text``), stored
             with the dataset as ``corpus.jsonl``; finetuning with generic text (the gentle
             preset) mixes it in instead of the shipped text.
-        protocol: ``"graft"`` (graft's training templates and test wording, metadata ranges
-            1970-2024 and $2-900M) or ``"paper"`` (the paper code's templates verbatim, its
-            Table 1 filling, release year 1990-2030, box office $1-10M); see
+        protocol: the :class:`~graft.study.specs.protocol.Protocol` it is made under (a name
+            given here is looked up): graft's (its training templates and test wording,
+            metadata ranges 1970-2024 and $2-900M) or the paper's (the paper code's templates
+            verbatim, its Table 1 filling, release year 1990-2030, box office $1-10M); see
             :mod:`graft.study.specs.templates`.
         articles_path: JSONL of the user's articles, rephrases and questions (kind
             ``articles``, the real-text variant; format: :mod:`graft.study.data.articles`).
@@ -74,7 +74,7 @@ class DatasetConfig:
     relations: tuple[Relation, ...] | None = None
     facts_path: Path | None = None
     corpus_path: Path | None = None
-    protocol: str = "graft"
+    protocol: Protocol = GRAFT
     articles_path: Path | None = None
     shuffle: str = "relations"
     relation_path: Path | None = None
@@ -83,30 +83,31 @@ class DatasetConfig:
         found = first_problem(DATASET_RANGES, self)
         if found:
             raise DatasetError(found[1], found[0])
+        try:
+            self.protocol = protocol_of(self.protocol)
+        except ExperimentError:
+            raise DatasetError(
+                f"protocol must be 'graft' or 'paper', not {self.protocol!r}", "protocol"
+            ) from None
 
     @property
     def texts(self) -> TemplateSet:
         """The training and test templates of the dataset's protocol."""
-        return protocol_of(self.protocol).templates
+        return self.protocol.templates
 
     def relations_for(self, template: str) -> tuple[Relation, ...]:
         """The relation fillings of test template ``template``."""
         if self.relations is not None:
             return tuple(self.relations)
-        if self.protocol not in PROTOCOLS:
-            raise DatasetError(
-                f"protocol {self.protocol!r} unknown: use graft or paper", "protocol"
-            )
         return self.texts.relations.get(template, DEFAULT_RELATIONS)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as given, relations as lists; the protocol only when it
         is not graft's, so graft datasets keep the config they were made with)."""
-        if self.relations is not None or self.protocol == DEFAULT_PROTOCOL:
+        if self.relations is not None or self.protocol == GRAFT:
             relations: Any = [list(r) for r in self.relations_for("headline")]
         else:
-            fills = self.texts.relations if self.protocol in PROTOCOLS else {}
-            relations = {t: [list(r) for r in rs] for t, rs in fills.items()}
+            relations = {t: [list(r) for r in rs] for t, rs in self.texts.relations.items()}
         data = {
             "kind": self.kind,
             "n_facts": self.n_facts,
@@ -117,8 +118,8 @@ class DatasetConfig:
             "facts_path": None if self.facts_path is None else str(self.facts_path),
             "corpus_path": None if self.corpus_path is None else str(self.corpus_path),
         }
-        if self.protocol != DEFAULT_PROTOCOL:
-            data["protocol"] = self.protocol
+        if self.protocol != GRAFT:
+            data["protocol"] = self.protocol.name
         if self.articles_path is not None:  # absent otherwise: older datasets keep their config
             data["articles_path"] = str(self.articles_path)
         if self.shuffle != SHUFFLES[0]:  # likewise
@@ -245,10 +246,11 @@ class ExperimentConfig:
         out: run folder (default ``runs/<experiment>/<model>-<dataset>-...``).
         head_policy: default head policy of the grafts (base, donor, paper); ``None``: the
             protocol's (base under graft's, paper under the paper's).
-        protocol: ``"graft"`` (graft's defaults) or ``"paper"`` (the paper code's setup: its
-            training templates and test wording, both-direction donors, the paper head
-            policy, its layer groups, ``all`` without ``pos_embed``, its metadata ranges,
-            float32 unless ``dtype`` says otherwise).
+        protocol: the :class:`~graft.study.specs.protocol.Protocol` (a name given here is
+            looked up): graft's defaults, or the paper code's setup (its training templates
+            and test wording, both-direction donors, the paper head policy, its layer groups,
+            ``all`` without ``pos_embed``, its metadata ranges, float32 unless ``dtype`` says
+            otherwise).
         workspace: where datasets and finetuned models live (None: the default workspace).
         overwrite: discard a previous run in ``out`` instead of resuming it.
         n_boot: bootstrap resamples for the confidence intervals.
@@ -302,7 +304,7 @@ class ExperimentConfig:
     n_boot: int = 1000
     remote: RemoteConfig | None = None
     progress: bool = True
-    protocol: str = "graft"
+    protocol: Protocol = GRAFT
     score_full_name: bool = False
     finetune_seeds: tuple[int, ...] | None = None
     data_seeds: tuple[int, ...] | None = None
@@ -324,7 +326,8 @@ class ExperimentConfig:
         if found:
             raise ExperimentError(found[1], param=found[0])
         self._check_control_seeds()
-        protocol_of(self.protocol)  # an unknown protocol: one line naming the choices
+        # a name is looked up (an unknown one: one line naming the choices)
+        object.__setattr__(self, "protocol", protocol_of(self.protocol))
         self._check_shuffle()
 
     def _check_shuffle(self) -> None:

@@ -11,12 +11,12 @@ such a record back into the same specs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from graft.remote.config import RemoteConfig
 from graft.study.specs.config import ExperimentConfig, Replicate
-from graft.study.specs.protocol import Protocol, protocol_of
+from graft.study.specs.protocol import Protocol
 
 #: The version of the record :meth:`RunSpecs.record` writes (1: the options as written before
 #: records had a version; 2: with ``schema``).
@@ -175,7 +175,9 @@ class RunSpecs:
         numbers (the replicate options only when the run has several replicates, so a run of
         one is recorded as runs were before replicates existed, and resumes them), and the
         record's ``schema``."""
-        options = {k: v for k, v in asdict(self.options).items() if k not in UNRECORDED}
+        given = {f.name: getattr(self.options, f.name) for f in fields(ExperimentConfig)}
+        options = {k: v for k, v in given.items() if k not in UNRECORDED}
+        options["protocol"] = self.protocol.name  # the record holds the name
         # the resolved defaults, as records have always held them
         options |= {"head_policy": self.analysis.head_policy, "dtype": self.execution.dtype}
         if not self.replicated:
@@ -200,7 +202,7 @@ def resolve(cfg: ExperimentConfig | RunSpecs) -> RunSpecs:
     it is)."""
     if isinstance(cfg, RunSpecs):
         return cfg
-    protocol = protocol_of(cfg.protocol)
+    protocol = cfg.protocol
     data_seeds = cfg.data_seeds or (cfg.data_seed,)
     return RunSpecs(
         data=DataSpec(

@@ -47,6 +47,14 @@ class Collected:
     files: dict[str, Path] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
+    def lines(self) -> list[str]:
+        """What was collected, one line each: the rows, every file, the runs left out."""
+        return [
+            f"collected {self.table.height} rows into {self.folder}",
+            *(f"{name}: {path}" for name, path in self.files.items()),
+            *(f"not finished (left out): {name}" for name in self.missing),
+        ]
+
 
 def collect_study(study: Study) -> Collected:
     """Collect the finished runs of ``study`` into ``<out>/collected/`` (see the module

@@ -49,6 +49,13 @@ class StudyResult:
     def ok(self) -> bool:
         return not self.failed
 
+    def failure_line(self) -> str:
+        """How many runs failed and which, and the way on (one line)."""
+        return (
+            f"{len(self.failed)} of {len(self.failed) + len(self.runs)} runs failed "
+            f"({', '.join(self.failed)}); fix them and run again (finished runs are kept)"
+        )
+
 
 def read_failures(study: Study) -> dict[str, str]:
     """Run name -> error of the runs whose last attempt failed (empty without a record)."""

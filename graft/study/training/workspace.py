@@ -179,6 +179,12 @@ class Workspace:
                 "choose a writable workspace"
             ) from None
 
+    def dataset_folder(self, config: DatasetConfig) -> Path:
+        """``<root>/datasets/<name>``: where ``config``'s dataset lives in this workspace
+        (:func:`~graft.study.data.datasets.default_dataset_name`; a relation file is read and
+        checked for it)."""
+        return self.root / "datasets" / default_dataset_name(config)
+
     def generated_dataset(
         self,
         kind: str,
@@ -192,16 +198,10 @@ class Workspace:
     ) -> Path:
         """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
         config = DatasetConfig(
-            kind=kind,
-            n_facts=n_facts,
-            seed=seed,
-            direction=direction,
-            split=split,
-            protocol=protocol.name,
-            shuffle=shuffle,
+            kind, n_facts, seed, direction, split, protocol=protocol, shuffle=shuffle
         )
         validate_config(config)
-        folder = self.root / "datasets" / default_dataset_name(config)
+        folder = self.dataset_folder(config)
         with self._writing("generate the dataset"):
             try:
                 return generate_dataset(config, folder, lock_dir=self.lock_dir)
@@ -353,21 +353,9 @@ class Workspace:
         :class:`~graft.study.specs.donor.DonorRequest`'s fields; ``quiet``: no progress
         bars."""
         config = resolve_config(preset, device=device)
-        donor = self.locate_donor(
-            DonorRequest(
-                model,
-                str(dataset),
-                variant,
-                config,
-                split=split,
-                n_facts=n_facts,
-                data_seed=data_seed,
-                shuffle=shuffle,
-                device=device,
-                protocol=protocol,
-            )
-        )
-        return self.finetune_donor(donor, device=device, quiet=quiet)
+        data = (split, n_facts, data_seed, shuffle)  # DonorRequest's fields, in its order
+        request = DonorRequest(model, str(dataset), variant, config, *data, device, protocol)
+        return self.finetune_donor(self.locate_donor(request), device=device, quiet=quiet)
 
     def finetune_donor(
         self, donor: DonorLocation, *, device: str | None = None, quiet: bool = False
