@@ -46,6 +46,7 @@ _EXPORTS = {
     "graft.study.designs.common": ("sft_design",),
     "graft.study.training.sources": ("model_sources", "resolve_model_path"),
     "graft.study.training.donors": ("accept_donor",),
+    "graft.study.training.recall": ("MIN_GAIN", "model_recall"),
     "graft.study.analyses.lens": (
         "LensAnalysis",
         "LensRun",

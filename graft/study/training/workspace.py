@@ -201,7 +201,7 @@ class Workspace:
             shuffle=shuffle,
         )
         validate_config(config)
-        folder = self.root / "datasets" / default_dataset_name(config)
+        folder = self._generated_folder(config)
         with self._writing("generate the dataset"):
             try:
                 return generate_dataset(config, folder, lock_dir=self.lock_dir)
@@ -219,6 +219,37 @@ class Workspace:
                         "workspace",
                     ) from None
                 raise
+
+    def _generated_folder(self, config: DatasetConfig) -> Path:
+        return self.root / "datasets" / default_dataset_name(config)
+
+    def dataset_folder(
+        self,
+        dataset: str | os.PathLike[str],
+        direction: str | None = None,
+        *,
+        split: bool = False,
+        n_facts: int | None = None,
+        seed: int = 0,
+        protocol: Protocol | None = None,
+        shuffle: str = "relations",
+    ) -> Path:
+        """The folder :meth:`dataset` gives for these arguments, generating and checking
+        nothing: a dataset folder as it is, a data kind's folder under ``<root>/datasets``
+        (which may not exist yet)."""
+        if Path(dataset).is_dir() or str(dataset) not in GENERATED_KINDS:
+            return Path(dataset)
+        config = DatasetConfig(
+            kind=str(dataset),
+            n_facts=n_facts,
+            seed=seed,
+            direction=direction or "one",
+            split=split,
+            protocol=(protocol or GRAFT).name,
+            shuffle=shuffle,
+        )
+        validate_config(config)
+        return self._generated_folder(config)
 
     def dataset(
         self,
