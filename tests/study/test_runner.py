@@ -426,3 +426,24 @@ def test_a_folder_of_another_configuration_is_refused_before_any_finetune(
     assert (out / "config.json").read_text() == stored
     # nothing generated or finetuned (the dataset is a folder, but in the second case)
     assert not (ws / "datasets").exists() and not (ws / "finetuned").exists()
+
+
+def test_a_design_checks_every_run_folder_before_its_first_run(dataset, donor_path, tmp_path):
+    """A design of two runs whose second folder holds another configuration: refused before
+    the first run starts (it once ran, and finetuned, first)."""
+    from graft.study.designs.design import Design, run_design
+
+    second = tmp_path / "design" / "second"
+    run(config(dataset, second), donor_path)
+    requests = {
+        name: RunRequest(
+            specs=config(dataset, tmp_path / "design" / name, n=1),
+            grafts=GRAFTS,
+            donors={"sft": ModelSource(path=donor_path)},
+        )
+        for name in ("first", "second")
+    }
+    design = Design("custom", tmp_path / "design", requests)
+    with pytest.raises(ConfigMismatchError, match="options.n stored 2, now 1"):
+        run_design(design)
+    assert not (tmp_path / "design" / "first").exists()
