@@ -269,6 +269,7 @@ def position(args: argparse.Namespace) -> dict:
             out=str(Path(tmp) / "run"),
             progress=False,
             finetune_max_steps=args.max_steps,
+            allow_weak_donor=True,  # a memory measure: a donor of a few steps is fine
         )
         grafts = position_grafts(("FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"), "base")
         donors = {"sft": ModelSource("one")}

@@ -65,7 +65,7 @@ SHARED = {
         "skip_memory_check",
         "dry_run",
     ),
-    DONORS: ("preset", "finetune_max_steps", "generic_corpus"),
+    DONORS: ("preset", "finetune_max_steps", "generic_corpus", "allow_weak_donor"),
     OUTPUT: ("out", "workspace", "overwrite", "quiet"),
 }
 SHARED_NAMES = tuple(name for names in SHARED.values() for name in names)

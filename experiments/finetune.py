@@ -52,12 +52,22 @@ _OUT_HELP = (
 def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, **options) -> None:
     """Finetune MODEL on a fact dataset; writes model, configs and eval.json (SFT vs PRE).
 
+    Says last whether the model knows its facts: acc@5 on the prompts of the direction(s) it
+    was trained on at least 0.10 above the pretrained model's; the experiments stop before
+    grafting from one that does not (unless --allow-weak-donor).
+
     An interrupted run resumes from its last checkpoint; a finished one is not redone.
     A finetune whose memory plan (--dry-run prints it) does not fit the device's free memory
     is refused before the model loads, with the setting that makes it fit
     (--skip-memory-check runs it anyway).
     """
-    from graft.study import DonorRequest, donor_job_lines, resolve_config, run_donor_job
+    from graft.study import (
+        DonorRequest,
+        donor_job_lines,
+        model_recall,
+        resolve_config,
+        run_donor_job,
+    )
 
     common.check_dataset_options(options["dataset"])
     donor = {name: options.pop(name) for name in _DONOR}
@@ -66,7 +76,18 @@ def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, *
     if dry_run:
         common.echo_plan(donor_job_lines(request, workspace, out))
         return
-    run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
+    folder = run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
+    recall = model_recall(folder)
+    if recall is None:
+        return
+    if not recall.weak:  # the experiments graft from it
+        click.echo(recall.line())
+        return
+    click.echo(
+        f"warning: {recall.line()}; the experiments stop before grafting from it: train it "
+        "more (a higher --epochs, --finetune-max-steps or --lr, or another --preset), or "
+        "give them --allow-weak-donor"
+    )
 
 
 if __name__ == "__main__":

@@ -194,6 +194,14 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "free memory; without it such a run is refused before anything loads.",
         extra={"is_flag": True},
     ),
+    "allow_weak_donor": Flag(
+        "--allow-weak-donor",
+        "Graft from a finetuned model that does not know its facts (acc@5 on its trained "
+        "direction less than 0.10 above the pretrained model's, by its eval.json); without "
+        "it such a run stops before grafting, saying what to change (steps, learning rate, "
+        "preset). Recorded in config.json.",
+        extra={"is_flag": True},
+    ),
     "score_full_name": Flag(
         "--score-full-name",
         "Also score the whole target name, teacher-forced token by token: its log-prob "

@@ -4,6 +4,7 @@ character-level one of the ``tiny-*`` models."""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,11 @@ from graft.errors import DeviceError, InputError, ModelNotFoundError, first_line
 from graft.models.devices import parse_device
 from graft.models.embedded import embedded_source, ensure_embedded
 from graft.models.hub import prepare_hub
+from graft.models.paper import paper_mismatch
 from graft.models.registry import EMBEDDED_MODELS, TINY_MODELS, hub_hint, resolve_model_name
 from graft.models.tiny import tiny_model
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -259,6 +263,22 @@ def _load_source(
     return model, tok, str(Path(location).resolve()), None
 
 
+#: (name, folder) pairs :func:`_check_named` has checked: each is said once.
+_NAMED_WARNED: set[tuple[str, str]] = set()
+
+
+def _check_named(name: str, folder: str, model: transformers.PreTrainedModel) -> None:
+    """Warn (once per process) when ``folder``, loaded as ``name``, is named after a paper
+    model but holds another (:func:`graft.models.paper.paper_mismatch`)."""
+    if (name, folder) in _NAMED_WARNED:
+        return
+    _NAMED_WARNED.add((name, folder))
+    n_params = sum(p.numel() for p in model.parameters())
+    line = paper_mismatch(name, folder, model.config, n_params)
+    if line is not None:
+        logger.warning("%s", line)
+
+
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
@@ -288,6 +308,8 @@ def load_model(
     if device_map is not None:
         hf_kwargs["device_map"] = device_map
     model, tok, location, revision = _load_source(source, location, hf_kwargs)
+    if source == "local":
+        _check_named(name, location, model)
     # A tiny model is built on the CPU whatever device_map says: move it like any other.
     model = _place(model, dev, dt, None if source == "tiny" else device_map)
     return LoadedModel(

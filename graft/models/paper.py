@@ -4,16 +4,21 @@ them, and weightless meta copies.
 The configs follow the published ones (gpt2-xl, pythia-2.8b, Llama-3.2-1B, gemma-1.1-2b-it):
 used to size what a remote run would send (:func:`graft.remote.payload.payload_table`), as a
 weightless client-side base for a server that holds the weights, and, scaled down
-(:func:`scaled_down`: same family code paths, a few layers of small width), in tests.
+(:func:`scaled_down`: same family code paths, a few layers of small width), in tests; and to
+tell a model folder named after a paper model that holds another model
+(:func:`paper_mismatch`, said when it loads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from graft.models.registry import HUB_MODELS
 
 if TYPE_CHECKING:
     from transformers import GemmaConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, PretrainedConfig
@@ -133,3 +138,53 @@ def meta_model(config: PretrainedConfig) -> nn.Module:
     with torch.device("meta"):
         model: nn.Module = transformers.AutoModelForCausalLM.from_config(config)
         return model.eval()
+
+
+#: The size fields :func:`paper_mismatch` compares (every config answers to these names).
+_SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+def paper_name(name: str) -> str | None:
+    """The paper model ``name`` is named after (its short name, its hub id, or a folder whose
+    name is either, e.g. ``$GRAFT_MODELS/gpt2-xl`` or ``.../Llama-3.2-1B``), or None."""
+    names = {short: short for short in PAPER_CONFIGS}
+    for short in PAPER_CONFIGS:
+        hub_id = HUB_MODELS[short]
+        names |= {hub_id.lower(): short, hub_id.rsplit("/", 1)[-1].lower(): short}
+    return names.get(name.lower()) or names.get(Path(name).name.lower())
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def _shape(config: Any, n_params: int | None) -> str:
+    layers, width, heads, vocab = (getattr(config, f, None) for f in _SHAPE_FIELDS)
+    size = f"{_count(n_params)} parameters, " if n_params is not None else ""
+    return (
+        f"{size}{config.model_type}, {layers} layers, width {width}, {heads} heads, "
+        f"vocabulary {vocab}"
+    )
+
+
+def paper_mismatch(name: str, folder: str, config: Any, n_params: int | None = None) -> str | None:
+    """One line when the model folder ``folder``, loaded as ``name``, is named after a paper
+    model (:func:`paper_name`) but its ``config`` is not that model's (another architecture,
+    depth, width, number of heads or vocabulary), with both models' numbers; None when it
+    matches or is named after none. ``n_params``: the folder model's parameter count."""
+    short = paper_name(name)
+    if short is None:
+        return None
+    paper = PAPER_CONFIGS[short]()
+    same = config.model_type == paper.model_type and all(
+        getattr(config, f, None) == getattr(paper, f) for f in _SHAPE_FIELDS
+    )
+    if same:
+        return None
+    paper_params = sum(p.numel() for p in meta_model(paper).parameters())
+    return (
+        f"the model folder {folder} is named after the paper's {short} but holds another "
+        f"model: {_shape(config, n_params)}; {short} has {_shape(paper, paper_params)}. Its "
+        f"results are labelled {short}: put {short}'s own weights there, or give the folder "
+        "a name of its own"
+    )

@@ -113,6 +113,7 @@ def test_finetune_overrides_reach_the_finetune_config(tmp_path, monkeypatch):
 
     def fake_finetune(model, folder, out, cfg, **kwargs):
         seen["cfg"] = cfg
+        return out
 
     import graft.study.running.donor_job as donor_job
 

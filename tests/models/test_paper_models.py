@@ -8,6 +8,7 @@ and without a folder, a paper model is one line, at once, naming what to do.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -15,10 +16,11 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoModelForCausalLM
 
+import graft.models.loading as loading
 from graft.core.families.arch import architecture_of
 from graft.models import MODELS_ENV, load_model, resolve_model_name
 from graft.models.loading import tiny_tokenizer
-from graft.models.paper import PAPER_CONFIGS, scaled_down
+from graft.models.paper import PAPER_CONFIGS, paper_mismatch, scaled_down
 from graft_experiments.cli import main
 from tests.fast_tier import slow_except
 
@@ -73,6 +75,33 @@ def test_a_paper_model_loads_from_the_models_folder(name, models_folder, monkeyp
         assert arch.tied_embeddings is True
 
 
+def test_a_paper_name_holding_another_model_is_said_once_with_the_numbers(
+    models_folder, monkeypatch, caplog
+):
+    """A 0.2 M-parameter model in $GRAFT_MODELS/gpt2-xl was once loaded and labelled gpt2-xl
+    without a word (issue 54)."""
+    monkeypatch.setenv(MODELS_ENV, str(models_folder))
+    monkeypatch.setattr(loading, "_NAMED_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="graft.models.loading"):
+        for _ in range(2):
+            load_model("gpt2-xl", device="cpu")
+    (line,) = [r.getMessage() for r in caplog.records if "named after" in r.getMessage()]
+    assert f"{models_folder / 'gpt2-xl'} is named after the paper's gpt2-xl" in line
+    assert "M parameters, gpt2, 4 layers, width 64, 4 heads, vocabulary 96" in line
+    assert "1.56 B parameters, gpt2, 48 layers, width 1600, 25 heads, vocabulary 50257" in line
+
+
+def test_a_folder_is_compared_with_the_paper_model_it_is_named_after():
+    small, llama = scaled_down("llama3.2-1b"), PAPER_CONFIGS["llama3.2-1b"]()
+    assert paper_mismatch("llama3.2-1b", "f", llama) is None  # the model itself
+    assert paper_mismatch("meta-llama/Llama-3.2-1B", "f", llama) is None
+    assert paper_mismatch("my-llama", "f", small) is None  # named after no paper model
+    for name in ("llama3.2-1b", "meta-llama/Llama-3.2-1B", "/data/models/Llama-3.2-1B"):
+        assert "named after the paper's llama3.2-1b" in (paper_mismatch(name, "f", small) or "")
+    other = paper_mismatch("gpt2-xl", "f", llama) or ""  # another family, not only size
+    assert "holds another model" in other and "llama, 16 layers" in other
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_the_main_command_runs_on_a_paper_model_from_its_folder(
@@ -99,6 +128,7 @@ def test_the_main_command_runs_on_a_paper_model_from_its_folder(
         "--quiet",
         "--out",
         str(out),
+        "--allow-weak-donor",  # a random model learns nothing in 2 steps
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

@@ -174,8 +174,8 @@ def test_a_seeds_run_resumes_without_losing_or_repeating_rows(
     monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(workspace, out, finetune_seeds=(0, 1)), echo=lines.append)
-    assert "x 2 replicates (finetune seeds 0,1, data seeds 0) = " in lines[0]
-    assert "= 32 rows in 8 batches (5 already done)" in lines[0] and len(calls) == 3
+    assert "x 2 replicates (finetune seeds 0,1, data seeds 0) = " in lines[1]
+    assert "= 32 rows in 8 batches (5 already done)" in lines[1] and len(calls) == 3
     key = ["finetune_seed", "prompt_id", "graft"]
     got, want = resumed.examples.sort(key), two_seeds.examples.sort(key)
     assert got.select([*key, "target_id"]).equals(want.select([*key, "target_id"]))

@@ -19,7 +19,7 @@ import graft.study.running.batches as batches
 import graft.study.running.runner as runner
 import graft.study.training.workspace as workspace
 from graft.core.language.spec import parse_spec
-from graft.errors import ExperimentError, GraftError
+from graft.errors import ConfigMismatchError, ExperimentError, GraftError
 from graft.models import tiny_tokenizer
 from graft.models.tiny import tiny_model
 from graft.remote.config import RemoteConfig
@@ -65,13 +65,14 @@ def test_run_experiment(dataset, donor_path, tmp_path):
     lines: list[str] = []
     result = run(config(dataset, tmp_path / "run"), donor_path, echo=lines.append)
     # 2 headline prompts x 4 grafts (no M) + 2 movie prompts x 5 grafts = 18 rows, 5 batches
-    assert lines[0].startswith(
+    assert lines[0] == f"run folder: {tmp_path / 'run'} (new)"  # said before any work
+    assert lines[1].startswith(
         "custom: 4 prompts x 5 grafts = 18 rows (2 prompt-graft pairs skipped: M on 2 prompts "
         "without M (headline)) in 5 batches (0 already"
     )
     # everything also in run.log: the plan line, the summary in full, the stage times
     log = (tmp_path / "run" / "run.log").read_text(encoding="utf-8")
-    assert lines[0] in log and "summary:" in log
+    assert lines[1] in log and "summary:" in log
     assert re.search(r"time: data and checks [\d.]+ s, finetuning .*grafting [\d.]+ s", log)
     assert re.search(r"INFO graft.log: grafting: [\d.]+ s", log)
     assert result.examples.height == 18
@@ -161,7 +162,8 @@ def test_interrupted_run_resumes(dataset, donor_path, tmp_path, monkeypatch):
     monkeypatch.setattr(batches, "_row_metrics", lambda *a: calls.append(1) or original(*a))
     lines: list[str] = []
     resumed = run(config(dataset, out), donor_path, echo=lines.append)
-    assert "(2 already done)" in lines[0] and len(calls) == 3
+    assert lines[0] == f"run folder: {out} (resuming it)"
+    assert "(2 already done)" in lines[1] and len(calls) == 3
     assert sort(resumed.examples).equals(expected)
     assert resumed.examples.select(["prompt_id", "graft"]).is_duplicated().sum() == 0
 
@@ -390,3 +392,66 @@ def test_a_pending_finetune_is_announced_with_an_estimate(
     with caplog.at_level(logging.WARNING, logger="graft.study.running.runner"):
         run(config(dataset, tmp_path / "out2"), donor_path)
     assert not [r for r in caplog.records if "finetuned first" in r.getMessage()]
+
+
+def _no_finetune(monkeypatch) -> list:
+    """Make any finetune fail the test; the list records the attempts."""
+    calls: list = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("a donor was finetuned before the run folder was checked")
+
+    monkeypatch.setattr(workspace.Workspace, "finetune_donor", refuse)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("changes", "donors", "field"),
+    [
+        # options known at once: refused before the datasets are made
+        ({"n": 3}, {"sft": ModelSource("one")}, "options.n stored 2, now 3"),
+        # the dataset: refused before it is generated into the workspace
+        ({"dataset": "fake_movies_real_actors"}, {"sft": ModelSource("one")}, "dataset.path"),
+        # the donor's folder: refused by where the finetune would put it, before it runs
+        ({}, {"sft": ModelSource("one")}, "donors.sft.path stored"),
+    ],
+)
+def test_a_folder_of_another_configuration_is_refused_before_any_finetune(
+    dataset, donor_path, tmp_path, monkeypatch, changes, donors, field
+):
+    """A rerun into a folder of another configuration once finetuned its donor first, then
+    was refused (issue 54: hours of GPU work ending in an error)."""
+    out, ws = tmp_path / "out", tmp_path / "ws"
+    run(config(dataset, out), donor_path)
+    stored = (out / "config.json").read_text()
+    calls = _no_finetune(monkeypatch)
+    options = {"dataset": str(dataset)} | changes
+    cfg = config(options.pop("dataset"), out, workspace=str(ws), finetune_max_steps=2, **options)
+    with pytest.raises(ConfigMismatchError, match=re.escape(field)) as info:
+        run_experiment(RunRequest(specs=cfg, grafts=GRAFTS, donors=donors), echo=lambda _: None)
+    assert "\n" not in str(info.value) and not calls
+    assert (out / "config.json").read_text() == stored
+    # nothing generated or finetuned (the dataset is a folder, but in the second case)
+    assert not (ws / "datasets").exists() and not (ws / "finetuned").exists()
+
+
+def test_a_design_checks_every_run_folder_before_its_first_run(dataset, donor_path, tmp_path):
+    """A design of two runs whose second folder holds another configuration: refused before
+    the first run starts (it once ran, and finetuned, first)."""
+    from graft.study.designs.design import Design, run_design
+
+    second = tmp_path / "design" / "second"
+    run(config(dataset, second), donor_path)
+    requests = {
+        name: RunRequest(
+            specs=config(dataset, tmp_path / "design" / name, n=1),
+            grafts=GRAFTS,
+            donors={"sft": ModelSource(path=donor_path)},
+        )
+        for name in ("first", "second")
+    }
+    design = Design("custom", tmp_path / "design", requests)
+    with pytest.raises(ConfigMismatchError, match="options.n stored 2, now 1"):
+        run_design(design)
+    assert not (tmp_path / "design" / "first").exists()

@@ -4,6 +4,7 @@ each checked before anything runs."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,26 @@ def skipped_note(examples: Sequence[TestExample], grafts: Sequence[NamedGraft]) 
             f"{' or '.join(missing)} ({templates})"
         )
     return f" ({total} prompt-graft pairs skipped: {'; '.join(parts)})"
+
+
+def check_row_keys(
+    examples: Sequence[TestExample], grafts: Sequence[NamedGraft], rows: Sequence[tuple[int, int]]
+) -> None:
+    """Raise unless every planned row has a key of its own: (group, graft, template,
+    prompt_id), what the summary and the paired contrasts match prompts on (two rows of one
+    key were found only after every row ran)."""
+    counts = Counter(
+        (grafts[gi].group, grafts[gi].name, examples[ei].template, examples[ei].prompt_id)
+        for ei, gi in rows
+    )
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return
+    ids = list(dict.fromkeys(f"{t}/{p}" for _, _, t, p in repeated))
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    n_rows = sum(counts[key] for key in repeated)
+    raise ExperimentError(
+        f"{n_rows} planned rows repeat a (group, graft, template, prompt_id) key: the test "
+        f"prompts repeat the ids {shown} (template/prompt_id); give every test prompt an id "
+        "of its own (fix or regenerate the dataset)"
+    )

@@ -16,7 +16,7 @@ from typing import Any
 from graft.results.folder import RunFolder
 from graft.results.report import draw_figures
 from graft.study.planning.run_plan import ExperimentPlan, plan_experiment
-from graft.study.running.runner import ExperimentRun, run_experiment
+from graft.study.running.runner import ExperimentRun, check_request, run_experiment
 from graft.study.running.summaries import print_summary
 from graft.study.specs.request import RunRequest
 
@@ -83,12 +83,15 @@ def run_design(
     design: Design, echo: Callable[[str], None] | None = None, metric: str = "acc@5"
 ) -> DesignRun:
     """Run every run of ``design`` with the one runner (each resumable), then its
-    ``finish`` and figures. ``echo`` gets the notes, each run's plan line, summary, folder
-    and stage times, the design's own lines, and each figure's path (default: nothing is
-    said)."""
+    ``finish`` and figures; every run's checks that need no model or dataset
+    (:func:`~graft.study.running.runner.check_request`) pass before the first starts.
+    ``echo`` gets the notes, each run's folder, plan line, summary and stage times, the
+    design's own lines, and each figure's path (default: nothing is said)."""
     say = echo or (lambda _line: None)
     if len(design.runs) > 1:  # the combined results go into the folder itself: graft's
         RunFolder(design.folder).check_owned()
+        for request in design.runs.values():  # a later run's refusal, before the first runs
+            check_request(request)
     for note in design.notes:
         say(f"note: {note}")
     done = DesignRun(design, {})

@@ -14,8 +14,10 @@ from graft.core.language.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.data.prompts import TestExample
-from graft.study.specs.run import ExecutionSpec
+from graft.study.specs.config import ModelSource
+from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.donors import verify_donor
+from graft.study.training.sources import planned_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -110,3 +112,13 @@ def load_run_models(
     )
     _check_models(execution, models.base, models.donors)
     return models
+
+
+def planned_paths(run: RunSpecs, base: ModelSource, donors: Mapping[str, ModelSource]) -> RunPaths:
+    """Where the first replicate's models are, or will be once finetuned (nothing is
+    trained)."""
+    rep = run.replicates[0]
+    return RunPaths(
+        planned_model_path(run, base, rep),
+        {name: planned_model_path(run, src, rep) for name, src in donors.items()},
+    )

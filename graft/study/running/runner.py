@@ -33,8 +33,8 @@ the same loop and resume, each storing its frame of every batch, and write their
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,9 +56,9 @@ from graft.results.record import RunRecord
 from graft.results.run_log import LOG_NAME, RunLog, file_only
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.dataset_folder import check_facts
-from graft.study.data.prompts import TestExample
 from graft.study.data.rows import (
     check_grafts,
+    check_row_keys,
     check_rows,
     check_span_names,
     load_examples,
@@ -68,16 +68,21 @@ from graft.study.data.rows import (
 from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
-from graft.study.running.fullname import resume_key
 from graft.study.running.placement import check_out_placement
-from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models
-from graft.study.running.run_record import KEY_OPTIONS, engine_entry, run_config
+from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models, planned_paths
+from graft.study.running.run_record import (
+    check_stored_config,
+    engine_entry,
+    key_fields,
+    run_config,
+)
 from graft.study.running.summaries import format_summary, print_summary, write_summaries
 from graft.study.running.timing import StageTimes
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.request import RunRequest
-from graft.study.specs.run import REPLICATE_OPTIONS, ExecutionSpec, RunSpecs, resolve
+from graft.study.specs.run import ExecutionSpec, RunSpecs, resolve
+from graft.study.training.recall import check_recall, let_through_line
 from graft.study.training.sources import (
     dataset_dir,
     needs_finetune,
@@ -96,6 +101,7 @@ __all__ = [
     "RunRequest",
     "ModelSource",
     "check_grafts",
+    "check_request",
     "default_out",
     "load_examples",
     "print_summary",
@@ -190,6 +196,7 @@ def run_experiment(
     with times.stage("data and checks"):
         check_analyses(request.analyses, run)
         folder, data_paths = _validate(request)
+    (echo or logger.info)(_folder_line(folder, run.execution.overwrite))
     # one process runs a folder at a time: a second command on the same --out waits, then
     # resumes (finding the batches done)
     # a read-only workspace (a store of finished donors) holds no lock: then beside the run
@@ -216,6 +223,15 @@ def _logged(echo: Callable[[str], None] | None) -> Callable[[str], None]:
     return say
 
 
+def _folder_line(folder: RunFolder, overwrite: bool) -> str:
+    """The one line naming the run folder, said before any work starts."""
+    if not folder.config_path.is_file():
+        state = "new"
+    else:
+        state = "overwriting its old results" if overwrite else "resuming it"
+    return f"run folder: {folder.path} ({state})"
+
+
 def _run_validated(
     request: RunRequest,
     folder: RunFolder,
@@ -229,29 +245,38 @@ def _run_validated(
     run, grafts, base = request.specs, request.grafts, request.base
     donors, analyses = dict(request.donors), request.analyses
     with times.stage("data and checks"):
+        arms = _arms(run, grafts, base, donors)
+        all_grafts = _graft_order(grafts, arms)
+        # a folder of another configuration is refused before any finetune, by where the
+        # models are or will be (the first check, _validate's, had no datasets yet)
+        planned = functools.partial(planned_paths, run, base, donors)
+        check_stored_config(folder, run, all_grafts, data_paths, planned)
         if not run.execution.skip_memory_check:  # refused before anything loads (run_plan)
             check_fits(plan_experiment(request, data=data_paths))
         probe_path, probe, prompts = _plan(run, grafts, base, donors, data_paths)
-        arms = _arms(run, grafts, base, donors)
     with times.stage("finetuning"):
         paths = _model_paths(run, base, donors, probe)
+    # a finetuned model that does not know its facts stops the run before grafting
+    recall = check_recall(
+        [p for rp in paths.values() for p in rp.all()], run.donors.allow_weak_donor
+    )
+    for record in recall.values():
+        if record["weak"]:
+            logger.warning("%s", let_through_line(record))
     loaded = {probe_path: probe}
     with times.stage("loading"):  # checked before anything is written
         first = load_run_models(run.execution, paths[run.replicates[0]], loaded)
     del probe  # the pretrained stand-in is freed unless it is a model of the run
-    all_grafts = _graft_order(grafts, arms)
     config = run_config(run, all_grafts, paths, data_paths, dict(request.extra_config))
+    config["donor_recall"] = recall
     config["engine"] = engine_entry(run.execution, first)
     config["machine"] = machine_info(resolve_device(run.execution.device))
     arch = architecture_of(unwrap(first.base.model))
     del first
-    key = ["experiment", "grafts", "base", "donors", "dataset"]
     # everything is checked (write_config itself refuses a mismatching stored config before
     # writing): the first batch is about to run
-    key += [f"options.{k}" for k in KEY_OPTIONS + REPLICATE_OPTIONS]
-    key += ["replicates"] if run.replicated else []
     old = None if run.execution.overwrite else folder.read_config()
-    key += resume_key(run.analysis, old)
+    key = key_fields(run, old)
     existed = folder.path.exists()
     stored = folder.write_config(config, key=key, overwrite=run.execution.overwrite)
     log.start()
@@ -280,9 +305,11 @@ def _run_validated(
     return ExperimentRun(folder, table, summary, drops, stored, times, computed, finished)
 
 
-def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
-    """The checks that need no model: grafts, replicates, device, run folder, remote host,
-    datasets (data seed -> dataset folder)."""
+def check_request(request: RunRequest) -> RunFolder:
+    """The checks of ``request`` that need neither a model nor a dataset (grafts,
+    replicates, device, run folder, and the folder's stored configuration as far as it is
+    known before any work); its run folder. A design checks every run with it before its
+    first run starts."""
     run, grafts, base, donors = request.specs, request.grafts, request.base, request.donors
     check_grafts(grafts, donors)
     _check_replicates(run, grafts, base, donors)
@@ -292,6 +319,18 @@ def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
     check_out_placement(folder.path, Workspace.at(run.execution.workspace).root)
     folder.check_writable()
     folder.check_owned()
+    # a folder of another configuration is refused before the datasets are made
+    all_grafts = _graft_order(grafts, _arms(run, grafts, base, donors))
+    planned = dataset_dir(run, request.data_direction, planned=True)
+    check_stored_config(folder, run, all_grafts, planned_dataset=planned)
+    return folder
+
+
+def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
+    """The checks that need no model (:func:`check_request`, the remote host), and the
+    datasets (data seed -> dataset folder)."""
+    run = request.specs
+    folder = check_request(request)
     _check_remote(run.execution)
     seeds = dict.fromkeys(r.data_seed for r in run.replicates)
     return folder, {d: dataset_dir(run, request.data_direction, d) for d in seeds}
@@ -356,29 +395,6 @@ def _plan(
         check_rows(probe.model, examples, grafts, rows, donors)
         prompts[data_seed] = RunPrompts(examples, drops, rows, skipped)
     return probe_path, probe, prompts
-
-
-def check_row_keys(
-    examples: Sequence[TestExample], grafts: Sequence[NamedGraft], rows: Sequence[tuple[int, int]]
-) -> None:
-    """Raise unless every planned row has a key of its own: (group, graft, template,
-    prompt_id), what the summary and the paired contrasts match prompts on (two rows of one
-    key were found only after every row ran)."""
-    counts = Counter(
-        (grafts[gi].group, grafts[gi].name, examples[ei].template, examples[ei].prompt_id)
-        for ei, gi in rows
-    )
-    repeated = [key for key, n in counts.items() if n > 1]
-    if not repeated:
-        return
-    ids = list(dict.fromkeys(f"{t}/{p}" for _, _, t, p in repeated))
-    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-    n_rows = sum(counts[key] for key in repeated)
-    raise ExperimentError(
-        f"{n_rows} planned rows repeat a (group, graft, template, prompt_id) key: the test "
-        f"prompts repeat the ids {shown} (template/prompt_id); give every test prompt an id "
-        "of its own (fix or regenerate the dataset)"
-    )
 
 
 def control_twins(

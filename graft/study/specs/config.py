@@ -273,6 +273,10 @@ class ExperimentConfig:
         skip_memory_check: run even when the memory plan
             (:func:`graft.study.planning.run_plan.plan_experiment`) says the run does not fit the
             device's free memory; by default such a run is refused before anything loads.
+        allow_weak_donor: graft from a finetuned model that does not know its facts (acc@5 on
+            its trained direction less than
+            :data:`~graft.study.training.recall.MIN_GAIN` above the pretrained model's, by
+            its ``eval.json``); by default such a run stops before grafting.
 
     Numbers outside their range (:data:`EXPERIMENT_RANGES`: seeds 0 to 2**32-1, counts >= 1,
     ``n_boot`` 10 to 100,000, ``finetune_max_steps`` 1 to
@@ -310,6 +314,7 @@ class ExperimentConfig:
     data_seeds: tuple[int, ...] | None = None
     control: bool = False
     skip_memory_check: bool = False
+    allow_weak_donor: bool = False
 
     def __post_init__(self) -> None:
         # normalised in place (frozen: through object.__setattr__); defaults are resolve()'s

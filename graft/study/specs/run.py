@@ -76,6 +76,7 @@ class DonorSpec:
         generic_corpus: the generic text of a preset that mixes it in.
         finetune_seeds: the finetune seeds, one replicate each.
         control: control donors trained on other facts run beside the real ones.
+        allow_weak_donor: graft from a finetuned model that does not know its facts.
     """
 
     model: str
@@ -84,6 +85,7 @@ class DonorSpec:
     generic_corpus: str | None
     finetune_seeds: tuple[int, ...]
     control: bool
+    allow_weak_donor: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ def resolve(cfg: ExperimentConfig | RunSpecs) -> RunSpecs:
             generic_corpus=cfg.generic_corpus,
             finetune_seeds=tuple(cfg.finetune_seeds or (0,)),
             control=cfg.control,
+            allow_weak_donor=cfg.allow_weak_donor,
         ),
         analysis=AnalysisSpec(
             experiment=cfg.experiment,

@@ -38,11 +38,16 @@ def _workspace(run: RunSpecs) -> Workspace:
     return Workspace.at(run.execution.workspace)
 
 
-def dataset_dir(run: RunSpecs, direction: str = "one", data_seed: int | None = None) -> Path:
+def dataset_dir(
+    run: RunSpecs, direction: str = "one", data_seed: int | None = None, *, planned: bool = False
+) -> Path:
     """The dataset folder of ``run`` (generated into the workspace when ``dataset`` is a kind,
-    with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is)."""
+    with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is).
+    ``planned``: the folder it will be, generating and checking nothing."""
     given = Path(run.data.dataset).is_dir()
-    return _workspace(run).dataset(
+    workspace = _workspace(run)
+    find = workspace.planned_dataset if planned else workspace.dataset
+    return find(
         run.data.dataset,
         None if given else direction,
         split=run.data.split,
@@ -111,6 +116,16 @@ def resolve_model_path(
     workspace = _workspace(run)
     quiet = not run.execution.progress
     return str(workspace.finetune_donor(donor, device=run.execution.device, quiet=quiet))
+
+
+def planned_model_path(
+    run: RunSpecs, source: ModelSource, replicate: Replicate | None = None
+) -> str:
+    """The model name or folder :func:`resolve_model_path` gives for ``source``, without
+    finetuning anything (a finetune variant's folder may not exist yet)."""
+    if source.path or source.variant == "pretrained":
+        return resolve_model_path(run, source, replicate)
+    return str(_donor(run, source, replicate).path)
 
 
 def trained_mix(preset: FinetuneConfig, n_fact_texts: int) -> tuple[int, int]:

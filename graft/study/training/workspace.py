@@ -220,6 +220,34 @@ class Workspace:
                     ) from None
                 raise
 
+    def planned_dataset(
+        self,
+        dataset: str | os.PathLike[str],
+        direction: str | None = None,
+        *,
+        split: bool = False,
+        n_facts: int | None = None,
+        seed: int = 0,
+        protocol: Protocol | None = None,
+        shuffle: str = "relations",
+    ) -> Path:
+        """The folder :meth:`dataset` gives for these arguments, generating and checking
+        nothing: a dataset folder as it is, a data kind's folder under ``<root>/datasets``
+        (which may not exist yet)."""
+        if Path(dataset).is_dir() or str(dataset) not in GENERATED_KINDS:
+            return Path(dataset)
+        config = DatasetConfig(
+            kind=str(dataset),
+            n_facts=n_facts,
+            seed=seed,
+            direction=direction or "one",
+            split=split,
+            protocol=protocol or GRAFT,
+            shuffle=shuffle,
+        )
+        validate_config(config)
+        return self.dataset_folder(config)
+
     def dataset(
         self,
         dataset: str | os.PathLike[str],
