@@ -130,6 +130,14 @@ class RunFolder(RunTables):
                 f"cannot write the run folder {self.path} ({reason}); choose a writable folder"
             ) from None
 
+    def state_line(self, overwrite: bool) -> str:
+        """The one line naming the folder and what a run does to it, said before any work."""
+        if not self.config_path.is_file():
+            state = "new"
+        else:
+            state = "overwriting its old results" if overwrite else "resuming it"
+        return f"run folder: {self.path} ({state})"
+
     def is_marked(self) -> bool:
         """Whether graft wrote this folder: it holds the ``.graft-run`` marker, or (run
         folders of graft versions before the marker) a config.json that records an

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -44,6 +44,21 @@ _file_only.setLevel(logging.INFO)
 def file_only() -> logging.Logger:
     """The logger of lines for the run's log alone (:data:`FILE_ONLY`)."""
     return _file_only
+
+
+def echo_and_log(
+    echo: Callable[[str], None] | None, logger: logging.Logger
+) -> Callable[[str], None]:
+    """``echo`` (a caller's console) that also writes each line into the run's log;
+    ``logger.info`` (which reaches the log by itself) when none is given."""
+    if echo is None:
+        return logger.info
+
+    def say(line: str) -> None:
+        file_only().info("%s", line)
+        echo(line)
+
+    return say
 
 
 class OnceFilter(logging.Filter):

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from graft.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 #: ``--report-to``'s choices.
@@ -122,7 +124,7 @@ def tracking_for(tracker: str, folder: Path, group: str) -> Tracking | None:
     if tracker == "none":
         return None
     if tracker not in TRACKERS:
-        raise ValueError(f"unknown tracker {tracker!r}")  # the command line's choice
+        raise InputError(f"unknown tracker {tracker!r}; choose one of {', '.join(TRACKERS)}")
     mode = None
     if tracker == "wandb":
         mode, why = wandb_mode()

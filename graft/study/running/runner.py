@@ -53,7 +53,7 @@ from graft.results.compare import (
 from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
 from graft.results.record import RunRecord
-from graft.results.run_log import LOG_NAME, RunLog, file_only
+from graft.results.run_log import LOG_NAME, RunLog, echo_and_log, file_only
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.dataset_folder import check_facts
 from graft.study.data.rows import (
@@ -196,7 +196,7 @@ def run_experiment(
     with times.stage("data and checks"):
         check_analyses(request.analyses, run)
         folder, data_paths = _validate(request)
-    (echo or logger.info)(_folder_line(folder, run.execution.overwrite))
+    (echo or logger.info)(folder.state_line(run.execution.overwrite))
     # one process runs a folder at a time: a second command on the same --out waits, then
     # resumes (finding the batches done)
     # a read-only workspace (a store of finished donors) holds no lock: then beside the run
@@ -207,29 +207,7 @@ def run_experiment(
         log.capture(),
         exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks),
     ):
-        return _run_validated(request, folder, data_paths, _logged(echo), times, log)
-
-
-def _logged(echo: Callable[[str], None] | None) -> Callable[[str], None]:
-    """``echo`` (a caller's console) that also writes each line into the run's log; this
-    module's logger (which reaches the log by itself) when none is given."""
-    if echo is None:
-        return logger.info
-
-    def say(line: str) -> None:
-        file_only().info("%s", line)
-        echo(line)
-
-    return say
-
-
-def _folder_line(folder: RunFolder, overwrite: bool) -> str:
-    """The one line naming the run folder, said before any work starts."""
-    if not folder.config_path.is_file():
-        state = "new"
-    else:
-        state = "overwriting its old results" if overwrite else "resuming it"
-    return f"run folder: {folder.path} ({state})"
+        return _run_validated(request, folder, data_paths, echo_and_log(echo, logger), times, log)
 
 
 def _run_validated(
