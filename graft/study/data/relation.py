@@ -36,6 +36,7 @@ from typing import Any
 
 from graft.errors import DatasetError
 from graft.naming import slug
+from graft.storage.files import refuse_special
 from graft.study.data.articles import (
     TEMPLATE_NAME,
     Article,
@@ -98,6 +99,7 @@ def _render(template: str, values: dict[str, Any]) -> str:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    refuse_special(path)  # a FIFO would wait for a writer forever
     if not path.is_file():
         raise _fail(f"relation file {path} does not exist; pass an existing TOML file")
     try:
