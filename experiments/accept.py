@@ -20,8 +20,11 @@ def accept(folder: Path, quiet: bool) -> None:
     checksums): write its checksums and accepted.json, so it loads, and is checked from now
     on. What was accepted is said on stderr (also with --quiet)."""
     from graft.results import accept_run_tables
+    from graft.storage import refuse_special_under
     from graft.study import MODEL_FOLDER, RUN_FOLDER, accept_donor, folder_kind
 
+    # what the folder is is told by its files: a FIFO among them is refused first
+    refuse_special_under(folder, skip=(".set-aside",))
     kind = folder_kind(folder)
     if kind == RUN_FOLDER:
         click.echo(f"{folder} is a run folder: accepting its unmarked tables", err=True)

@@ -170,6 +170,14 @@ class LoggingCommand(click.Command):
                 return super().invoke(ctx)
             except GraftError as err:
                 raise cli_error(err) from None
+            except Exception as err:
+                # a storage error no reader or writer said in its words: still one line
+                from graft.storage import uncaught_storage_error
+
+                storage = uncaught_storage_error(err)
+                if storage is None:
+                    raise
+                raise cli_error(storage) from None
 
 
 def silence_library_progress() -> None:

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.provenance import command_line
-from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
+from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR, refuse_special_files
 from graft.storage.files import utc_timestamp
 from graft.storage.tables import is_marked, mark_table
 
@@ -41,6 +41,7 @@ def accept_run_tables(folder: str | os.PathLike[str]) -> list[Path]:
             no ``config.json``).
     """
     run = RunFolder(folder)
+    refuse_special_files(run.path)
     config = run.read_config()
     if config is None or not run.is_marked():
         raise RunFolderError(

@@ -18,7 +18,12 @@ import polars as pl
 from graft.errors import ExperimentError, RunFolderError
 from graft.results.record import read_run_record
 from graft.results.run_config import recorded_run_key
-from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, refresh_mirrors
+from graft.results.run_tables import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    refresh_mirrors,
+    refuse_special_files,
+)
 from graft.results.stats import paired_contrasts
 from graft.storage.tables import read_table
 
@@ -161,6 +166,7 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
             does not match its digest).
     """
     folder = Path(folder)
+    refuse_special_files(folder)
     config_file = folder / "config.json"
     record = read_run_record(config_file) if config_file.is_file() else None
     files = [folder / s / EXAMPLES_FILE for s in record.pairs] if record else []

@@ -65,16 +65,19 @@ from graft.results.run_tables import (
     SET_ASIDE_DIR,
     SUMMARY_STEM,
     RunTables,
+    refuse_special_files,
 )
 from graft.storage.files import (
     atomic_path,
     check_commit,
+    printable,
     probe_writable,
     remove_empty,
     to_json,
     utc_timestamp,
     write_json_atomic,
 )
+from graft.storage.paths import path_problem
 from graft.storage.tables import writing
 
 # SET_ASIDE_DIR and RunFolderError as the tests import them from here
@@ -101,6 +104,8 @@ class RunFolder(RunTables):
             :meth:`write_config` and recorded in ``config.json``; every table written
             records it and every part read back must record it. ``""`` before a config is
             written.
+        started: whether this object wrote the marker (or the config): from then on every
+            write checks that the marker is still there (:meth:`check_present`).
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -109,6 +114,7 @@ class RunFolder(RunTables):
         self.parts_path = self.path / PARTS_DIR
         self.marker_path = self.path / MARKER_FILE
         self.run_key = ""
+        self.started = False
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -120,6 +126,9 @@ class RunFolder(RunTables):
         Probes by creating the folder (and its missing parents) and a temp file in it, then
         removes all of that again: the file system is left as it was.
         """
+        problem = path_problem(self.path)
+        if problem:
+            raise RunFolderError(f"run folder {printable(self.path)} {problem}")
         if self.path.exists() and not self.path.is_dir():
             raise RunFolderError(f"run folder {self.path} is a file; choose a folder path")
         try:
@@ -154,7 +163,10 @@ class RunFolder(RunTables):
     def check_owned(self) -> None:
         """Raise :class:`RunFolderError` if the folder holds files a run folder would hold
         (``config.json``, ``parts/``, ``summary.*``) but no marker: it is not graft's to
-        resume or clear (a model folder, or another program's output)."""
+        resume or clear (a model folder, or another program's output). A special file in it
+        (a FIFO: opening it would wait forever) is refused first, its parts' aside: a
+        rerun sets those aside itself."""
+        refuse_special_files(self.path, parts=False)
         if self.is_marked() or not self.path.is_dir():
             return
         ours = [self.config_path, self.parts_path, *self._summary_files()]
@@ -172,6 +184,7 @@ class RunFolder(RunTables):
             marker = self.marker_path
             with writing("the run folder's marker", marker), atomic_path(marker) as tmp:
                 tmp.write_text(json.dumps({"note": MARKER_NOTE}))
+        self.started = self.marker_path.is_file()
 
     def _summary_files(self, stem: str = SUMMARY_STEM) -> list[Path]:
         return [self.path / f"{stem}{ext}" for ext in (".parquet", ".csv")]
@@ -273,11 +286,13 @@ class RunFolder(RunTables):
 
     def store_config(self, config: dict[str, Any]) -> None:
         """Write ``config`` as the folder's ``config.json``, and its copy into the marker."""
+        self.check_present()
         with writing("the run config", self.config_path):
             write_json_atomic(self.config_path, config)
         # the marker keeps a copy: `graft-exp repair` restores a replaced or damaged config.json
         with writing("the run folder's marker", self.marker_path):
             write_json_atomic(self.marker_path, {"note": MARKER_NOTE, "config": config})
+        self.started = True
 
     def remove_strays(self) -> list[Path]:
         """Remove the temp files an interrupted write left anywhere in the folder (an

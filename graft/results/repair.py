@@ -16,8 +16,8 @@ import polars as pl
 from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.run_config import CONFIG_FILE
-from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR
-from graft.storage.files import special_file
+from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR, refuse_special_files
+from graft.storage.files import reading, special_file
 from graft.storage.tables import META_PREFIX
 
 
@@ -40,7 +40,9 @@ def tables_run_key(folder: str | os.PathLike[str]) -> str | None:
 
 def _read(path: Path) -> dict | None:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        with reading(f"the run folder's {path.name}", path):
+            text = path.read_text(encoding="utf-8")
+        value = json.loads(text)
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -55,6 +57,7 @@ def repair_run_folder(folder: str | os.PathLike[str]) -> str:
             only a rerun with --overwrite, or a new --out, gets out).
     """
     path = Path(folder)
+    refuse_special_files(path)
     if not (path / MARKER_FILE).is_file():
         raise RunFolderError(f"{path} is no run folder of graft's (no {MARKER_FILE})")
     copy = (_read(path / MARKER_FILE) or {}).get("config")

@@ -8,13 +8,15 @@ from typing import cast
 
 import polars as pl
 
-from graft.errors import ResultsError
+from graft.errors import ResultsError, RunFolderError
 from graft.naming import slug
 from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.paper import numbers as paper_numbers
 from graft.results.record import read_run_record
-from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors
+from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors, refuse_special_files
+from graft.storage.files import printable
+from graft.storage.paths import path_problem
 from graft.storage.tables import read_table
 
 LAYER_SEP = " | "
@@ -127,17 +129,24 @@ def draw_figures(
         DamagedFileError: ``summary.parquet`` or ``config.json`` is damaged (or the summary
             does not match its digest).
         StorageError: a figure cannot be written (disk full, read-only folder).
+        RunFolderError: ``folder`` holds no finished run.
     """
     folder = Path(folder)
+    refuse_special_files(folder)
     summary_file = folder / "summary.parquet"
     config_file = folder / "config.json"
     if not summary_file.is_file() or not config_file.is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a finished run folder (needs summary.parquet and config.json)"
+        # (a run whose folder was removed before its figures ends here too)
+        raise RunFolderError(
+            f"{folder} is not a finished run folder (needs summary.parquet and config.json); "
+            "give the output folder of a completed experiment, or rerun its experiment"
         )
     record = read_run_record(config_file)
     summary = read_table(summary_file, SUMMARY_STEM, record.run_key)
     refresh_mirrors(folder, record.run_key)
+    problem = "" if fig_dir is None else path_problem(fig_dir)
+    if problem:
+        raise RunFolderError(f"the figures folder {printable(fig_dir)} {problem}")
     if metric not in summary.columns:
         stats = [c for c in summary.columns if f"{c}_lo" in summary.columns]
         raise ResultsError(f"unknown metric {metric!r}; use one of {', '.join(stats)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DamagedFileError, first_line
+from graft.storage.files import reading
 
 CONFIG_FILE = "config.json"
 # Fields that describe the environment of one invocation, not what was computed: ignored
@@ -63,7 +64,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        with reading("the run config", path):
+            text = path.read_text(encoding="utf-8")
+        config = json.loads(text)
     except (OSError, ValueError) as err:
         raise DamagedFileError(
             f"{path} is not a readable JSON run config ({first_line(err, 200)}); "

@@ -16,7 +16,13 @@ from urllib.parse import quote, unquote
 import polars as pl
 
 from graft.errors import DamagedFileError, RunFolderError, StorageError
-from graft.storage.files import check_commit, flat_table, storage_errors, write_json_atomic
+from graft.storage.files import (
+    check_commit,
+    flat_table,
+    refuse_special_under,
+    storage_errors,
+    write_json_atomic,
+)
 from graft.storage.tables import read_table, save_table, table_problem, write_csv, writing
 
 logger = logging.getLogger(__name__)
@@ -29,6 +35,15 @@ NAME_CONTRASTS_STEM = "contrasts_name"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
 #: Where a damaged or foreign part is moved (inside ``parts/<name>/``; readers skip it).
 SET_ASIDE_DIR = ".set-aside"
+
+
+def refuse_special_files(folder: str | os.PathLike[str], parts: bool = True) -> None:
+    """Refuse the run folder ``folder`` when a special file (a FIFO, a socket, a device) is
+    anywhere in it, before anything in it is opened: one
+    :class:`~graft.errors.DamagedFileError` line naming it (parts set aside excepted;
+    ``parts=False``: the parts too, which a rerun checks and sets aside itself)."""
+    skip = (SET_ASIDE_DIR,) if parts else (SET_ASIDE_DIR, PARTS_DIR)
+    refuse_special_under(folder, skip)
 
 
 def _batch_file(batch_id: str | int) -> str:
@@ -58,7 +73,20 @@ class RunTables:
 
     path: Path
     parts_path: Path
+    marker_path: Path
     run_key: str
+
+    def check_present(self) -> None:
+        """Before a write into a folder this object marked (``started``): raise :class:`~graft.errors.RunFolderError` when
+        its marker is gone (the folder was deleted or moved while this run wrote it), so
+        that no write re-creates part of it (which a rerun would refuse as no run folder
+        of graft's) and no summary is made of the parts left."""
+        if getattr(self, "started", False) and not self.marker_path.is_file():
+            raise RunFolderError(
+                f"the run folder {self.path} (its {self.marker_path.name} marker) was removed "
+                "or moved while this run wrote it; rerun the command: it starts the run anew "
+                "there"
+            )
 
     def _part_dir(self, name: str) -> Path:
         if not _NAME_RE.match(name):
@@ -74,6 +102,7 @@ class RunTables:
                 the part's name.
         """
         target = self._part_dir(name) / _batch_file(batch_id)
+        self.check_present()
         return save_table(df, target, name, self.run_key, str(batch_id))
 
     def _part_files(self, name: str) -> dict[str, Path]:
@@ -170,16 +199,19 @@ class RunTables:
     def write_table(self, name: str, df: pl.DataFrame) -> Path:
         """Write ``<name>.parquet`` atomically with its metadata (this run's key, the table
         name, rows and digest: :func:`read_table` checks them); return its path."""
+        self.check_present()
         return save_table(df, self.path / f"{name}.parquet", name, self.run_key)
 
     def write_summary(self, df: pl.DataFrame, stem: str = SUMMARY_STEM) -> tuple[Path, Path]:
         """Write ``<stem>.parquet`` (with metadata, :meth:`write_table`) and ``<stem>.csv``;
         nested columns become JSON in the CSV."""
         parquet = self.write_table(stem, df)
+        self.check_present()
         return parquet, write_csv(df, self.path / f"{stem}.csv")
 
     def write_json(self, filename: str, obj: Any) -> Path:
         """Write ``obj`` as JSON to ``path / filename`` atomically (e.g. a drop report)."""
+        self.check_present()
         with writing(filename, self.path / filename):
             return write_json_atomic(self.path / filename, obj)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graft.errors import StorageError
+from graft.errors import DamagedFileError, StorageError
 
 if TYPE_CHECKING:  # the NDIF server's venv imports this module and has no polars
     import polars as pl
@@ -90,43 +90,152 @@ def utc_timestamp() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+#: errno values of a full disk or quota: the fix is to free space.
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: errno values of a place this user may not write (or read): the fix is another place.
+DENIED_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+#: The errno a Python error of a library that leaves ``errno`` unset stands for.
+_ERRNO_OF_TYPE: tuple[tuple[type[OSError], int], ...] = (
+    (PermissionError, errno.EACCES),
+    (FileNotFoundError, errno.ENOENT),
+    (IsADirectoryError, errno.EISDIR),
+    (NotADirectoryError, errno.ENOTDIR),
+    (FileExistsError, errno.EEXIST),
+)
+
+
+def storage_errno(err: BaseException) -> int | None:
+    """The errno of a storage error, however its library raised it; None when ``err`` is
+    none. An ``OSError``'s ``errno`` field where it is set; else the ``(os error N)`` that
+    libraries written in Rust (polars, safetensors) put in their text, whether they raise
+    an ``OSError`` without an errno (polars' ``PermissionError``) or their own exception;
+    else what an ``OSError`` subclass stands for (``PermissionError``: ``EACCES``). The one
+    place where graft reads an errno from an error's text."""
+    if isinstance(err, OSError) and isinstance(err.errno, int):
+        return err.errno
+    match = _RUST_OS_ERROR.search(str(err))
+    if match:
+        return int(match.group(1))
+    if isinstance(err, OSError):
+        for kind, code in _ERRNO_OF_TYPE:
+            if isinstance(err, kind):
+                return code
+    return None
+
+
+def _error_path(err: BaseException) -> str | None:
+    """The path an error names: an ``OSError``'s ``filename``, else what follows the
+    ``(os error N):`` of a Rust library's text (polars: ``... (os error 13): /a/b``)."""
+    filename = getattr(err, "filename", None)
+    if filename:
+        return os.fsdecode(filename)
+    text = str(err)
+    match = _RUST_OS_ERROR.search(text)
+    rest = text[match.end() :].lstrip(":").strip() if match else ""
+    return rest.splitlines()[0] if rest else None
+
+
+def printable(path: str | os.PathLike[str] | None) -> str:
+    """``path`` as a line can print it: bytes that are no UTF-8 (held as surrogates) as
+    ``\\xff`` escapes."""
+    if path is None:
+        return ""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def storage_error(
+    err: BaseException, what: str, path: str | os.PathLike[str] | None = None, *, action="write"
+) -> StorageError | None:
+    """``err`` as one :class:`StorageError` line when it is a storage error of any errno
+    (:func:`storage_errno`), else None. ``what`` says what was being written (or read:
+    ``action="read"``); the message names the path (the error's own, else ``path``), the
+    reason and the fix: free space (full disk, quota), a place this user may write
+    (permission, read-only), else a look at that path; then rerun, which resumes."""
+    code = storage_errno(err)
+    if code is None:
+        return None
+    where = printable(_error_path(err) or path)
+    reason = getattr(err, "strerror", None) or os.strerror(code)
+    if action == "read":
+        if code in DENIED_ERRNOS:
+            fix = "ask its owner for read access, or copy it somewhere you can read"
+        else:
+            fix = "check that path (a disk error, a file removed or renamed?)"
+        return StorageError(f"cannot read {what} ({reason}: {where}); {fix}")
+    if code in FULL_ERRNOS | DENIED_ERRNOS:
+        fix = "free space or choose a writable place"
+    else:
+        fix = "check that path (a folder removed or renamed, a disk error?)"
+    return StorageError(
+        f"cannot write {what} ({reason}: {where}); {fix}, then rerun: it resumes where this "
+        "run stopped"
+    )
+
+
 @contextlib.contextmanager
 def storage_errors(
     what: str,
     path: str | os.PathLike[str] | None = None,
     wrapped: tuple[type[BaseException], ...] = (),
 ) -> Iterator[None]:
-    """Inside: a disk-full, quota, read-only or permission error becomes one
-    :class:`StorageError` line naming the path (the error's own, else ``path``).
+    """Inside: an ``OSError`` of any errno (a full disk, a quota, a read-only or forbidden
+    place, a removed folder, a disk error) becomes one :class:`StorageError` line naming
+    the path (the error's own, else ``path``) and the fix (:func:`storage_error`).
 
-    ``what`` says what was being written (``"the result parts"``). The message ends with the
-    fix: free space (or choose a writable place) and rerun, which resumes. ``wrapped``:
-    exception types of libraries written in Rust (polars, safetensors) that carry such an
-    errno in their text (``... (os error 28)``) instead of raising an ``OSError``; others of
-    those types pass through unchanged.
+    ``what`` says what was being written (``"the result parts"``). ``wrapped``: exception
+    types of libraries written in Rust (polars, safetensors) that carry the errno in their
+    text (``... (os error 28)``) instead of raising an ``OSError``; those whose text names
+    no errno pass through unchanged, unless the disk itself refuses a write now (polars'
+    parquet writer on a full disk says only "Invalid thrift: transport error").
     """
     try:
-        try:
-            yield
-        except wrapped as err:
-            match = _RUST_OS_ERROR.search(str(err))
-            code = int(match.group(1)) if match else None
-            if code not in STORAGE_ERRNOS:
-                # the library's text may carry no errno (polars' parquet writer on a full
-                # disk: "Invalid thrift: transport error"): ask the disk itself
-                code = _storage_errno_at(path)
+        yield
+    except wrapped as err:
+        if storage_errno(err) is None:
+            code = _storage_errno_at(path)
             if code not in STORAGE_ERRNOS:
                 raise
-            raise OSError(code, os.strerror(code), None if path is None else str(path)) from err
-    except OSError as err:
-        if err.errno not in STORAGE_ERRNOS:
+            err = OSError(code, os.strerror(code), None if path is None else str(path))
+        found = storage_error(err, what, path)
+        if found is None:
             raise
-        where = err.filename or path
-        reason = err.strerror or os.strerror(err.errno or 0)
-        raise StorageError(
-            f"cannot write {what} ({reason}: {where}); free space or choose a writable "
-            "place, then rerun: it resumes where this run stopped"
-        ) from None
+        raise found from None
+    except OSError as err:
+        found = storage_error(err, what, path)
+        if found is None:
+            raise
+        raise found from None
+
+
+@contextlib.contextmanager
+def reading(what: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Inside: a read that this user may not make (permission) becomes one
+    :class:`StorageError` line (:func:`storage_error`, ``action="read"``), whether the
+    ``OSError`` carries its errno or only its text (polars); other errors pass through (a
+    damaged file is the reader's to judge)."""
+    try:
+        yield
+    except Exception as err:
+        found = storage_error(err, what, path, action="read")
+        if found is None or storage_errno(err) not in DENIED_ERRNOS:
+            raise
+        raise found from None
+
+
+def uncaught_storage_error(err: BaseException) -> StorageError | None:
+    """The command line's last resort: ``err``, which no reader or writer of graft turned
+    into its own line, as one :class:`StorageError` line when it is a storage error of any
+    errno (:func:`storage_errno`: an ``OSError``, or a library's error whose text names an
+    ``os error``), else None (a bug: its traceback stays). A closed output pipe is none."""
+    if isinstance(err, BrokenPipeError) or storage_errno(err) is None:
+        return None
+    code = storage_errno(err)
+    where = printable(_error_path(err)) or "a path graft was using"
+    reason = getattr(err, "strerror", None) or os.strerror(code or 0)
+    return StorageError(
+        f"a file could not be read or written ({reason}: {where}); check that path (its "
+        "permissions, free space, whether it still exists), then rerun"
+    )
 
 
 #: Bytes :func:`_storage_errno_at` tries to write to tell a full disk.
@@ -230,6 +339,30 @@ def special_file(path: str | os.PathLike[str]) -> str:
     return ""
 
 
+def refuse_special(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`~graft.errors.DamagedFileError` when ``path`` is a special file
+    (:func:`special_file`): checked before graft opens it."""
+    kind = special_file(path)
+    if kind:
+        raise DamagedFileError(
+            f"{printable(path)} is {kind} where graft reads a regular file (opening it would "
+            "wait or read forever); remove it (or put the file it stands for there), then rerun"
+        )
+
+
+def refuse_special_under(folder: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> None:
+    """:func:`refuse_special` for every file under ``folder`` (symlinks followed to their
+    target, folders named in ``skip`` and their contents left out): a folder graft reads is
+    checked whole before anything in it is opened."""
+    root = Path(folder)
+    if not root.is_dir():
+        return
+    for base, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip]
+        for name in files:
+            refuse_special(Path(base) / name)
+
+
 _HASHES: dict[tuple[str, int, int], str] = {}
 _CHUNK = 1 << 22
 
@@ -237,6 +370,7 @@ _CHUNK = 1 << 22
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """The sha256 (hex) of a file; computed once per process per (path, size, mtime)."""
     path = Path(path)
+    refuse_special(path)
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _HASHES:

@@ -96,7 +96,7 @@ def lock_path(path: str | os.PathLike[str], lock_dir: str | os.PathLike[str]) ->
     resolved path."""
     absolute, home = Path(path).resolve(), Path(lock_dir).resolve().parent
     key = absolute.relative_to(home) if absolute.is_relative_to(home) else absolute
-    digest = hashlib.sha256(str(key).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(os.fsencode(key)).hexdigest()[:16]  # any bytes a name holds
     return Path(lock_dir) / f"{absolute.name[:80]}-{digest}.lock"
 
 

@@ -21,7 +21,13 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import DamagedFileError, first_line
-from graft.storage.files import atomic_path, flat_table, special_file, storage_errors
+from graft.storage.files import (
+    atomic_path,
+    flat_table,
+    reading,
+    special_file,
+    storage_errors,
+)
 
 #: Prefix of graft's keys in a table's parquet metadata.
 META_PREFIX = "graft."
@@ -102,8 +108,9 @@ def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame |
     if special:
         return None, f"is {special}, not a parquet file"
     try:
-        metadata = pl.read_parquet_metadata(path)
-        frame = pl.read_parquet(path)
+        with reading("a table", path):
+            metadata = pl.read_parquet_metadata(path)
+            frame = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as err:
         return None, f"is not a readable parquet file ({first_line(err, 200)})"
     ours = {k[len(META_PREFIX) :]: v for k, v in metadata.items() if k.startswith(META_PREFIX)}
@@ -152,7 +159,8 @@ def is_marked(path: str | os.PathLike[str]) -> bool:
     if special_file(path):
         return False
     try:
-        metadata = pl.read_parquet_metadata(Path(path))
+        with reading("a table", path):  # a table this user may not read: one line
+            metadata = pl.read_parquet_metadata(Path(path))
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):
         return False
     return any(k.startswith(META_PREFIX) for k in metadata)

@@ -60,6 +60,9 @@ def hit(name):
     calls[name] = calls.get(name, 0) + 1
     if name == point and calls[name] == nth:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("GRAFT_REMOVE_AT") == f"{name}:{calls[name]}":  # --out deleted mid-run
+        import shutil
+        shutil.rmtree(os.environ["GRAFT_REMOVE_OUT"])
 
 def wrap(owner, attr, name, after=False):
     original = getattr(owner, attr)
@@ -286,6 +289,12 @@ def delete(path: Path) -> None:
     path.unlink()
 
 
+def fifo(path: Path) -> None:
+    """A FIFO in the file's place: opening it would wait for a writer forever."""
+    path.unlink()
+    os.mkfifo(path)
+
+
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "flip": flip,
     "truncate": truncate,
@@ -293,6 +302,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "rewrite": rewrite,
     "edit_csv": edit_csv,
     "delete": delete,
+    "fifo": fifo,
 }
 
 
@@ -309,21 +319,22 @@ FILES = [
     ("donor config", "ws/finetuned/**/config.json", ["flip", "truncate", "wrong_width", "swap"]),
     ("donor checksums", "ws/finetuned/**/checksums.json", ["flip", "truncate", "empty", "delete"]),
     ("donor evaluation", "ws/finetuned/**/eval.json", ["truncate"]),
+    ("donor data manifest", "ws/finetuned/**/data_manifest.json", ["fifo"]),
     ("test prompts", "ws/datasets/*/test_prompts.jsonl", ["edit", "truncate", "swap"]),
     ("training texts", "ws/datasets/*/train.jsonl", ["flip"]),
-    ("dataset manifest", "ws/datasets/*/manifest.json", ["flip", "truncate", "empty"]),
+    ("dataset manifest", "ws/datasets/*/manifest.json", ["flip", "truncate", "empty", "fifo"]),
     (
         "result part",
         "run/parts/examples/0.parquet",
-        ["flip", "truncate", "empty", "swap", "rewrite"],
+        ["flip", "truncate", "empty", "swap", "rewrite", "fifo"],
     ),
     ("last result part", "run/parts/examples/3.parquet", ["swap"]),
-    ("examples table", "run/examples.parquet", ["flip", "truncate", "swap", "rewrite"]),
+    ("examples table", "run/examples.parquet", ["flip", "truncate", "swap", "rewrite", "fifo"]),
     ("summary table", "run/summary.parquet", ["flip", "truncate", "swap", "rewrite"]),
-    ("summary mirror", "run/summary.csv", ["edit_csv"]),
+    ("summary mirror", "run/summary.csv", ["edit_csv", "fifo"]),
     ("contrasts table", "run/contrasts.parquet", ["flip", "empty"]),
     ("drop report", "run/drops.json", ["truncate"]),
-    ("run config", "run/config.json", ["flip", "truncate", "empty"]),
+    ("run config", "run/config.json", ["flip", "truncate", "empty", "fifo"]),
 ]
 
 
@@ -408,3 +419,24 @@ def test_a_damaged_file_is_one_line_or_recomputed(reference, tmp_path, what, pat
         for folder in ("ws", "run"):
             shutil.rmtree(root / folder)
             shutil.copytree(work / folder, root / folder, copy_function=shutil.copy2)
+
+
+def test_an_out_removed_mid_run_is_one_line_and_the_rerun_recreates_it(reference, tmp_path):
+    """Was a traceback in the figures step, then a rerun that refused the folder graft had
+    re-created (parts without a marker) (issue #52 item 4)."""
+    workspace, out = reference["root"] / "ws", tmp_path / "run"
+    args = position_args(workspace, out)
+    env = {"GRAFT_REMOVE_AT": "parquet:2", "GRAFT_REMOVE_OUT": str(out)}
+    removed = graft_exp(args, env=env)
+    assert removed.returncode == 2, removed.stdout
+    assert "Traceback" not in removed.stdout
+    errors = [line for line in removed.stdout.splitlines() if line.startswith("Error")]
+    # removed between two parts, or (here) while a part is written: one line either way
+    said = ("removed or moved while this run wrote it", "No such file or directory")
+    assert len(errors) == 1 and any(s in errors[0] for s in said), errors
+    assert not out.exists()  # nothing of it re-created
+    rerun = graft_exp(args)
+    assert rerun.returncode == 0, rerun.stdout
+    got = tables(out)
+    for name, table in reference["tables"].items():
+        assert got[name].equals(table), f"{name} differs"

@@ -293,12 +293,24 @@ def test_a_full_disk_is_one_line_naming_the_file_and_leaves_nothing(
     assert run.done_batches("examples") >= {"0", "1"}
 
 
-def test_a_wrapped_polars_error_that_is_no_storage_error_is_left_alone(tmp_path, monkeypatch):
+def test_a_wrapped_polars_error_of_any_errno_is_one_line(tmp_path, monkeypatch):
+    """An I/O error (os error 5) is a storage error too (issue #52 item 4: any errno)."""
+
     def broken(self, *args, **kwargs):
         raise pl.exceptions.ComputeError("parquet: something else (os error 5)")
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", broken)
-    with pytest.raises(pl.exceptions.ComputeError, match="os error 5"):
+    with pytest.raises(StorageError, match="Input/output error") as raised:
+        RunFolder(tmp_path).append_batch("examples", batch(0), "0")
+    assert "\n" not in str(raised.value)
+
+
+def test_a_wrapped_polars_error_that_is_no_storage_error_is_left_alone(tmp_path, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise pl.exceptions.ComputeError("parquet: something else")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", broken)
+    with pytest.raises(pl.exceptions.ComputeError, match="something else"):
         RunFolder(tmp_path).append_batch("examples", batch(0), "0")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DamagedFileError, DatasetError
-from graft.storage.files import file_sha256
+from graft.storage.files import file_sha256, refuse_special_under
 from graft.study.data.facts import Fact
 from graft.study.data.files import read_jsonl
 
@@ -34,6 +34,7 @@ def check_dataset_folder(dataset_dir: str | os.PathLike[str], files: Sequence[st
     make = "make one with graft.study.data.datasets.generate_dataset"
     if not path.is_dir():
         raise DatasetError(f"dataset folder {path} does not exist; {make}", "dataset")
+    refuse_special_under(path)
     missing = [name for name in files if not (path / name).is_file()]
     if missing:
         what = "is empty" if not any(path.iterdir()) else f"has no {', '.join(missing)}"
@@ -66,6 +67,7 @@ def verify_dataset(dataset_dir: str | os.PathLike[str]) -> None:
         DamagedFileError: a recorded file is missing or its bytes differ from its hash.
     """
     folder = Path(dataset_dir)
+    refuse_special_under(folder)  # before anything in it is opened (a FIFO would hang)
     if not (folder / "manifest.json").is_file():
         return
     hashes = load_manifest(folder).get("files")

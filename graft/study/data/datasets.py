@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError, StorageError
-from graft.storage.files import check_commit, fsync, share_like_umask
+from graft.storage.files import check_commit, fsync, refuse_special_under, share_like_umask
 from graft.storage.locks import exclusive
 from graft.study.data.articles import (
     ARTICLES_GENERATOR,
@@ -274,6 +274,7 @@ def _reusable(out: Path, config: DatasetConfig, overwrite: bool) -> bool:
     an empty folder or with ``overwrite``; refused when it holds anything else."""
     if out.is_dir() and not any(out.iterdir()):
         return False
+    refuse_special_under(out)  # before anything in it is opened (a FIFO would hang)
     validate_config(config)
     if overwrite:
         return False

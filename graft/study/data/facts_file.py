@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError
+from graft.storage.files import refuse_special
 from graft.study.data.files import read_jsonl
 
 #: The columns every row of a facts file has.
@@ -59,6 +60,7 @@ def read_rows(path: str | Path, param: str, what: str) -> list[Any]:
         DatasetError: the file is missing, unreadable, not UTF-8 or not valid CSV/JSONL.
     """
     path = Path(path)
+    refuse_special(path)  # a FIFO would wait for a writer forever
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError
+from graft.storage.files import refuse_special
 
 #: The files shipped with graft (real actors and movies, generic text).
 RESOURCES = Path(__file__).parents[2] / "resources"
@@ -29,6 +30,7 @@ def read_jsonl(path: str | os.PathLike[str], param: str = "dataset") -> list[dic
             (the message names the file and the line number).
     """
     path = Path(path)
+    refuse_special(path)  # a FIFO would wait for a writer forever
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -67,6 +69,7 @@ def read_text_corpus(path: str | os.PathLike[str], param: str = "corpus_path") -
     """Documents of a corpus file: JSONL with a ``text`` field (``.jsonl``/``.ndjson``)
     or plain text with one document per non-empty line. ``param`` as for :func:`read_jsonl`."""
     path = Path(path)
+    refuse_special(path)  # a FIFO would wait for a writer forever
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:

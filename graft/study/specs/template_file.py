@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError
+from graft.storage.files import refuse_special
 
 #: The keys a template file may have beyond a relation file's ``name`` and ``facts``.
 TEMPLATE_KEYS = ("train", "test", "relations", "unrendered")
@@ -77,6 +78,7 @@ def read_toml(path: Path, param: str, what: str = "relation file") -> dict[str, 
     Raises:
         DatasetError: the file is missing, unreadable or not TOML (one line, ``param``).
     """
+    refuse_special(path)  # a FIFO would wait for a writer forever
     if not path.is_file():
         raise DatasetError(f"{what} {path} does not exist; pass an existing TOML file", param)
     try:

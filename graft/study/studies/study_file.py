@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import InputError
+from graft.storage.files import refuse_special
 from graft.study.specs.config import ExperimentConfig
 from graft.study.studies.kinds import DESIGNS
 
@@ -93,6 +94,7 @@ def read_study(path: str | Path) -> Study:
             unknown key, experiment or option, no models, no experiments, bad seeds.
     """
     file = Path(path)
+    refuse_special(file)  # a FIFO would wait for a writer forever
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as err:

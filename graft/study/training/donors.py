@@ -19,7 +19,12 @@ from pathlib import Path
 
 from graft.errors import DamagedFileError, FinetuneError
 from graft.results.provenance import command_line
-from graft.storage.files import file_sha256, utc_timestamp, write_json_atomic
+from graft.storage.files import (
+    file_sha256,
+    refuse_special_under,
+    utc_timestamp,
+    write_json_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +98,7 @@ def verify_donor(folder: str | os.PathLike[str], role: str = "donor") -> None:
             the command that accepts it as it is).
     """
     folder = Path(folder)
+    refuse_special_under(folder)  # before anything in it is opened (a FIFO would hang)
     if not (folder / CHECKSUMS).is_file():
         accept = f"graft-exp accept {folder}"
         if (folder / FINETUNE_RECORD).is_file():
@@ -164,6 +170,8 @@ def check_trained_on(donor: str | os.PathLike[str], dataset: str | os.PathLike[s
     Raises:
         FinetuneError: the hashes differ; the message names the folder to delete.
     """
+    refuse_special_under(donor)  # a FIFO would hang the reads below
+    refuse_special_under(dataset)
     recorded = _train_hash(Path(donor) / "data_manifest.json")
     current = _train_hash(Path(dataset) / "manifest.json")
     if recorded is None or current is None or recorded == current:
