@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from graft.core.api.texts import _rows, _spec_list, _tokenizer
+from graft.core.api.texts import Prompt, _prompt_list, _rows, _spec_list, _tokenizer, is_one_prompt
 from graft.core.execution.engine import run_grafts
 from graft.core.execution.executor import Executor
 from graft.core.language.graft_object import Graft
@@ -48,10 +48,10 @@ def generate(
     base: Any,
     donors: Any,
     tokenizer: Any,
-    text: str,
+    text: Prompt,
     specs: Sequence[GraftSpec | Graft | str] | GraftSpec | Graft | str,
     *,
-    fields: Mapping[str, str] | None = None,
+    fields: Mapping[str, Any] | None = None,
     max_new_tokens: int = 16,
     sample: bool = False,
     temperature: float = 1.0,
@@ -64,7 +64,7 @@ def generate(
 
     Args:
         base, donors, tokenizer, fields: as for :func:`graft.core.api.texts.graft_texts`.
-        text: the prompt.
+        text: the prompt: a string, or its token ids (a list of ints or a 1-D tensor).
         specs: one graft (a spec text, a ``graft.Graft`` or a ``GraftSpec``) or a list.
         max_new_tokens: most tokens generated per spec.
         sample: draw each token from the softmax of the logits divided by ``temperature``
@@ -77,15 +77,18 @@ def generate(
     Returns:
         a :class:`Generation`.
     """
-    if not isinstance(text, str):
-        raise SpecError("graft.generate continues one prompt: give text as a string")
+    if not is_one_prompt(text):
+        raise SpecError(
+            "graft.generate continues one prompt: give text as a string or one prompt's token "
+            "ids (a list of ints or a 1-D tensor)"
+        )
     if max_new_tokens < 1:
         raise SpecError(f"max_new_tokens must be >= 1, not {max_new_tokens}")
     if sample and not temperature > 0:
         raise SpecError(f"temperature must be > 0 for sampling, not {temperature}")
     tokenizer = _tokenizer(base, tokenizer)
     spec_list = _spec_list(specs)
-    rows = _rows(tokenizer, [text], spec_list, [dict(fields or {})])
+    rows = _rows(tokenizer, _prompt_list(text), spec_list, [dict(fields or {})])
     prompt = list(rows[0].input_ids)
     eos = getattr(tokenizer, "eos_token_id", None) if stop_at_eos else None
     generator = torch.Generator().manual_seed(seed)

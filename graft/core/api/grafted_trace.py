@@ -37,7 +37,16 @@ import torch
 from nnsight.intervention.interleaver import Mediator
 from nnsight.intervention.tracer import InterleavingTracer
 
-from graft.core.api.texts import _field_list, _rows, _spec_list, _text_list, _tokenizer, is_one_spec
+from graft.core.api.texts import (
+    Prompts,
+    _field_list,
+    _prompt_list,
+    _rows,
+    _spec_list,
+    _tokenizer,
+    is_one_prompt,
+    is_one_spec,
+)
 from graft.core.execution.engine import _plans, checked_inputs
 from graft.core.execution.executor import Executor, LocalExecutor
 from graft.core.execution.trace import DonorModules, graft_trace_body, last_logits, trace_batch
@@ -155,13 +164,18 @@ class GraftedTrace(InterleavingTracer):
             value = InvokeBatcher(self, value.envoy, value.kwargs)
         self.__dict__["_batcher"] = value
 
-    def invoke(  # nnsight's invoke takes the forward's inputs; this one a text and a graft
-        self, text: str, spec: Any = "none", *, fields: Mapping[str, str] | None = None
+    def invoke(  # nnsight's invoke takes the forward's inputs; this one a prompt and a graft
+        self, text: Any = None, spec: Any = "none", *, fields: Mapping[str, Any] | None = None
     ) -> Any:
-        """One row of the batch with its own graft: ``with g.invoke(text, spec) as row:``.
-        Inside, reads and writes see this row only (as in nnsight's ``tracer.invoke``), and
-        ``row.logits`` is its last-position logits. Only in ``graft.trace(base, donors,
-        tokenizer)`` opened without texts."""
+        """One row of the batch with its own graft: ``with g.invoke(text, spec) as row:``
+        (``text``: a prompt string or its token ids). Inside, reads and writes see this row
+        only (as in nnsight's ``tracer.invoke``), and ``row.logits`` is its last-position
+        logits. Only in ``graft.trace(base, donors, tokenizer)`` opened without texts."""
+        if text is None:  # nnsight's empty invoke (the whole batch) has no graft row
+            raise _trace_error(
+                "g.invoke() needs its row's prompt: g.invoke(text, spec); to read the whole "
+                "batch, use g.model in the trace's block outside any invoke"
+            )
         if self.invoke_rows is None:
             raise _trace_error(
                 "g.invoke(...) adds rows to a trace opened without texts: "
@@ -239,6 +253,13 @@ class GraftedTrace(InterleavingTracer):
         and put the base's attention implementation back."""
         try:
             return InterleavingTracer.__exit__(self, *exc)
+        except Exception as err:
+            if not self.grad and "require grad" in str(err):  # a backward with autograd off
+                raise _trace_error(
+                    "a backward in this trace has no gradients to give: the graft runs without "
+                    "autograd unless opened with graft.trace(..., grad=True)"
+                ) from err
+            raise
         finally:
             self._state = "done"
             self.donor_modules = {}
@@ -279,7 +300,7 @@ def trace(
     base: Any,
     donors: Any,
     tokenizer: Any,
-    texts: Sequence[str] | str | None = None,
+    texts: Prompts | None = None,
     specs: Sequence[GraftSpec | Graft | str] | GraftSpec | Graft | str = "none",
     *,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
@@ -298,7 +319,8 @@ def trace(
 
     Args:
         base, donors, tokenizer, fields: as for :func:`graft.core.api.texts.graft_texts`.
-        texts: a prompt, or a list of prompts: the rows of the batch, in order. None: the
+        texts: a prompt, or a list of prompts: the rows of the batch, in order; a prompt is
+            a text or its token ids, as for ``graft_texts``. None: the
             rows come from ``with g.invoke(text, spec):`` blocks, each its own graft, as
             nnsight's ``tracer.invoke``.
         specs: one graft (a spec text, a ``graft.Graft`` or a ``GraftSpec``) for every
@@ -319,11 +341,11 @@ def trace(
     tokenizer = _tokenizer(base, tokenizer)
     if texts is None:
         return _invoke_trace(base, donors, tokenizer, pad_id, executor, grad, attention)
-    text_list = _text_list(texts)
+    text_list = _prompt_list(texts)
     spec_list = _spec_list(specs)
     if len(spec_list) == 1 and is_one_spec(specs):
         spec_list = spec_list * len(text_list)
-    elif len(text_list) == 1 and isinstance(texts, str):
+    elif len(text_list) == 1 and is_one_prompt(texts):
         text_list = text_list * len(spec_list)  # one text, one row per graft
         if isinstance(fields, Mapping):
             fields = [fields] * len(spec_list)

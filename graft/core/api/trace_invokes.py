@@ -15,7 +15,7 @@ import torch
 from nnsight.intervention.batching import Batcher
 from nnsight.intervention.tracer import Invoker
 
-from graft.core.api.texts import _rows, _spec_list, is_one_spec
+from graft.core.api.texts import _prompt_list, _rows, _spec_list, is_one_prompt, is_one_spec
 from graft.core.families.arch import architecture_of
 from graft.core.planning.plan import GraftRow
 from graft.errors import TraceError
@@ -60,14 +60,16 @@ class InvokeRows:
         self.tokenizer, self.planner = tokenizer, planner
         self.rows: list[GraftRow] = []
 
-    def add(self, text: str, spec: Any, fields: Mapping[str, str] | None) -> int:
+    def add(self, text: Any, spec: Any, fields: Mapping[str, Any] | None) -> int:
         """Tokenize one invoke's row now (bad input fails at the ``g.invoke`` line)."""
-        if not isinstance(text, str) or not is_one_spec(spec):
+        if not is_one_prompt(text) or not is_one_spec(spec):
             raise TraceError(
-                "g.invoke(text, spec) adds one row: give one prompt string and one graft (a "
-                "spec text, a graft.Graft or a GraftSpec); use one invoke per row"
+                "g.invoke(text, spec) adds one row: give one prompt (a string or its token "
+                "ids) and one graft (a spec text, a graft.Graft or a GraftSpec); use one "
+                "invoke per row"
             )
-        (row,) = _rows(self.tokenizer, [text], _spec_list(spec), [fields or {}])
+        (prompt,) = _prompt_list(text)
+        (row,) = _rows(self.tokenizer, [prompt], _spec_list(spec), [fields or {}])
         self.rows.append(row)
         return len(self.rows) - 1
 

@@ -46,6 +46,12 @@ def wrap(model: nn.Module) -> Any:
     return wrapped
 
 
+def wrapped_by_graft(model: Any) -> bool:
+    """Whether ``model`` is a wrapper :func:`wrap` made (whose tokenizer is a placeholder)."""
+    inner = unwrap(model)
+    return inner is not model and _WRAPPED.get(inner) is model
+
+
 def _placeholder_tokenizer() -> PreTrainedTokenizerFast:
     """A one-token tokenizer (never called: graft passes token ids)."""
     from tokenizers import Tokenizer

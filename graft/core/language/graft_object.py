@@ -1,6 +1,8 @@
 """A graft as a Python object: :class:`Graft` says what a one-rule spec string says, with
 Python values (lists of layers, a ``range``, a tuple of modules), and is accepted wherever a
-spec is. ``Graft(...) + Graft(...)`` is a spec of several rules (the later wins on overlap).
+spec is. ``Graft(...) + Graft(...)`` (and ``sum`` of several) is a spec of several rules (the
+later wins on overlap), equal to its text: ``Graft("FE") + Graft("LT", modules="o") ==
+"FE:all:all; LT:all:o"``.
 
     Graft(positions="FE+LT", layers="all", modules="all")          # FE+LT:all:all
     Graft(positions=["LT"], layers=range(20, 30), modules=("o", "mlp"))  # LT:20-29:o,mlp
@@ -122,6 +124,15 @@ class Graft:
         """A spec of this graft's rule, then ``other``'s (later rules win on overlap); the
         head and protocol must agree or be left at their defaults on one side."""
         return combine(self, other)
+
+    def __radd__(self, other: Graft | GraftSpec | str | int) -> GraftSpec:
+        """``other``'s rules, then this graft's: ``spec + Graft(...)``, ``"..." + Graft(...)``
+        and ``sum([Graft(...), ...])`` (which starts from 0)."""
+        if isinstance(other, int) and other == 0:
+            return combine(self)
+        if not isinstance(other, Graft | GraftSpec | str):
+            return NotImplemented
+        return combine(other, self)
 
 
 def as_spec(spec: Graft | GraftSpec | str) -> GraftSpec:

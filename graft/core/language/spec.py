@@ -28,6 +28,9 @@ Text form (one line, usable on the command line)::
                 graft.core.language.selectors; eighths refused) and 'all' = embed and block, without
                 a learned position embedding (pos_embed), which the paper never grafted
 
+Every part between ';'s is non-empty (no trailing ';'), and ``head=`` and ``protocol=``
+are each written at most once.
+
 Examples: ``FE+LT:all:all``, ``LT:q4:o,ffn``, ``FE:all:all@task; LT:h2:o,ffn@relation``,
 ``ALL:all:all; head=donor``, ``none`` (graft nothing).
 
@@ -217,6 +220,23 @@ class GraftSpec:
                 "write head=donor:all (or head=donor@NAME:all)"
             )
 
+    def _meaning(self) -> tuple:
+        return (self.rules, self.head, self.head_donor, self.protocol, self.head_everywhere)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a GraftSpec or a spec text that means the same (the name aside)."""
+        if isinstance(other, str):
+            try:
+                other = GraftSpec.parse(other)
+            except SpecError:
+                return False
+        if not isinstance(other, GraftSpec):
+            return NotImplemented
+        return self._meaning() == other._meaning()
+
+    def __hash__(self) -> int:
+        return hash(self._meaning())
+
     # ------------------------------------------------------------------ text / JSON
     @classmethod
     def parse(cls, text: str, name: str | None = None) -> GraftSpec:
@@ -229,8 +249,19 @@ class GraftSpec:
         rules: list[Rule] = []
         head, head_donor, protocol, everywhere = "base", DEFAULT_DONOR, "graft", False
         parts = [p.strip() for p in text.split(";")]
+        seen: set[str] = set()
         for part in parts:
-            if not part or part.lower() in ("none", "pre"):
+            if not part:
+                raise SpecError(
+                    f"{text!r}: an empty part between ';'s; drop the stray ';' "
+                    "(parts are RULE; RULE; head=...; protocol=...)"
+                )
+            key = part.partition("=")[0]
+            if key in ("head", "protocol"):
+                if key in seen:
+                    raise SpecError(f"{text!r}: {key}= given twice; keep one")
+                seen.add(key)
+            if part.lower() in ("none", "pre"):
                 continue
             if part.startswith("protocol="):
                 protocol = part[len("protocol=") :]

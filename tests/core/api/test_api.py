@@ -65,8 +65,14 @@ def test_fields_as_one_dict_for_one_text(pair, tok) -> None:
         (TEXT, {"FE": "Tom Cruise"}, "does not occur"),
         (TEXT, {"FE": ""}, "does not occur"),
         (TEXT, {"FE": 3}, "does not occur"),
-        ([], None, "non-empty list of prompt strings"),
-        ([TEXT, 5], None, "prompt strings"),
+        ([], None, "non-empty list of prompts"),
+        ([TEXT, 5], None, "non-empty list of prompts"),
+        ([1.5, 2.5], None, "token ids as a list of ints"),
+        (torch.tensor([1.0, 2.0]), None, "token ids as a list of ints"),
+        (torch.tensor([], dtype=torch.long), None, "token ids as a list of ints"),
+        ([1, 2, 3], {"FE": "Keanu"}, "give its token positions"),
+        ([1, 2, 3], {"FE": [1, 3]}, "position 3 is outside the prompt's 3 tokens"),
+        ([1, 2, 3], {"FE": []}, "give its token positions"),
     ],
 )
 def test_bad_texts_and_fields_are_graft_errors(pair, tok, texts, fields, message) -> None:
@@ -139,3 +145,62 @@ def test_graft_nothing_is_the_same_padded_forward_bit_for_bit(tok, family, paddi
     same = torch.stack([plain[k, j] for k, j in enumerate(last)])
     assert torch.equal(out, same)
     assert (out - alone).abs().max() <= TOL
+
+
+# ------------------------------------------------------------------- prompts as nnsight users pass them
+
+
+def test_token_ids_give_the_texts_logits(pair, tok) -> None:
+    """Token ids as the tokenizer gives them are the text's prompt: the same logits, bit for
+    bit, as a list, a 1-D tensor, a [1, n] tensor (which keeps its texts dimension) or a
+    list of prompts; fields of ids are token positions."""
+    from graft.core.language.spans import tokenize_with_spans
+
+    base, donor = pair
+    ids, other = tok(TEXT)["input_ids"], tok(OTHER)["input_ids"]
+    want = graft_texts(base, donor, tok, TEXT, "LT:all:all")
+    assert torch.equal(graft_texts(base, donor, tok, ids, "LT:all:all"), want)
+    assert torch.equal(graft_texts(base, donor, tok, torch.tensor(ids), "LT:all:all"), want)
+    batch = graft_texts(base, donor, tok, torch.tensor([ids]), "LT:all:all")
+    assert batch.shape == (1, 96) and torch.equal(batch[0], want)
+    both = graft_texts(base, donor, tok, [TEXT, OTHER], ["none", "LT:all:all"])
+    assert torch.equal(graft_texts(base, donor, tok, [ids, other], ["none", "LT:all:all"]), both)
+    assert torch.equal(graft_texts(base, donor, tok, [TEXT, other], ["none", "LT:all:all"]), both)
+    fe = tokenize_with_spans(tok, TEXT, {"FE": (0, len("Keanu Reeves"))}).spans["FE"]
+    by_text = graft_texts(base, donor, tok, TEXT, "FE:all:all", fields={"FE": "Keanu Reeves"})
+    by_ids = graft_texts(base, donor, tok, ids, "FE:all:all", fields={"FE": fe})
+    assert torch.equal(by_ids, by_text)
+    assert not torch.equal(by_ids, graft_texts(base, donor, tok, ids, "none"))  # FE grafted
+    backwards = [p - len(ids) for p in fe]  # negative positions count from the end
+    assert torch.equal(
+        graft_texts(base, donor, tok, ids, "FE:all:all", fields={"FE": backwards}), by_text
+    )
+
+
+def test_score_targets_refuses_token_ids(pair, tok) -> None:
+    from graft.core.api.texts import score_targets
+
+    base, donor = pair
+    with pytest.raises(SpecError, match="give texts as strings"):
+        score_targets(base, donor, tok, tok(TEXT)["input_ids"], "none", " Laurence")
+
+
+@pytest.mark.filterwarnings("ignore:LanguageModel is deprecated")
+@pytest.mark.parametrize("kind", ["LanguageModel", "TransformersModel"])
+def test_an_nnsight_language_model_gives_its_tokenizer(pair, tok, kind) -> None:
+    """An nnsight LanguageModel (TransformersModel in newer nnsight) carries its tokenizer:
+    tokenizer=None takes it; graft's own wrapper (a placeholder tokenizer) does not count."""
+    import nnsight
+    from nnsight.modeling.transformers import TransformersModel
+
+    from graft.core.families.wrapping import wrap
+
+    base, donor = pair
+    want = graft_texts(base, donor, tok, TEXT, "LT:all:all")
+    if kind == "LanguageModel":
+        model = nnsight.LanguageModel(base, tokenizer=tok)
+    else:
+        model = TransformersModel(base, task="text-generation", tokenizer=tok)
+    assert torch.equal(graft_texts(model, donor, None, TEXT, "LT:all:all"), want)
+    with pytest.raises(SpecError, match="pass the models' tokenizer"):
+        graft_texts(wrap(base), donor, None, TEXT, "LT:all:all")

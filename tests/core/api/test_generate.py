@@ -96,3 +96,13 @@ def test_bad_generation_options_are_one_error(tiny_pairs, tok, kwargs, message):
     base, donor = tiny_pairs("llama")
     with pytest.raises(SpecError, match=message):
         generate(base, {"sft": donor}, tok, TEXT, "none", **kwargs)
+
+
+def test_token_ids_generate_as_their_text(tiny_pairs, tok):
+    base, donor = tiny_pairs("llama")
+    want = generate(base, donor, tok, TEXT, ["none", "LT:all:all"], max_new_tokens=3)
+    for prompt in (tok(TEXT)["input_ids"], torch.tensor(tok(TEXT)["input_ids"])):
+        got = generate(base, donor, tok, prompt, ["none", "LT:all:all"], max_new_tokens=3)
+        assert got.prompt_ids == want.prompt_ids and got.new_ids == want.new_ids
+    with pytest.raises(SpecError, match="continues one prompt"):
+        generate(base, donor, tok, [TEXT, TEXT], "none")

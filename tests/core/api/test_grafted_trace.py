@@ -230,7 +230,7 @@ def test_the_trace_leaves_no_gradients_and_frees_the_model(tiny_pairs, tok):
         (TEXTS, ["LT:all:all"], "one spec per text"),
         (TEXTS, ["LT:all:all"] * 3, "one spec per text"),
         (TEXTS, "XX:all:all", "XX"),
-        ([], "LT:all:all", "prompt strings"),
+        ([], "LT:all:all", "non-empty list of prompts"),
     ],
 )
 def test_bad_input_is_one_graft_error(tiny_pairs, tok, texts, specs, message):
@@ -247,3 +247,21 @@ def test_an_executor_that_cannot_trace_is_refused(tiny_pairs, tok):
 
 def test_graft_trace_is_exported(tiny_pairs, tok):
     assert graft.trace is trace
+
+
+def test_token_ids_trace_as_their_text(tiny_pairs, tok):
+    """Token ids (and a [rows, n] tensor of them) are the text's rows; an nnsight model
+    with its own tokenizer gives it."""
+    from nnsight.modeling.transformers import TransformersModel
+
+    base, donor = tiny_pairs("llama")
+    with trace(base, donor, tok, TEXTS[0], ["none", "LT:all:all"]) as g:
+        want = g.logits.save()
+    ids = tok(TEXTS[0])["input_ids"]
+    with trace(base, donor, tok, ids, ["none", "LT:all:all"]) as g:
+        got = g.logits.save()
+    assert torch.equal(got, want)
+    model = TransformersModel(base, task="text-generation", tokenizer=tok)
+    with trace(model, donor, None, torch.tensor([ids, ids]), ["none", "LT:all:all"]) as g:
+        rows = g.logits.save()
+    assert torch.equal(rows, want)

@@ -175,6 +175,44 @@ def test_an_invoke_is_one_row(tiny_pairs, tok, text, spec):
         g.invoke(text, spec)
 
 
+def test_an_invoke_of_token_ids_is_the_texts_row(tiny_pairs, tok):
+    base, donor = tiny_pairs("llama")
+    rows = []
+    for prompt in (TEXT, tok(TEXT)["input_ids"], torch.tensor(tok(TEXT)["input_ids"])):
+        with trace(base, {"sft": donor}, tok) as g:  # noqa: SIM117 - nnsight reads its own with
+            with g.invoke(prompt, "LT:all:all") as row:
+                logits = row.logits.save()
+        rows.append(logits)
+    assert torch.equal(rows[1], rows[0]) and torch.equal(rows[2], rows[0])
+
+
+def test_an_empty_invoke_says_what_graft_s_invoke_takes(tiny_pairs, tok):
+    """nnsight's empty invoke (the whole batch) was a bare TypeError."""
+    base, donor = tiny_pairs("llama")
+    with pytest.raises(TraceError, match=r"g.invoke\(\) needs its row's prompt"):  # noqa: SIM117 - nnsight reads its own with
+        with trace(base, {"sft": donor}, tok) as g:
+            with g.invoke():
+                pass
+
+
+def test_a_backward_without_grad_true_says_so(tiny_pairs, tok):
+    base, donor = tiny_pairs("llama")
+    with pytest.raises(TraceError, match=r"graft.trace\(\.\.\., grad=True\)") as info:  # noqa: SIM117 - nnsight reads its own with
+        with trace(base, {"sft": donor}, tok, TEXT, "LT:all:all") as g:
+            h = hidden(layer(g.model, base).output)
+            with g.logits[0, TARGET].backward():
+                h.grad.save()
+    assert "\n" not in str(info.value)
+    with pytest.raises(TraceError, match="grad=True"):  # noqa: SIM117 - nnsight reads its own with
+        with trace(base, {"sft": donor}, tok, TEXT, "LT:all:all") as g:
+            g.logits[0, TARGET].backward()
+    with trace(base, {"sft": donor}, tok, TEXT, "LT:all:all", grad=True) as g:  # the fix works
+        h = hidden(layer(g.model, base).output)
+        with g.logits[0, TARGET].backward():
+            grad = h.grad.save()
+    assert grad.abs().sum() > 0
+
+
 def test_invoke_needs_a_trace_without_texts(tiny_pairs, tok):
     base, donor = tiny_pairs("llama")
     g = trace(base, {"sft": donor}, tok, TEXT, "none")

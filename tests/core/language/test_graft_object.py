@@ -61,6 +61,20 @@ def test_grafts_added_are_a_spec_of_several_rules():
         combine(Graft(positions="LT", head="donor"), Graft(positions="FE", head="paper"))
 
 
+def test_a_sum_of_grafts_equals_its_text():
+    """A sum of two Grafts did not compare equal to its text; three, or sum(), did not add."""
+    fe, lt = Graft(positions="FE"), Graft(positions="LT", modules=("o",))
+    assert fe + lt == "FE:all:all; LT:all:o"
+    assert fe + lt != "LT:all:o; FE:all:all"  # the order is part of the meaning
+    assert str(fe + lt) == "FE:all:all; LT:all:o"
+    assert fe + lt + fe == "FE:all:all; LT:all:o; FE:all:all"
+    assert sum([fe, lt]) == "FE:all:all; LT:all:o"
+    assert "LT:all:o" + fe == "LT:all:o; FE:all:all"
+    assert parse_spec("LT:all:o") + fe == "LT:all:o; FE:all:all"
+    with pytest.raises(TypeError):
+        _ = 3 + fe
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

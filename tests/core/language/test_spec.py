@@ -233,6 +233,11 @@ BAD_SPECS = [
     ("FE[]:all:o", "not a span part"),
     ("FE[x]:all:o", "not a span part"),
     ("FE[1:2:3]:all:o", "not a span part"),
+    ("LT:all:all;", "drop the stray ';'"),  # was accepted silently
+    ("LT:all:all;; FE:all:o", "drop the stray ';'"),
+    ("; LT:all:all", "drop the stray ';'"),
+    ("LT:all:all; protocol=paper; protocol=graft", "protocol= given twice"),
+    ("LT:all:all; head=donor; head=base", "head= given twice"),
     ("", "empty spec"),  # would run the base alone under a name that says otherwise
     ("  ", "empty spec"),
 ]
@@ -311,3 +316,12 @@ def test_a_number_too_long_is_a_spec_error_not_a_value_error(text):
     is: the parser refuses such numbers itself."""
     with pytest.raises(SpecError, match="digits; give a (position|layer) of at most 18"):
         parse_spec(text)
+
+
+def test_a_spec_equals_the_text_that_means_the_same():
+    spec = parse_spec("FE+LT:all:o,ffn; head=donor", name="mine")
+    assert spec == " FE + LT : all : o , ffn ; head=donor"  # the name aside
+    assert spec != "FE+LT:all:o,ffn"
+    assert spec != "FE+LT:all:o,ffn; head=donor;"  # a text that is no spec is unequal
+    assert spec != 3
+    assert hash(spec) == hash(parse_spec("FE+LT:all:o,ffn; head=donor"))
