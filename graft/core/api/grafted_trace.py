@@ -37,16 +37,7 @@ import torch
 from nnsight.intervention.interleaver import Mediator
 from nnsight.intervention.tracer import InterleavingTracer
 
-from graft.core.api.texts import (
-    Prompts,
-    _field_list,
-    _prompt_list,
-    _rows,
-    _spec_list,
-    _tokenizer,
-    is_one_prompt,
-    is_one_spec,
-)
+from graft.core.api import texts as api_texts
 from graft.core.execution.engine import _plans, checked_inputs
 from graft.core.execution.executor import Executor, LocalExecutor
 from graft.core.execution.trace import DonorModules, graft_trace_body, last_logits, trace_batch
@@ -75,8 +66,7 @@ except Exception:
 
 
 def _trace_error(message: str) -> Exception:
-    """A :class:`graft.errors.TraceError` (imported when raised: a server that runs this
-    module by value has no graft installed)."""
+    """A :class:`graft.errors.TraceError`, imported when raised (a server has no graft)."""
     from graft.errors import TraceError
 
     return TraceError(message)
@@ -254,12 +244,12 @@ class GraftedTrace(InterleavingTracer):
         try:
             return InterleavingTracer.__exit__(self, *exc)
         except Exception as err:
-            if not self.grad and "require grad" in str(err):  # a backward with autograd off
-                raise _trace_error(
-                    "a backward in this trace has no gradients to give: the graft runs without "
-                    "autograd unless opened with graft.trace(..., grad=True)"
-                ) from err
-            raise
+            if self.grad or "require grad" not in str(err):  # not a backward with autograd off
+                raise
+            raise _trace_error(
+                "a backward in this trace has no gradients to give: the graft runs without "
+                "autograd unless opened with graft.trace(..., grad=True)"
+            ) from err
         finally:
             self._state = "done"
             self.donor_modules = {}
@@ -300,7 +290,7 @@ def trace(
     base: Any,
     donors: Any,
     tokenizer: Any,
-    texts: Prompts | None = None,
+    texts: api_texts.Prompts | None = None,
     specs: Sequence[GraftSpec | Graft | str] | GraftSpec | Graft | str = "none",
     *,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
@@ -319,10 +309,9 @@ def trace(
 
     Args:
         base, donors, tokenizer, fields: as for :func:`graft.core.api.texts.graft_texts`.
-        texts: a prompt, or a list of prompts: the rows of the batch, in order; a prompt is
-            a text or its token ids, as for ``graft_texts``. None: the
-            rows come from ``with g.invoke(text, spec):`` blocks, each its own graft, as
-            nnsight's ``tracer.invoke``.
+        texts: a prompt (a text or its token ids, as for ``graft_texts``), or a list of
+            them: the rows of the batch, in order. None: the rows come from ``with
+            g.invoke(text, spec):`` blocks, each its own graft, as nnsight's ``tracer.invoke``.
         specs: one graft (a spec text, a ``graft.Graft`` or a ``GraftSpec``) for every
             text, a list of one per text, or, with a single text, a list of several: one
             row of that text per graft.
@@ -338,14 +327,14 @@ def trace(
     Returns:
         the :class:`GraftedTrace`, to be entered with ``with``.
     """
-    tokenizer = _tokenizer(base, tokenizer)
+    tokenizer = api_texts._tokenizer(base, tokenizer)
     if texts is None:
         return _invoke_trace(base, donors, tokenizer, pad_id, executor, grad, attention)
-    text_list = _prompt_list(texts)
-    spec_list = _spec_list(specs)
-    if len(spec_list) == 1 and is_one_spec(specs):
+    text_list = api_texts._prompt_list(texts)
+    spec_list = api_texts._spec_list(specs)
+    if len(spec_list) == 1 and api_texts.is_one_spec(specs):
         spec_list = spec_list * len(text_list)
-    elif len(text_list) == 1 and is_one_prompt(texts):
+    elif len(text_list) == 1 and api_texts.is_one_prompt(texts):
         text_list = text_list * len(spec_list)  # one text, one row per graft
         if isinstance(fields, Mapping):
             fields = [fields] * len(spec_list)
@@ -354,9 +343,9 @@ def trace(
             f"specs: one spec for every text, or a list of one spec per text ({len(text_list)}), "
             f"not {len(spec_list)}"
         )
-    field_list = _field_list(fields, text_list)
+    field_list = api_texts._field_list(fields, text_list)
     rows = [
-        _rows(tokenizer, [text], [spec], [named])[0]
+        api_texts._rows(tokenizer, [text], [spec], [named])[0]
         for text, spec, named in zip(text_list, spec_list, field_list, strict=True)
     ]
     if pad_id is None:
