@@ -65,18 +65,15 @@ def attribution(base, donor, texts, targets, entity, kinds, metric, verify, out)
     for text, name in zip(texts, entity, strict=False):
         if name not in text:
             raise click.UsageError(f"--entity {name!r} does not occur in --text {text!r}")
+    import json
     import time
     from pathlib import Path
 
-    import polars as pl
-
     import graft
-    from graft.core.api.attribution import DEFAULT_KINDS
-    from graft.core.api.attribution import verify as verify_cells
+    from graft.core import DEFAULT_KINDS, verify_attribution
     from graft.errors import GraftError
-    from graft.results.plots import heatmap
-    from graft.results.plots.style import save_figure
-    from graft.storage.files import write_json_atomic
+    from graft.results import attribution_map, save_figure
+    from graft.storage import atomic_path
 
     fields = [{"FE": name} for name in entity] if entity else None
     target_list = list(targets) if len(targets) > 1 else targets[0]
@@ -85,14 +82,19 @@ def attribution(base, donor, texts, targets, entity, kinds, metric, verify, out)
         base_model, donor_model = graft.load_model(base), graft.load_model(donor)
         start = time.perf_counter()
         table = graft.attribute(
-            base_model, donor_model, None, list(texts), target_list,
-            kinds=list(kinds) or DEFAULT_KINDS, **args,
-        )  # fmt: skip
+            base_model,
+            donor_model,
+            None,
+            list(texts),
+            target_list,
+            kinds=list(kinds) or DEFAULT_KINDS,
+            **args,
+        )
         seconds = time.perf_counter() - start
         checked = None
         if verify:
             start = time.perf_counter()
-            checked = verify_cells(
+            checked = verify_attribution(
                 base_model, donor_model, None, list(texts), target_list, table, top_k=verify, **args
             )
             verify_seconds = time.perf_counter() - start
@@ -101,23 +103,20 @@ def attribution(base, donor, texts, targets, entity, kinds, metric, verify, out)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     table.write_csv(folder / "attribution.csv")
-    mean = table.group_by("unit", "kind", "layer", maintain_order=True).agg(
-        pl.col("estimate").mean()
-    )
-    mean = mean.with_columns(cell=pl.format("{}:{}", "unit", "kind"))
-    bound = float(mean["estimate"].abs().max() or 1.0)
-    figure = heatmap(
-        mean.select("cell", "layer", "estimate"), row="cell", col="layer", value="estimate",
-        col_order=sorted(set(mean["layer"].to_list())), cmap="RdBu_r", vmin=-bound, vmax=bound,
-        title=f"estimated {metric} change per single-cell graft (mean over prompts)",
-        fmt="{:.1f}",
-    )  # fmt: skip
+    figure = attribution_map(table, metric)
     save_figure(figure, folder / "figures", "attribution_map")
     record = {
-        "command": "attribution", "base": base, "donor": donor, "texts": list(texts),
-        "targets": list(targets), "entity": list(entity), "kinds": list(kinds) or list(DEFAULT_KINDS),
-        "metric": metric, "cells": len(table), "attribution_seconds": round(seconds, 3),
-    }  # fmt: skip
+        "command": "attribution",
+        "base": base,
+        "donor": donor,
+        "texts": list(texts),
+        "targets": list(targets),
+        "entity": list(entity),
+        "kinds": list(kinds) or list(DEFAULT_KINDS),
+        "metric": metric,
+        "cells": len(table),
+        "attribution_seconds": round(seconds, 3),
+    }
     click.echo(f"attribution: {len(table)} cells in {seconds:.1f} s -> {folder}/attribution.csv")
     if checked is not None:
         checked.write_csv(folder / "verify.csv")
@@ -128,7 +127,8 @@ def attribution(base, donor, texts, targets, entity, kinds, metric, verify, out)
                 f"  prompt {row['prompt']} {row['unit']}:{row['layer']}:{row['kind']}  "
                 f"estimate {row['estimate']:+.4f}  real {row['real']:+.4f}"
             )
-    write_json_atomic(folder / "config.json", record)
+    with atomic_path(folder / "config.json") as tmp:
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def test_table_map_and_verify(folders, tmp_path):
     ]
     logits = graft.graft_texts(base, donor, None, TEXT, specs, fields={"FE": ENTITY})
     real = logits.double().log_softmax(-1)[:, target]
-    assert torch.allclose(torch.tensor(checked["real"].to_list()), real[1:] - real[0], atol=1e-5)
+    assert torch.allclose(
+        torch.tensor(checked["real"].to_list(), dtype=torch.float64), real[1:] - real[0], atol=1e-5
+    )
 
 
 def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):

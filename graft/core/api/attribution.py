@@ -20,7 +20,8 @@ together: the MLP works position by position); any other group (``attn``, ``qkv`
 ``ffn_up``, ``norms``) is the sum of its leaves' estimates, first order in each.
 The estimate is exact for a linear metric of a linear change; it fails where a graft
 changes the base far from it (multi-cell grafts, large finetunes), which
-``graft-exp attribution --verify K`` measures against real grafts.
+``graft-exp attribution --verify K`` (:func:`verify_attribution`) measures against
+real grafts.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from graft.core.families.wrapping import unwrap
 from graft.core.language.vocabulary import COMPONENT_GROUPS
 from graft.errors import SpecError
 
-__all__ = ["DEFAULT_KINDS", "attribute", "verify"]
+__all__ = ["DEFAULT_KINDS", "attribute", "verify_attribution"]
 
 #: the kinds attributed by default: the paper's components (qkv = its ATTN, o, ffn) and more
 DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
@@ -112,9 +113,15 @@ def attribute(
     for start in range(0, len(rows), max(1, batch_size)):
         batch = rows[start : start + max(1, batch_size)]
         per_pos = _batch_effects(
-            torch_base, torch_donor, arch, batch, target_ids[start : start + len(batch)],
-            layer_list, leaves, metric,
-        )  # fmt: skip
+            torch_base,
+            torch_donor,
+            arch,
+            batch,
+            target_ids[start : start + len(batch)],
+            layer_list,
+            leaves,
+            metric,
+        )
         for i, row in enumerate(batch):
             spans = {**row.spans, "LT": [len(row.input_ids) - 1]}
             for unit in _units(units, spans, start + i):
@@ -132,7 +139,7 @@ def attribute(
     return pl.DataFrame(records, schema={**schema, "estimate": pl.Float64})
 
 
-def verify(
+def verify_attribution(
     base: Any,
     donors: Any,
     tokenizer: Any,
@@ -214,7 +221,9 @@ def _leaves(arch: Architecture, kind: str) -> list[str]:
     return present
 
 
-def _units(units: Sequence[str] | None, spans: Mapping[str, list[int]], prompt: int) -> list[str]:
+def _units(
+    units: Sequence[str] | None, spans: Mapping[str, Sequence[int]], prompt: int
+) -> list[str]:
     if units is None:
         return [*sorted(u for u in spans if u != "LT"), "LT"]
     missing = [u for u in units if u not in spans]

@@ -69,7 +69,7 @@ def test_estimates_match_real_single_cell_grafts(family):
     base, donor = _pair(family)
     table = graft.attribute(base, donor, tok, TEXTS, TARGET, fields=FIELDS)
     assert set(table["unit"]) == {"FE", "LT"}
-    assert set(table["kind"]) == set(graft.core.api.attribution.DEFAULT_KINDS)
+    assert set(table["kind"]) == set(graft.core.DEFAULT_KINDS)
     real = _real_effects(base, donor, tok, table)
     assert np.abs(real).max() > 1e-4  # the grafts do move the target
     assert _check(table, real) == []
