@@ -18,6 +18,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("lens", "lens"),
     ("necessity", "necessity"),
     ("patching", "patching"),
+    ("attribution", "attribution"),
     ("custom", "custom"),
     ("plot", "plot"),
     ("compare", "compare"),

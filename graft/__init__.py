@@ -43,6 +43,7 @@ _EXPORTS = {
     "graft.core.api.texts": ("graft_texts", "score_targets"),
     "graft.core.api.grafted_trace": ("trace",),
     "graft.core.api.generate": ("generate", "Generation"),
+    "graft.core.api.attribution": ("attribute",),
     "graft.core.execution.engine": ("run_grafts", "score_grafts"),
     "graft.core.planning.plan": ("GraftRow",),
     "graft.models.tiny": ("tiny_pair",),
@@ -67,6 +68,7 @@ __all__ = [
     "trace",
     "generate",
     "Generation",
+    "attribute",
     "run_grafts",
     "score_grafts",
     "GraftRow",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     import polars as pl
     import torch
 
+    from graft.core.api.attribution import attribute
     from graft.core.api.generate import Generation, generate
     from graft.core.api.grafted_trace import trace
     from graft.core.api.texts import graft_texts, score_targets

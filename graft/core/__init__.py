@@ -43,6 +43,7 @@ _EXPORTS = {
         "ResolvedGraft",
         "parse_spec",
     ),
+    "graft.core.api.attribution": ("DEFAULT_KINDS", "verify_attribution"),
     "graft.core.api.selfcheck": (
         "SMOKE_SPECS",
         "TOLERANCE",

@@ -25,6 +25,8 @@ _EXPORTS = {
     "graft.results.benchmark_tables": ("machine_label", "write_benchmark_table"),
     "graft.results.report": ("LAYER_SEP", "draw_figures", "draw_summary_figures"),
     "graft.results.top1_kinds": ("top1_kinds_wide",),
+    "graft.results.plots.heatmap": ("attribution_map",),
+    "graft.results.plots.style": ("save_figure",),
     "graft.results.tracking": (
         "TRACKERS",
         "Tracking",

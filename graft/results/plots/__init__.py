@@ -6,12 +6,12 @@ so nothing here changes the global backend or opens a window; :func:`save_figure
 PNG and PDF files.
 
 - :mod:`graft.results.plots.bars`: :func:`bar_chart` and :func:`component_chart`;
-- :mod:`graft.results.plots.heatmap`: :func:`heatmap`;
+- :mod:`graft.results.plots.heatmap`: :func:`heatmap`, :func:`attribution_map`;
 - :mod:`graft.results.plots.style`: colours, labels, captions, legends, :func:`save_figure`.
 """
 
 from graft.results.plots.bars import PAPER_GID, bar_chart, component_chart
-from graft.results.plots.heatmap import heatmap
+from graft.results.plots.heatmap import attribution_map, heatmap
 from graft.results.plots.style import (
     DEFAULT_WHISKERS,
     GRAFT_COLOR,
@@ -33,6 +33,7 @@ __all__ = [
     "PAPER_GID",
     "REFERENCE_COLORS",
     "REFERENCE_LABELS",
+    "attribution_map",
     "bar_chart",
     "caption",
     "component_chart",

@@ -138,3 +138,27 @@ def _annotate_cells(
             fontsize=fontsize,
             color="white" if dark else "black",
         )
+
+
+def attribution_map(table: pl.DataFrame, metric: str = "logprob") -> Figure:
+    """``graft.attribute``'s table as a map: the estimate averaged over prompts, one row per
+    unit:kind, one column per layer, coloured around 0 (red: the graft raises the target)."""
+    require_columns(table, ["unit", "kind", "layer", "estimate"], "attribution_map")
+    mean = table.group_by("unit", "kind", "layer", maintain_order=True).agg(
+        pl.col("estimate").mean()
+    )
+    mean = mean.with_columns(cell=pl.format("{}:{}", "unit", "kind"))
+    bound = float(np.abs(mean["estimate"].to_numpy()).max(initial=0.0)) or 1.0
+    return heatmap(
+        mean.select("cell", "layer", "estimate"),
+        row="cell",
+        col="layer",
+        value="estimate",
+        col_order=sorted(set(mean["layer"].to_list())),
+        cmap="RdBu_r",
+        vmin=-bound,
+        vmax=bound,
+        fmt="{:.2f}",
+        title=f"estimated {metric} change per single-cell graft (mean over prompts)",
+        row_labels={c: c for c in mean["cell"].to_list()},
+    )
