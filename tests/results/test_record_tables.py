@@ -13,7 +13,7 @@ import shutil
 import polars as pl
 import pytest
 
-from graft.errors import DamagedFileError
+from graft.errors import DamagedFileError, RunFolderError
 from graft.results import accept as accept_module
 from graft.results.accept import accept_run_tables, unmarked_tables
 from graft.results.folder import RunFolder
@@ -190,3 +190,31 @@ def test_an_accept_killed_before_its_record_marks_nothing(tmp_path, monkeypatch)
     with pytest.raises(Killed):
         accept_run_tables(run.path)
     assert unmarked_tables(run.path) == files  # nothing marked without its record
+
+
+def test_a_resumed_run_whose_folder_is_removed_stops_and_recreates_nothing(tmp_path):
+    """A resume stores no record at its start: it still knows the folder is its own."""
+    run = run_with(tmp_path / "run", 50)
+    again = RunFolder(run.path)
+    again.write_config({"seed": 0, "options": {"n_boot": 20}}, key=KEY)
+    shutil.rmtree(run.path)
+    with pytest.raises(RunFolderError, match="removed or moved while this run wrote it"):
+        again.write_summary(pl.DataFrame({"graft": ["SFT"], "n_boot": [20]}))
+    with pytest.raises(RunFolderError, match="removed or moved"):
+        again.commit_config()
+    assert not run.path.exists()
+
+
+def test_a_resume_of_a_folder_without_its_marker_gives_it_one_with_the_old_record(tmp_path):
+    run = run_with(tmp_path / "run", 50)
+    run.marker_path.unlink()  # a graft before the marker: known by its config
+    (run.path / "config.json").write_text(
+        json.dumps(
+            json.loads((run.path / "config.json").read_text())
+            | {"experiment": "x", "packages": {"graft": "0"}}
+        )
+    )
+    again = RunFolder(run.path)
+    again.write_config({"seed": 0, "options": {"n_boot": 20}}, key=KEY)
+    copy = json.loads(run.marker_path.read_text())["config"]
+    assert copy["options"] == {"n_boot": 50} and "resumes" not in copy
