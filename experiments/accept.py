@@ -15,7 +15,8 @@ from graft_experiments import common
 def accept(folder: Path, quiet: bool) -> None:
     """Use FOLDER as it is, where graft would refuse it. A run folder: mark its tables that
     carry no graft marks (another tool's rewrite, or a graft before tables recorded marks)
-    for their content as it is now, and record the choice in its config.json (`accepted`).
+    for their content as it is now, and record the choice in its config.json (`accepted`:
+    listed before any is marked; an accept stopped mid-way is finished by running it again).
     A donor folder without checksums.json (a model you brought, or one of a graft before
     checksums): write its checksums and accepted.json, so it loads, and is checked from now
     on. What was accepted is said on stderr (also with --quiet)."""

@@ -17,7 +17,7 @@ import polars as pl
 
 from graft.errors import ExperimentError, RunFolderError
 from graft.results.record import read_run_record
-from graft.results.run_config import recorded_run_key
+from graft.results.run_config import recorded_options, recorded_run_key
 from graft.results.run_tables import (
     CONTRASTS_STEM,
     NAME_CONTRASTS_STEM,
@@ -178,9 +178,10 @@ def read_examples(folder: str | Path) -> pl.DataFrame:
             "give the output folder of a completed experiment"
         )
     name = EXAMPLES_FILE.removesuffix(".parquet")
-    tables = [read_table(f, name, recorded_run_key(f.parent)) for f in files]
-    for f in files:  # what a person opens beside the tables is checked too
-        refresh_mirrors(f.parent, recorded_run_key(f.parent))
+    marks = {f: (recorded_run_key(f.parent), recorded_options(f.parent)) for f in files}
+    tables = [read_table(f, name, key, options=opts) for f, (key, opts) in marks.items()]
+    for f, (key, opts) in marks.items():  # what a person opens beside the tables too
+        refresh_mirrors(f.parent, key, opts)
     examples = pl.concat(tables, how="diagonal_relaxed")
     if examples.is_empty() or "graft" not in examples.columns:
         raise RunFolderError(f"{folder} holds no scored examples; rerun its experiment")

@@ -4,7 +4,8 @@ Layout of a run folder::
 
     <out>/.graft-run               marker: graft wrote this folder (only such folders are
                                    cleared); it keeps a copy of config.json (graft-exp repair)
-    <out>/config.json              resolved config (written once; checked on resume)
+    <out>/config.json              resolved config (written once; checked on resume; a resume's
+                                   changes are stored after the tables they shape)
     <out>/run.log                  everything the run said (graft.results.run_log; appended
                                    by each resume)
     <out>/parts/<name>/<batch>.parquet   one file per finished batch
@@ -21,7 +22,9 @@ of every run), :meth:`RunFolder.finalize` and :meth:`RunFolder.clear`. A full di
 
 Every table carries in its parquet metadata (``graft.*`` keys) the run key (a hash of the
 stored config's key fields), its table name, its batch id (parts), its row count and a digest
-of its content (:func:`frame_digest`). On resume every part is checked (:meth:`RunFolder.
+of its content (:func:`frame_digest`); combined and summary tables also the digest of the
+options they were computed with (:func:`~graft.results.run_config.options_digest`), which
+readers check against ``config.json``'s. On resume every part is checked (:meth:`RunFolder.
 done_batches`): a damaged part, or one of another run, table or batch, is moved to
 ``parts/<name>/.set-aside/`` with a warning and its batch runs again. Reading a table back
 (:meth:`RunFolder.read`, :func:`read_table`) checks it the same way and raises one
@@ -56,7 +59,13 @@ from graft.results.provenance import (
     machine_info,
     package_versions,
 )
-from graft.results.run_config import CONFIG_FILE, config_changes, config_key, read_config_file
+from graft.results.run_config import (
+    CONFIG_FILE,
+    config_changes,
+    config_key,
+    options_digest,
+    read_config_file,
+)
 from graft.results.run_log import LOG_NAME
 from graft.results.run_tables import (
     CONTRASTS_STEM,
@@ -106,6 +115,12 @@ class RunFolder(RunTables):
             written.
         started: whether this object wrote the marker (or the config): from then on every
             write checks that the marker is still there (:meth:`check_present`).
+        options_digest: the digest of the options the tables are computed with (those the
+            last :meth:`write_config` was given); every combined and summary table records
+            it, and readers refuse one whose digest is not ``config.json``'s.
+        pending: a resumed run's record (its changed options, its ``resumes`` entry) that
+            :meth:`commit_config` stores once the tables it describes are written; None
+            when nothing waits.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -115,6 +130,8 @@ class RunFolder(RunTables):
         self.marker_path = self.path / MARKER_FILE
         self.run_key = ""
         self.started = False
+        self.options_digest = ""
+        self.pending: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -241,8 +258,16 @@ class RunFolder(RunTables):
                 (:data:`~graft.results.run_config.VOLATILE_FIELDS`).
             overwrite: discard the folder's previous results (:meth:`clear`) and start anew.
 
+        A resumed run's record (what it changed, each resume's entry) is not stored here
+        but kept in :attr:`pending` until :meth:`commit_config`, once the tables it
+        describes are rewritten: a rerun with another ``--n-boot`` stopped before its
+        summaries leaves the old record over the old tables (and a table rewritten before
+        the stop records the new options' digest, which readers refuse against the old
+        record).
+
         Returns:
-            The config now stored in ``config.json``.
+            The config the run records (stored in ``config.json`` for a new run; for a
+            resumed one, once committed).
 
         Raises:
             RunFolderError: the folder holds a config (or results) but no marker.
@@ -266,8 +291,12 @@ class RunFolder(RunTables):
         if old is None:
             self.mark()
             new["run_key"] = self.run_key = config_key(new, key)
+            self.options_digest = options_digest(new)
             self.store_config(new)
             return new
+        if not self.marker_path.is_file():  # a graft before the marker: it gets one now
+            self.store_config(old)  # the record as it is (this resume's is committed later)
+        self.started = True
         # Same computation. The record states what the tables were last computed with (a
         # rerun with --n-boot 20 rebuilds the summary with 20); the first run's provenance
         # stays, and each resume notes what it changed and what was recorded before.
@@ -281,8 +310,16 @@ class RunFolder(RunTables):
         old.update({f: changed[f] for f in before})
         # the recorded key stays (the parts record it), a config of graft before it gets one
         self.run_key = old.setdefault("run_key", config_key(old, key))
-        self.store_config(old)
+        self.options_digest = options_digest(old)
+        self.pending = old
         return old
+
+    def commit_config(self) -> None:
+        """Store the record :meth:`write_config` kept for a resumed run (:attr:`pending`):
+        call it once every table the run derives is written. Nothing when none waits."""
+        if self.pending is not None:
+            self.store_config(self.pending)
+            self.pending = None
 
     def store_config(self, config: dict[str, Any]) -> None:
         """Write ``config`` as the folder's ``config.json``, and its copy into the marker."""

@@ -14,6 +14,7 @@ from graft.results import plots
 from graft.results.compare import CONTROL_SUFFIX
 from graft.results.paper import numbers as paper_numbers
 from graft.results.record import read_run_record
+from graft.results.run_config import recorded_options
 from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors, refuse_special_files
 from graft.storage.files import printable
 from graft.storage.paths import path_problem
@@ -142,8 +143,9 @@ def draw_figures(
             "give the output folder of a completed experiment, or rerun its experiment"
         )
     record = read_run_record(config_file)
-    summary = read_table(summary_file, SUMMARY_STEM, record.run_key)
-    refresh_mirrors(folder, record.run_key)
+    options = recorded_options(folder)
+    summary = read_table(summary_file, SUMMARY_STEM, record.run_key, options=options)
+    refresh_mirrors(folder, record.run_key, options)
     problem = "" if fig_dir is None else path_problem(fig_dir)
     if problem:
         raise RunFolderError(f"the figures folder {printable(fig_dir)} {problem}")

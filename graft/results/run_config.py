@@ -49,6 +49,22 @@ def config_key(config: Mapping[str, Any], key: Sequence[str] | None = None) -> s
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def options_digest(config: Mapping[str, Any]) -> str:
+    """The digest of ``config``'s ``options`` (what shapes a run's derived tables: n_boot,
+    seed, ...), recorded in each derived table's marks; ``""`` when it records none."""
+    options = config.get("options")
+    if not isinstance(options, Mapping):
+        return ""
+    text = json.dumps(options, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def recorded_options(folder: str | os.PathLike[str]) -> str:
+    """The :func:`options_digest` of ``folder``'s ``config.json`` (``""`` when none)."""
+    config_file = Path(folder) / CONFIG_FILE
+    return options_digest(read_config_file(config_file) if config_file.is_file() else {})
+
+
 def recorded_run_key(folder: str | os.PathLike[str]) -> str:
     """The run key ``folder``'s ``config.json`` records (``""`` when none does)."""
     config_file = Path(folder) / CONFIG_FILE

@@ -69,12 +69,17 @@ class RunTables:
         parts_path: ``path / "parts"``: one sub-folder of batch files per table name.
         run_key: the run key every table written records and every part read back must
             record (``""`` before a config is written).
+        options_digest: the digest of the options the tables are computed with
+            (:func:`~graft.results.run_config.options_digest`), recorded by every combined
+            and summary table (not by parts: their content is the run key's); ``""``
+            before a config is written.
     """
 
     path: Path
     parts_path: Path
     marker_path: Path
     run_key: str
+    options_digest: str
 
     def check_present(self) -> None:
         """Before a write into a folder this object marked (``started``): raise :class:`~graft.errors.RunFolderError` when
@@ -169,7 +174,7 @@ class RunTables:
             combined = self.path / f"{name}.parquet"
             if not combined.is_file():
                 return pl.DataFrame()
-            return read_table(combined, name, self.run_key)
+            return read_table(combined, name, self.run_key, options=self.options_digest)
         frames = []
         for batch_id, file in files.items():
             frame, problem = self._part_problem(name, batch_id, file)
@@ -198,9 +203,11 @@ class RunTables:
 
     def write_table(self, name: str, df: pl.DataFrame) -> Path:
         """Write ``<name>.parquet`` atomically with its metadata (this run's key, the table
-        name, rows and digest: :func:`read_table` checks them); return its path."""
+        name, the options' digest, rows and digest: :func:`read_table` checks them); return
+        its path."""
         self.check_present()
-        return save_table(df, self.path / f"{name}.parquet", name, self.run_key)
+        path = self.path / f"{name}.parquet"
+        return save_table(df, path, name, self.run_key, options=self.options_digest)
 
     def write_summary(self, df: pl.DataFrame, stem: str = SUMMARY_STEM) -> tuple[Path, Path]:
         """Write ``<stem>.parquet`` (with metadata, :meth:`write_table`) and ``<stem>.csv``;
@@ -216,9 +223,12 @@ class RunTables:
             return write_json_atomic(self.path / filename, obj)
 
 
-def refresh_mirrors(folder: str | os.PathLike[str], run_key: str = "") -> list[Path]:
+def refresh_mirrors(
+    folder: str | os.PathLike[str], run_key: str = "", options: str = ""
+) -> list[Path]:
     """Check each CSV mirror of the run folder ``folder`` (``<stem>.csv`` beside a
-    ``<stem>.parquet``) against its table, itself checked (:func:`read_table`): a mirror that
+    ``<stem>.parquet``) against its table, itself checked (:func:`read_table`: ``run_key``
+    and ``options`` as there): a mirror that
     differs (edited, or left stale) is rewritten from the table, with a warning; where the
     folder cannot be written (a read-only run) the warning says so. Returns the mirrors that
     differed. ``compare`` and ``plot`` read the parquet tables, never the mirrors; this keeps
@@ -229,7 +239,7 @@ def refresh_mirrors(folder: str | os.PathLike[str], run_key: str = "") -> list[P
         table_file = mirror.with_suffix(".parquet")
         if not table_file.is_file():
             continue  # a CSV of the user's (an adapted experiment's score), no mirror
-        table = read_table(table_file, table_file.stem, run_key)
+        table = read_table(table_file, table_file.stem, run_key, options=options)
         try:
             same = mirror.read_text(encoding="utf-8") == flat_table(table).write_csv()
         except (OSError, UnicodeDecodeError):

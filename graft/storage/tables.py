@@ -56,13 +56,16 @@ def frame_digest(df: pl.DataFrame) -> str:
 
 
 def table_metadata(
-    df: pl.DataFrame, table: str, run_key: str = "", batch: str = ""
+    df: pl.DataFrame, table: str, run_key: str = "", batch: str = "", options: str = ""
 ) -> dict[str, str]:
-    """The ``graft.*`` parquet metadata of ``df`` stored as ``table`` (batch ``batch``)."""
+    """The ``graft.*`` parquet metadata of ``df`` stored as ``table`` (batch ``batch``);
+    ``options``: the digest of the run options it was computed with (derived tables: a
+    summary computed with another ``--n-boot`` records another digest), ``""`` for parts."""
     return {
         f"{META_PREFIX}table": table,
         f"{META_PREFIX}run_key": run_key,
         f"{META_PREFIX}batch": batch,
+        f"{META_PREFIX}options": options,
         f"{META_PREFIX}rows": str(df.height),
         f"{META_PREFIX}sha256": frame_digest(df),
     }
@@ -80,10 +83,11 @@ def save_table(
     table: str,
     run_key: str = "",
     batch: str = "",
+    options: str = "",
 ) -> Path:
     """Write ``df`` to ``path`` atomically, with its :func:`table_metadata`."""
     path = Path(path)
-    metadata = table_metadata(df, table, run_key, batch)
+    metadata = table_metadata(df, table, run_key, batch, options)
     with writing(f"the table {table}", path), atomic_path(path) as tmp:
         df.write_parquet(tmp, metadata=metadata)
     return path
@@ -128,12 +132,19 @@ def table_problem(path: Path, expect: Mapping[str, str]) -> tuple[pl.DataFrame |
 
 
 def read_table(
-    path: str | os.PathLike[str], table: str, run_key: str = "", fix: str = REBUILD_FIX
+    path: str | os.PathLike[str],
+    table: str,
+    run_key: str = "",
+    fix: str = REBUILD_FIX,
+    options: str = "",
 ) -> pl.DataFrame:
     """The table ``table`` stored at ``path``, checked (:func:`table_problem`); with
     ``run_key`` (its run's ``config.json`` records one), a table that records another run
     key is refused too (a table that records none, such as a combined summary of several
-    runs, is not).
+    runs, is not); with ``options`` (the digest of the options ``config.json`` records,
+    :func:`graft.results.run_config.options_digest`), so is a table computed with other
+    options (say another ``--n-boot``: a rerun killed before it recorded them, or a table
+    copied from another run); a table that records no options digest is not.
 
     Raises:
         DamagedFileError: the file is unreadable, another table or run's, or its digest
@@ -146,6 +157,13 @@ def read_table(
         if recorded and recorded != run_key:
             problem = "is another run's table (its run key is not the one config.json records)"
             fix = f"{fix}, or, if config.json was replaced, graft-exp repair {path.parent}"
+    if problem is None and options:
+        recorded = pl.read_parquet_metadata(path).get(f"{META_PREFIX}options")
+        if recorded and recorded != options:
+            problem = (
+                "was computed with other options than config.json records (another "
+                "--n-boot, say: a rerun stopped before it finished, or a copied table)"
+            )
     if problem is not None or frame is None:
         if problem == UNMARKED:
             fix = f"{fix}, {ACCEPT_FIX.format(folder=path.parent)}"
@@ -167,11 +185,15 @@ def is_marked(path: str | os.PathLike[str]) -> bool:
 
 
 def mark_table(
-    path: str | os.PathLike[str], table: str, run_key: str = "", batch: str = ""
+    path: str | os.PathLike[str],
+    table: str,
+    run_key: str = "",
+    batch: str = "",
+    options: str = "",
 ) -> Path:
     """Rewrite the unmarked table at ``path`` with graft's marks for its content as it is
     now (``graft-exp accept``: the user's explicit choice to read it as it is)."""
     path = Path(path)
     with writing(f"the table {table}", path):
         frame = pl.read_parquet(path)
-    return save_table(frame, path, table, run_key, batch)
+    return save_table(frame, path, table, run_key, batch, options)

@@ -440,3 +440,50 @@ def test_an_out_removed_mid_run_is_one_line_and_the_rerun_recreates_it(reference
     got = tables(out)
     for name, table in reference["tables"].items():
         assert got[name].equals(table), f"{name} differs"
+
+
+# ---------------------------------------------------------------- a record and its tables
+
+
+def test_a_rerun_with_another_n_boot_killed_at_any_rename_never_shows_a_mismatch(
+    reference, tmp_path
+):
+    """A resumed run with a changed option killed at each of its renames: config.json then
+    describes the tables plot draws (the old record over the old tables, or the new over
+    the new), or plot refuses in one line; never exit 0 over tables of other options."""
+    root: Path = reference["root"]
+    out, workspace = root / "run", root / "ws"
+    work = tmp_path / "pristine"
+    shutil.copytree(out, work, copy_function=shutil.copy2)
+    args = position_args(workspace, out, "--n-boot", "10")  # the last --n-boot wins
+
+    def restore() -> None:
+        shutil.rmtree(out)
+        shutil.copytree(work, out, copy_function=shutil.copy2)
+
+    try:
+        counts = tmp_path / "counts.json"
+        clean = graft_exp(args, env={"GRAFT_COUNT_FILE": str(counts)})
+        assert clean.returncode == 0, clean.stdout
+        derived = ("summary", "contrasts")
+        drawn = {20: reference["tables"], 10: tables(out)}
+        assert any(not drawn[20][t].equals(drawn[10][t]) for t in derived)  # it shows
+        renames = json.loads(counts.read_text())["replace"]
+        for n in range(1, renames + 1):
+            restore()
+            killed = graft_exp(args, env={"GRAFT_KILL": f"replace:{n}"})
+            assert killed.returncode == -signal.SIGKILL, (n, killed.stdout)
+            said = json.loads((out / "config.json").read_text())["options"]["n_boot"]
+            plotted = graft_exp(["plot", str(out)])
+
+            def same_tables(said: int = said) -> None:
+                for name in derived:  # what plot drew (summary) and compare reads with it
+                    got = pl.read_parquet(out / f"{name}.parquet")
+                    assert got.equals(drawn[said][name]), f"config.json says {said}: {name}"
+
+            problem = one_line_or_correct(plotted, same_tables)
+            assert not problem, f"killed at rename {n} of {renames}: {problem}"
+            if plotted.returncode == 2:
+                assert "same --out" in plotted.stdout, plotted.stdout
+    finally:
+        restore()

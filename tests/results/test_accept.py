@@ -87,6 +87,7 @@ def test_the_record_states_the_options_the_tables_were_last_computed_with(tmp_pa
     run = finished(tmp_path / "run")
     again = RunFolder(run.path)
     again.write_config({"seed": 0, "options": {"n_boot": 20}}, key=KEY)
+    again.commit_config()  # the runner's step once the tables are rewritten
     config = json.loads((run.path / "config.json").read_text())
     assert config["options"] == {"n_boot": 20}
     assert config["resumes"][-1]["before"] == {"options": {"n_boot": 50}}

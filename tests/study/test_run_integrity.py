@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import logging
 import os
 import socket
@@ -196,3 +197,46 @@ def test_tokens_writes_its_table_with_metadata(dataset, donor_path, tmp_path, mo
     table = read_table(out / "top_tokens.parquet", "top_tokens")  # its digest checks out
     assert pl.read_csv(out / "top_tokens.csv").height == table.height
     assert not list(out.glob(".*.tmp"))
+
+
+class _Killed(BaseException):
+    """Stands in for a kill (or Ctrl-C): nothing after it runs."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_rerun_with_another_n_boot_stopped_in_its_summaries_never_shows_a_mismatch(
+    dataset, donor_path, tmp_path, monkeypatch, when
+):
+    """A rerun recorded its --n-boot at the start: stopped before its summaries, config.json
+    said 30 over tables computed with 20, and plot drew them (issue 52)."""
+    from click.testing import CliRunner
+
+    from graft_experiments.cli import main
+
+    out = tmp_path / "run"
+    run(config(dataset, out), donor_path)  # n_boot 20
+    real = runner.write_summaries
+
+    def stopped(*args, **kwargs):
+        if when == "after":
+            real(*args, **kwargs)  # the tables rewritten with 30, the record not yet
+        raise _Killed
+
+    monkeypatch.setattr(runner, "write_summaries", stopped)
+    with pytest.raises(_Killed):
+        run(config(dataset, out, n_boot=30), donor_path)
+    monkeypatch.undo()
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["options"]["n_boot"] == 20 and "resumes" not in recorded
+    plotted = CliRunner().invoke(main, ["plot", str(out)])
+    if when == "before":  # the old record over the old tables
+        assert plotted.exit_code == 0, plotted.output
+    else:  # a table computed with 30 under a record of 20 is refused, with the fix
+        assert plotted.exit_code == 2, plotted.output
+        assert "other options than config.json records" in plotted.output
+        assert "same --out" in plotted.output
+    run(config(dataset, out, n_boot=30), donor_path)  # the fix: rerun, same --out
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["options"]["n_boot"] == 30 and len(recorded["resumes"]) == 1
+    assert CliRunner().invoke(main, ["plot", str(out)]).exit_code == 0

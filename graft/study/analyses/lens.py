@@ -35,6 +35,7 @@ from graft.results.plots import save_figure
 from graft.results.plots.lens import lens_chart
 from graft.results.record import read_run_record
 from graft.results.report import draw_figures
+from graft.results.run_config import recorded_options
 from graft.storage.tables import read_table, write_csv
 from graft.study.analyses.lens_causality import identical_lines
 from graft.study.analyses.lens_tables import (
@@ -170,7 +171,12 @@ def draw_lens_figures(folder: str | Path, fig_dir: str | Path | None = None) -> 
     of ``figures``). Returns the PNG paths."""
     folder = Path(folder)
     record = read_run_record(folder)
-    summary = read_table(folder / f"{LENS_SUMMARY}.parquet", LENS_SUMMARY, record.run_key)
+    summary = read_table(
+        folder / f"{LENS_SUMMARY}.parquet",
+        LENS_SUMMARY,
+        record.run_key,
+        options=recorded_options(folder),
+    )
     model, order = record.model, [g.name for g in record.grafts]
     out = []
     for (group,), part in summary.partition_by("group", as_dict=True, maintain_order=True).items():

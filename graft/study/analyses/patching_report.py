@@ -286,6 +286,7 @@ def write_sweep_report(
     ):
         if frame.height:
             folder.write_summary(frame, stem=stem)
+    folder.commit_config()  # a resume's record, after the tables it describes
     labels = {u: UNIT_LABELS.get(u, u) for u in units}
     pngs = []
     for direction in dict.fromkeys(d for d, _ in grafts):

@@ -277,6 +277,7 @@ def _run_validated(
         table, summary = write_summaries(run, folder, all_grafts, prompts)
         done = FinishedRun(run, folder, all_grafts, prompts, arch, computed)
         finished = {a.table: a.finish(done) for a in analyses}
+        folder.commit_config()  # a resume's record, once the tables it describes are written
     file_only().info("summary:\n%s", format_summary(summary, digits=None))
     file_only().info("%s", times.line())
     drops = prompts[run.data.data_seed].drops
