@@ -33,9 +33,9 @@ import torch
 
 from graft.core.api.texts import (
     _field_list,
+    _prompt_list,
     _rows,
     _spec_list,
-    _text_list,
     _tokenizer,
     graft_texts,
 )
@@ -51,6 +51,16 @@ __all__ = ["DEFAULT_KINDS", "attribute", "verify_attribution"]
 DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
 _MODULE_KINDS = ("mlp", "ffn")  # the whole MLP module, whose output change is exact
 _METRICS = ("logprob", "logit")
+
+
+def _texts_only(texts: Any) -> list[str]:
+    """The prompts of ``texts``, which must be texts here (targets follow their text)."""
+    prompts = _prompt_list(texts)
+    if not all(isinstance(p, str) for p in prompts):
+        raise SpecError(
+            "attribution takes prompts as texts (its targets follow the text); decode token ids first"
+        )
+    return [str(p) for p in prompts]
 
 
 def attribute(
@@ -96,7 +106,7 @@ def attribute(
     import polars as pl
 
     tokenizer = _tokenizer(base, tokenizer)
-    text_list = _text_list(texts)
+    text_list = _texts_only(texts)
     target_ids = _target_ids(tokenizer, targets, text_list)
     if metric not in _METRICS:
         raise SpecError(f"metric {metric!r}: choose one of {', '.join(_METRICS)}")
@@ -159,7 +169,7 @@ def verify_attribution(
     import polars as pl
 
     tokenizer = _tokenizer(base, tokenizer)
-    text_list = _text_list(texts)
+    text_list = _texts_only(texts)
     target_ids = _target_ids(tokenizer, targets, text_list)
     field_list = _field_list(fields, text_list)
     one = {"sft": _one_donor(donors, donor)}
