@@ -10,9 +10,15 @@ from graft_experiments import common
 
 @click.command(cls=common.GraftCommand)
 @click.option(
-    "--base", default="smollm2-135m", show_default=True, help="Base model: name or folder."
+    "--base-model",
+    "base",
+    default="smollm2-135m",
+    show_default=True,
+    help="Base model: name or folder.",
 )
-@click.option("--donor", required=True, help="Donor (finetuned) model: name or folder.")
+@click.option(
+    "--donor-model", "donor", required=True, help="Donor (finetuned) model: name or folder."
+)
 @click.option("--text", "texts", multiple=True, required=True, help="A prompt (repeat for more).")
 @click.option(
     "--target",
@@ -34,7 +40,12 @@ from graft_experiments import common
     help="Module kinds as specs name them (repeat); default q k v qkv o attn mlp.",
 )
 @click.option(
-    "--metric", type=click.Choice(["logprob", "logit"]), default="logprob", show_default=True
+    "--measure",
+    "metric",
+    type=click.Choice(["logprob", "logit"]),
+    default="logprob",
+    show_default=True,
+    help="What is estimated: the target's first-token log-prob, or its raw logit.",
 )
 @click.option(
     "--verify",

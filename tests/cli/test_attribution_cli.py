@@ -31,7 +31,13 @@ def folders(tmp_path_factory):
 @pytest.mark.slow
 def test_table_map_and_verify(folders, tmp_path):
     out = tmp_path / "out"
-    args = ["attribution", "--base", str(folders / "base"), "--donor", str(folders / "donor")]
+    args = [
+        "attribution",
+        "--base-model",
+        str(folders / "base"),
+        "--donor-model",
+        str(folders / "donor"),
+    ]
     args += ["--text", TEXT, "--target", TARGET, "--entity", ENTITY, "--out", str(out)]
     result = invoke(*args, "--kind", "o", "--kind", "mlp", "--verify", "3")
     table = pl.read_csv(out / "attribution.csv")
@@ -60,7 +66,13 @@ def test_table_map_and_verify(folders, tmp_path):
 
 def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
     out = tmp_path / "out"
-    common = ["attribution", "--base", str(folders / "base"), "--donor", str(folders / "donor")]
+    common = [
+        "attribution",
+        "--base-model",
+        str(folders / "base"),
+        "--donor-model",
+        str(folders / "donor"),
+    ]
     common += ["--out", str(out)]
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--entity", "dog", code=2)
     assert "--entity 'dog' does not occur" in result.output
