@@ -64,6 +64,7 @@ def test_every_section_names_its_measure():
 def test_the_tutorial_runs_top_to_bottom_on_the_tiny_pair(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("GRAFT_TUTORIAL_MODELS", "tiny")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # CI's Agg would keep the plots off the page
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in _code_cells(nb):
         cell.outputs = []

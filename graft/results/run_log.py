@@ -160,14 +160,17 @@ class RunLog:
             if loggers[name].getEffectiveLevel() > logging.INFO:
                 lowered[name] = loggers[name].getEffectiveLevel()
                 loggers[name].setLevel(logging.INFO)
-        console_filters = [OnceFilter(), _AsBefore(lowered)]  # its own once: the file logs all
+        consoles_and_fallback = [*consoles, fallback]
+        # each console its own once (one shared filter would let only the first hear a
+        # warning); the file logs all
+        filters = {h: [OnceFilter(), _AsBefore(lowered)] for h in consoles_and_fallback}
         capturing = _capturing()
         for lg in loggers.values():
             lg.addHandler(self.handler)
         for lg in unheard:
             lg.addHandler(fallback)
-        for h in [*consoles, fallback]:
-            for f in console_filters:
+        for h, added in filters.items():
+            for f in added:
                 h.addFilter(f)
         logging.captureWarnings(True)
         file_only().info("run started %s", time.strftime("%Y-%m-%d %H:%M:%S %z"))
@@ -176,8 +179,8 @@ class RunLog:
         finally:
             if not capturing:
                 logging.captureWarnings(False)
-            for h in consoles:
-                for f in console_filters:
+            for h, added in filters.items():
+                for f in added:
                     h.removeFilter(f)
             for lg in unheard:
                 lg.removeHandler(fallback)
@@ -207,9 +210,15 @@ class _AsBefore(logging.Filter):
         self.lowered = lowered
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for name, level in self.lowered.items():
-            if record.name == name or record.name.startswith(name + "."):
-                return record.levelno >= level
+        # the level the record's logger had: its own, or its nearest ancestor's (a lowered
+        # one's as it was before)
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if logger.name in self.lowered:
+                return record.levelno >= self.lowered[logger.name]
+            if logger.level:
+                return record.levelno >= logger.level
+            logger = logger.parent
         return True
 
 

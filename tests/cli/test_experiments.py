@@ -178,6 +178,7 @@ HELP = {
         "--variant",
     ],
     "custom": ["--spec", "--donor", "--base", "--directions", "--references"],
+    "attribution": ["--base-model", "--donor-model", "--text", "--target", "--verify"],
     "plot": ["RUN_FOLDER", "--metric", "--figures-dir"],
     "compare": ["RUN_FOLDER", "GRAFT_A", "GRAFT_B", "--metric", "--score", "McNemar"],
     "data": ["--dataset", "--n-facts", "--split"],
@@ -705,10 +706,10 @@ def test_overwrite_refuses_a_model_folder(tmp_path, common, position_run):
     result = invoke(
         "custom", *common, "--spec", "LT:all:o", "--out", str(model), "--overwrite", code=2
     )
-    assert "not a run folder graft wrote" in result.output
+    assert "not a run folder" in result.output  # a model folder, named as such
     # component writes its combined results into --out itself, even without --overwrite
     result = invoke("component", *common, "--out", str(model), code=2)
-    assert "not a run folder graft wrote" in result.output
+    assert "not a run folder" in result.output  # a model folder, named as such
     assert {p: p.read_bytes() for p in model.rglob("*") if p.is_file()} == before
 
 
