@@ -215,6 +215,7 @@ def test_command_help(command):
         "accept",
         "repair",
         "study",
+        "attribution",  # takes two models and texts: no workspace, bootstrap or templates
     ):
         for shared in ("--workspace", "--n-boot", "--templates", "--quiet"):
             assert shared in text
