@@ -197,10 +197,7 @@ class Workspace:
         shuffle: str = "relations",
     ) -> Path:
         """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
-        config = DatasetConfig(
-            kind, n_facts, seed, direction, split, protocol=protocol, shuffle=shuffle
-        )
-        validate_config(config)
+        config = _checked_config(kind, direction, split, n_facts, seed, protocol, shuffle)
         folder = self.dataset_folder(config)
         with self._writing("generate the dataset"):
             try:
@@ -236,16 +233,9 @@ class Workspace:
         (which may not exist yet)."""
         if Path(dataset).is_dir() or str(dataset) not in GENERATED_KINDS:
             return Path(dataset)
-        config = DatasetConfig(
-            kind=str(dataset),
-            n_facts=n_facts,
-            seed=seed,
-            direction=direction or "one",
-            split=split,
-            protocol=protocol or GRAFT,
-            shuffle=shuffle,
+        config = _checked_config(
+            str(dataset), direction or "one", split, n_facts, seed, protocol or GRAFT, shuffle
         )
-        validate_config(config)
         return self.dataset_folder(config)
 
     def dataset(
@@ -413,3 +403,21 @@ class Workspace:
                 lock_dir=self.lock_dir,
                 corpus_dir=self.corpus_dir,
             )
+
+
+def _checked_config(
+    kind: str,
+    direction: str,
+    split: bool,
+    n_facts: int | None,
+    seed: int,
+    protocol: Protocol,
+    shuffle: str,
+) -> DatasetConfig:
+    """The validated config of a generated dataset (what :meth:`Workspace.dataset` makes and
+    :meth:`Workspace.planned_dataset` plans)."""
+    config = DatasetConfig(
+        kind, n_facts, seed, direction, split, protocol=protocol, shuffle=shuffle
+    )
+    validate_config(config)
+    return config
