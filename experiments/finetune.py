@@ -67,6 +67,7 @@ def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, *
         model_recall,
         resolve_config,
         run_donor_job,
+        training_line,
     )
 
     common.check_dataset_options(options["dataset"])
@@ -77,6 +78,9 @@ def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, *
         common.echo_plan(donor_job_lines(request, workspace, out))
         return
     folder = run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
+    trained = training_line(folder)
+    if trained:
+        click.echo(trained)
     recall = model_recall(folder)
     if recall is None:
         return

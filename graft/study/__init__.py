@@ -52,7 +52,7 @@ _EXPORTS = {
         "check_out_placement",
         "folder_kind",
     ),
-    "graft.study.training.recall": ("MIN_GAIN", "model_recall"),
+    "graft.study.training.recall": ("MIN_GAIN", "model_recall", "training_line"),
     "graft.study.analyses.lens": (
         "LensAnalysis",
         "LensRun",

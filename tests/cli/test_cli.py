@@ -566,6 +566,7 @@ def test_finetune_variant_trains_the_donor_experiments_look_for(tmp_path):
         "tiny-llama", "fake_movies_real_actors", "task", cfg, n_facts=5
     )
     assert is_finished(expected) and expected.parts[-2] == "A"
+    assert "trained 1 steps; training loss" in result.output  # the Trainer's metrics, said
     assert sorted(p.name for p in (ws / "finetuned").rglob("eval.json")) == ["eval.json"]
 
 

@@ -15,7 +15,7 @@ from graft.results.folder import MARKER_FILE
 from graft.study.running.runner import RunRequest, run_experiment
 from graft.study.specs.config import ModelSource
 from graft.study.training.donors import write_checksums
-from graft.study.training.recall import MIN_GAIN, check_recall, model_recall
+from graft.study.training.recall import MIN_GAIN, check_recall, model_recall, training_line
 from tests.study.tiny_run import REFERENCES, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -145,3 +145,17 @@ def test_the_runner_grafts_from_a_donor_that_knows_its_facts(dataset, donor_path
     config = json.loads((out / "config.json").read_text())
     assert config["options"]["allow_weak_donor"] is False
     assert config["donor_recall"][good]["weak"] is False
+
+
+def test_the_training_line_reads_the_trainers_log(tmp_path):
+    assert training_line(tmp_path) is None  # no train_log.json: nothing to say
+    log = {
+        "global_step": 12,
+        "best_val_loss": 0.5123,
+        "best_checkpoint": "checkpoint-12",
+        "log_history": [{"loss": 3.2, "step": 3}, {"eval_loss": 0.9}, {"loss": 0.41, "step": 12}],
+    }
+    (tmp_path / "train_log.json").write_text(json.dumps(log))
+    line = training_line(tmp_path)
+    assert line.startswith("trained 12 steps; training loss 3.200 -> 0.410; ")
+    assert "best validation loss 0.512 (checkpoint-12)" in line

@@ -117,6 +117,25 @@ def model_recall(path: str | Path) -> Recall | None:
     return min(found, key=lambda r: r.gain) if found else None
 
 
+def training_line(path: str | Path) -> str | None:
+    """One line on how the finetune of the model folder ``path`` went, from its
+    ``train_log.json`` (steps, first and last training loss, best validation loss), or None
+    when it has none: the Trainer's metrics go to the run's log, not the console."""
+    log = _read(Path(path) / "train_log.json")
+    if not isinstance(log, dict):
+        return None
+    history = log.get("log_history") or []
+    losses = [e["loss"] for e in history if isinstance(e, dict) and "loss" in e]
+    parts = [f"trained {log.get('global_step', '?')} steps"]
+    if losses:
+        parts.append(f"training loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    if isinstance(log.get("best_val_loss"), float):
+        parts.append(
+            f"best validation loss {log['best_val_loss']:.3f} ({log.get('best_checkpoint')})"
+        )
+    return "; ".join(parts) + f" (every logged step in {Path(path) / 'train_log.json'})"
+
+
 def check_recall(paths: Iterable[str], allow_weak: bool = False) -> dict[str, dict[str, Any]]:
     """Check that every finetuned model among ``paths`` knows its facts; return, for each
     model checked, its record for ``config.json`` (the numbers, ``weak``, and what let a
