@@ -9,8 +9,9 @@ vocabulary" table lists them. Where a meaning differs, the name differs too (an 
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -349,6 +350,25 @@ def _run_reporting(design: Design, tracker: str) -> DesignRun:
         close(tracking)
     click.echo(f"tracking: {tracking.folder} ({tracker})")
     return done
+
+
+@contextlib.contextmanager
+def finetune_reporting(tracker: str, workspace: str | None) -> Iterator[None]:
+    """``graft-exp finetune --report-to tracker``: the Trainer's losses reported while
+    inside, under ``<workspace>/tracking`` (a donor folder holds only the model's files)."""
+    if tracker == "none":
+        yield
+        return
+    from graft.results import close, reporting, tracking_for
+    from graft.study import Workspace
+
+    tracking = tracking_for(tracker, Workspace.at(workspace).root / "tracking", "finetune")
+    try:
+        with reporting(tracking):
+            yield
+    finally:
+        close(tracking)
+    click.echo(f"tracking: {tracking.folder} ({tracker})")
 
 
 def standalone(command: click.Command) -> None:

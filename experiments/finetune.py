@@ -47,9 +47,12 @@ _OUT_HELP = (
         click.option("--out", type=click.Path(file_okay=False, path_type=Path), help=_OUT_HELP),
         common.field_option(ExperimentConfig, "workspace"),
         common.quiet_option(),
+        common.report_to_option(),
     ]
 )
-def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, **options) -> None:
+def finetune(
+    model, preset, out, workspace, quiet, skip_memory_check, dry_run, report_to, **options
+) -> None:
     """Finetune MODEL on a fact dataset; writes model, configs and eval.json (SFT vs PRE).
 
     Says last whether the model knows its facts: acc@5 on the prompts of the direction(s) it
@@ -77,7 +80,10 @@ def finetune(model, preset, out, workspace, quiet, skip_memory_check, dry_run, *
     if dry_run:
         common.echo_plan(donor_job_lines(request, workspace, out))
         return
-    folder = run_donor_job(request, workspace, out, check_memory=not skip_memory_check, quiet=quiet)
+    with common.finetune_reporting(report_to, workspace):
+        folder = run_donor_job(
+            request, workspace, out, check_memory=not skip_memory_check, quiet=quiet
+        )
     trained = training_line(folder)
     if trained:
         click.echo(trained)

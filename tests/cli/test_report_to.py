@@ -133,3 +133,21 @@ def test_wandb_runs_offline_into_the_run_folder_with_the_metrics(tmp_path, monke
     assert list((results_folder / "files" / "media" / "images").glob("figures/*.png"))
     finetune = next(v for n, v in runs.items() if n != "run/results")
     assert len(finetune[1]["train/loss"]) == 2 and finetune[0]["train_loss"] > 0
+
+
+@pytest.mark.slow
+def test_finetune_alone_reports_its_losses_to_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ws = tmp_path / "ws"
+    args = ["finetune", "--model", "tiny-llama", "--n-facts", "5", "--finetune-max-steps", "2"]
+    result = CliRunner().invoke(
+        main, [*args, "--workspace", str(ws), "--quiet", "--report-to", "tensorboard"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"tracking: {ws / 'tracking'} (tensorboard)" in result.output
+    [run] = (ws / "tracking" / "tensorboard" / "finetune").iterdir()
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2]
+    assert not list((ws / "finetuned").rglob("tracking"))  # the donor folder holds its files
