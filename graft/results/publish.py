@@ -62,7 +62,13 @@ from graft.results.provenance import (
 )
 from graft.results.record import RunRecord
 from graft.results.run_config import CONFIG_FILE, read_config_file
-from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
+from graft.results.run_tables import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    SUMMARY_STEM,
+    check_recorded_tables,
+    read_recorded,
+)
 from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -297,7 +303,12 @@ def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
     """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
-    combined component run, the pairs' tables as one frame)."""
+    combined component run, the pairs' tables as one frame); a CSV mirror (a parquet table
+    beside it) whose table's marks differ is refused (:func:`~graft.results.run_tables.check_recorded_tables`), as are those
+    of the pairs' and a sweep's runs."""
+    for folder in [run, *(run / p for p in (*record.pairs, *record.runs))]:
+        if folder.is_dir():
+            check_recorded_tables(folder)
     tables: dict[str, Path | pl.DataFrame] = {
         p.stem: p for p in sorted(run.glob("*.csv")) if not p.name.startswith(".")
     }
@@ -312,15 +323,16 @@ def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
 def run_examples(run: Path, record: RunRecord) -> tuple[pl.DataFrame, str] | None:
     """The per-prompt rows of the run folder ``run`` (its ``examples.parquet``; of a
     component run's pairs or a sweep's runs, each folder's, with a ``run`` column for a
-    sweep) and where they came from, or None where it has none."""
+    sweep), each checked against its folder's record, and where they came from, or None
+    where it has none."""
     parts = list(record.runs or record.pairs)
     if not parts:
         own = run / EXAMPLES_FILE
-        return (pl.read_parquet(own), EXAMPLES_FILE) if own.is_file() else None
+        return (read_recorded(own), EXAMPLES_FILE) if own.is_file() else None
     frames = [
-        pl.read_parquet(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
+        read_recorded(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
         if record.runs
-        else pl.read_parquet(run / p / EXAMPLES_FILE)
+        else read_recorded(run / p / EXAMPLES_FILE)
         for p in parts
         if (run / p / EXAMPLES_FILE).is_file()
     ]
