@@ -54,7 +54,7 @@ def cli_logging(quiet: bool = False) -> Iterator[None]:
     if quiet:
         silence_library_progress()
         hub_logger.setLevel(logging.ERROR)
-    from graft.results.run_log import console_session
+    from graft.results import console_session
 
     try:
         with console_session(quiet):  # the libraries' warnings once, none under --quiet
