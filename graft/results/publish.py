@@ -57,9 +57,7 @@ import polars as pl
 
 from graft.errors import ResultsError, first_line
 from graft.results.folder import RunFolder
-from graft.results.provenance import (
-    command_line,
-)
+from graft.results.provenance import command_line
 from graft.results.record import RunRecord
 from graft.results.run_config import CONFIG_FILE, read_config_file
 from graft.results.run_tables import (
@@ -302,15 +300,16 @@ def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
-    """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
-    combined component run, the pairs' tables as one frame); a CSV mirror (a parquet table
-    beside it) whose table's marks differ is refused (:func:`~graft.results.run_tables.check_recorded_tables`), as are those
-    of the pairs' and a sweep's runs."""
-    for folder in [run, *(run / p for p in (*record.pairs, *record.runs))]:
+    """The CSV tables of the run folder ``run``: stem -> file (or a frame: the pairs' tables
+    of a combined component run, a mirror that differs from its table in a folder this user
+    may not write). A mirror's table, and the pairs' or a sweep's runs', whose marks differ
+    is refused (:func:`~graft.results.run_tables.check_recorded_tables`)."""
+    stale = check_recorded_tables(run)
+    for folder in (run / p for p in (*record.pairs, *record.runs)):
         if folder.is_dir():
             check_recorded_tables(folder)
     tables: dict[str, Path | pl.DataFrame] = {
-        p.stem: p for p in sorted(run.glob("*.csv")) if not p.name.startswith(".")
+        p.stem: stale.get(p.stem, p) for p in sorted(run.glob("*.csv")) if p.name[0] != "."
     }
     for stem in (CONTRASTS_STEM, NAME_CONTRASTS_STEM):
         if stem not in tables and record.pairs:
@@ -442,7 +441,8 @@ def publish_run(
         else:
             with storage_errors("a published table", out / file), atomic_path(out / file) as tmp:
                 table.write_csv(tmp)
-            sources[file] = f"{{{','.join(run_record.pairs)}}}/{stem}.csv"
+            own = (run / f"{stem}.csv").is_file()  # its checked table, or the pairs'
+            sources[file] = f"{stem}.csv" if own else f"{{{','.join(run_record.pairs)}}}/{stem}.csv"
     for file in removed:
         (out / file).unlink(missing_ok=True)
     record["experiments"][name] = experiment_entry(run_record, sources, str(run), missing)

@@ -422,3 +422,27 @@ def test_tracking_reads_a_summary_checked_against_its_record(tmp_path):
     with pytest.raises(DamagedFileError, match="computed with other options"):
         log_results(tracking, "position", run)
     assert not (tmp_path / "tracking").exists()
+
+
+def test_a_stale_mirror_it_may_not_rewrite_is_published_from_its_checked_table(
+    tmp_path, monkeypatch
+):
+    """In a run this user may not write, an edited summary.csv stays: publish writes the
+    checked table's CSV in its place instead of copying the edit."""
+    import graft.results.run_tables
+    from graft.errors import StorageError
+
+    run = graft_run(tmp_path / "run")
+    clean = (run / "summary.csv").read_text()
+    edited = clean.replace(",0.1,", ",0.9,")
+    assert edited != clean
+    (run / "summary.csv").write_text(edited)
+
+    def read_only(*args, **kwargs):
+        raise StorageError("cannot write a table (Permission denied: summary.csv)")
+
+    monkeypatch.setattr(graft.results.run_tables, "write_csv", read_only)
+    done = publish_run(run, tmp_path / "results")
+    assert (run / "summary.csv").read_text() == edited  # the run as it was
+    assert (tmp_path / "results" / "position_summary.csv").read_text() == clean
+    assert done.files["position_summary.csv"] == "summary.csv"
