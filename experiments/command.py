@@ -36,7 +36,8 @@ class _StderrHandler(logging.StreamHandler):
 def cli_logging(quiet: bool = False) -> Iterator[None]:
     """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
     each; ``quiet`` keeps warnings only there (a run's ``run.log`` still gets everything) and
-    also hides transformers' own progress bars and the hub client's retry lines.
+    also hides transformers' own progress bars, the hub client's retry lines and the
+    libraries' warnings (:func:`graft.results.run_log.console_session`: each said once).
     The logger is restored afterwards (commands may run inside a notebook or a test)."""
     logger = logging.getLogger("graft")
     handler = _StderrHandler()
@@ -53,8 +54,11 @@ def cli_logging(quiet: bool = False) -> Iterator[None]:
     if quiet:
         silence_library_progress()
         hub_logger.setLevel(logging.ERROR)
+    from graft.results import console_session
+
     try:
-        yield
+        with console_session(quiet):  # the libraries' warnings once, none under --quiet
+            yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

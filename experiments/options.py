@@ -355,7 +355,10 @@ FLAGS: dict[type, dict[str, Flag]] = {
 
 #: Flags that are no config field: name -> (decl, help).
 CLI_ONLY: dict[str, tuple[str, str]] = {
-    "quiet": ("--quiet", "No progress bars; library messages at warning level only."),
+    "quiet": (
+        "--quiet",
+        "No progress bars; graft's warnings only (none of its libraries'; run.log keeps all).",
+    ),
     "dry_run": (
         "--dry-run",
         "Print the plan (models, rows and batches, finetunes and their duration, memory "

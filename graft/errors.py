@@ -132,9 +132,10 @@ class MemoryPlanError(InputError):
 
 class StorageError(GraftError):
     """Files on disk. Raised as itself: a file could not be written (disk full, read-only, no
-    permission); the message names the path and says that the rerun after freeing space
-    resumes where this one stopped. Its subclasses: a file read back damaged
-    (:class:`DamagedFileError`), a folder that is no run folder (:class:`RunFolderError`)."""
+    permission); the message names the path and the fix, then says to rerun (and that the
+    rerun resumes where this one stopped, for a run or a finetune only). Its subclasses: a
+    file read back damaged (:class:`DamagedFileError`), a folder that is no run folder
+    (:class:`RunFolderError`)."""
 
 
 class DamagedFileError(StorageError):

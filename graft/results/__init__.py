@@ -21,6 +21,7 @@ _EXPORTS = {
     ),
     "graft.results.metrics": ("top_tokens_table",),
     "graft.results.provenance": ("machine_info",),
+    "graft.results.run_log": ("console_session",),
     "graft.results.publish": ("PROVENANCE_FILE", "provenance_entries", "publish_run"),
     "graft.results.benchmark_tables": ("machine_label", "write_benchmark_table"),
     "graft.results.report": ("LAYER_SEP", "draw_figures", "draw_summary_figures"),

@@ -57,12 +57,16 @@ import polars as pl
 
 from graft.errors import ResultsError, first_line
 from graft.results.folder import RunFolder
-from graft.results.provenance import (
-    command_line,
-)
+from graft.results.provenance import command_line
 from graft.results.record import RunRecord
 from graft.results.run_config import CONFIG_FILE, read_config_file
-from graft.results.run_tables import CONTRASTS_STEM, NAME_CONTRASTS_STEM, SUMMARY_STEM
+from graft.results.run_tables import (
+    CONTRASTS_STEM,
+    NAME_CONTRASTS_STEM,
+    SUMMARY_STEM,
+    check_recorded_tables,
+    read_recorded,
+)
 from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -296,10 +300,16 @@ def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
-    """The CSV tables of the run folder ``run``: stem -> file (or, for the contrasts of a
-    combined component run, the pairs' tables as one frame)."""
+    """The CSV tables of the run folder ``run``: stem -> file (or a frame: the pairs' tables
+    of a combined component run, a mirror that differs from its table in a folder this user
+    may not write). A mirror's table, and the pairs' or a sweep's runs', whose marks differ
+    is refused (:func:`~graft.results.run_tables.check_recorded_tables`)."""
+    stale = check_recorded_tables(run)
+    for folder in (run / p for p in (*record.pairs, *record.runs)):
+        if folder.is_dir():
+            check_recorded_tables(folder)
     tables: dict[str, Path | pl.DataFrame] = {
-        p.stem: p for p in sorted(run.glob("*.csv")) if not p.name.startswith(".")
+        p.stem: stale.get(p.stem, p) for p in sorted(run.glob("*.csv")) if p.name[0] != "."
     }
     for stem in (CONTRASTS_STEM, NAME_CONTRASTS_STEM):
         if stem not in tables and record.pairs:
@@ -312,15 +322,16 @@ def run_tables(run: Path, record: RunRecord) -> dict[str, Path | pl.DataFrame]:
 def run_examples(run: Path, record: RunRecord) -> tuple[pl.DataFrame, str] | None:
     """The per-prompt rows of the run folder ``run`` (its ``examples.parquet``; of a
     component run's pairs or a sweep's runs, each folder's, with a ``run`` column for a
-    sweep) and where they came from, or None where it has none."""
+    sweep), each checked against its folder's record, and where they came from, or None
+    where it has none."""
     parts = list(record.runs or record.pairs)
     if not parts:
         own = run / EXAMPLES_FILE
-        return (pl.read_parquet(own), EXAMPLES_FILE) if own.is_file() else None
+        return (read_recorded(own), EXAMPLES_FILE) if own.is_file() else None
     frames = [
-        pl.read_parquet(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
+        read_recorded(run / p / EXAMPLES_FILE).with_columns(pl.lit(p).alias("run"))
         if record.runs
-        else pl.read_parquet(run / p / EXAMPLES_FILE)
+        else read_recorded(run / p / EXAMPLES_FILE)
         for p in parts
         if (run / p / EXAMPLES_FILE).is_file()
     ]
@@ -430,7 +441,8 @@ def publish_run(
         else:
             with storage_errors("a published table", out / file), atomic_path(out / file) as tmp:
                 table.write_csv(tmp)
-            sources[file] = f"{{{','.join(run_record.pairs)}}}/{stem}.csv"
+            own = (run / f"{stem}.csv").is_file()  # its checked table, or the pairs'
+            sources[file] = f"{stem}.csv" if own else f"{{{','.join(run_record.pairs)}}}/{stem}.csv"
     for file in removed:
         (out / file).unlink(missing_ok=True)
     record["experiments"][name] = experiment_entry(run_record, sources, str(run), missing)

@@ -9,15 +9,21 @@ full) go to the :data:`FILE_ONLY` logger, which reaches no console. Until the ru
 started (:meth:`RunLog.start`, when its ``config.json`` is written) the lines are held in
 memory, so a run that stops at its checks writes nothing; a resumed run appends. Each warning
 is logged once per run (:class:`OnceFilter`): the same message from the same logger again is
-dropped, on the console as in the file.
+dropped, on the console as in the file. Inside a command (:func:`console_session`, which
+``graft-exp`` enters) a console says each warning once over all the command's runs, and
+under ``quiet`` none of the libraries' (transformers, matplotlib, ...: ``run.log`` keeps
+them), graft's own still.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TextIO
 
@@ -78,6 +84,84 @@ class OnceFilter(logging.Filter):
             return False
         self.seen.add(key)
         return True
+
+
+class _Session:
+    """One command's consoles (:func:`console_session`).
+
+    Args:
+        quiet: the libraries' warnings reach no console (graft's own do).
+        once: each console's :class:`OnceFilter`, kept over the command's runs.
+        fallback: the console of loggers no handler heard, kept over the command's runs.
+    """
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.once: weakref.WeakKeyDictionary[logging.Handler, OnceFilter] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.fallback = _StderrHandler()
+
+    def once_for(self, handler: logging.Handler) -> OnceFilter:
+        return self.once.setdefault(handler, OnceFilter())
+
+
+_SESSION: ContextVar[_Session | None] = ContextVar("graft_console_session", default=None)
+
+
+@contextmanager
+def console_session(quiet: bool = False) -> Iterator[None]:
+    """While a command runs: every run's consoles (:meth:`RunLog.capture`) say each warning
+    once over the whole command, however many runs it makes (a ``graft-exp`` process: once
+    per process), and with ``quiet`` say none of the libraries' warnings (transformers'
+    "(65 > 64)", matplotlib's "findfont: ..."): only graft's own (its loggers', and Python
+    warnings raised in graft's code). ``run.log`` still gets every one."""
+    session = _Session(quiet)
+    token = _SESSION.set(session)
+    # outside a run too (a design's figures, a plot): the loggers no handler hears, and
+    # Python's warnings, reach the session's console, once, graft's only under quiet
+    libraries = [logging.getLogger(n) for n in CAPTURED if n not in ("graft", FILE_ONLY)]
+    unheard = [lg for lg in libraries if not lg.hasHandlers()]
+    session.fallback.addFilter(session.once_for(session.fallback))
+    if quiet:
+        session.fallback.addFilter(_OwnOnly())
+    for lg in unheard:
+        lg.addHandler(session.fallback)
+    capturing = _capturing()
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        if not capturing:
+            logging.captureWarnings(False)
+        for lg in unheard:
+            lg.removeHandler(session.fallback)
+        _SESSION.reset(token)
+
+
+#: graft's package folder: a Python warning raised in a file under it is graft's own.
+_GRAFT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def is_graft_record(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is graft's own: a graft logger's, or a Python warning raised in
+    graft's code or saying ``graft`` first; else a library's (transformers, matplotlib...)."""
+    if record.name == "graft" or record.name.startswith("graft."):
+        return True
+    if record.name != "py.warnings":
+        return False
+    place, _, rest = record.getMessage().partition(": ")
+    path = place.rsplit(":", 1)[0]
+    said = rest.partition(": ")[2]
+    inside = path and os.path.realpath(path).startswith(_GRAFT_DIR + os.sep)
+    return bool(inside) or said.startswith("graft")
+
+
+class _OwnOnly(logging.Filter):
+    """``quiet``: a console hears graft's own records only (:func:`is_graft_record`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return is_graft_record(record)
 
 
 class _HeldFileHandler(logging.Handler):
@@ -154,7 +238,8 @@ class RunLog:
         # the handlers that heard these loggers before (a command's console, a notebook's):
         # they say each warning once, and nothing below the level they heard before
         consoles = list(dict.fromkeys(h for lg in loggers.values() for h in _reached(lg)))
-        fallback = _StderrHandler()
+        session = _SESSION.get()
+        fallback = session.fallback if session else _StderrHandler()
         lowered = {}
         for name in ("graft", FILE_ONLY, "py.warnings"):
             if loggers[name].getEffectiveLevel() > logging.INFO:
@@ -163,13 +248,21 @@ class RunLog:
         consoles_and_fallback = [*consoles, fallback]
         # each console its own once (one shared filter would let only the first hear a
         # warning); the file logs all
-        filters = {h: [OnceFilter(), _AsBefore(lowered)] for h in consoles_and_fallback}
+        # (in a command: its one once per console, over all its runs; quiet: graft's only)
+        filters: dict[logging.Handler, list[logging.Filter]] = {
+            h: [session.once_for(h) if session else OnceFilter(), _AsBefore(lowered)]
+            for h in consoles_and_fallback
+        }
+        if session and session.quiet:
+            for added in filters.values():
+                added.append(_OwnOnly())
         capturing = _capturing()
         for lg in loggers.values():
             lg.addHandler(self.handler)
         for lg in unheard:
             lg.addHandler(fallback)
         for h, added in filters.items():
+            added[:] = [f for f in added if f not in h.filters]  # a command's once, kept on
             for f in added:
                 h.addFilter(f)
         logging.captureWarnings(True)

@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote
 import polars as pl
 
 from graft.errors import DamagedFileError, RunFolderError, StorageError
+from graft.results.run_config import recorded_options, recorded_run_key
 from graft.storage.files import (
     check_commit,
     flat_table,
@@ -263,3 +264,35 @@ def refresh_mirrors(
             table_file.name,
         )
     return stale
+
+
+def read_recorded(path: str | os.PathLike[str]) -> pl.DataFrame:
+    """The table at ``path`` (``<stem>.parquet``), checked against its marks and its run
+    folder's ``config.json`` (run key and options digest, :func:`read_table`): what publish
+    and tracking read, as plot and compare do."""
+    path = Path(path)
+    folder, stem = path.parent, path.name.removesuffix(".parquet")
+    return read_table(path, stem, recorded_run_key(folder), options=recorded_options(folder))
+
+
+def check_recorded_tables(folder: str | os.PathLike[str]) -> dict[str, pl.DataFrame]:
+    """Check every table of the run folder ``folder`` that has a CSV mirror against its
+    marks and the folder's ``config.json`` (a table of another run or other options,
+    damaged or unmarked: one :class:`~graft.errors.DamagedFileError` line), and each mirror
+    against its table (:func:`refresh_mirrors`: rewritten, with a warning). Returns the
+    mirrors that still differ (a folder this user may not write): stem -> its checked
+    table, flat as a mirror holds it."""
+    folder = Path(folder)
+    key, options = recorded_run_key(folder), recorded_options(folder)
+    left = {}
+    for mirror in refresh_mirrors(folder, key, options):
+        table = flat_table(
+            read_table(mirror.with_suffix(".parquet"), mirror.stem, key, options=options)
+        )
+        try:
+            same = mirror.read_text(encoding="utf-8") == table.write_csv()
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            left[mirror.stem] = table
+    return left

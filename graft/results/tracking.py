@@ -269,8 +269,11 @@ def log_results(
     when the folder has no summary: its figures and config still go)."""
     import polars as pl
 
+    from graft.results.run_tables import read_recorded
+
     path = folder / "summary.parquet"
-    summary = pl.read_parquet(path) if path.is_file() else pl.DataFrame()
+    # checked as plot checks it: a table of another run or other options is one line
+    summary = read_recorded(path) if path.is_file() else pl.DataFrame()
     metrics = summary_metrics(summary)
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}

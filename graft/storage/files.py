@@ -8,6 +8,7 @@ a real name.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime as _dt
 import errno
@@ -38,6 +39,30 @@ _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 #: Checks that run before every commit (:func:`check_commit`); graft.storage.locks adds one.
 _BEFORE_COMMIT: list[Callable[[], None]] = []
+
+
+#: Whether the work under way is one that its rerun resumes (:func:`resumable`: a run, a
+#: finetune); a failed write says so only then (a plot, a compare, a publish, an accept is
+#: simply rerun).
+_RESUMABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("graft_resumable", default=False)
+
+
+@contextlib.contextmanager
+def resumable() -> Iterator[None]:
+    """Inside: the work is one that its rerun resumes (a run's batches, a finetune's
+    checkpoints), so a failed write's line ends "then rerun: it resumes where this run
+    stopped" (:func:`rerun_hint`); outside, "then rerun" alone."""
+    token = _RESUMABLE.set(True)
+    try:
+        yield
+    finally:
+        _RESUMABLE.reset(token)
+
+
+def rerun_hint() -> str:
+    """How a line that stopped the work ends: "then rerun", and that the rerun resumes
+    when the work is :func:`resumable`."""
+    return "then rerun: it resumes where this run stopped" if _RESUMABLE.get() else "then rerun"
 
 
 def before_commit(check: Callable[[], None]) -> None:
@@ -150,7 +175,8 @@ def storage_error(
     (:func:`storage_errno`), else None. ``what`` says what was being written (or read:
     ``action="read"``); the message names the path (the error's own, else ``path``), the
     reason and the fix: free space (full disk, quota), a place this user may write
-    (permission, read-only), else a look at that path; then rerun, which resumes."""
+    (permission, read-only), else a look at that path; then rerun (which resumes, inside
+    :func:`resumable` work)."""
     code = storage_errno(err)
     if code is None:
         return None
@@ -166,10 +192,7 @@ def storage_error(
         fix = "free space or choose a writable place"
     else:
         fix = "check that path (a folder removed or renamed, a disk error?)"
-    return StorageError(
-        f"cannot write {what} ({reason}: {where}); {fix}, then rerun: it resumes where this "
-        "run stopped"
-    )
+    return StorageError(f"cannot write {what} ({reason}: {where}); {fix}, {rerun_hint()}")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from graft.errors import LockLostError
-from graft.storage.files import before_commit, utc_timestamp
+from graft.storage.files import before_commit, rerun_hint, utc_timestamp
 
 logger = logging.getLogger("graft.storage.locks")  # one logger for both lock modes
 
@@ -200,7 +200,7 @@ class LeaseLock:
             raise LockLostError(
                 f"the lock {self.path} was taken over by another process ({self.holder()}) "
                 f"while this one was paused past its lease (GRAFT_LOCK_LEASE={self.lease:g} s): "
-                "stopped before writing anything more; rerun (it resumes)"
+                f"stopped before writing anything more; {rerun_hint()}"
             )
 
     def _break_stale(self) -> bool:

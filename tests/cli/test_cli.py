@@ -395,6 +395,29 @@ def test_quiet_hides_info_lines_from_the_console_not_from_the_run_log(tmp_path, 
     assert "INFO graft.study.running.runner: a stage line" in text and "a warning" in text
 
 
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_command_says_a_library_warning_once_and_none_under_quiet(tmp_path, monkeypatch, quiet):
+    """transformers' "(65 > 64)" warning was said by each run of a command, under --quiet
+    too (#52 item 5)."""
+    import io
+    import logging
+
+    from graft.results.run_log import RunLog
+    from graft_experiments.command import cli_logging
+
+    stream = io.StringIO()  # transformers' own console: its root logger's handler
+    library = logging.getLogger("transformers")
+    monkeypatch.setattr(library, "handlers", [logging.StreamHandler(stream)])
+    monkeypatch.setattr(library, "propagate", False)
+    with cli_logging(quiet=quiet):
+        for i in range(2):
+            with RunLog(tmp_path / f"run{i}" / "run.log").capture() as log:
+                log.start()
+                logging.getLogger("transformers.tokenization").warning("too long (65 > 64)")
+    assert stream.getvalue() == ("" if quiet else "too long (65 > 64)\n")
+    assert "(65 > 64)" in (tmp_path / "run1" / "run.log").read_text(encoding="utf-8")
+
+
 def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
     return _custom(tmp_path, "LT:all:o", "--remote", *remote)
 

@@ -17,6 +17,9 @@ and figures):
   that read it (the rerun, ``compare``, ``plot``) are run. Each must end in a one-line error
   (exit 2, no traceback) or in a correct recomputation (exit 0, tables equal to the clean
   run's); never exit 0 with other numbers.
+- **record and tables**: a resumed run with another ``--n-boot``, and ``graft-exp accept``
+  of a run with unmarked tables, are killed at each of their renames: config.json always
+  describes the tables, and no table passes as graft's own without being listed as accepted.
 
 ``GRAFT_HARNESS_TRIALS`` sets the number of crash trials (default 8); the trial seed is
 fixed, so a failure reproduces.
@@ -487,3 +490,61 @@ def test_a_rerun_with_another_n_boot_killed_at_any_rename_never_shows_a_mismatch
                 assert "same --out" in plotted.stdout, plotted.stdout
     finally:
         restore()
+
+
+#: The tables the accept harness rewrites without graft's marks (run-folder relative).
+UNMARKED_TABLES = ("summary.parquet", "parts/examples/0.parquet")
+
+
+def listed_as_accepted(out: Path) -> set[str]:
+    """The files the run's config.json lists as accepted (pending or done)."""
+    entries = json.loads((out / "config.json").read_text()).get("accepted") or []
+    return {f for entry in entries for f in entry.get("files", [])}
+
+
+def test_accept_killed_at_any_rename_leaves_nothing_half_accepted(reference, tmp_path):
+    """``graft-exp accept`` killed at each of its renames (issue #52 item 3): no table that
+    passes as graft's own (marked) is left unlisted in config.json; the next accept
+    completes the record (nothing pending) with the tables a clean accept gives, and plot
+    then draws the run."""
+    from graft.storage.tables import is_marked
+
+    out = reference["root"] / "run"
+    work = tmp_path / "pristine"
+    shutil.copytree(out, work, copy_function=shutil.copy2)
+
+    def unmarked_run() -> None:  # the run with two tables another tool rewrote
+        shutil.rmtree(out)
+        shutil.copytree(work, out, copy_function=shutil.copy2)
+        for name in UNMARKED_TABLES:
+            rewrite(out / name)
+            assert not is_marked(out / name)
+
+    try:
+        unmarked_run()
+        counts = tmp_path / "counts.json"
+        clean = graft_exp(["accept", str(out)], env={"GRAFT_COUNT_FILE": str(counts)})
+        assert clean.returncode == 0, clean.stdout
+        assert listed_as_accepted(out) == set(UNMARKED_TABLES)
+        accepted = {name: pl.read_parquet(out / name) for name in UNMARKED_TABLES}
+        renames = json.loads(counts.read_text())["replace"]
+        assert renames >= len(UNMARKED_TABLES) + 2  # the record before and after, each table
+        for n in range(1, renames + 1):
+            unmarked_run()
+            killed = graft_exp(["accept", str(out)], env={"GRAFT_KILL": f"replace:{n}"})
+            assert killed.returncode == -signal.SIGKILL, (n, killed.stdout)
+            listed = listed_as_accepted(out)
+            half = [t for t in UNMARKED_TABLES if is_marked(out / t) and t not in listed]
+            assert not half, f"killed at rename {n} of {renames}: {half} marked, not listed"
+            again = graft_exp(["accept", str(out)])
+            assert again.returncode == 0, f"rename {n}: {again.stdout}"
+            entries = json.loads((out / "config.json").read_text())["accepted"]
+            assert len(entries) == 1 and "pending" not in entries[0], (n, entries)
+            assert set(entries[0]["files"]) == set(UNMARKED_TABLES), (n, entries)
+            for name, table in accepted.items():
+                assert pl.read_parquet(out / name).equals(table), f"rename {n}: {name}"
+        plotted = graft_exp(["plot", str(out)])
+        assert plotted.returncode == 0, plotted.stdout
+    finally:
+        shutil.rmtree(out)
+        shutil.copytree(work, out, copy_function=shutil.copy2)

@@ -24,6 +24,7 @@ from graft.results.publish import (
     publish_run,
     read_provenance,
 )
+from graft.storage.tables import save_table
 from graft_experiments.publish import publish
 from tests.cli.tiny_runs import tiny_args
 
@@ -352,7 +353,7 @@ def test_the_per_prompt_rows_are_published_compressed(tmp_path):
             "hit@5": [i % 3 == 0 for i in range(100)],
         }
     )
-    rows.write_parquet(run / "examples.parquet")
+    save_table(rows, run / "examples.parquet", "examples", "abc")  # with its marks
     out = tmp_path / "results"
     done = publish_run(run, out)
     assert done.files["position_examples.parquet"] == "examples.parquet"
@@ -369,3 +370,79 @@ def test_the_per_prompt_rows_are_published_compressed(tmp_path):
     again = publish_run(run, out)
     assert again.removed == ["position_examples.parquet"]
     assert not (out / "position_examples.parquet").exists()
+
+
+def graft_run(folder: Path, n_boot: int = 50) -> Path:
+    """A finished run folder as graft writes it: its config (the provenance fields filled
+    in), its examples and its summary with their marks and CSV mirror."""
+    from graft.results.folder import RunFolder
+
+    run = RunFolder(folder)
+    config = {k: v for k, v in run_config().items() if k not in ("run_key", "resumes")}
+    options = {**config["options"], "n_boot": n_boot}
+    run.write_config({**config, "options": options}, key=["experiment"])  # as a run's key
+    run.append_batch("examples", pl.DataFrame({"graft": ["LT"], "hit@5": [True]}), "0")
+    run.finalize("examples")
+    run.write_summary(summary_frame())
+    return folder
+
+
+def other_options(run: Path, tmp_path: Path) -> None:
+    """summary.parquet copied from a run of the same key but another --n-boot."""
+    other = graft_run(tmp_path / "other", n_boot=20)
+    (run / "summary.parquet").write_bytes((other / "summary.parquet").read_bytes())
+
+
+def unmarked(run: Path, tmp_path: Path) -> None:
+    """examples.parquet rewritten by another tool (no graft marks)."""
+    pl.read_parquet(run / "examples.parquet").write_parquet(run / "examples.parquet")
+
+
+@pytest.mark.parametrize("damage", [other_options, unmarked], ids=["other-options", "unmarked"])
+def test_a_table_whose_marks_differ_is_refused_in_one_line(tmp_path, damage):
+    """publish copied the tables without the marks check plot and compare make (#52)."""
+    run = graft_run(tmp_path / "run")
+    out = tmp_path / "results"
+    invoke(str(run), "--to", str(out / "clean"))  # the folder as graft wrote it publishes
+    damage(run, tmp_path)
+    result = invoke(str(run), "--to", str(out / "x"), code=2)
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert "Usage:" not in result.output and str(run) in line
+    assert ("other options" if damage is other_options else "no graft marks") in line
+    assert not (out / "x").exists()  # nothing published
+
+
+def test_tracking_reads_a_summary_checked_against_its_record(tmp_path):
+    from graft.errors import DamagedFileError
+    from graft.results.tracking import Tracking, log_results
+
+    run = graft_run(tmp_path / "run")
+    other_options(run, tmp_path)
+    tracking = Tracking("tensorboard", tmp_path / "tracking", "run")
+    with pytest.raises(DamagedFileError, match="computed with other options"):
+        log_results(tracking, "position", run)
+    assert not (tmp_path / "tracking").exists()
+
+
+def test_a_stale_mirror_it_may_not_rewrite_is_published_from_its_checked_table(
+    tmp_path, monkeypatch
+):
+    """In a run this user may not write, an edited summary.csv stays: publish writes the
+    checked table's CSV in its place instead of copying the edit."""
+    import graft.results.run_tables
+    from graft.errors import StorageError
+
+    run = graft_run(tmp_path / "run")
+    clean = (run / "summary.csv").read_text()
+    edited = clean.replace(",0.1,", ",0.9,")
+    assert edited != clean
+    (run / "summary.csv").write_text(edited)
+
+    def read_only(*args, **kwargs):
+        raise StorageError("cannot write a table (Permission denied: summary.csv)")
+
+    monkeypatch.setattr(graft.results.run_tables, "write_csv", read_only)
+    done = publish_run(run, tmp_path / "results")
+    assert (run / "summary.csv").read_text() == edited  # the run as it was
+    assert (tmp_path / "results" / "position_summary.csv").read_text() == clean
+    assert done.files["position_summary.csv"] == "summary.csv"

@@ -21,7 +21,9 @@ from graft.errors import DamagedFileError, RunFolderError, StorageError
 from graft.results.folder import RunFolder
 from graft.storage.files import (
     refuse_special_under,
+    resumable,
     storage_errno,
+    storage_error,
     storage_errors,
     uncaught_storage_error,
 )
@@ -78,6 +80,46 @@ def test_the_command_line_says_a_storage_error_no_reader_caught_in_one_line():
     assert result.exit_code == 2
     assert result.output.count("Error") == 1
     assert "Permission denied" in result.output and "/data/run/summary.parquet" in result.output
+
+
+def test_only_work_its_rerun_resumes_says_it_resumes():
+    """plot's disk-full and permission errors said "then rerun: it resumes" (#52 item 5)."""
+    full = OSError(errno.ENOSPC, "No space left on device", "/data/run/figures/x.png")
+    said = str(storage_error(full, "the figure"))
+    assert said.endswith("free space or choose a writable place, then rerun")
+    with resumable():  # a run's batches, a finetune's checkpoints
+        resumed = str(storage_error(full, "the table examples"))
+    assert resumed.endswith("then rerun: it resumes where this run stopped")
+    assert "resumes" not in str(storage_error(full, "the figure"))  # only inside
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_read_only_commands_never_say_it_resumes(tmp_path, monkeypatch, code):
+    """plot, compare, publish, accept and repair write no run: a failed write is one line
+    that does not promise a resume."""
+    import graft.results
+    import graft.study
+    from graft_experiments.cli import main
+
+    def fails(*args, **kwargs):
+        with storage_errors("the figure", tmp_path / "x.png"):
+            raise OSError(code, os.strerror(code), str(tmp_path / "x.png"))
+
+    commands = {
+        "plot": (graft.study, "draw_run_figures", ["plot", str(tmp_path)]),
+        "compare": (graft.results, "compare_run", ["compare", str(tmp_path), "A", "B"]),
+        "publish": (graft.results, "publish_run", ["publish", str(tmp_path), "--to", "r"]),
+        "accept": (graft.results, "accept_run_tables", ["accept", str(tmp_path)]),
+        "repair": (graft.results, "repair_run_folder", ["repair", str(tmp_path)]),
+    }
+    (tmp_path / ".graft-run").write_text("graft\n")  # accept: a run folder
+    (tmp_path / "config.json").write_text("{}")
+    for name, (module, attr, args) in commands.items():
+        monkeypatch.setattr(module, attr, fails)
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, (name, result.output)
+        (line,) = [line for line in result.output.splitlines() if line.startswith("Error")]
+        assert "then rerun" in line and "resumes" not in line, (name, line)
 
 
 def test_a_table_this_user_may_not_read_is_a_storage_line_not_damage(tmp_path, monkeypatch):

@@ -535,6 +535,7 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_the_rerun_resumes(
     with pytest.raises(StorageError, match="No space left on device.*checkpoint-12") as info:
         ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert "\n" not in str(info.value) and "free space" in str(info.value)
+    assert str(info.value).endswith("then rerun: it resumes where this run stopped")
     monkeypatch.undo()
     ft.finetune("tiny-llama", dataset, out, TINY, device="cpu", quiet=True)
     assert json.loads((out / "train_log.json").read_text())["resumed_from"] == "checkpoint-6"

@@ -95,6 +95,7 @@ def test_a_full_disk_while_storing_a_batch_is_one_line_and_the_rerun_resumes(
     with pytest.raises(StorageError, match=r"2\.parquet.*free space") as info:
         run(config(dataset, out), donor_path)
     assert "\n" not in str(info.value)
+    assert str(info.value).endswith("then rerun: it resumes where this run stopped")  # a run
     parts = out / "parts/examples"
     assert sorted(p.name for p in parts.iterdir()) == ["0.parquet", "1.parquet"]  # no temp
     assert not (out / "examples.parquet").exists() and not (out / "summary.parquet").exists()

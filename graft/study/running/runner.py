@@ -54,6 +54,7 @@ from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
 from graft.results.record import RunRecord
 from graft.results.run_log import LOG_NAME, RunLog, echo_and_log, file_only
+from graft.storage.files import resumable
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.dataset_folder import check_facts
 from graft.study.data.rows import (
@@ -206,6 +207,7 @@ def run_experiment(
     with (
         log.capture(),
         exclusive(folder.path, f"running {run.experiment} into {folder.path}", locks),
+        resumable(),  # a failed write says the rerun resumes
     ):
         return _run_validated(request, folder, data_paths, echo_and_log(echo, logger), times, log)
 

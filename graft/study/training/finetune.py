@@ -56,6 +56,7 @@ from graft.results.provenance import machine_info, package_versions
 from graft.storage.files import (
     check_commit,
     probe_writable,
+    resumable,
     share_like_umask,
     storage_errors,
     write_json_atomic,
@@ -201,7 +202,7 @@ def finetune(
         run = _prepare(model, dataset, out, cfg, train_set, device, corpus_dir)
         # one process trains ``out`` (job arrays on one workspace): the others wait, then
         # find it finished; a checkpoint in the partial folder is then a dead job's
-        with exclusive(out, f"finetuning {out}", lock_dir):
+        with exclusive(out, f"finetuning {out}", lock_dir), resumable():
             # checked again under the lock: another process may have finished it meanwhile
             # (while this one loaded the model), whether this one had to wait or not
             if is_finished(out):
