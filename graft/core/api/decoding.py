@@ -29,6 +29,7 @@ position; sliding-window layers mask by position), so it can be cut at any colum
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,6 +139,10 @@ class CachedSteps:
         self.positions_run += width - start
         return out.double() if out.dtype == torch.float64 else out.float()
 
+    def session(self) -> contextlib.AbstractContextManager:
+        """The block the steps run in (the models' module trees walked once in it)."""
+        return self.executor.walking_once()
+
     def extend(self, tokens: Sequence[int]) -> None:
         """Append one token to each row's text."""
         for ids, token in zip(self.ids, tokens, strict=True):
@@ -192,6 +197,10 @@ class RecomputeSteps:
             batch_size=len(step),
             pad_id=self.pad_id,
         )
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """As :meth:`CachedSteps.session`."""
+        return contextlib.nullcontext()
 
     def extend(self, tokens: Sequence[int]) -> None:
         """As :meth:`CachedSteps.extend`."""

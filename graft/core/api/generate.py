@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 
-from graft.core.api.decoding import cache_refusal, steps_for
+from graft.core.api.decoding import CachedSteps, RecomputeSteps, cache_refusal, steps_for
 from graft.core.api.texts import Prompts, _prompt_list, _rows, _spec_list, _tokenizer, is_one_prompt
 from graft.core.execution.executor import Executor
 from graft.core.execution.inputs import model_of
@@ -142,22 +142,8 @@ def generate(
             pad_id=pad_id,
             executor=executor,
         )
-        live = list(range(len(idx)))  # positions in idx of the rows still going
-        for step in range(max_new_tokens):
-            tokens = choose(steps.logits(), [gens[j] for j in live])
-            for j, token in zip(live, tokens, strict=True):
-                new_ids[idx[j]].append(token)
-            going = [k for k, token in enumerate(tokens) if token != eos]
-            for k in sorted(set(range(len(live))) - set(going)):
-                run[idx[live[k]]] = steps.positions_run
-            live = [live[k] for k in going]
-            if not live or step == max_new_tokens - 1:
-                break
-            if len(going) < len(tokens):
-                steps.keep(going)
-            steps.extend([tokens[k] for k in going])
-        for j in live:
-            run[idx[j]] = steps.positions_run
+        with steps.session():
+            _run_batch(steps, choose, gens, max_new_tokens, eos, new_ids, run, idx)
     out = []
     for p in range(len(prompts)):
         mine = range(p * len(spec_list), (p + 1) * len(spec_list))
@@ -173,6 +159,36 @@ def generate(
             )
         )
     return out[0] if is_one_prompt(text) else out
+
+
+def _run_batch(
+    steps: CachedSteps | RecomputeSteps,
+    choose: Callable[[torch.Tensor, list], list[int]],
+    gens: list[torch.Generator | None],
+    max_new_tokens: int,
+    eos: int | None,
+    new_ids: list[list[int]],
+    run: list[int],
+    idx: list[int],
+) -> None:
+    """Generate the rows ``idx`` (``gens``: their generators) into ``new_ids``, and into
+    ``run`` the positions their batch ran for each when it stopped."""
+    live = list(range(len(idx)))  # positions in idx of the rows still going
+    for step in range(max_new_tokens):
+        tokens = choose(steps.logits(), [gens[j] for j in live])
+        for j, token in zip(live, tokens, strict=True):
+            new_ids[idx[j]].append(token)
+        going = [k for k, token in enumerate(tokens) if token != eos]
+        for k in sorted(set(range(len(live))) - set(going)):
+            run[idx[live[k]]] = steps.positions_run
+        live = [live[k] for k in going]
+        if not live or step == max_new_tokens - 1:
+            break
+        if len(going) < len(tokens):
+            steps.keep(going)
+        steps.extend([tokens[k] for k in going])
+    for j in live:
+        run[idx[j]] = steps.positions_run
 
 
 def _check_options(

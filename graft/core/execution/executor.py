@@ -183,6 +183,17 @@ class LocalExecutor:
         finally:
             self._defer_head = before
 
+    @contextlib.contextmanager
+    def walking_once(self) -> Iterator[None]:
+        """Within the block, each model's module tree is walked once (as within :meth:`run`),
+        for calls of :meth:`run_on_cache`."""
+        before = getattr(self, "_tables", None)
+        self._tables = before or _tables_once()
+        try:
+            yield
+        finally:
+            self._tables = before
+
     def _table(self, model: nn.Module) -> ModuleTable:
         """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
         tables = getattr(self, "_tables", None)  # subclasses may skip __init__
