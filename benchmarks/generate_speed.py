@@ -13,7 +13,7 @@ It prints each time and its ratio to plain, and checks that ``none`` writes the 
 model's tokens. Run from the repository root (offline, the embedded SmolLM2-135M)::
 
     python -m benchmarks.generate_speed [--model smollm2-135m] [--prompts 8]
-        [--new-tokens 32] [--grafts 'none|FE:all:all|...'] [--recompute LT:q4:o,ffn]
+        [--new-tokens 16] [--grafts 'none|FE:all:all|...'] [--recompute LT:q4:o,ffn]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = benchmark_parser("benchmarks.generate_speed", __doc__)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument(
         "--grafts",
         default=GRAFTS,

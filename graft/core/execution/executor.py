@@ -245,7 +245,7 @@ class LocalExecutor:
         batch = trace_batch(plan, torch_model, model_device(torch_model))
         name = cache_argument(torch_model)
         if name is None:
-            raise ValueError("this model takes no key/value cache")  # callers check first
+            raise ValueError("this model takes no key/value cache")  # programming error
         batch.inputs[name] = cache
         batch.inputs["use_cache"] = True
         if not plan.patches:
