@@ -31,6 +31,7 @@ import torch
 
 from graft.core.api.decoding import CachedSteps, RecomputeSteps, cache_refusal, steps_for
 from graft.core.api.texts import Prompts, _prompt_list, _rows, _spec_list, _tokenizer, is_one_prompt
+from graft.core.execution.engine import checked_inputs
 from graft.core.execution.executor import Executor
 from graft.core.execution.inputs import model_of
 from graft.core.families.arch import context_length
@@ -119,12 +120,13 @@ def generate(
     prompts, spec_list = _prompt_list(text), _spec_list(specs)
     rows = _rows(tokenizer, prompts, spec_list, fields)
     _check_room(base, rows, max_new_tokens)
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    checked_inputs(base, donors, rows, pad_id)  # every row's graft, before any batch runs
     fallback = cache_refusal(executor, base) if cache else None
     if fallback is not None:
         warnings.warn(f"graft.generate: {fallback}", SlowPathWarning, stacklevel=2)
     cached = cache and fallback is None
     eos = getattr(tokenizer, "eos_token_id", None) if stop_at_eos else None
-    pad_id = getattr(tokenizer, "pad_token_id", None)
     choose = _chooser(sample, temperature, top_k, top_p)
     new_ids: list[list[int]] = [[] for _ in rows]
     run = [0] * len(rows)

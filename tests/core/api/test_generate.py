@@ -4,6 +4,8 @@ growing text is the graft of that text at every step."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -236,3 +238,23 @@ def test_bad_sampling_options_are_one_error(tiny_pairs, tok, kwargs, message):
     base, donor = tiny_pairs("llama")
     with pytest.raises(SpecError, match=message):
         generate(base, {"sft": donor}, tok, TEXT, "none", **kwargs)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_rows_stop_at_the_end_token_and_the_others_go_on(tiny_pairs, tok, cache):
+    base, donor = tiny_pairs("llama")
+    specs = ["none", "LT:all:all", "FE:all:all"]
+    kwargs = dict(fields=ALL_FIELDS, max_new_tokens=6, cache=cache)
+    free = generate(base, donor, tok, TEXTS, specs, stop_at_eos=False, **kwargs)
+    end = free[2].new_ids[1][2]  # a token one row writes third: made the end token
+    ending = copy.deepcopy(tok)
+    ending.eos_token = tok.convert_ids_to_tokens(end)
+    assert ending.eos_token_id == end
+    got = generate(base, donor, ending, TEXTS, specs, stop_at_eos=True, **kwargs)
+    stopped = 0
+    for want, have in zip(free, got, strict=True):
+        for ids, cut in zip(want.new_ids, have.new_ids, strict=True):
+            n = ids.index(end) + 1 if end in ids else len(ids)
+            assert cut == ids[:n]
+            stopped += n < len(ids)
+    assert stopped >= 1  # some row stopped early while others went on
