@@ -1,6 +1,7 @@
 """The entry points on the engine, the highest room of :mod:`graft.core`: ``graft_texts`` and
 ``score_targets`` on text prompts (:mod:`graft.core.api.texts`), whole-continuation scoring
-(:mod:`graft.core.api.continuation`), ``graft.generate`` (:mod:`graft.core.api.generate`),
+(:mod:`graft.core.api.continuation`), ``graft.generate`` (:mod:`graft.core.api.generate`;
+its steps on a key/value cache: :mod:`graft.core.api.decoding`),
 ``graft.trace``, the graft as an nnsight trace (:mod:`graft.core.api.grafted_trace`, with
 :mod:`graft.core.api.trace_invokes`), and the engine's self-check on a model pair
 (:mod:`graft.core.api.selfcheck`)."""

@@ -183,6 +183,17 @@ class LocalExecutor:
         finally:
             self._defer_head = before
 
+    @contextlib.contextmanager
+    def walking_once(self) -> Iterator[None]:
+        """Within the block, each model's module tree is walked once (as within :meth:`run`),
+        for calls of :meth:`run_on_cache`."""
+        before = getattr(self, "_tables", None)
+        self._tables = before or _tables_once()
+        try:
+            yield
+        finally:
+            self._tables = before
+
     def _table(self, model: nn.Module) -> ModuleTable:
         """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
         tables = getattr(self, "_tables", None)  # subclasses may skip __init__
@@ -222,6 +233,24 @@ class LocalExecutor:
         if head is None:
             return out
         return DeferredLogits(out.clone(), head)  # not a view of the whole batch
+
+    def run_on_cache(
+        self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan, cache
+    ) -> torch.Tensor:
+        """Logits [batch, vocab] at the last column of ``plan``, a window of each row's newest
+        columns (:func:`graft.core.planning.prefix.columns_from`) whose earlier columns'
+        keys and values ``cache`` holds; the window's are appended to ``cache``. Grafted as
+        :meth:`run_plan` grafts (a window that grafts nothing runs the model's own forward)."""
+        torch_model = unwrap(base)
+        batch = trace_batch(plan, torch_model, model_device(torch_model))
+        name = cache_argument(torch_model)
+        if name is None:
+            raise ValueError("this model takes no key/value cache")  # programming error
+        batch.inputs[name] = cache
+        batch.inputs["use_cache"] = True
+        if not plan.patches:
+            return _plain_forward(torch_model, batch)
+        return self._traced(base, donors, batch)
 
     def _shared_depth(
         self, torch_model: nn.Module, plan: BatchPlan, batch, cache

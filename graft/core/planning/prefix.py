@@ -149,6 +149,22 @@ def _last_column(patch: SitePatch) -> SitePatch | None:
     return _cut(patch, (slice(None), slice(-1, None)))
 
 
+def columns_from(full: BatchPlan, start: int) -> BatchPlan:
+    """The columns ``start:`` of ``full`` (a left-padded plan) as a window on a key/value
+    cache that holds the columns before: ids, positions and patches of the window, the
+    attention mask over cache and window, only the last column's logits kept."""
+    width = full.input_ids.shape[1]
+    cut = (_cut(p, (slice(None), slice(start, None))) for p in full.patches)
+    return BatchPlan(
+        input_ids=full.input_ids[:, start:],
+        attention_mask=full.attention_mask,
+        position_ids=full.position_ids[:, start:],
+        last_index=torch.full((len(full.input_ids),), width - 1 - start, dtype=torch.long),
+        patches=[p for p in cut if p is not None],
+        keep_last_only=True,
+    )
+
+
 def slice_rows(plan: BatchPlan, start: int, stop: int) -> BatchPlan:
     """Rows ``start:stop`` of ``plan`` (a prefix plan: no targets), their patches with them."""
     cut = (_cut(p, (slice(start, stop), slice(None))) for p in plan.patches)

@@ -82,3 +82,26 @@ def test_steps_hold_up_to_four_batches_of_rows_and_128_unless_a_batch_is_larger(
     assert sum(len(idx) for idx, _ in steps) == len(rows)
     assert max(len(idx) for idx, _ in steps) == min(most, len(rows))
     assert max(len(plan.prefix.plan.input_ids) for _, plan in steps) <= most
+
+
+def test_columns_from_is_a_window_of_the_newest_columns_over_the_whole_mask():
+    from graft.core.planning.plan import GraftRow, plan_batch
+    from graft.core.planning.prefix import columns_from
+
+    base = tiny_model("llama")
+    arch = architecture_of(base)
+    rows = [
+        GraftRow([1, 2, 3, 4, 5, 6], {"FE": [1]}, "FE+LT:all:all"),
+        GraftRow([7, 8, 9, 10], {"FE": [1]}, "LT:0:mlp"),
+    ]
+    full = plan_batch(arch, rows, resolved=resolve_rows(arch, rows, ["sft"]))
+    window = columns_from(full, 4)
+    assert torch.equal(window.input_ids, full.input_ids[:, 4:])
+    assert torch.equal(window.position_ids, full.position_ids[:, 4:])
+    assert torch.equal(window.attention_mask, full.attention_mask)  # the cache's columns too
+    assert window.last_index.tolist() == [1, 1] and window.keep_last_only
+    # FE (column 1 of row 0, column 3 of row 1) is left out; LT (column 5) is kept
+    assert window.patches and all(p.rows.shape == (2, 2) for p in window.patches)
+    assert all(not p.rows[:, 0].any() and p.rows[:, 1].any() for p in window.patches)
+    marked = sum(int(p.rows.sum()) for p in full.patches)
+    assert sum(int(p.rows.sum()) for p in window.patches) < marked
