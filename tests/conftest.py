@@ -16,6 +16,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# transformers' console handler binds the sys.stderr of the moment it is made: made first inside
+# a CliRunner invoke (the commands import transformers lazily), it would write into that
+# invoke's closed capture in every later test. Made here, it writes to the real stderr.
+import transformers  # noqa: E402
+
+transformers.logging.get_verbosity()
+
 # pytest-xdist workers (scripts/test.sh runs the slow tier on two) share the cores: each gets
 # its share of torch threads instead of all of them, which would oversubscribe the machine
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
