@@ -90,8 +90,8 @@ def attribute(
         base, donors, tokenizer, texts, fields: as for :func:`graft.graft_texts`.
         targets: per text (or one for all) the target: a token id, or a text whose first
             token is the target (mind the leading space).
-        units: position units: ``LT`` (the last token) and named spans of ``fields`` (e.g.
-            ``FE``); default ``LT`` and every span of each text.
+        units: position units: ``LT`` (the last token), ``ALL`` (every position) and named
+            spans of ``fields`` (e.g. ``FE``); default ``LT`` and every span of each text.
         kinds: module kinds, as the spec language names them (default
             :data:`DEFAULT_KINDS`).
         layers: layers to attribute (default all).
@@ -133,7 +133,8 @@ def attribute(
             metric,
         )
         for i, row in enumerate(batch):
-            spans = {**row.spans, "LT": [len(row.input_ids) - 1]}
+            last = len(row.input_ids) - 1
+            spans = {**row.spans, "LT": [last], "ALL": list(range(last + 1))}
             for unit in _units(units, spans, start + i):
                 for (layer, kind), values in per_pos.items():
                     records.append(
@@ -157,15 +158,16 @@ def verify_attribution(
     targets: Sequence[int | str] | int | str,
     table: Any,
     *,
-    top_k: int = 10,
+    top_k: int | None = 10,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
     donor: str | None = None,
     metric: str = "logprob",
 ) -> Any:
     """Graft the ``top_k`` cells of each prompt (largest ``|estimate|`` in
-    :func:`attribute`'s ``table``) for real, each alone (``"U:l:kind"`` through
-    :func:`graft.graft_texts`); the table of those cells with the real effect beside the
-    estimate in a column ``real`` (the metric under the graft minus the base's)."""
+    :func:`attribute`'s ``table``; ``None``: every cell of the table) for real, each alone
+    (``"U:l:kind"`` through :func:`graft.graft_texts`); the table of those cells with the
+    real effect beside the estimate in a column ``real`` (the metric under the graft minus
+    the base's)."""
     import polars as pl
 
     tokenizer = _tokenizer(base, tokenizer)
@@ -175,11 +177,10 @@ def verify_attribution(
     one = {"sft": _one_donor(donors, donor)}
     parts = []
     for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
-        cells = (
-            table.filter(pl.col("prompt") == prompt)
-            .sort(pl.col("estimate").abs(), descending=True)
-            .head(top_k)
+        cells = table.filter(pl.col("prompt") == prompt).sort(
+            pl.col("estimate").abs(), descending=True
         )
+        cells = cells if top_k is None else cells.head(top_k)
         specs = [
             "none",
             *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
@@ -235,11 +236,11 @@ def _units(
     units: Sequence[str] | None, spans: Mapping[str, Sequence[int]], prompt: int
 ) -> list[str]:
     if units is None:
-        return [*sorted(u for u in spans if u != "LT"), "LT"]
+        return [*sorted(u for u in spans if u not in ("LT", "ALL")), "LT"]
     missing = [u for u in units if u not in spans]
     if missing:
         raise SpecError(
-            f"prompt {prompt} has no unit {missing[0]!r}: units are LT and the spans of fields "
+            f"prompt {prompt} has no unit {missing[0]!r}: units are LT, ALL and the spans of fields "
             f"({', '.join(sorted(spans))})"
         )
     return list(units)
