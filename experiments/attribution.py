@@ -127,7 +127,7 @@ def attribution(
         multicell_summary,
         save_figure,
     )
-    from graft.study.training.sources import finetune_record, model_fingerprint
+    from graft.study import finetune_record, model_fingerprint
 
     fields = [{"FE": name} for name in entity] if entity else None
     target_list = list(targets) if len(targets) > 1 else targets[0]
