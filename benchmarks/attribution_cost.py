@@ -12,8 +12,8 @@ mlp``) is
   (with the ungrafted row), and the time per cell is scaled to every cell: the printed real
   time is that estimate, and says so.
 
-It prints both, their ratio, and a plain forward of the prompts as the unit (attribution in
-forwards). The donor is a perturbed copy of the base by default (the cost does not depend on
+It prints both, their ratio, and a forward of the prompts grafting nothing as the unit
+(attribution in forwards); each is called once untimed first. The donor is a perturbed copy of the base by default (the cost does not depend on
 its weights) or ``--donor FOLDER``. Run from the repository root::
 
     python -m benchmarks.attribution_cost [--prompts 3] [--sample 40] [--donor FOLDER]
@@ -70,6 +70,10 @@ def measure(
     ]
     step = max(1, len(cells) // sample)
     picked = cells[::step][:sample]
+    # warm up: the first call of each pays for imports and one-off setup
+    with torch.no_grad():
+        graft.graft_texts(base, donor_model, tok, texts[0], "none", fields=fields[0])
+    graft.attribute(base, donor_model, tok, texts[0], TARGET, fields=fields[0], kinds=["o"])
     with torch.no_grad():
         forward = _seconds(
             lambda: graft.graft_texts(base, donor_model, tok, texts, "none", fields=fields), repeats
