@@ -13,7 +13,9 @@ mlp``) is
   time is that estimate, and says so.
 
 It prints both, their ratio, and a forward of the prompts grafting nothing as the unit
-(attribution in forwards); each is called once untimed first. The donor is a perturbed copy of the base by default (the cost does not depend on
+(attribution in forwards); each is called once untimed first. On a shared machine the
+seconds grow with the load (recorded: the 1-minute load average after the timings); the
+ratio is the number to read. The donor is a perturbed copy of the base by default (the cost does not depend on
 its weights) or ``--donor FOLDER``. Run from the repository root::
 
     python -m benchmarks.attribution_cost [--prompts 3] [--sample 40] [--donor FOLDER]
@@ -22,6 +24,7 @@ its weights) or ``--donor FOLDER``. Run from the repository root::
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -87,6 +90,7 @@ def measure(
             graft.graft_texts(base, donor_model, tok, text, ["none", *picked], fields=named)
 
     real = _seconds(real_sample, repeats)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     per_cell = real / (len(picked) * len(texts))
     real_all = per_cell * len(cells) * len(texts)
     return {
@@ -101,6 +105,7 @@ def measure(
         "real_per_cell_s": round(per_cell, 4),
         "real_all_cells_s_scaled": round(real_all, 1),
         "ratio": round(real_all / attribution, 1),
+        "load_average": None if load is None else round(load, 1),
     }
 
 
@@ -130,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{row['real_sample_cells']} cells grafted in {row['real_sample_s']} s, "
         f"{row['real_per_cell_s']} s a cell)"
     )
-    print(f"  ratio real / attribution: {row['ratio']}x")
+    print(
+        f"  ratio real / attribution: {row['ratio']}x (1-minute load average {row['load_average']})"
+    )
     if args.out:
         settings = settings_of(args, "model", "donor", "prompts", "sample", "repeats")
         path = write_table(args.out, "attribution_cost", [row], argv, "cpu", settings)
