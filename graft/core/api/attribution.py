@@ -273,7 +273,7 @@ def _batch_effects(
     metric: str,
 ) -> dict[tuple[int, str], torch.Tensor]:
     """Per (layer, kind): the estimate at each (row, position) [rows, longest row], the rows
-    left-aligned (position p of row i at column p)."""
+    right-padded (position p of row i at column p)."""
     paths: dict[str, Site | None] = {}  # module path -> its site (None: the MLP module)
     for layer in layers:
         for parts in leaves.values():
@@ -315,15 +315,19 @@ def _batch_effects(
     device = next(base.parameters()).device
     ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     mask = torch.zeros_like(ids)
-    offsets = [width - len(r.input_ids) for r in rows]
-    for i, r in enumerate(rows):  # left padding: every row's last token at -1
-        ids[i, offsets[i] :] = torch.tensor(r.input_ids)
-        mask[i, offsets[i] :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    lasts = [len(r.input_ids) - 1 for r in rows]
+    # right padding: a pad query sees the row's real keys, so no attention row is fully
+    # masked (left padding leaves pad rows with none, which is NaN in some families'
+    # float64 attention, gemma2's, and a NaN gradient reaches the real positions)
+    for i, r in enumerate(rows):
+        ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
+        mask[i, : len(r.input_ids)] = 1
+    positions = torch.arange(width, device=device).expand(len(rows), width)
     try:
         with torch.enable_grad():
             logits = base(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-            last = logits[:, -1].float() if logits.dtype != torch.float64 else logits[:, -1]
+            last = logits[torch.arange(len(rows), device=logits.device), lasts]
+            last = last.float() if last.dtype != torch.float64 else last
             scores = last.log_softmax(-1) if metric == "logprob" else last
             target = torch.tensor(target_ids, device=scores.device)
             scores.gather(1, target[:, None]).sum().backward()
@@ -348,6 +352,5 @@ def _batch_effects(
                 seq = site.seq_dim
                 keep = product.movedim(seq, 1).reshape(len(rows), width, -1).sum(-1)
                 total += keep
-            shifted = [torch.nn.functional.pad(total[i, o:], (0, o)) for i, o in enumerate(offsets)]
-            effects[(layer, kind)] = torch.stack(shifted).cpu()
+            effects[(layer, kind)] = total.cpu()
     return effects

@@ -87,10 +87,12 @@ def test_a_wrong_estimate_fails_the_check():
     assert len(_check(table, real, wrong="flipped")) == 2
 
 
-def test_batches_and_metric():
-    """Batching (left padding) changes nothing; the logit metric is its own gradient."""
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_batches_and_metric(family):
+    """Batching (padding) changes nothing, in gemma2's float64 attention too (left padding
+    made NaN there); the logit metric is its own gradient."""
     tok = graft.tiny_tokenizer()
-    base, donor = _pair("llama")
+    base, donor = _pair(family)
     args = (base, donor, tok, TEXTS, TARGET)
     one = graft.attribute(*args, fields=FIELDS, batch_size=1, kinds=["v", "mlp"])
     three = graft.attribute(*args, fields=FIELDS, batch_size=3, kinds=["v", "mlp"])
