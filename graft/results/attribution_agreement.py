@@ -86,7 +86,7 @@ def cell_summary(
             "unit": unit,
             "kind": kind,
             "cells": len(rows),
-            "mean_estimate": float(rows["estimate"].mean() or 0.0),
+            "mean_estimate": float(rows["estimate"].to_numpy().mean()) if len(rows) else 0.0,
             "top_layer": int(top[0]) if len(top) else None,
         }
         if checked is not None:
