@@ -34,7 +34,12 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks import prose, results_pages, run_tables  # noqa: F401  # register their generators
+from benchmarks import (  # noqa: F401  # register their generators
+    attribution_tables,
+    prose,
+    results_pages,
+    run_tables,
+)
 from benchmarks._graft_api import GraftError
 from benchmarks.table_generators import GENERATORS, ROOT, BlockError, Generator, shown
 

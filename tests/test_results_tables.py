@@ -35,7 +35,7 @@ def _doc(tmp_path, body: str):
     [
         (
             f"<!-- results-table: sumary results/x -->\n{CLOSE}",
-            "doc.md:5: unknown generator 'sumary'; known: across, contrasts, csv, examples, kinds, lens, metrics, paper, prose, provenance, seeds, speed, studies, study, summary",
+            "doc.md:5: unknown generator 'sumary'; known: across, attribution, attribution-cost, attribution-multicell, contrasts, csv, examples, kinds, lens, metrics, paper, prose, provenance, seeds, speed, studies, study, summary",
         ),
         (
             "<!-- results-table: summary results/x -->\n| a |",

@@ -42,7 +42,7 @@ def test_the_stored_notebook_shows_a_real_run_with_its_plots():
     assert all(c.get("outputs") for c in cells), "every code cell stores its output"
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
     plot_cells = [c for c in cells if _plots(c)]
-    assert len(plot_cells) >= 3  # the lens, the patch, the attribution
+    assert len(plot_cells) >= 4  # the lens, the patch, the attribution, the graft attribution
     assert all(_has_image(c) for c in plot_cells)
     assert not [c for c in cells if _has_image(c) and not _plots(c)]
     first = "".join(o.get("text", "") for o in cells[0].outputs)
@@ -73,7 +73,8 @@ def test_the_tutorial_runs_top_to_bottom_on_the_tiny_pair(tmp_path, monkeypatch)
             "import json\nprint(json.dumps({'lens': {k: list(v['rank'].shape) for k, v in "
             "lens_runs.items()}, 'patch': list(patch['logprob'].shape), 'attribution': "
             "{k: list(v.shape) for k, v in attr.items()}, 'texts': out.texts, "
-            "'n_layers': n_layers, 'n_prompts': len(texts), 'models': MODELS, 'agreement': "
+            "'n_layers': n_layers, 'n_prompts': len(texts), 'models': MODELS, "
+            "'graft_cells': len(cells), 'checked': len(checked), 'checked_r': float(r), 'agreement': "
             "{m: float(torch.corrcoef(torch.stack([attr[m].flatten(), "
             "patch_change[m].flatten()]))[0, 1]) for m in attr}}))"
         )
@@ -88,6 +89,9 @@ def test_the_tutorial_runs_top_to_bottom_on_the_tiny_pair(tmp_path, monkeypatch)
     assert result["patch"] == [prompts, layers]
     assert result["attribution"] == {"logprob": [prompts, layers], "logit": [prompts, layers]}
     assert len(result["texts"]) == 3
+    # the graft attribution: every (prompt, layer, FE/LT, qkv/o/mlp) cell, 3 per prompt checked
+    assert result["graft_cells"] == prompts * layers * 2 * 3
+    assert result["checked"] == 3 * prompts and result["checked_r"] > 0.9, result["checked_r"]
     # on the tiny pair a patch is a small change: the first-order estimate must track it
     assert all(r > 0.9 for r in result["agreement"].values()), result["agreement"]
     plot_cells = [c for c in _code_cells(nb) if _plots(c)]

@@ -44,6 +44,7 @@ _EXPORTS = {
         "parse_spec",
     ),
     "graft.core.api.attribution": ("DEFAULT_KINDS", "verify_attribution"),
+    "graft.core.api.attribution_multi": ("MULTI_KINDS", "verify_multicell"),
     "graft.core.api.selfcheck": (
         "SMOKE_SPECS",
         "TOLERANCE",

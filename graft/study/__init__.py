@@ -44,7 +44,12 @@ _EXPORTS = {
     "graft.study.specs.donor": ("DonorRequest",),
     "graft.study.running.donor_job": ("run_donor_job", "donor_job_lines", "plan_donor_job"),
     "graft.study.designs.common": ("sft_design",),
-    "graft.study.training.sources": ("model_sources", "resolve_model_path"),
+    "graft.study.training.sources": (
+        "finetune_record",
+        "model_fingerprint",
+        "model_sources",
+        "resolve_model_path",
+    ),
     "graft.study.training.donors": ("accept_donor",),
     "graft.study.running.placement": (
         "MODEL_FOLDER",

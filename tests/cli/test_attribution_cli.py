@@ -1,6 +1,7 @@
 """``graft-exp attribution`` on a tiny llama pair saved as model folders: the table, the map,
 config.json and ``--verify``'s real grafts (their estimates the table's, the real effects
-those of ``graft_texts``); bad input exits 2 and writes nothing."""
+those of ``graft_texts``), ``--verify all`` and ``--multi-cell`` with their summaries, a run
+folder ``graft-exp publish`` takes; bad input exits 2 and writes nothing."""
 
 from __future__ import annotations
 
@@ -40,12 +41,14 @@ def test_table_map_and_verify(folders, tmp_path):
     ]
     args += ["--text", TEXT, "--target", TARGET, "--entity", ENTITY, "--out", str(out)]
     result = invoke(*args, "--kind", "o", "--kind", "mlp", "--verify", "3")
-    table = pl.read_csv(out / "attribution.csv")
+    table = pl.read_csv(out / "estimates.csv")
     assert table.columns == ["prompt", "layer", "unit", "kind", "estimate"]
     assert len(table) == 4 * 2 * 2  # layers x units x kinds
     assert (out / "figures" / "attribution_map.png").stat().st_size > 0
     record = json.loads((out / "config.json").read_text())
-    assert record["kinds"] == ["o", "mlp"] and record["verify"] == 3
+    assert record["options"]["kinds"] == ["o", "mlp"] and record["options"]["verify"] == 3
+    assert record["git_commit"] and record["machine"]["cpu_count"] and record["command"]
+    assert record["cells"] == len(table) and record["verify_seconds"] > 0
     checked = pl.read_csv(out / "verify.csv")
     assert len(checked) == 3 and "real" in result.output
     joined = checked.join(table, on=["prompt", "layer", "unit", "kind"], suffix="_table")
@@ -62,6 +65,37 @@ def test_table_map_and_verify(folders, tmp_path):
     assert torch.allclose(
         torch.tensor(checked["real"].to_list(), dtype=torch.float64), real[1:] - real[0], atol=1e-5
     )
+
+
+@pytest.mark.slow
+def test_every_cell_and_multi_cell_sets_then_publish(folders, tmp_path):
+    out, results = tmp_path / "out", tmp_path / "results"
+    models = ["--base-model", str(folders / "base"), "--donor-model", str(folders / "donor")]
+    args = ["attribution", *models, "--text", TEXT, "--target", TARGET, "--entity", ENTITY]
+    args += ["--kind", "mlp", "--verify", "all", "--multi-cell", "--out", str(out)]
+    result = invoke(*args)
+    table, checked = pl.read_csv(out / "estimates.csv"), pl.read_csv(out / "verify.csv")
+    assert len(checked) == len(table) == 4 * 2  # every cell grafted
+    summary = pl.read_csv(out / "summary.csv")
+    assert summary.select("unit", "kind").rows() == [("FE", "mlp"), ("LT", "mlp"), ("all", "mlp")]
+    assert (summary["verified"] == summary["cells"]).all()
+    assert summary.filter(pl.col("unit") == "all")["top_k_overlap"].is_not_null().all()
+    assert "agreement with the real grafts" in result.output and "Pearson" in result.output
+    multi = pl.read_csv(out / "multicell.csv")
+    assert multi["set"].to_list() == ["layer"] * 4 + ["FE", "LT", "FE+LT"]
+    assert "multi-cell: 7 real grafts" in result.output
+    sets = pl.read_csv(out / "multicell_summary.csv")
+    assert sets["set"].to_list() == ["layer", "FE", "LT", "FE+LT"]
+    invoke(*args)  # the same command again: resumes the folder, same tables
+    assert pl.read_csv(out / "estimates.csv").equals(table)
+    refused = invoke(*args[:-2], "--kind", "o", "--out", str(out), code=2)
+    assert "different configuration" in refused.output
+    published = invoke("publish", str(out), "--to", str(results))
+    assert "attribution_summary.csv" in published.output
+    provenance = json.loads((results / "provenance.json").read_text())
+    entry = provenance["experiments"]["attribution"]
+    assert entry["missing"] == [] and entry["experiment"] == "attribution"
+    assert {"attribution_estimates.csv", "attribution_multicell.csv"} <= set(entry["files"])
 
 
 def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
@@ -92,4 +126,6 @@ def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
     )
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--kind", "nothing", code=2)
     assert "kind 'nothing'" in result.output
+    result = invoke(*common, "--text", TEXT, "--target", TARGET, "--verify", "some", code=2)
+    assert "'some': give a number of cells" in result.output
     assert not out.exists()

@@ -90,8 +90,8 @@ def attribute(
         base, donors, tokenizer, texts, fields: as for :func:`graft.graft_texts`.
         targets: per text (or one for all) the target: a token id, or a text whose first
             token is the target (mind the leading space).
-        units: position units: ``LT`` (the last token) and named spans of ``fields`` (e.g.
-            ``FE``); default ``LT`` and every span of each text.
+        units: position units: ``LT`` (the last token), ``ALL`` (every position) and named
+            spans of ``fields`` (e.g. ``FE``); default ``LT`` and every span of each text.
         kinds: module kinds, as the spec language names them (default
             :data:`DEFAULT_KINDS`).
         layers: layers to attribute (default all).
@@ -133,7 +133,8 @@ def attribute(
             metric,
         )
         for i, row in enumerate(batch):
-            spans = {**row.spans, "LT": [len(row.input_ids) - 1]}
+            last = len(row.input_ids) - 1
+            spans = {**row.spans, "LT": [last], "ALL": list(range(last + 1))}
             for unit in _units(units, spans, start + i):
                 for (layer, kind), values in per_pos.items():
                     records.append(
@@ -157,15 +158,16 @@ def verify_attribution(
     targets: Sequence[int | str] | int | str,
     table: Any,
     *,
-    top_k: int = 10,
+    top_k: int | None = 10,
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
     donor: str | None = None,
     metric: str = "logprob",
 ) -> Any:
     """Graft the ``top_k`` cells of each prompt (largest ``|estimate|`` in
-    :func:`attribute`'s ``table``) for real, each alone (``"U:l:kind"`` through
-    :func:`graft.graft_texts`); the table of those cells with the real effect beside the
-    estimate in a column ``real`` (the metric under the graft minus the base's)."""
+    :func:`attribute`'s ``table``; ``None``: every cell of the table) for real, each alone
+    (``"U:l:kind"`` through :func:`graft.graft_texts`); the table of those cells with the
+    real effect beside the estimate in a column ``real`` (the metric under the graft minus
+    the base's)."""
     import polars as pl
 
     tokenizer = _tokenizer(base, tokenizer)
@@ -175,11 +177,10 @@ def verify_attribution(
     one = {"sft": _one_donor(donors, donor)}
     parts = []
     for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
-        cells = (
-            table.filter(pl.col("prompt") == prompt)
-            .sort(pl.col("estimate").abs(), descending=True)
-            .head(top_k)
+        cells = table.filter(pl.col("prompt") == prompt).sort(
+            pl.col("estimate").abs(), descending=True
         )
+        cells = cells if top_k is None else cells.head(top_k)
         specs = [
             "none",
             *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
@@ -235,11 +236,11 @@ def _units(
     units: Sequence[str] | None, spans: Mapping[str, Sequence[int]], prompt: int
 ) -> list[str]:
     if units is None:
-        return [*sorted(u for u in spans if u != "LT"), "LT"]
+        return [*sorted(u for u in spans if u not in ("LT", "ALL")), "LT"]
     missing = [u for u in units if u not in spans]
     if missing:
         raise SpecError(
-            f"prompt {prompt} has no unit {missing[0]!r}: units are LT and the spans of fields "
+            f"prompt {prompt} has no unit {missing[0]!r}: units are LT, ALL and the spans of fields "
             f"({', '.join(sorted(spans))})"
         )
     return list(units)
@@ -272,7 +273,7 @@ def _batch_effects(
     metric: str,
 ) -> dict[tuple[int, str], torch.Tensor]:
     """Per (layer, kind): the estimate at each (row, position) [rows, longest row], the rows
-    left-aligned (position p of row i at column p)."""
+    right-padded (position p of row i at column p)."""
     paths: dict[str, Site | None] = {}  # module path -> its site (None: the MLP module)
     for layer in layers:
         for parts in leaves.values():
@@ -314,15 +315,19 @@ def _batch_effects(
     device = next(base.parameters()).device
     ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     mask = torch.zeros_like(ids)
-    offsets = [width - len(r.input_ids) for r in rows]
-    for i, r in enumerate(rows):  # left padding: every row's last token at -1
-        ids[i, offsets[i] :] = torch.tensor(r.input_ids)
-        mask[i, offsets[i] :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    lasts = [len(r.input_ids) - 1 for r in rows]
+    # right padding: a pad query sees the row's real keys, so no attention row is fully
+    # masked (left padding leaves pad rows with none, which is NaN in some families'
+    # float64 attention, gemma2's, and a NaN gradient reaches the real positions)
+    for i, r in enumerate(rows):
+        ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
+        mask[i, : len(r.input_ids)] = 1
+    positions = torch.arange(width, device=device).expand(len(rows), width)
     try:
         with torch.enable_grad():
             logits = base(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-            last = logits[:, -1].float() if logits.dtype != torch.float64 else logits[:, -1]
+            last = logits[torch.arange(len(rows), device=logits.device), lasts]
+            last = last.float() if last.dtype != torch.float64 else last
             scores = last.log_softmax(-1) if metric == "logprob" else last
             target = torch.tensor(target_ids, device=scores.device)
             scores.gather(1, target[:, None]).sum().backward()
@@ -347,6 +352,5 @@ def _batch_effects(
                 seq = site.seq_dim
                 keep = product.movedim(seq, 1).reshape(len(rows), width, -1).sum(-1)
                 total += keep
-            shifted = [torch.nn.functional.pad(total[i, o:], (0, o)) for i, o in enumerate(offsets)]
-            effects[(layer, kind)] = torch.stack(shifted).cpu()
+            effects[(layer, kind)] = total.cpu()
     return effects

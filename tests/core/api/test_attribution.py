@@ -1,6 +1,7 @@
-"""``graft.attribute`` against real single-cell grafts (``graft_texts``) on tiny models of every
-family, in float64: per module kind, Pearson >= 0.95 and sign agreement >= 0.95 over the cells
-that move the target; a wrong estimate (cells shuffled, sign flipped) fails the same check."""
+"""``graft.attribute`` against real single-cell grafts (``graft_texts``) on the tiny model of
+every family (``TINY_FAMILIES``), in float64: per module kind, Pearson >= 0.95 and sign
+agreement >= 0.95 over the cells that move the target; a wrong estimate (cells shuffled,
+sign flipped) fails the same check."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 import graft
 from graft.errors import SpecError
+from graft.models.registry import TINY_FAMILIES
 from graft.models.tiny import perturbed_copy, tiny_model
 
 TEXTS = ["the cat sat on the mat and", "hello world, says the", "a dog ran far, the end"]
@@ -63,7 +65,7 @@ def _check(table: pl.DataFrame, real: np.ndarray, wrong: str | None = None) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "qwen3", "gemma3"])
+@pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_estimates_match_real_single_cell_grafts(family):
     tok = graft.tiny_tokenizer()
     base, donor = _pair(family)
@@ -85,10 +87,12 @@ def test_a_wrong_estimate_fails_the_check():
     assert len(_check(table, real, wrong="flipped")) == 2
 
 
-def test_batches_and_metric():
-    """Batching (left padding) changes nothing; the logit metric is its own gradient."""
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_batches_and_metric(family):
+    """Batching (padding) changes nothing, in gemma2's float64 attention too (left padding
+    made NaN there); the logit metric is its own gradient."""
     tok = graft.tiny_tokenizer()
-    base, donor = _pair("llama")
+    base, donor = _pair(family)
     args = (base, donor, tok, TEXTS, TARGET)
     one = graft.attribute(*args, fields=FIELDS, batch_size=1, kinds=["v", "mlp"])
     three = graft.attribute(*args, fields=FIELDS, batch_size=3, kinds=["v", "mlp"])

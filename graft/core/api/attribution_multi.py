@@ -1,0 +1,125 @@
+"""Multi-cell grafts against the sum of their cells' first-order estimates: where
+:func:`graft.attribute` is expected to fail, measured.
+
+A multi-cell graft is estimated by the sum of its single cells' estimates (first order in
+every module's output change, the cells' interactions left out). The sets checked, per
+prompt, all of attention and the MLP (``attn,mlp``: q, k, v, their norms where the family has
+them, o, and the whole MLP):
+
+- ``layer``: one whole layer at every position, ``ALL:l:attn,mlp``, for each layer;
+- ``FE``, ``LT``, ``FE+LT``: every layer at the unit, ``FE:all:attn,mlp`` and so on (units a
+  prompt lacks are left out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graft.core.api.attribution import _one_donor, _target_ids, _texts_only, attribute
+from graft.core.api.texts import _field_list, _tokenizer, graft_texts
+
+__all__ = ["MULTI_KINDS", "verify_multicell"]
+
+#: the kinds a multi-cell set grafts (a spec's ``attn,mlp``)
+MULTI_KINDS = ("attn", "mlp")
+#: the position sets grafted in every layer: label -> the units they join
+_UNIT_SETS = {"FE": ("FE",), "LT": ("LT",), "FE+LT": ("FE", "LT")}
+
+
+def verify_multicell(
+    base: Any,
+    donors: Any,
+    tokenizer: Any,
+    texts: Sequence[str] | str,
+    targets: Sequence[int | str] | int | str,
+    *,
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
+    layers: Sequence[int] | None = None,
+    donor: str | None = None,
+    metric: str = "logprob",
+) -> Any:
+    """Graft each prompt's multi-cell sets (see the module docstring; ``layers``: the whole
+    layers checked, default all) for real and compare them with the sum of their cells'
+    estimates.
+
+    Returns:
+        a polars table ``prompt``, ``set`` (``layer``, ``FE``, ``LT`` or ``FE+LT``),
+        ``layer`` (the whole layer's index; null for the unit sets), ``spec`` (the graft),
+        ``cells`` (how many single cells the sum adds), ``estimate``, ``real`` (the metric
+        under the graft minus the base's) and ``error`` (``estimate - real``).
+    """
+    import polars as pl
+
+    tokenizer = _tokenizer(base, tokenizer)
+    text_list = _texts_only(texts)
+    target_ids = _target_ids(tokenizer, targets, text_list)
+    field_list = _field_list(fields, text_list)
+    one = {"sft": _one_donor(donors, donor)}
+    table = attribute(
+        base,
+        one,
+        tokenizer,
+        text_list,
+        target_ids,
+        fields=fields,
+        units=None,
+        kinds=MULTI_KINDS,
+        metric=metric,
+    )
+    whole = attribute(
+        base,
+        one,
+        tokenizer,
+        text_list,
+        target_ids,
+        fields=fields,
+        units=["ALL"],
+        kinds=MULTI_KINDS,
+        layers=layers,
+        metric=metric,
+    )
+    components = ",".join(MULTI_KINDS)
+    records: list[dict[str, Any]] = []
+    for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
+        sets: list[tuple[str, int | None, str, Any]] = []
+        mine = whole.filter(pl.col("prompt") == prompt)
+        for layer in sorted(set(mine["layer"].to_list())):
+            cells = mine.filter(pl.col("layer") == layer)
+            sets.append(("layer", layer, f"ALL:{layer}:{components}", cells))
+        own = table.filter(pl.col("prompt") == prompt)
+        present = set(own["unit"].to_list())
+        for label, units in _UNIT_SETS.items():
+            if set(units) <= present:
+                cells = own.filter(pl.col("unit").is_in(list(units)))
+                sets.append((label, None, f"{label}:all:{components}", cells))
+        specs = ["none", *(spec for _, _, spec, _ in sets)]
+        logits = graft_texts(base, one, tokenizer, text, specs, fields=named).double()
+        scores = logits.log_softmax(-1) if metric == "logprob" else logits
+        values = scores[:, target_ids[prompt]]
+        for (label, layer, spec, cells), value in zip(sets, values[1:].tolist(), strict=True):
+            estimate = float(cells["estimate"].sum())
+            real = value - float(values[0])
+            records.append(
+                {
+                    "prompt": prompt,
+                    "set": label,
+                    "layer": layer,
+                    "spec": spec,
+                    "cells": len(cells),
+                    "estimate": estimate,
+                    "real": real,
+                    "error": estimate - real,
+                }
+            )
+    schema = {
+        "prompt": pl.Int64,
+        "set": pl.Utf8,
+        "layer": pl.Int64,
+        "spec": pl.Utf8,
+        "cells": pl.Int64,
+        "estimate": pl.Float64,
+        "real": pl.Float64,
+        "error": pl.Float64,
+    }
+    return pl.DataFrame(records, schema=schema)

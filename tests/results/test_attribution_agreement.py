@@ -1,0 +1,92 @@
+"""``graft.results.cell_summary`` and ``multicell_summary`` on tables made by hand: exact
+estimates agree everywhere, flipped or shuffled ones do not, a partly verified group has no
+top-k overlap, and the multi-cell errors are the ones written in."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from graft.results import cell_summary, multicell_summary
+
+
+def _table(n_layers: int = 8, prompts: int = 2) -> pl.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = [
+        {"prompt": p, "layer": ly, "unit": u, "kind": k, "estimate": float(rng.normal())}
+        for p in range(prompts)
+        for ly in range(n_layers)
+        for u in ("FE", "LT")
+        for k in ("o", "mlp")
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_exact_estimates_agree_everywhere():
+    table = _table()
+    summary = cell_summary(table, table.with_columns(real=pl.col("estimate")), top_k=3)
+    assert summary.select("unit", "kind").rows() == [
+        ("FE", "o"),
+        ("FE", "mlp"),
+        ("LT", "o"),
+        ("LT", "mlp"),
+        ("all", "o"),
+        ("all", "mlp"),
+    ]
+    assert summary["cells"].to_list() == [16] * 4 + [32] * 2
+    assert np.allclose(summary["pearson"], 1) and np.allclose(summary["sign_agreement"], 1)
+    assert np.allclose(summary["top_k_overlap"], 1) and summary["meets_bar"].all()
+
+
+def test_wrong_estimates_fail():
+    table = _table()
+    flipped = cell_summary(table, table.with_columns(real=-pl.col("estimate")))
+    assert np.allclose(flipped["pearson"], -1) and np.allclose(flipped["sign_agreement"], 0)
+    assert not flipped["meets_bar"].any()
+    rng = np.random.default_rng(1)
+    shuffled = table.with_columns(real=pl.Series(rng.permutation(table["estimate"].to_numpy())))
+    summary = cell_summary(table, shuffled, top_k=3)
+    assert (summary["pearson"].abs() < 0.6).all() and not summary["meets_bar"].any()
+    assert (summary["top_k_overlap"] < 1).all()
+
+
+def test_sign_agreement_counts_only_the_moving_cells():
+    table = _table(prompts=1).filter(pl.col("unit") == "LT", pl.col("kind") == "o")
+    real = table["estimate"].to_numpy().copy()
+    small = int(np.argmin(np.abs(real)))
+    real[small] = -np.sign(real[small]) * 1e-4 * np.abs(real).max()  # wrong sign, tiny effect
+    summary = cell_summary(table, table.with_columns(real=pl.Series(real)))
+    row = summary.row(0, named=True)
+    assert row["sign_agreement"] == 1.0 and row["moving"] == len(table) - 1
+
+
+def test_partly_verified_groups_have_no_overlap_and_no_checked_means_no_columns():
+    table = _table()
+    checked = table.head(5).with_columns(real=pl.col("estimate"))
+    summary = cell_summary(table, checked)
+    assert summary["top_k_overlap"].is_null().all()
+    assert summary.filter(pl.col("unit") == "FE", pl.col("kind") == "o")["verified"][0] == 2
+    plain = cell_summary(table)
+    assert "pearson" not in plain.columns
+    means = table.group_by("unit", "kind", maintain_order=True).agg(pl.col("estimate").mean())
+    assert plain.head(4)["mean_estimate"].to_list() == pytest.approx(means["estimate"].to_list())
+
+
+def test_multicell_summary():
+    multi = pl.DataFrame(
+        {
+            "set": ["layer", "layer", "layer", "FE"],
+            "estimate": [1.0, 2.0, -1.0, 0.5],
+            "real": [2.0, 2.0, -0.5, -1.0],
+        }
+    )
+    summary = multicell_summary(multi)
+    assert summary["set"].to_list() == ["layer", "FE"]
+    layer = summary.row(0, named=True)
+    assert layer["grafts"] == 3 and layer["mean_abs_error"] == pytest.approx(0.5)
+    assert layer["median_relative_error"] == pytest.approx(0.5)  # of 0.5, 0, 1
+    assert layer["sign_agreement"] == 1.0 and layer["pearson"] is not None
+    fe = summary.row(1, named=True)
+    assert fe["sign_agreement"] == 0.0 and fe["pearson"] is None
+    assert fe["median_relative_error"] == pytest.approx(1.5)
