@@ -20,6 +20,7 @@ _EXPORTS = {
         "read_run_record",
     ),
     "graft.results.metrics": ("top_tokens_table",),
+    "graft.results.run_log": ("console_logging",),
     "graft.results.provenance": ("machine_info",),
     "graft.results.publish": ("PROVENANCE_FILE", "provenance_entries", "publish_run"),
     "graft.results.benchmark_tables": ("machine_label", "write_benchmark_table"),

@@ -50,7 +50,9 @@ _EXPORTS = {
         "MODEL_FOLDER",
         "RUN_FOLDER",
         "check_out_placement",
+        "default_out",
         "folder_kind",
+        "out_folder",
     ),
     "graft.study.training.recall": ("MIN_GAIN", "model_recall"),
     "graft.study.analyses.lens": (
@@ -75,6 +77,7 @@ _EXPORTS = {
         "generate_dataset",
         "load_manifest",
     ),
+    "graft.study.data.dataset_folder": ("dataset_line",),
     "graft.study.specs.choices": (
         "DEFAULT_N_FACTS",
         "DEFAULT_TOP_K",
@@ -107,7 +110,6 @@ _EXPORTS = {
     "graft.study.planning.run_plan": ("check_fits", "plan_experiment"),
     "graft.study.running.runner": (
         "ExperimentRun",
-        "default_out",
         "print_summary",
         "run_experiment",
     ),

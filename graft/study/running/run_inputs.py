@@ -14,10 +14,10 @@ from graft.core.language.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.data.prompts import TestExample
-from graft.study.specs.config import ModelSource
+from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.donors import verify_donor
-from graft.study.training.sources import planned_model_path
+from graft.study.training.sources import planned_model_path, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -114,11 +114,25 @@ def load_run_models(
     return models
 
 
+def replicate_paths(
+    run: RunSpecs,
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    replicate: Replicate,
+    *,
+    planned: bool = False,
+) -> RunPaths:
+    """Where the models of ``replicate`` are, each finetuned first where it is missing;
+    ``planned``: where they are or will be, nothing trained (the one place the runner and its
+    stored-config check work them out)."""
+    find = planned_model_path if planned else resolve_model_path
+    return RunPaths(
+        find(run, base, replicate),
+        {name: find(run, src, replicate) for name, src in donors.items()},
+    )
+
+
 def planned_paths(run: RunSpecs, base: ModelSource, donors: Mapping[str, ModelSource]) -> RunPaths:
     """Where the first replicate's models are, or will be once finetuned (nothing is
     trained)."""
-    rep = run.replicates[0]
-    return RunPaths(
-        planned_model_path(run, base, rep),
-        {name: planned_model_path(run, src, rep) for name, src in donors.items()},
-    )
+    return replicate_paths(run, base, donors, run.replicates[0], planned=True)

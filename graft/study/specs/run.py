@@ -12,6 +12,7 @@ such a record back into the same specs.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from graft.remote.config import RemoteConfig
@@ -63,6 +64,21 @@ class DataSpec:
     def data_seed(self) -> int:
         """The first data seed: the run's own dataset (and its only one without replicates)."""
         return self.data_seeds[0]
+
+    def where(self, direction: str = "one", data_seed: int | None = None) -> dict[str, Any]:
+        """The arguments of :meth:`~graft.study.training.workspace.Workspace.dataset` that
+        find or make the test prompts' dataset of ``direction`` and ``data_seed`` (default:
+        :attr:`data_seed`; a dataset folder takes no direction): the runner's and the
+        planner's alike."""
+        return dict(
+            dataset=self.dataset,
+            direction=None if Path(self.dataset).is_dir() else direction,
+            split=self.split,
+            n_facts=self.n_facts,
+            seed=self.data_seed if data_seed is None else data_seed,
+            protocol=self.protocol,
+            shuffle=self.shuffle,
+        )
 
 
 @dataclass(frozen=True)

@@ -44,18 +44,9 @@ def dataset_dir(
     """The dataset folder of ``run`` (generated into the workspace when ``dataset`` is a kind,
     with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is).
     ``planned``: the folder it will be, generating and checking nothing."""
-    given = Path(run.data.dataset).is_dir()
     workspace = _workspace(run)
     find = workspace.planned_dataset if planned else workspace.dataset
-    return find(
-        run.data.dataset,
-        None if given else direction,
-        split=run.data.split,
-        n_facts=run.data.n_facts,
-        seed=run.data.data_seed if data_seed is None else data_seed,
-        protocol=run.protocol,
-        shuffle=run.data.shuffle,
-    )
+    return find(**run.data.where(direction, data_seed))
 
 
 def needs_finetune(source: ModelSource) -> bool:
