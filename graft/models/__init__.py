@@ -1,7 +1,9 @@
 """Models by name: the registry (:mod:`graft.models.registry`), embedded offline GGUF models
 (:mod:`graft.models.embedded`), loading (:mod:`graft.models.loading`; the hub probed once
-first, :mod:`graft.models.hub`), and the paper's models
-as configs without weights (:mod:`graft.models.paper`).
+first, :mod:`graft.models.hub`), the paper's models
+as configs without weights (:mod:`graft.models.paper`), any model's config and tokenizer
+without its weights (:mod:`graft.models.configs`), and device names checked without torch
+(:mod:`graft.models.devices`).
 
 Short names (see :data:`REGISTRY`):
 
