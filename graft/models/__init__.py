@@ -54,6 +54,7 @@ _EXPORTS = {
         "TINY_MODELS",
         "EmbeddedModel",
         "looks_like_hub_id",
+        "model_slug",
         "resolve_model_name",
     ),
     "graft.models.tiny": ("perturbed_copy", "tiny_model", "tiny_pair"),

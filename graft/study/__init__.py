@@ -50,9 +50,7 @@ _EXPORTS = {
         "MODEL_FOLDER",
         "RUN_FOLDER",
         "check_out_placement",
-        "default_out",
         "folder_kind",
-        "out_folder",
     ),
     "graft.study.training.recall": ("MIN_GAIN", "model_recall"),
     "graft.study.analyses.lens": (
@@ -144,7 +142,7 @@ _EXPORTS = {
         "resolve_config",
     ),
     "graft.study.specs.protocol": ("Protocol", "GRAFT", "PAPER", "protocol_of"),
-    "graft.study.specs.run": ("RunSpecs", "resolve"),
+    "graft.study.specs.run": ("RunSpecs", "default_out", "resolve"),
     "graft.study.specs.templates": ("DIRECTIONS", "TEST_TEMPLATES"),
     "graft.study.training.finetune": ("finetune",),
     "graft.study.training.workspace": (

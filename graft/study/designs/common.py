@@ -10,7 +10,6 @@ from typing import Any
 
 from graft.errors import SpecError
 from graft.study.designs.design import Design, Finish
-from graft.study.running.placement import out_folder
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import NamedGraft, protocol_notes, spec_graft
 from graft.study.specs.protocol import Protocol
@@ -67,7 +66,7 @@ def one_run(
     notes = protocol_notes(grafts, specs.protocol) if notes is None else list(notes)
     extra = dict(extra_config or {}) | ({"protocol_notes": list(notes)} if notes else {})
     request = RunRequest(specs=specs, grafts=tuple(grafts), extra_config=extra, **fields)
-    folder = out_folder(specs, request.out_tag)
+    folder = specs.out_folder(request.out_tag)
     return Design(specs.experiment, folder, {"": request}, tuple(notes), finish, figures)
 
 

@@ -7,8 +7,7 @@ a donor's checksums or a workspace listing would meet it.
 A folder's kind is read from the files graft writes into it: the ``.graft-run`` marker (or
 an older graft's ``config.json`` with its experiment), a model's ``config.json`` with its
 ``model_type`` (or ``architectures``), a dataset's ``manifest.json`` beside its JSONL files, a
-workspace's ``datasets/`` or ``finetuned/`` folders. Where a run's folder is when ``--out``
-is not given: :func:`default_out`; either way: :func:`out_folder`.
+workspace's ``datasets/`` or ``finetuned/`` folders.
 """
 
 from __future__ import annotations
@@ -20,9 +19,6 @@ from pathlib import Path
 from graft.errors import RunFolderError
 from graft.results.folder import RunFolder
 from graft.results.run_config import CONFIG_FILE
-from graft.study.specs.config import SHUFFLES, ExperimentConfig
-from graft.study.specs.run import RunSpecs, resolve
-from graft.study.training.workspace import model_slug
 
 #: The kinds :func:`folder_kind` tells apart.
 RUN_FOLDER, MODEL_FOLDER, DATASET_FOLDER, WORKSPACE = (
@@ -106,31 +102,3 @@ def check_out_placement(
                 f"--out {out} is inside the {parent_kind} {parent}; choose a folder outside it"
             )
         child = parent
-
-
-def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
-    """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
-    ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
-    part names several finetune seeds (``-fseeds0-1-2``), several data seeds
-    (``-dseeds0-1``) and control models (``-control``)."""
-    run = resolve(cfg)
-    data = Path(run.data.dataset).name if Path(run.data.dataset).is_dir() else run.data.dataset
-    if run.data.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
-        data += f"-{run.data.shuffle}"
-    tags = [tag] if tag else []
-    if run.donors.finetune_seeds != (0,):
-        tags.append("fseeds" + "-".join(map(str, run.donors.finetune_seeds)))
-    if len(run.data.data_seeds) > 1:
-        tags.append("dseeds" + "-".join(map(str, run.data.data_seeds)))
-    if run.donors.control:
-        tags.append("control")
-    parts = "".join("-" + t for t in tags)
-    name = f"{model_slug(run.donors.model)}-{data}{parts}-seed{run.analysis.seed}"
-    return Path("runs") / run.experiment / name
-
-
-def out_folder(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
-    """The run folder: the run's ``out`` when given, else :func:`default_out` (``tag``: a
-    part of its name); the one place a run, a design and a study work it out."""
-    run = resolve(cfg)
-    return Path(run.execution.out) if run.execution.out else default_out(run, tag)

@@ -14,10 +14,10 @@ from graft.core.language.spec import SpecError
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, load_model
 from graft.study.data.prompts import TestExample
-from graft.study.specs.config import ModelSource, Replicate
+from graft.study.specs.config import ModelSource
 from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.donors import verify_donor
-from graft.study.training.sources import planned_model_path, resolve_model_path
+from graft.study.training.sources import RunPaths, replicate_paths
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +54,6 @@ class RunModels:
     donors: dict[str, LoadedModel]
     base_path: str
     donor_paths: dict[str, str]
-
-
-@dataclass
-class RunPaths:
-    """Where the models of one replicate are.
-
-    Args:
-        base: the base model's name or folder.
-        donors: donor name -> name or folder.
-    """
-
-    base: str
-    donors: dict[str, str]
-
-    def all(self) -> list[str]:
-        return [self.base, *self.donors.values()]
 
 
 def _check_models(
@@ -112,24 +96,6 @@ def load_run_models(
     )
     _check_models(execution, models.base, models.donors)
     return models
-
-
-def replicate_paths(
-    run: RunSpecs,
-    base: ModelSource,
-    donors: Mapping[str, ModelSource],
-    replicate: Replicate,
-    *,
-    planned: bool = False,
-) -> RunPaths:
-    """Where the models of ``replicate`` are, each finetuned first where it is missing;
-    ``planned``: where they are or will be, nothing trained (the one place the runner and its
-    stored-config check work them out)."""
-    find = planned_model_path if planned else resolve_model_path
-    return RunPaths(
-        find(run, base, replicate),
-        {name: find(run, src, replicate) for name, src in donors.items()},
-    )
 
 
 def planned_paths(run: RunSpecs, base: ModelSource, donors: Mapping[str, ModelSource]) -> RunPaths:

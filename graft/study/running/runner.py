@@ -68,14 +68,8 @@ from graft.study.data.rows import (
 from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
-from graft.study.running.placement import check_out_placement, default_out, out_folder
-from graft.study.running.run_inputs import (
-    RunPaths,
-    RunPrompts,
-    load_run_models,
-    planned_paths,
-    replicate_paths,
-)
+from graft.study.running.placement import check_out_placement
+from graft.study.running.run_inputs import RunPrompts, load_run_models, planned_paths
 from graft.study.running.run_record import (
     check_stored_config,
     engine_entry,
@@ -87,12 +81,14 @@ from graft.study.running.timing import StageTimes
 from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.request import RunRequest
-from graft.study.specs.run import ExecutionSpec, RunSpecs
+from graft.study.specs.run import ExecutionSpec, RunSpecs, default_out
 from graft.study.training.recall import check_recall, let_through_line
 from graft.study.training.sources import (
+    RunPaths,
     dataset_dir,
     needs_finetune,
     pending_finetune,
+    replicate_paths,
     resolve_model_path,
 )
 from graft.study.training.workspace import Workspace
@@ -109,7 +105,6 @@ __all__ = [
     "check_grafts",
     "check_request",
     "default_out",
-    "out_folder",
     "load_examples",
     "print_summary",
     "resolve_model_path",
@@ -279,7 +274,7 @@ def check_request(request: RunRequest) -> RunFolder:
     check_grafts(grafts, donors)
     _check_replicates(run, grafts, base, donors)
     resolve_device(run.execution.device)
-    folder = RunFolder(out_folder(run, request.out_tag))
+    folder = RunFolder(run.out_folder(request.out_tag))
     check_out_placement(folder.path, Workspace.at(run.execution.workspace).root)
     folder.check_writable()
     folder.check_owned()
