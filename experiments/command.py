@@ -1,69 +1,17 @@
 """How a ``graft-exp`` command talks to its user: library messages on stderr one line each
-(``--quiet`` keeps warnings), a :class:`~graft.errors.GraftError` said in the command line's
+(:func:`graft.results.run_log.console_logging`; ``--quiet`` keeps warnings), a :class:`~graft.errors.GraftError` said in the command line's
 words (the flag that fixes it) with the exit code of its kind, and the command class that
 does both."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import click
 
 from graft.errors import GraftError, LockError, RemoteError, StorageError, UpstreamError
 from graft_experiments.options import FLAGS
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record comes (click's test runner swaps it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:  # StreamHandler.__init__ sets it
-        pass
-
-
-@contextlib.contextmanager
-def cli_logging(quiet: bool = False) -> Iterator[None]:
-    """While a command runs, library messages (the ``graft`` loggers) go to stderr, one line
-    each; ``quiet`` keeps warnings only there (a run's ``run.log`` still gets everything) and
-    also hides transformers' own progress bars, the hub client's retry lines and the
-    libraries' warnings (:func:`graft.results.run_log.console_session`: each said once).
-    The logger is restored afterwards (commands may run inside a notebook or a test)."""
-    logger = logging.getLogger("graft")
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    # the handler, not the logger, keeps to warnings: a run's log gets the info lines too
-    handler.setLevel(logging.WARNING if quiet else logging.INFO)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    # the hub client's "Retrying in 8s" lines: hidden by --quiet (a stalled download still
-    # fails with its error)
-    hub_logger = logging.getLogger("huggingface_hub")
-    hub_level = hub_logger.level
-    if quiet:
-        silence_library_progress()
-        hub_logger.setLevel(logging.ERROR)
-    from graft.results import console_session
-
-    try:
-        with console_session(quiet):  # the libraries' warnings once, none under --quiet
-            yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        hub_logger.setLevel(hub_level)
-
 
 # ------------------------------------------------------- library errors in the user's words
 
@@ -165,11 +113,14 @@ def cli_error(err: GraftError) -> click.ClickException:
 
 
 class LoggingCommand(click.Command):
-    """A command that runs under :func:`cli_logging` (``--quiet`` when it has one); a
+    """A command that runs under :func:`graft.results.run_log.console_logging` (``--quiet``
+    when it has one); a
     :class:`~graft.errors.GraftError` that escapes it becomes :func:`cli_error`'s line."""
 
     def invoke(self, ctx: click.Context):
-        with cli_logging(bool(ctx.params.get("quiet"))):
+        from graft.results import console_logging
+
+        with console_logging(bool(ctx.params.get("quiet"))):
             try:
                 return super().invoke(ctx)
             except GraftError as err:
@@ -182,10 +133,3 @@ class LoggingCommand(click.Command):
                 if storage is None:
                     raise
                 raise cli_error(storage) from None
-
-
-def silence_library_progress() -> None:
-    """``--quiet``: also hide transformers' own bars (weight loading, checkpoint writing)."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()

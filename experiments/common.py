@@ -319,37 +319,12 @@ def run_or_plan(design: Design) -> DesignRun | None:
     if not dry_run():
         ctx = click.get_current_context(silent=True)
         tracker = ctx.meta.get(REPORT_TO, "none") if ctx is not None else "none"
-        if tracker == "none":
-            return run_design(design, echo=click.echo)
-        return _run_reporting(design, tracker)
+        return run_design(design, echo=click.echo, report_to=tracker)
     for note in design.notes:
         click.echo(f"note: {note}")
     for plan in plan_design(design).values():
         echo_plan(plan.lines())
     return None
-
-
-def _run_reporting(design: Design, tracker: str) -> DesignRun:
-    """:func:`run_or_plan`'s run under ``--report-to tracker``: the donor finetunes report
-    while they train, then each run's (and the combined folder's) summary and figures."""
-    from graft.results import close, log_results, reporting, tracking_for
-    from graft.study import run_design
-
-    tracking = tracking_for(tracker, design.folder / "tracking", design.folder.name)
-    assert tracking is not None  # tracker is not "none"
-    try:
-        with reporting(tracking):
-            done = run_design(design, echo=click.echo)
-            folders = {run.folder.path: name for name, run in done.runs.items()}
-            if (design.folder / "summary.parquet").exists() and design.folder not in folders:
-                folders[design.folder] = "combined"
-            for folder, name in folders.items():
-                figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
-                log_results(tracking, f"results-{name}" if name else "results", folder, figures)
-    finally:
-        close(tracking)
-    click.echo(f"tracking: {tracking.folder} ({tracker})")
-    return done
 
 
 @contextlib.contextmanager

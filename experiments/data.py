@@ -11,7 +11,7 @@ import click
 from graft.errors import DatasetError
 from graft.study import DatasetConfig, ExperimentConfig
 from graft_experiments import command, common
-from graft_experiments.options import DATASET_FLAGS, field_default
+from graft_experiments.options import DATASET_FLAGS
 
 
 @click.command("data", cls=command.LoggingCommand)
@@ -30,14 +30,9 @@ from graft_experiments.options import DATASET_FLAGS, field_default
 @click.option("--overwrite", is_flag=True, help="Replace an existing, different dataset at --out.")
 def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> None:
     """Generate a dataset: facts (or your articles), training text, test prompts, manifest."""
-    from graft.study import Workspace, generate_dataset, load_manifest
+    from graft.study import Workspace, dataset_line, generate_dataset
 
-    if fields["kind"] is None:
-        kind = "relation" if fields["relation_path"] is not None else None
-        kind = kind or ("articles" if fields["articles_path"] is not None else None)
-        kind = kind or ("custom" if fields["facts_path"] is not None else None)
-        fields["kind"] = kind or field_default(DatasetConfig, "kind")
-    config = DatasetConfig(**fields)
+    config = DatasetConfig.inferred(**fields)
     try:
         out = out or Workspace.at(workspace or None).dataset_folder(config)
         path = generate_dataset(config, out, overwrite=overwrite)
@@ -45,12 +40,7 @@ def data(out: Path | None, workspace: str | None, overwrite: bool, **fields) -> 
         if e.param == "out":
             raise click.UsageError(command.in_user_words(e)) from None
         raise click.BadParameter(command.in_user_words(e), param_hint=command.flag_of(e)) from None
-    sizes = load_manifest(path)["sizes"]
-    what = "articles" if config.kind == "articles" else "facts"
-    click.echo(
-        f"{path}: {sizes['facts']} {what}, {sizes['train']} training texts, "
-        f"{sizes['test_prompts']} test prompts"
-    )
+    click.echo(dataset_line(path))
 
 
 if __name__ == "__main__":

@@ -60,3 +60,45 @@ def test_every_package_docstring_names_its_sub_packages():
             if f"``{sub}``" not in doc and f".{sub}`" not in doc and f".{sub}" not in doc:
                 stale.append(f"{init.parent.relative_to(ROOT)}: {sub}")
     assert not stale, "package docstrings that do not name a sub-package:\n" + "\n".join(stale)
+
+
+_COUNT = re.compile(r"\b(two|three|four|five|six|seven|eight|nine|ten) rooms\b")
+_NUMBERS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _tree_problems(package: Path, doc: str) -> list[str]:
+    """How a package docstring is untrue to its folder: it lists some of its modules
+    (``:mod:`` references) but not all, or counts its rooms wrong."""
+    dotted = ".".join(package.relative_to(ROOT).parts)
+    modules = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+    listed = set(re.findall(rf":mod:`~?{re.escape(dotted)}\.(\w+)`", doc))
+    listed |= set(re.findall(r":mod:`\.(\w+)`", doc))
+    problems = []
+    if listed & set(modules):  # it lists its modules: then all of them
+        problems += [f"{dotted}: lists its modules but not {m}" for m in modules if m not in listed]
+    rooms = len(list(package.glob("*/__init__.py")))
+    for word in _COUNT.findall(doc):
+        if _NUMBERS.index(word) + 2 != rooms:
+            problems.append(f"{dotted}: says {word} rooms, has {rooms} sub-packages")
+    return problems
+
+
+def test_every_package_docstring_is_true_to_its_tree():
+    """A package docstring that lists its modules lists every one, and one that counts its
+    rooms counts its sub-packages."""
+    problems = []
+    for init in sorted((ROOT / "graft").rglob("__init__.py")):
+        doc = importlib.import_module(".".join(init.parent.relative_to(ROOT).parts)).__doc__
+        problems += _tree_problems(init.parent, doc or "")
+    assert not problems, "\n".join(problems)
+
+
+def test_an_untrue_package_docstring_is_caught():
+    core = ROOT / "graft" / "core"
+    assert _tree_problems(core, "in four rooms") == [
+        "graft.core: says four rooms, has 5 sub-packages"
+    ]
+    stats = ROOT / "graft" / "results" / "stats"
+    found = _tree_problems(stats, "Modules: :mod:`~graft.results.stats.paired` only.")
+    assert "graft.results.stats: lists its modules but not wording" in found
+    assert not any("paired:" in p or p.endswith("not paired") for p in found)

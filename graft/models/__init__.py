@@ -1,7 +1,9 @@
 """Models by name: the registry (:mod:`graft.models.registry`), embedded offline GGUF models
 (:mod:`graft.models.embedded`), loading (:mod:`graft.models.loading`; the hub probed once
-first, :mod:`graft.models.hub`), and the paper's models
-as configs without weights (:mod:`graft.models.paper`).
+first, :mod:`graft.models.hub`), the paper's models
+as configs without weights (:mod:`graft.models.paper`), any model's config and tokenizer
+without its weights (:mod:`graft.models.configs`), and device names checked without torch
+(:mod:`graft.models.devices`).
 
 Short names (see :data:`REGISTRY`):
 
@@ -52,6 +54,7 @@ _EXPORTS = {
         "TINY_MODELS",
         "EmbeddedModel",
         "looks_like_hub_id",
+        "model_slug",
         "resolve_model_name",
     ),
     "graft.models.tiny": ("perturbed_copy", "tiny_model", "tiny_pair"),

@@ -11,12 +11,14 @@ model folder is accepted as is. A hub model found in the folder of models named 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from graft.errors import ModelNotFoundError
+from graft.naming import slug
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -169,3 +171,20 @@ def _check_model_folder(path: Path) -> None:
             f"{config} is not a model config (no model_type); pass a folder saved by "
             "save_pretrained"
         )
+
+
+def model_slug(model: str) -> str:
+    """Folder name of a model: its registry name, its hub id with ``/`` as ``--`` (also when
+    its weights come from ``$GRAFT_MODELS``, so donors keep their folders wherever the weights
+    are), or a local folder's name plus a hash of its resolved path."""
+    source, location = resolve_model_name(model)
+    if model in HUB_MODELS:
+        return slug(model)
+    if source == "local" and looks_like_hub_id(model) and not Path(model).expanduser().exists():
+        return slug(model.replace("/", "--"))
+    if source == "local":
+        path = Path(location).resolve()
+        return f"{slug(path.name)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    if source == "hub" and model not in HUB_MODELS:
+        return slug(location.replace("/", "--"))
+    return slug(model if source != "tiny" else "tiny-" + location)

@@ -9,10 +9,10 @@ full) go to the :data:`FILE_ONLY` logger, which reaches no console. Until the ru
 started (:meth:`RunLog.start`, when its ``config.json`` is written) the lines are held in
 memory, so a run that stops at its checks writes nothing; a resumed run appends. Each warning
 is logged once per run (:class:`OnceFilter`): the same message from the same logger again is
-dropped, on the console as in the file. Inside a command (:func:`console_session`, which
-``graft-exp`` enters) a console says each warning once over all the command's runs, and
-under ``quiet`` none of the libraries' (transformers, matplotlib, ...: ``run.log`` keeps
-them), graft's own still.
+dropped, on the console as in the file. While a command runs, :func:`console_logging` puts
+graft's messages on stderr, one line each, and (:func:`console_session`) a console says
+each warning once over all the command's runs, and under ``quiet`` none of the libraries'
+(transformers, matplotlib, ...: ``run.log`` keeps them), graft's own still.
 """
 
 from __future__ import annotations
@@ -316,11 +316,12 @@ class _AsBefore(logging.Filter):
 
 
 class _StderrHandler(logging.Handler):
-    """Warnings to whatever ``sys.stderr`` is now, one line each (a captured Python warning
-    as ``Category: message``, without its source line)."""
+    """Records of ``level`` or above to whatever ``sys.stderr`` is now (click's test runner
+    swaps it), one line each (a captured Python warning as ``Category: message``, without
+    its source line)."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+    def __init__(self, level: int = logging.WARNING) -> None:
+        super().__init__(level)
 
     def emit(self, record: logging.LogRecord) -> None:
         import sys
@@ -335,6 +336,37 @@ def _without_place(record: logging.LogRecord) -> str:
     if record.name == "py.warnings" and message:  # "path:line: Category: message\n  source"
         return message.splitlines()[0].split(": ", 1)[-1]
     return message
+
+
+@contextmanager
+def console_logging(quiet: bool = False) -> Iterator[None]:
+    """While a command runs, graft's messages go to stderr, one line each; ``quiet`` keeps
+    warnings only there (a run's ``run.log`` still gets everything) and also hides
+    transformers' own progress bars, the hub client's retry lines and the libraries'
+    warnings (:func:`console_session`: each said once). The loggers are restored afterwards
+    (commands may run inside a notebook or a test)."""
+    logger = logging.getLogger("graft")
+    # the handler, not the logger, keeps to warnings: a run's log gets the info lines too
+    handler = _StderrHandler(logging.WARNING if quiet else logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    # the hub client's "Retrying in 8s" lines: hidden by quiet (a stalled download still
+    # fails with its error)
+    hub_logger = logging.getLogger("huggingface_hub")
+    hub_level = hub_logger.level
+    if quiet:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()  # weight loading, checkpoints
+        hub_logger.setLevel(logging.ERROR)
+    try:
+        with console_session(quiet):  # the libraries' warnings once, none under quiet
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        hub_logger.setLevel(hub_level)
 
 
 def _capturing() -> bool:

@@ -80,6 +80,7 @@ _EXPORTS = {
         "generate_dataset",
         "load_manifest",
     ),
+    "graft.study.data.dataset_folder": ("dataset_line",),
     "graft.study.specs.choices": (
         "DEFAULT_N_FACTS",
         "DEFAULT_TOP_K",
@@ -112,7 +113,6 @@ _EXPORTS = {
     "graft.study.planning.run_plan": ("check_fits", "plan_experiment"),
     "graft.study.running.runner": (
         "ExperimentRun",
-        "default_out",
         "print_summary",
         "run_experiment",
     ),
@@ -147,7 +147,7 @@ _EXPORTS = {
         "resolve_config",
     ),
     "graft.study.specs.protocol": ("Protocol", "GRAFT", "PAPER", "protocol_of"),
-    "graft.study.specs.run": ("RunSpecs", "resolve"),
+    "graft.study.specs.run": ("RunSpecs", "default_out", "resolve"),
     "graft.study.specs.templates": ("DIRECTIONS", "TEST_TEMPLATES"),
     "graft.study.training.finetune": ("finetune",),
     "graft.study.training.workspace": (

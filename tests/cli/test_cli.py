@@ -377,12 +377,11 @@ def test_a_quiet_run_keeps_the_console_short_and_logs_everything(tmp_path):
 def test_quiet_hides_info_lines_from_the_console_not_from_the_run_log(tmp_path, capsys, quiet):
     import logging
 
-    from graft.results.run_log import RunLog
-    from graft_experiments.command import cli_logging
+    from graft.results.run_log import RunLog, console_logging
 
     logger = logging.getLogger("graft.study.running.runner")
     hub_client = logging.getLogger("huggingface_hub.utils._http")
-    with cli_logging(quiet=quiet), RunLog(tmp_path / "run.log").capture() as log:
+    with console_logging(quiet=quiet), RunLog(tmp_path / "run.log").capture() as log:
         log.start()
         logger.info("a stage line")
         logger.warning("a warning")

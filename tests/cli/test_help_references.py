@@ -49,3 +49,65 @@ def test_every_page_and_section_a_help_text_names_exists():
                 assert match.group(2) in _anchors(path), f"{where}: no {match.group(2)} in {page}"
             named += 1
     assert named >= 3  # the commands do point at pages (docs/reference/patching.md, ...)
+
+
+#: A Python name (``graft.remote.hosted.GraftPairModel``, ``benchmarks.paper_table``), a
+#: file of the repository (``graft/resources/relations/movies*.toml``) or a command
+#: (``graft-exp finetune``, ``graft-exp study status``) that a help text names.
+CODE = re.compile(
+    r"\b(?P<name>(?:graft|graft_experiments|benchmarks)(?:\.\w+)+)"
+    r"|\b(?P<path>(?:graft|benchmarks|scripts)/[\w/.*-]+\w)"
+    r"|\bgraft-exp (?P<command>[a-z]+(?: [a-z]+)?)"
+)
+
+
+def _python_name_exists(name: str) -> bool:
+    import importlib
+
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            if not hasattr(found, attr):
+                return False
+            found = getattr(found, attr)
+        return True
+    return False
+
+
+def _code_problems(where: str, text: str) -> tuple[int, list[str]]:
+    named, problems = 0, []
+    for match in CODE.finditer(text):
+        named += 1
+        if match["name"] and not _python_name_exists(match["name"]):
+            problems.append(f"{where} names {match['name']}, which does not exist")
+        if match["path"] and not list(ROOT.glob(match["path"])):
+            problems.append(f"{where} names {match['path']}, which matches no file")
+        if match["command"]:
+            words = match["command"].split()
+            group = main.commands.get(words[0])
+            sub = isinstance(group, click.Group) and len(words) > 1
+            if group is None or (sub and words[1] not in group.commands):
+                problems.append(f"{where} names graft-exp {match['command']}, no such command")
+    return named, problems
+
+
+def test_every_module_file_and_command_a_help_text_names_exists():
+    named, problems = 0, []
+    for where, text in _texts(main):
+        n, found = _code_problems(where, text)
+        named, problems = named + n, problems + found
+    assert named >= 5  # graft.remote.hosted.GraftPairModel, graft-exp finetune, ...
+    assert not problems, "\n".join(problems)
+
+
+def test_a_help_text_naming_what_left_is_caught():
+    text = (
+        "see graft.remote.hosted.NoSuchModel, graft/resources/relations/gone*.toml and "
+        "graft-exp nosuch, graft-exp study nosuch; graft.remote.hosted.GraftPairModel is here"
+    )
+    named, problems = _code_problems("x", text)
+    assert named == 5 and len(problems) == 4, problems

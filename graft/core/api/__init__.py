@@ -3,5 +3,6 @@
 (:mod:`graft.core.api.continuation`), ``graft.generate`` (:mod:`graft.core.api.generate`;
 its steps on a key/value cache: :mod:`graft.core.api.decoding`),
 ``graft.trace``, the graft as an nnsight trace (:mod:`graft.core.api.grafted_trace`, with
-:mod:`graft.core.api.trace_invokes`), and the engine's self-check on a model pair
-(:mod:`graft.core.api.selfcheck`)."""
+:mod:`graft.core.api.trace_invokes`), the engine's self-check on a model pair
+(:mod:`graft.core.api.selfcheck`), and ``graft.attribute``, every cell's graft effect
+estimated from one backward pass (:mod:`graft.core.api.attribution`)."""

@@ -7,6 +7,8 @@ PNG and PDF files.
 
 - :mod:`graft.results.plots.bars`: :func:`bar_chart` and :func:`component_chart`;
 - :mod:`graft.results.plots.heatmap`: :func:`heatmap`, :func:`attribution_map`;
+- :mod:`graft.results.plots.lens`: logit-lens lines per layer;
+- :mod:`graft.results.plots.patching`: a patching sweep's layer x position maps and lines;
 - :mod:`graft.results.plots.style`: colours, labels, captions, legends, :func:`save_figure`.
 """
 

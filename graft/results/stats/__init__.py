@@ -16,7 +16,11 @@ example by example, rather than as two independent samples:
 
 Modules: :mod:`~graft.results.stats.intervals` (statsmodels' Wilson and Clopper-Pearson,
 Newcombe's paired combination, scipy's t), :mod:`~graft.results.stats.paired` (statsmodels'
-McNemar and Holm, bootstraps) and :mod:`~graft.results.stats.contrasts` (the table).
+McNemar and Holm, bootstraps), :mod:`~graft.results.stats.contrasts` (the table); the
+verdicts against the paper's numbers: :mod:`~graft.results.stats.verdict` (a verdict as
+data, and the decision), :mod:`~graft.results.stats.agreement` (one number),
+:mod:`~graft.results.stats.paired_agreement` ("A ≈ B") and
+:mod:`~graft.results.stats.wording` (a verdict's words).
 """
 
 from graft.errors import StatsError

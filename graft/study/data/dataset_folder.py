@@ -85,6 +85,18 @@ def verify_dataset(dataset_dir: str | os.PathLike[str]) -> None:
             raise _damaged(path, "does not match the sha256 in manifest.json")
 
 
+def dataset_line(dataset_dir: str | os.PathLike[str]) -> str:
+    """One line saying what the dataset in ``dataset_dir`` holds: its facts (or articles),
+    training texts and test prompts, from its manifest."""
+    manifest = load_manifest(dataset_dir)
+    sizes = manifest["sizes"]
+    what = "articles" if manifest.get("config", {}).get("kind") == "articles" else "facts"
+    return (
+        f"{dataset_dir}: {sizes['facts']} {what}, {sizes['train']} training texts, "
+        f"{sizes['test_prompts']} test prompts"
+    )
+
+
 def load_manifest(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The dataset's ``manifest.json``.
 

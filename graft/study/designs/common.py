@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from graft.errors import SpecError
 from graft.study.designs.design import Design, Finish
-from graft.study.running.runner import default_out
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import NamedGraft, protocol_notes, spec_graft
 from graft.study.specs.protocol import Protocol
@@ -53,11 +51,6 @@ def protocol_fields(protocol: Protocol, variant: str, out_tag: str = "") -> dict
     return fields
 
 
-def design_folder(specs: RunSpecs, out_tag: str = "") -> Path:
-    """The design's folder: ``--out``, else the default run folder of ``specs``."""
-    return Path(specs.execution.out) if specs.execution.out else default_out(specs, out_tag)
-
-
 def one_run(
     specs: RunSpecs,
     grafts: Sequence[NamedGraft],
@@ -73,7 +66,7 @@ def one_run(
     notes = protocol_notes(grafts, specs.protocol) if notes is None else list(notes)
     extra = dict(extra_config or {}) | ({"protocol_notes": list(notes)} if notes else {})
     request = RunRequest(specs=specs, grafts=tuple(grafts), extra_config=extra, **fields)
-    folder = design_folder(specs, request.out_tag)
+    folder = specs.out_folder(request.out_tag)
     return Design(specs.experiment, folder, {"": request}, tuple(notes), finish, figures)
 
 

@@ -12,7 +12,7 @@ import polars as pl
 from graft.core import parse_spec
 from graft.errors import ExperimentError, SpecError
 from graft.results.folder import RunFolder
-from graft.study.designs.common import design_folder, protocol_fields, specs_for
+from graft.study.designs.common import protocol_fields, specs_for
 from graft.study.designs.design import Design, DesignRun
 from graft.study.running.summaries import format_summary
 from graft.study.specs.config import ModelSource
@@ -89,7 +89,7 @@ def component(
         raise SpecError(str(err), param="layers") from None
     notes = protocol_notes(planned, specs.protocol)
     fields = protocol_fields(specs.protocol, "both")
-    folder = design_folder(specs, fields.get("out_tag", ""))
+    folder = specs.out_folder(fields.get("out_tag", ""))
     runs = {}
     for name in names:
         pair = donor_pairs(specs.protocol)[name]

@@ -80,13 +80,22 @@ class DesignRun:
 
 
 def run_design(
-    design: Design, echo: Callable[[str], None] | None = None, metric: str = "acc@5"
+    design: Design,
+    echo: Callable[[str], None] | None = None,
+    metric: str = "acc@5",
+    report_to: str = "none",
 ) -> DesignRun:
     """Run every run of ``design`` with the one runner (each resumable), then its
     ``finish`` and figures; every run's checks that need no model or dataset
     (:func:`~graft.study.running.runner.check_request`) pass before the first starts.
     ``echo`` gets the notes, each run's folder, plan line, summary and stage times, the
-    design's own lines, and each figure's path (default: nothing is said)."""
+    design's own lines, and each figure's path (default: nothing is said).
+
+    ``report_to`` (a tracker of :data:`graft.results.TRACKERS` other than ``none``): the
+    donor finetunes report to it while they train, then each run's (and the combined
+    folder's) summary and figures, under ``<folder>/tracking``."""
+    if report_to != "none":
+        return _run_reporting(design, report_to, echo, metric)
     say = echo or (lambda _line: None)
     if len(design.runs) > 1:  # the combined results go into the folder itself: graft's
         RunFolder(design.folder).check_owned()
@@ -118,6 +127,29 @@ def run_design(
         say(f"figure: {png}")
     if design.figures:
         say(f"time: figures {time.perf_counter() - start:.1f} s")
+    return done
+
+
+def _run_reporting(
+    design: Design, tracker: str, echo: Callable[[str], None] | None, metric: str
+) -> DesignRun:
+    """:func:`run_design` reporting to ``tracker``."""
+    from graft.results.tracking import close, log_results, reporting, tracking_for
+
+    tracking = tracking_for(tracker, design.folder / "tracking", design.folder.name)
+    assert tracking is not None  # tracker is not "none"
+    try:
+        with reporting(tracking):
+            done = run_design(design, echo, metric)
+            folders = {run.folder.path: name for name, run in done.runs.items()}
+            if (design.folder / "summary.parquet").exists() and design.folder not in folders:
+                folders[design.folder] = "combined"
+            for folder, name in folders.items():
+                figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
+                log_results(tracking, f"results-{name}" if name else "results", folder, figures)
+    finally:
+        close(tracking)
+    (echo or (lambda _line: None))(f"tracking: {tracking.folder} ({tracker})")
     return done
 
 

@@ -15,7 +15,7 @@ from graft.study.analyses.patching import executor_for
 from graft.study.analyses.patching_report import write_sweep_report
 from graft.study.analyses.patching_sweep import check_choices, direction_models, sweep_grafts
 from graft.study.data.rows import load_examples, sample_examples
-from graft.study.designs.common import design_folder, specs_for
+from graft.study.designs.common import specs_for
 from graft.study.designs.design import Design, DesignRun
 from graft.study.specs.choices import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft.study.specs.config import ModelSource
@@ -81,7 +81,7 @@ def patching(
             f"window {window} is more than the model's {arch.n_layers} layers", param="window"
         )
     variant = variant or specs.protocol.donor_variant
-    folder = design_folder(specs)
+    folder = specs.out_folder()
     runs, grafts, references = {}, {}, {}
     for mode in modes:
         direction = direction_models(mode, variant)

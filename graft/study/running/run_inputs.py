@@ -17,7 +17,7 @@ from graft.study.data.prompts import TestExample
 from graft.study.specs.config import ModelSource
 from graft.study.specs.run import ExecutionSpec, RunSpecs
 from graft.study.training.donors import verify_donor
-from graft.study.training.sources import planned_model_path
+from graft.study.training.sources import RunPaths, replicate_paths
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +54,6 @@ class RunModels:
     donors: dict[str, LoadedModel]
     base_path: str
     donor_paths: dict[str, str]
-
-
-@dataclass
-class RunPaths:
-    """Where the models of one replicate are.
-
-    Args:
-        base: the base model's name or folder.
-        donors: donor name -> name or folder.
-    """
-
-    base: str
-    donors: dict[str, str]
-
-    def all(self) -> list[str]:
-        return [self.base, *self.donors.values()]
 
 
 def _check_models(
@@ -117,8 +101,4 @@ def load_run_models(
 def planned_paths(run: RunSpecs, base: ModelSource, donors: Mapping[str, ModelSource]) -> RunPaths:
     """Where the first replicate's models are, or will be once finetuned (nothing is
     trained)."""
-    rep = run.replicates[0]
-    return RunPaths(
-        planned_model_path(run, base, rep),
-        {name: planned_model_path(run, src, rep) for name, src in donors.items()},
-    )
+    return replicate_paths(run, base, donors, run.replicates[0], planned=True)

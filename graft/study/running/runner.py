@@ -70,7 +70,7 @@ from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
 from graft.study.running.placement import check_out_placement
-from graft.study.running.run_inputs import RunPaths, RunPrompts, load_run_models, planned_paths
+from graft.study.running.run_inputs import RunPrompts, load_run_models, planned_paths
 from graft.study.running.run_record import (
     check_stored_config,
     engine_entry,
@@ -79,18 +79,20 @@ from graft.study.running.run_record import (
 )
 from graft.study.running.summaries import format_summary, print_summary, write_summaries
 from graft.study.running.timing import StageTimes
-from graft.study.specs.config import SHUFFLES, ExperimentConfig, ModelSource, Replicate
+from graft.study.specs.config import ExperimentConfig, ModelSource, Replicate
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.request import RunRequest
-from graft.study.specs.run import ExecutionSpec, RunSpecs, resolve
+from graft.study.specs.run import ExecutionSpec, RunSpecs, default_out
 from graft.study.training.recall import check_recall, let_through_line
 from graft.study.training.sources import (
+    RunPaths,
     dataset_dir,
     needs_finetune,
     pending_finetune,
+    replicate_paths,
     resolve_model_path,
 )
-from graft.study.training.workspace import Workspace, model_slug
+from graft.study.training.workspace import Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -151,27 +153,6 @@ def _check_remote(execution: ExecutionSpec) -> None:
 
 
 # ------------------------------------------------------------------------------- run
-
-
-def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
-    """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
-    ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
-    part names several finetune seeds (``-fseeds0-1-2``), several data seeds
-    (``-dseeds0-1``) and control models (``-control``)."""
-    run = resolve(cfg)
-    data = Path(run.data.dataset).name if Path(run.data.dataset).is_dir() else run.data.dataset
-    if run.data.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
-        data += f"-{run.data.shuffle}"
-    tags = [tag] if tag else []
-    if run.donors.finetune_seeds != (0,):
-        tags.append("fseeds" + "-".join(map(str, run.donors.finetune_seeds)))
-    if len(run.data.data_seeds) > 1:
-        tags.append("dseeds" + "-".join(map(str, run.data.data_seeds)))
-    if run.donors.control:
-        tags.append("control")
-    parts = "".join("-" + t for t in tags)
-    name = f"{model_slug(run.donors.model)}-{data}{parts}-seed{run.analysis.seed}"
-    return Path("runs") / run.experiment / name
 
 
 def run_experiment(
@@ -295,8 +276,7 @@ def check_request(request: RunRequest) -> RunFolder:
     check_grafts(grafts, donors)
     _check_replicates(run, grafts, base, donors)
     resolve_device(run.execution.device)
-    out = run.execution.out
-    folder = RunFolder(Path(out) if out else default_out(run, request.out_tag))
+    folder = RunFolder(run.out_folder(request.out_tag))
     check_out_placement(folder.path, Workspace.at(run.execution.workspace).root)
     folder.check_writable()
     folder.check_owned()
@@ -432,10 +412,4 @@ def _model_paths(
     )
     for line in dict.fromkeys(line for line in announced if line):
         logger.warning("%s", line)
-    return {
-        rep: RunPaths(
-            resolve_model_path(run, base, rep),
-            {name: resolve_model_path(run, src, rep) for name, src in donors.items()},
-        )
-        for rep in run.replicates
-    }
+    return {rep: replicate_paths(run, base, donors, rep) for rep in run.replicates}

@@ -101,6 +101,21 @@ class DatasetConfig:
             return tuple(self.relations)
         return self.texts.relations.get(template, DEFAULT_RELATIONS)
 
+    @classmethod
+    def inferred(cls, kind: str | None = None, **fields: Any) -> DatasetConfig:
+        """The config of ``fields``; a ``kind`` of None follows the input file given:
+        ``relation`` with ``relation_path``, ``articles`` with ``articles_path``, ``custom``
+        with ``facts_path``, else the default kind."""
+        if kind is None:
+            inputs = {"relation": "relation_path", "articles": "articles_path"}
+            found = [
+                k
+                for k, f in (inputs | {"custom": "facts_path"}).items()
+                if fields.get(f) is not None
+            ]
+            kind = found[0] if found else cls.kind
+        return cls(kind=kind, **fields)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as given, relations as lists; the protocol only when it
         is not graft's, so graft datasets keep the config they were made with)."""

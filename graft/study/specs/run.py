@@ -6,16 +6,19 @@ takes the one spec it reads.
 
 :meth:`RunSpecs.record` is what a run folder's ``config.json`` stores under ``options`` (with
 the record's schema version, :data:`RECORD_SCHEMA`), and :meth:`RunSpecs.from_record` reads
-such a record back into the same specs.
+such a record back into the same specs. :meth:`RunSpecs.out_folder` is the run's folder
+(:func:`default_out` when no ``out`` is given).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
+from graft.models import model_slug
 from graft.remote.config import RemoteConfig
-from graft.study.specs.config import ExperimentConfig, Replicate
+from graft.study.specs.config import SHUFFLES, ExperimentConfig, Replicate
 from graft.study.specs.protocol import Protocol
 
 #: The version of the record :meth:`RunSpecs.record` writes (1: the options as written before
@@ -63,6 +66,21 @@ class DataSpec:
     def data_seed(self) -> int:
         """The first data seed: the run's own dataset (and its only one without replicates)."""
         return self.data_seeds[0]
+
+    def where(self, direction: str = "one", data_seed: int | None = None) -> dict[str, Any]:
+        """The arguments of :meth:`~graft.study.training.workspace.Workspace.dataset` that
+        find or make the test prompts' dataset of ``direction`` and ``data_seed`` (default:
+        :attr:`data_seed`; a dataset folder takes no direction): the runner's and the
+        planner's alike."""
+        return dict(
+            dataset=self.dataset,
+            direction=None if Path(self.dataset).is_dir() else direction,
+            split=self.split,
+            n_facts=self.n_facts,
+            seed=self.data_seed if data_seed is None else data_seed,
+            protocol=self.protocol,
+            shuffle=self.shuffle,
+        )
 
 
 @dataclass(frozen=True)
@@ -167,6 +185,12 @@ class RunSpecs:
         """The experiment's name."""
         return self.analysis.experiment
 
+    def out_folder(self, tag: str = "") -> Path:
+        """The run folder: :attr:`ExecutionSpec.out` when given, else :func:`default_out`
+        (``tag``: a part of its name); the one place a run, a design and a study take it
+        from."""
+        return Path(self.execution.out) if self.execution.out else default_out(self, tag)
+
     @property
     def replicated(self) -> bool:
         """Whether the run has more than one replicate (several seeds, or control models)."""
@@ -251,3 +275,24 @@ def resolve(cfg: ExperimentConfig | RunSpecs) -> RunSpecs:
         replicates=cfg.replicates,
         options=cfg,
     )
+
+
+def default_out(cfg: ExperimentConfig | RunSpecs, tag: str = "") -> Path:
+    """``runs/<experiment>/<model>-<dataset>[-pairs][-tag][-replicates]-seed<seed>`` (``-pairs``:
+    ``real_movies_shuffled`` with the pair-keeping shuffle); the replicate
+    part names several finetune seeds (``-fseeds0-1-2``), several data seeds
+    (``-dseeds0-1``) and control models (``-control``)."""
+    run = resolve(cfg)
+    data = Path(run.data.dataset).name if Path(run.data.dataset).is_dir() else run.data.dataset
+    if run.data.shuffle != SHUFFLES[0]:  # real_movies_shuffled-pairs, as its dataset folder
+        data += f"-{run.data.shuffle}"
+    tags = [tag] if tag else []
+    if run.donors.finetune_seeds != (0,):
+        tags.append("fseeds" + "-".join(map(str, run.donors.finetune_seeds)))
+    if len(run.data.data_seeds) > 1:
+        tags.append("dseeds" + "-".join(map(str, run.data.data_seeds)))
+    if run.donors.control:
+        tags.append("control")
+    parts = "".join("-" + t for t in tags)
+    name = f"{model_slug(run.donors.model)}-{data}{parts}-seed{run.analysis.seed}"
+    return Path("runs") / run.experiment / name

@@ -10,7 +10,6 @@ from pathlib import Path
 from graft.errors import InputError
 from graft.naming import slug
 from graft.study.designs.design import Design
-from graft.study.running.runner import default_out
 from graft.study.specs.config import ExperimentConfig
 from graft.study.specs.run import resolve
 from graft.study.studies.kinds import DESIGNS
@@ -43,7 +42,7 @@ class StudyRun:
     def run_folders(self) -> dict[str, Path]:
         """Run name of the design -> the folder the runner writes it into."""
         return {
-            name: Path(request.specs.execution.out or default_out(request.specs, request.out_tag))
+            name: request.specs.out_folder(request.out_tag)
             for name, request in self.design.runs.items()
         }
 

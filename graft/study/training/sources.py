@@ -9,7 +9,8 @@ with ``seed`` set to the replicate's finetune seed (``dataclasses.replace(preset
 folder ``<preset>`` for the preset's own seed, ``<preset>-<hash>`` otherwise, as
 :meth:`~graft.study.specs.presets.FinetuneConfig.key` names it), trained on the generated dataset
 of the replicate's training data seed (its data seed, plus the control offset for a control
-model).
+model). Where a replicate's models are, or will be: :func:`replicate_paths`, the runner's and
+its stored-config check's alike.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +46,9 @@ def dataset_dir(
     """The dataset folder of ``run`` (generated into the workspace when ``dataset`` is a kind,
     with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is).
     ``planned``: the folder it will be, generating and checking nothing."""
-    given = Path(run.data.dataset).is_dir()
     workspace = _workspace(run)
     find = workspace.planned_dataset if planned else workspace.dataset
-    return find(
-        run.data.dataset,
-        None if given else direction,
-        split=run.data.split,
-        n_facts=run.data.n_facts,
-        seed=run.data.data_seed if data_seed is None else data_seed,
-        protocol=run.protocol,
-        shuffle=run.data.shuffle,
-    )
+    return find(**run.data.where(direction, data_seed))
 
 
 def needs_finetune(source: ModelSource) -> bool:
@@ -126,6 +119,40 @@ def planned_model_path(
     if source.path or source.variant == "pretrained":
         return resolve_model_path(run, source, replicate)
     return str(_donor(run, source, replicate).path)
+
+
+@dataclass
+class RunPaths:
+    """Where the models of one replicate are.
+
+    Args:
+        base: the base model's name or folder.
+        donors: donor name -> name or folder.
+    """
+
+    base: str
+    donors: dict[str, str]
+
+    def all(self) -> list[str]:
+        return [self.base, *self.donors.values()]
+
+
+def replicate_paths(
+    run: RunSpecs,
+    base: ModelSource,
+    donors: Mapping[str, ModelSource],
+    replicate: Replicate,
+    *,
+    planned: bool = False,
+) -> RunPaths:
+    """Where the models of ``replicate`` are, each finetuned first where it is missing;
+    ``planned``: where they are or will be, nothing trained (the one place the runner and its
+    stored-config check work them out)."""
+    find = planned_model_path if planned else resolve_model_path
+    return RunPaths(
+        find(run, base, replicate),
+        {name: find(run, src, replicate) for name, src in donors.items()},
+    )
 
 
 def trained_mix(preset: FinetuneConfig, n_fact_texts: int) -> tuple[int, int]:

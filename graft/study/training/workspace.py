@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError, FinetuneError, StorageError
-from graft.models import HUB_MODELS, looks_like_hub_id, resolve_model_name
+from graft.models import model_slug, resolve_model_name
 from graft.naming import slug
 from graft.study.data.datasets import (
     default_dataset_name,
@@ -91,23 +91,6 @@ def donor_dataset(request: DonorRequest) -> tuple[str | None, dict[str, Any]]:
         protocol=request.protocol,
         shuffle=request.shuffle,
     )
-
-
-def model_slug(model: str) -> str:
-    """Folder name of a model: its registry name, its hub id with ``/`` as ``--`` (also when
-    its weights come from ``$GRAFT_MODELS``, so donors keep their folders wherever the weights
-    are), or a local folder's name plus a hash of its resolved path."""
-    source, location = resolve_model_name(model)
-    if model in HUB_MODELS:
-        return slug(model)
-    if source == "local" and looks_like_hub_id(model) and not Path(model).expanduser().exists():
-        return slug(model.replace("/", "--"))
-    if source == "local":
-        path = Path(location).resolve()
-        return f"{slug(path.name)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-    if source == "hub" and model not in HUB_MODELS:
-        return slug(location.replace("/", "--"))
-    return slug(model if source != "tiny" else "tiny-" + location)
 
 
 @dataclass(frozen=True)
