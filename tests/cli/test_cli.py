@@ -402,13 +402,13 @@ def test_a_command_says_a_library_warning_once_and_none_under_quiet(tmp_path, mo
     import logging
 
     from graft.results.run_log import RunLog
-    from graft_experiments.command import cli_logging
+    from graft.results import console_logging
 
     stream = io.StringIO()  # transformers' own console: its root logger's handler
     library = logging.getLogger("transformers")
     monkeypatch.setattr(library, "handlers", [logging.StreamHandler(stream)])
     monkeypatch.setattr(library, "propagate", False)
-    with cli_logging(quiet=quiet):
+    with console_logging(quiet=quiet):
         for i in range(2):
             with RunLog(tmp_path / f"run{i}" / "run.log").capture() as log:
                 log.start()
