@@ -14,6 +14,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
+from graft.core.execution import resume
 from graft.core.execution.depth_share import SharedDepth, expanding_from, shared_depth
 from graft.core.execution.head import (
     DeferredLogits,
@@ -145,14 +146,22 @@ class LocalExecutor:
             only); False: in an nnsight trace.
         share_depth: a step's rows that are identical up to their first grafted layer run
             the layers below it once (:mod:`graft.core.execution.depth_share`; hooked path only).
+        resume_layers: a whole-prompt batch's rows run from their first grafted layer on,
+            the layers below it once per distinct prompt (:mod:`graft.core.execution.resume`;
+            hooked path only; for sweeps of one-layer grafts).
     """
 
     def __init__(
-        self, shortcuts: bool = True, hooks: bool = True, share_depth: bool = True
+        self,
+        shortcuts: bool = True,
+        hooks: bool = True,
+        share_depth: bool = True,
+        resume_layers: bool = False,
     ) -> None:
         self.shortcuts = shortcuts
         self.hooks = hooks
         self.share_depth = share_depth
+        self.resume_layers = resume_layers
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
         #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
@@ -212,6 +221,10 @@ class LocalExecutor:
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
+        if plan.prefix is None and self._resumes():
+            out = self._resumed(runner, donors, batch)
+            if out is not None:
+                return out
         head = self._head_after(torch_model, batch)
         try:
             with sharing:
@@ -222,6 +235,31 @@ class LocalExecutor:
         if head is None:
             return out
         return DeferredLogits(out.clone(), head)  # not a view of the whole batch
+
+    def _resumes(self) -> bool:
+        """Whether whole-prompt batches run from their rows' first grafted layers."""
+        return bool(
+            getattr(self, "resume_layers", False)
+            and getattr(self, "shortcuts", True)
+            and getattr(self, "hooks", True)
+        )
+
+    def _resumed(
+        self, runner, donors: Mapping[str, nn.Module | None], batch
+    ) -> torch.Tensor | None:
+        """``batch`` run from each row's first grafted layer (:mod:`graft.core.execution.resume`),
+        or None where that does not pay."""
+        torch_model = unwrap(runner)
+        family = family_of(torch_model)
+        layers = cast(Sequence[nn.Module], self._table(torch_model)[family.layers_path])
+        after = (family.final_norm_path, family.unembed_path)
+        ready = resume.prepare(batch, family.layers_path, len(layers), after)
+        if ready is None:
+            return None
+        saved = resume.plain_layer_inputs(torch_model, layers, ready.distinct)
+        with resume.resuming(layers, ready.counts, saved, ready.expand):
+            out = self._traced(runner, donors, ready.batch)
+        return ready.restore(out)
 
     def _shared_depth(
         self, torch_model: nn.Module, plan: BatchPlan, batch, cache
