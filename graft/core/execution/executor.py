@@ -168,6 +168,8 @@ class LocalExecutor:
         self._tables: Callable[[nn.Module], ModuleTable] | None = None
         #: grafted batches yield their head's inputs (:meth:`deferring_head`)
         self._defer_head = False
+        #: each prompt's layer inputs, kept across batches while :meth:`run` runs
+        self._prompt_values = resume.PromptValues()
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
@@ -179,6 +181,14 @@ class LocalExecutor:
         finally:
             self._kept_prefix = None  # the last prefixes' cache
             self._tables = None
+            self.prompt_values().clear()
+
+    def prompt_values(self) -> resume.PromptValues:
+        """Per-prompt values kept across this run's batches (:mod:`graft.core.execution.resume`)."""
+        kept = getattr(self, "_prompt_values", None)  # subclasses may skip __init__
+        if kept is None:
+            kept = self._prompt_values = resume.PromptValues()
+        return kept
 
     @contextlib.contextmanager
     def deferring_head(self) -> Iterator[None]:
@@ -256,7 +266,7 @@ class LocalExecutor:
         ready = resume.prepare(batch, family.layers_path, len(layers), after)
         if ready is None:
             return None
-        saved = resume.plain_layer_inputs(torch_model, layers, ready.distinct)
+        saved = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
         with resume.resuming(layers, ready.counts, saved, ready.expand):
             out = self._traced(runner, donors, ready.batch)
         return ready.restore(out)

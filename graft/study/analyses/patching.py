@@ -276,8 +276,11 @@ class PatchingExecutor(LocalExecutor):
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
-        for plan in plans:
-            yield self.run_plan(base, donors, plan)
+        try:
+            for plan in plans:
+                yield self.run_plan(base, donors, plan)
+        finally:
+            self.prompt_values().clear()
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
         """Logits [batch, vocab] at each row's last token (per-row metrics for a plan with
@@ -345,8 +348,8 @@ class PatchingExecutor(LocalExecutor):
         path, layers, after = self._layers(torch_model)
         ready = resume.prepare(batch, path, len(layers), after, force=True)
         assert ready is not None  # the batch patches something
-        saved = donor_outputs_plain(donors, ready.batch.patches, ready.distinct)
-        states = resume.plain_layer_inputs(torch_model, layers, ready.distinct)
+        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
+        states = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
         run = ready.batch
         with (
             torch.no_grad(),
@@ -372,7 +375,7 @@ class PatchingExecutor(LocalExecutor):
         if found is None:
             return None
         cache, states = found
-        saved = donor_outputs_plain(donors, ready.batch.patches, ready.distinct)
+        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
         run = ready.batch
         name = cache_argument(torch_model)
         assert name is not None  # last_token_states found a cache
@@ -386,6 +389,25 @@ class PatchingExecutor(LocalExecutor):
             out = torch_model(**resume.step_inputs(run.inputs, name, per_layer))
             picked = last_logits(out.logits, run)
         return ready.restore(self._scored(picked, run))
+
+    def _donor_values(
+        self,
+        donors: Mapping[str, nn.Module | None],
+        sites: Sequence[Site],
+        distinct: dict[str, Any],
+    ) -> dict[tuple[str, str], torch.Tensor]:
+        """:func:`donor_outputs_plain` of ``sites`` on ``distinct``'s prompts, each prompt's
+        output of each site computed once per run."""
+        keys = list(dict.fromkeys((s.donor, s.path) for s in sites))
+        tags = [("donor output", name, id(donors.get(name)), path) for name, path in keys]
+
+        def compute(part: dict[str, Any], asked: list[Any]) -> list[torch.Tensor]:
+            ask = [types.SimpleNamespace(donor=t[1], path=t[3]) for t in asked]
+            found = donor_outputs_plain(donors, ask, part)
+            return [found[(a.donor, a.path)] for a in ask]
+
+        values = self.prompt_values().get(tags, distinct, compute)
+        return dict(zip(keys, values, strict=True))
 
     @staticmethod
     def _scored(picked: torch.Tensor, batch: types.SimpleNamespace) -> torch.Tensor:
