@@ -23,6 +23,7 @@ from graft.core.execution.head import (
     note_head_changed,
 )
 from graft.core.execution.hooked import run_hooked
+from graft.core.execution.prompt_values import PromptValues
 from graft.core.execution.split import ModuleTable, split_modules
 from graft.core.execution.trace import (
     graft_batch,
@@ -169,7 +170,7 @@ class LocalExecutor:
         #: grafted batches yield their head's inputs (:meth:`deferring_head`)
         self._defer_head = False
         #: each prompt's layer inputs, kept across batches while :meth:`run` runs
-        self._prompt_values = resume.PromptValues()
+        self._prompt_values = PromptValues()
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
@@ -183,11 +184,11 @@ class LocalExecutor:
             self._tables = None
             self.prompt_values().clear()
 
-    def prompt_values(self) -> resume.PromptValues:
+    def prompt_values(self) -> PromptValues:
         """Per-prompt values kept across this run's batches (:mod:`graft.core.execution.resume`)."""
         kept = getattr(self, "_prompt_values", None)  # subclasses may skip __init__
         if kept is None:
-            kept = self._prompt_values = resume.PromptValues()
+            kept = self._prompt_values = PromptValues()
         return kept
 
     @contextlib.contextmanager

@@ -17,23 +17,23 @@ prompts' other positions once, each layer gathering its rows' prompts from it
 
 The layers' numbers are the same computations on fewer rows: equal to rounding (a matrix
 product's last bits may depend on its number of rows), tested on every family against the
-one-row-per-forward path. Memory: the saved inputs, ``(layers + 1) x positions x hidden``
-floats per prompt (:func:`saved_bytes`), kept across batches up to :data:`KEEP_BYTES` (or
-one batch's, if more: :class:`PromptValues`), beside the batch's own activations, which
-only shrink.
+whole-forward path. Memory: the saved inputs, ``(layers + 1) x positions x hidden``
+floats per prompt (:func:`saved_bytes`), kept across batches up to
+:data:`graft.core.execution.prompt_values.KEEP_BYTES` (or one batch's, if more), beside the
+batch's own activations, which only shrink.
 """
 
 from __future__ import annotations
 
 import contextlib
 import types
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from graft.core.execution.prompt_values import PromptValues
 from graft.core.planning.prefix import (
     cache_argument,
     gathers_per_layer,
@@ -100,7 +100,7 @@ def layer_inputs(
 ) -> list[torch.Tensor]:
     """:func:`plain_layer_inputs` of ``distinct``'s prompts, each prompt's computed once while
     ``values`` keeps it."""
-    tags = [("layer input", id(model), j) for j in range(len(layers) + 1)]
+    tags: list[Hashable] = [("layer input", id(model), j) for j in range(len(layers) + 1)]
 
     def compute(part: dict[str, Any], asked: list[Hashable]) -> list[torch.Tensor]:
         found = plain_layer_inputs(model, layers, part)
@@ -183,75 +183,6 @@ def last_token_states(
         model, layers, step_inputs(distinct, name, select_rows(cache, rows))
     )
     return cache, states
-
-
-#: What a :class:`PromptValues` keeps at most (the least recently used go first), unless one
-#: batch's own values need more: a sweep's prompt spans many batches, which come prompt by
-#: prompt, so each prompt's values are computed once.
-KEEP_BYTES = 256 * 2**20
-
-
-class PromptValues:
-    """Values computed per distinct padded prompt (its layer inputs, a donor's site outputs),
-    kept across a run's batches up to ``most_bytes``, so that each prompt's are computed once.
-
-    Args:
-        most_bytes: the most bytes kept beyond one batch's own values.
-    """
-
-    def __init__(self, most_bytes: int = KEEP_BYTES) -> None:
-        self.most_bytes = most_bytes
-        self._kept: OrderedDict[tuple, torch.Tensor] = OrderedDict()
-        self._bytes = 0
-
-    def get(
-        self,
-        tags: Sequence[Hashable],
-        distinct: Mapping[str, Any],
-        compute: Callable[[dict[str, Any], list[Hashable]], list[torch.Tensor]],
-    ) -> list[torch.Tensor]:
-        """Per tag, its value on ``distinct``'s prompts [prompts, ...]: ``compute(part,
-        tags)`` (one tensor [part's prompts, ...] per tag asked) runs once, for the prompts and
-        tags not kept."""
-        ids = distinct["input_ids"]
-        key = torch.cat([ids, distinct["attention_mask"], distinct["position_ids"]], 1).cpu()
-        prompts = [tuple(row.tolist()) for row in key]
-        missing = [(t, i) for t in tags for i, p in enumerate(prompts) if (t, p) not in self._kept]
-        if missing:
-            ask = list(dict.fromkeys(t for t, _ in missing))
-            rows = sorted({i for _, i in missing})
-            index = torch.tensor(rows, device=ids.device)
-            n = ids.shape[0]
-            part = {
-                k: v.index_select(0, index)
-                if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n
-                else v
-                for k, v in distinct.items()
-            }
-            for tag, value in zip(ask, compute(part, ask), strict=True):
-                for j, i in enumerate(rows):
-                    self._keep((tag, prompts[i]), value[j])
-        wanted = [(t, p) for t in tags for p in prompts]
-        for k in wanted:
-            self._kept.move_to_end(k)
-        floor = sum(self._kept[k].nbytes for k in wanted)
-        while self._bytes > max(self.most_bytes, floor) and self._kept:
-            _, dropped = self._kept.popitem(last=False)
-            self._bytes -= dropped.nbytes
-        return [torch.stack([self._kept[(t, p)] for p in prompts]) for t in tags]
-
-    def _keep(self, key: tuple, value: torch.Tensor) -> None:
-        old = self._kept.pop(key, None)
-        if old is not None:
-            self._bytes -= old.nbytes
-        value = value.clone()  # not a view that would hold the whole batch's tensor
-        self._kept[key] = value
-        self._bytes += value.nbytes
-
-    def clear(self) -> None:
-        """Forget every prompt's values."""
-        self._kept.clear()
-        self._bytes = 0
 
 
 def saved_bytes(n_layers: int, n_prompts: int, positions: int, hidden: int, itemsize: int) -> int:

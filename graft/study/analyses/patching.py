@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import nnsight
 import torch
@@ -335,7 +335,7 @@ class PatchingExecutor(LocalExecutor):
 
     def _layers(self, torch_model: nn.Module) -> tuple[str, list[nn.Module], tuple[str, str]]:
         family = family_of(torch_model)
-        layers = list(torch_model.get_submodule(family.layers_path))
+        layers = list(cast(nn.ModuleList, torch_model.get_submodule(family.layers_path)))
         return family.layers_path, layers, (family.final_norm_path, family.unembed_path)
 
     def _whole_rows(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from graft.core import architecture_of, parse_spec
+from graft.core.execution.prompt_values import KEEP_BYTES
 from graft.core.execution.resume import saved_bytes
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model
@@ -148,19 +149,21 @@ def patching(
 
 
 def reuse_note(model: LoadedModel, batch_size: int, positions: int = 64) -> str:
-    """What reusing the layers below each cell holds: the running model's layer inputs for
-    the distinct prompts of one forward (at most ``batch_size``), here sized for prompts of
-    ``positions`` tokens."""
+    """What reusing the layers below each cell holds: each prompt's layer inputs (and, in
+    patching runs, the donor's site outputs), kept across batches up to
+    :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most
+    ``batch_size``), here sized for prompts of ``positions`` tokens."""
     config = model.model.config
     text = getattr(config, "get_text_config", lambda: config)()
     n_layers, hidden = int(text.num_hidden_layers), int(text.hidden_size)
     itemsize = next(model.model.parameters()).element_size()
     per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize)
+    most = max(KEEP_BYTES, batch_size * per_prompt)
     return (
-        f"layer reuse: each cell runs from its first changed layer; the layers below are "
-        f"computed once per prompt and held for one forward: {per_prompt / 2**20:.1f} MiB per "
-        f"distinct prompt of {positions} tokens, at most {batch_size} prompts "
-        f"({batch_size * per_prompt / 2**20:.0f} MiB); --no-reuse runs every cell whole"
+        f"layer reuse: each cell runs from its first changed layer; each prompt's layer inputs "
+        f"({per_prompt / 2**20:.1f} MiB per distinct prompt of {positions} tokens) and patching's "
+        f"donor outputs are computed once and kept up to {most / 2**20:.0f} MiB; --no-reuse "
+        "runs every cell whole"
     )
 
 
