@@ -401,8 +401,8 @@ def test_a_command_says_a_library_warning_once_and_none_under_quiet(tmp_path, mo
     import io
     import logging
 
-    from graft.results.run_log import RunLog
     from graft.results import console_logging
+    from graft.results.run_log import RunLog
 
     stream = io.StringIO()  # transformers' own console: its root logger's handler
     library = logging.getLogger("transformers")

@@ -129,7 +129,23 @@ def test_the_dry_run_plans_each_run_and_writes_nothing(tmp_path):
         str(out),
     )
     assert text.count("plan of patching") == 2, text  # the activation and residual runs
+    assert "layer reuse:" in text and "MiB per distinct prompt" in text, text
     assert not out.exists()
+    quiet = invoke(
+        "patching",
+        *ARGS,
+        "--modes",
+        "restore",
+        "--methods",
+        "patching",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--dry-run",
+        "--no-reuse",
+        "--out",
+        str(out),
+    )
+    assert "layer reuse:" not in quiet
 
 
 @pytest.mark.parametrize(

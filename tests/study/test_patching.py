@@ -10,13 +10,17 @@ import nnsight
 import pytest
 import torch
 
-from graft.core.api.texts import graft_texts
+from graft.core.api.texts import _rows, graft_texts
+from graft.core.execution import resume
+from graft.core.execution.engine import score_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import wrap
+from graft.core.language.spec import parse_spec
 from graft.errors import SpecError
 from graft.models import tiny_tokenizer
 from graft.models.tiny import TINY_FAMILIES
 from graft.study.analyses.patching import PatchingExecutor, executor_for, residual_sites
+from tests.fast_tier import slow_except
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -177,3 +181,64 @@ def test_activation_patching_is_the_hand_written_nnsight_patch(tiny_pairs, tok, 
         assert (
             got - run(base, donor, tok, "none", "activation", [text], [field])
         ).abs().max() > 1e-4
+
+
+#: A patching sweep's cells: units x layers x sites, references, whole-depth cells, fused
+#: q/k/v slices and a head patch
+SWEEP = [
+    "none",
+    "ALL:all:all; head=donor",
+    "FE:all:all",
+    "FE+LT:all:all",
+    "LT:1:q",
+    "FE:2:k,v",
+    "LT:3:o; head=donor",
+    *(
+        f"{unit}:{layer}:{comp}"
+        for unit in ("FE[:-1]", "FE[-1]", "(FE+LT)^C", "LT")
+        for layer in range(4)
+        for comp in ("o", "down", "all")
+    ),
+]
+
+
+@pytest.mark.parametrize("method", PATCHING)
+@pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama", "gpt2"))
+def test_patching_from_the_first_patched_layer_is_the_whole_forward(
+    tiny_pairs, tok, family, method, monkeypatch
+):
+    base, donor = tiny_pairs(family)
+    seen: dict[str, list] = {"prepare": [], "last_token_states": []}
+    for name, kept in seen.items():
+        original = getattr(resume, name)
+
+        def spying(*args, original=original, kept=kept, **kwargs):
+            kept.append(original(*args, **kwargs))
+            return kept[-1]
+
+        monkeypatch.setattr(resume, name, spying)
+    got = run(base, donor, tok, SWEEP, method)
+    assert any(r is not None for r in seen["prepare"]), "no row ran from its first layer"
+    assert any(r is not None for r in seen["last_token_states"]), "no last-token step"
+    whole = graft_texts(
+        base,
+        {"sft": donor},
+        tok,
+        TEXTS,
+        SWEEP,
+        fields=FIELDS,
+        executor=PatchingExecutor(method, reuse=False),
+    )
+    assert (got - whole).abs().max() <= TOL
+    assert (got - whole[:, :1]).abs().max() > 1e-3  # the cells differ: the check can fail
+    # the metrics path (targets, as the runner scores rows): ranks and top-5 identical
+    targets = whole.argmax(-1)[:, 3]  # some token whose rank moves across the cells
+    rows = _rows(tok, TEXTS, [parse_spec(s) for s in SWEEP], FIELDS)
+    flat = targets.repeat_interleave(len(SWEEP))
+    scored = [
+        score_grafts(base, {"sft": donor}, rows, flat, executor=executor)
+        for executor in (PatchingExecutor(method), PatchingExecutor(method, reuse=False))
+    ]
+    assert torch.equal(scored[0]["target_rank"], scored[1]["target_rank"])
+    assert torch.equal(scored[0]["top_ids"], scored[1]["top_ids"])
+    assert (scored[0]["target_logprob"] - scored[1]["target_logprob"]).abs().max() <= TOL

@@ -14,6 +14,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
+from graft.core.execution import resume
 from graft.core.execution.depth_share import SharedDepth, expanding_from, shared_depth
 from graft.core.execution.head import (
     DeferredLogits,
@@ -22,6 +23,7 @@ from graft.core.execution.head import (
     note_head_changed,
 )
 from graft.core.execution.hooked import run_hooked
+from graft.core.execution.prompt_values import PromptValues
 from graft.core.execution.split import ModuleTable, split_modules
 from graft.core.execution.trace import (
     graft_batch,
@@ -145,20 +147,30 @@ class LocalExecutor:
             only); False: in an nnsight trace.
         share_depth: a step's rows that are identical up to their first grafted layer run
             the layers below it once (:mod:`graft.core.execution.depth_share`; hooked path only).
+        resume_layers: a whole-prompt batch's rows run from their first grafted layer on,
+            the layers below it once per distinct prompt (:mod:`graft.core.execution.resume`;
+            hooked path only; for sweeps of one-layer grafts).
     """
 
     def __init__(
-        self, shortcuts: bool = True, hooks: bool = True, share_depth: bool = True
+        self,
+        shortcuts: bool = True,
+        hooks: bool = True,
+        share_depth: bool = True,
+        resume_layers: bool = False,
     ) -> None:
         self.shortcuts = shortcuts
         self.hooks = hooks
         self.share_depth = share_depth
+        self.resume_layers = resume_layers
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
         #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
         self._tables: Callable[[nn.Module], ModuleTable] | None = None
         #: grafted batches yield their head's inputs (:meth:`deferring_head`)
         self._defer_head = False
+        #: each prompt's layer inputs, kept across batches while :meth:`run` runs
+        self._prompt_values = PromptValues()
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
@@ -170,6 +182,14 @@ class LocalExecutor:
         finally:
             self._kept_prefix = None  # the last prefixes' cache
             self._tables = None
+            self.prompt_values().clear()
+
+    def prompt_values(self) -> PromptValues:
+        """Per-prompt values kept across this run's batches (:mod:`graft.core.execution.resume`)."""
+        kept = getattr(self, "_prompt_values", None)  # subclasses may skip __init__
+        if kept is None:
+            kept = self._prompt_values = PromptValues()
+        return kept
 
     @contextlib.contextmanager
     def deferring_head(self) -> Iterator[None]:
@@ -223,6 +243,10 @@ class LocalExecutor:
             batch.inputs["use_cache"] = True
         if not plan.patches:  # nothing grafted: the model's own forward, no trace
             return _plain_forward(torch_model, batch)
+        if plan.prefix is None and self._resumes():
+            out = self._resumed(runner, donors, batch)
+            if out is not None:
+                return out
         head = self._head_after(torch_model, batch)
         try:
             with sharing:
@@ -251,6 +275,31 @@ class LocalExecutor:
         if not plan.patches:
             return _plain_forward(torch_model, batch)
         return self._traced(base, donors, batch)
+
+    def _resumes(self) -> bool:
+        """Whether whole-prompt batches run from their rows' first grafted layers."""
+        return bool(
+            getattr(self, "resume_layers", False)
+            and getattr(self, "shortcuts", True)
+            and getattr(self, "hooks", True)
+        )
+
+    def _resumed(
+        self, runner, donors: Mapping[str, nn.Module | None], batch
+    ) -> torch.Tensor | None:
+        """``batch`` run from each row's first grafted layer (:mod:`graft.core.execution.resume`),
+        or None where that does not pay."""
+        torch_model = unwrap(runner)
+        family = family_of(torch_model)
+        layers = cast(Sequence[nn.Module], self._table(torch_model)[family.layers_path])
+        after = (family.final_norm_path, family.unembed_path)
+        ready = resume.prepare(batch, family.layers_path, len(layers), after)
+        if ready is None:
+            return None
+        saved = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
+        with resume.resuming(layers, ready.counts, saved, ready.expand):
+            out = self._traced(runner, donors, ready.batch)
+        return ready.restore(out)
 
     def _shared_depth(
         self, torch_model: nn.Module, plan: BatchPlan, batch, cache

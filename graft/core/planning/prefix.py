@@ -384,6 +384,20 @@ def select_rows(cache, index: torch.Tensor, below: tuple[int, torch.Tensor] | No
     return selected
 
 
+def select_rows_by_layer(cache, indices: Sequence[torch.Tensor]):
+    """:func:`select_rows` with each layer's own prompts: layer ``i`` takes ``indices[i]``
+    (a step whose layers run on different rows, :mod:`graft.core.execution.resume`; needs
+    :func:`gathers_per_layer`)."""
+    if not gathers_per_layer(cache):
+        raise ValueError("these cache layers cannot take different rows")  # programming error
+    selected = copy.copy(cache)
+    selected.layers = [copy.copy(layer) for layer in cache.layers]
+    for layer, index in zip(selected.layers, indices, strict=True):
+        if layer.get_seq_length() > 0:
+            layer.update = _gathering_update(layer.keys, layer.values, index)
+    return selected
+
+
 def _gathering_update(
     keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor
 ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

@@ -27,14 +27,16 @@ so patching nothing equals the base bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import nnsight
 import torch
 from torch import nn
 
+from graft.core.execution import resume
 from graft.core.execution.executor import LocalExecutor, _plain_forward
 from graft.core.execution.trace import (
     last_logits,
@@ -43,9 +45,10 @@ from graft.core.execution.trace import (
     row_metrics,
     trace_batch,
 )
-from graft.core.families.arch import architecture_of
+from graft.core.families.arch import architecture_of, family_of
 from graft.core.families.wrapping import unwrap, wrap
 from graft.core.planning.plan import BatchPlan
+from graft.core.planning.prefix import cache_argument, select_rows_by_layer
 from graft.errors import SpecError
 
 #: The ways a graft's cells are given the donor's values, in report order.
@@ -62,10 +65,15 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(methods))
 
 
-def executor_for(method: str) -> PatchingExecutor | None:
-    """The executor of ``method``: None (the engine's own) for ``weights``."""
+def executor_for(method: str, reuse: bool = True) -> LocalExecutor | None:
+    """The executor of ``method``: the engine's own for ``weights`` (None without
+    ``reuse``). ``reuse``: each row runs from its first changed layer on, the layers below it
+    once per distinct prompt (:mod:`graft.core.execution.resume`); False: every row its
+    whole forward (the one-cell path)."""
     check_methods([method])
-    return None if method == "weights" else PatchingExecutor(method)
+    if method == "weights":
+        return LocalExecutor(resume_layers=True) if reuse else None
+    return PatchingExecutor(method, reuse=reuse)
 
 
 def residual_sites(layers_path: str, patches: Sequence[Site]) -> list[Site]:
@@ -144,6 +152,27 @@ def donor_outputs(
     return {k: v[inverse.to(v.device)] for k, v in saved.items()}
 
 
+def write_site(out: torch.Tensor, site: Site, donor: torch.Tensor) -> None:
+    """The donor's saved output ``donor`` written into a module's output ``out`` at
+    ``site``'s mask, in place (fused q/k/v slices merged as the engine merges them). ``out``
+    may hold more rows than the mask (a resumed batch's last layer): its first ones are the
+    mask's."""
+    donor = donor.to(out.device, out.dtype)
+    new = out[: site.rows.shape[0]]
+    if site.seq_dim != 1:
+        new, donor = new.transpose(1, site.seq_dim), donor.transpose(1, site.seq_dim)
+    if donor.shape[1] != new.shape[1]:  # a one-token step: the donor's last positions
+        donor = donor[:, donor.shape[1] - new.shape[1] :]
+    rows = site.rows.to(new.device)
+    if rows.shape[1] != new.shape[1]:  # the head under logits_to_keep: last position
+        rows = rows[:, rows.shape[1] - new.shape[1] :]
+    if site.fused and site.slices:
+        slices = [(k, m.to(new.device)) for k, m in site.slices]
+        new[rows] = merge_slices(new[rows], donor[rows], site.fused, slices, site.n_heads)
+    else:
+        new[rows] = donor[rows]
+
+
 def write_outputs(
     model: Any, sites: Sequence[Site], saved: Mapping[tuple[str, str], torch.Tensor]
 ) -> None:
@@ -158,19 +187,75 @@ def write_outputs(
         value = env.output
         out = _stream(value)
         for site in sites[start:end]:
-            new, donor = out, saved[(site.donor, site.path)].to(out.device, out.dtype)
-            if site.seq_dim != 1:
-                new, donor = new.transpose(1, site.seq_dim), donor.transpose(1, site.seq_dim)
-            rows = site.rows.to(new.device)
-            if rows.shape[1] != new.shape[1]:  # the head under logits_to_keep: last position
-                rows = rows[:, rows.shape[1] - new.shape[1] :]
-            if site.fused and site.slices:
-                slices = [(k, m.to(new.device)) for k, m in site.slices]
-                new[rows] = merge_slices(new[rows], donor[rows], site.fused, slices, site.n_heads)
-            else:
-                new[rows] = donor[rows]
+            write_site(out, site, saved[(site.donor, site.path)])
         env.output = value
         start = end
+
+
+def donor_outputs_plain(
+    donors: Mapping[str, nn.Module | None], sites: Sequence[Site], inputs: Mapping[str, Any]
+) -> dict[tuple[str, str], torch.Tensor]:
+    """``{(donor, path): the donor's own output of that module}`` on ``inputs`` (rows as
+    given: a resumed batch's distinct prompts), one plain forward per donor with a forward
+    hook at each site: what :func:`donor_outputs` saves, without a trace."""
+    saved: dict[tuple[str, str], torch.Tensor] = {}
+    for name in dict.fromkeys(s.donor for s in sites):
+        donor = donors.get(name)
+        if donor is None:
+            raise SpecError(
+                f"the graft uses donor {name!r} but its weights were not given; pass the "
+                "model in donors={...}"
+            )
+        model = unwrap(donor)
+        handles = []
+        for path in dict.fromkeys(s.path for s in sites if s.donor == name):
+
+            def keep(module: nn.Module, args: Any, out: Any, key=(name, path)) -> None:
+                saved[key] = _stream(out)
+
+            handles.append(model.get_submodule(path).register_forward_hook(keep))
+        try:
+            with torch.no_grad():
+                model(**{**inputs, "use_cache": False})
+        finally:
+            for handle in handles:
+                handle.remove()
+    return saved
+
+
+@contextlib.contextmanager
+def writing(
+    model: nn.Module,
+    sites: Sequence[Site],
+    saved: Mapping[tuple[str, str], torch.Tensor],
+    expand: torch.Tensor,
+) -> Iterator[None]:
+    """Within the block, a forward of ``model`` writes at each site the donor's saved output
+    (``saved``: of the distinct prompts; ``expand``: each row's distinct prompt, the site's
+    rows the first ones), in place, by a forward hook at each site's module."""
+    by_path: dict[str, list[Site]] = {}
+    for site in sites:
+        by_path.setdefault(site.path, []).append(site)
+
+    def hook_for(group: list[Site]) -> Any:
+        def hook(module: nn.Module, args: Any, value: Any) -> Any:
+            out = _stream(value)
+            for site in group:
+                rows = expand[: site.rows.shape[0]].to(out.device)
+                write_site(out, site, saved[(site.donor, site.path)].index_select(0, rows))
+            return value
+
+        return hook
+
+    handles = [
+        model.get_submodule(path).register_forward_hook(hook_for(group))
+        for path, group in by_path.items()
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 class PatchingExecutor(LocalExecutor):
@@ -181,17 +266,21 @@ class PatchingExecutor(LocalExecutor):
         method: ``activation`` or ``residual``.
     """
 
-    def __init__(self, method: str) -> None:
+    def __init__(self, method: str, reuse: bool = True) -> None:
         super().__init__(shortcuts=False)
         if method not in METHODS[1:]:
             raise SpecError(f"patching method {method!r}: use activation or residual")
         self.method = method
+        self.reuse = reuse
 
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor]:
-        for plan in plans:
-            yield self.run_plan(base, donors, plan)
+        try:
+            for plan in plans:
+                yield self.run_plan(base, donors, plan)
+        finally:
+            self.prompt_values().clear()
 
     def run_plan(self, base, donors: Mapping[str, nn.Module | None], plan: BatchPlan):
         """Logits [batch, vocab] at each row's last token (per-row metrics for a plan with
@@ -203,6 +292,8 @@ class PatchingExecutor(LocalExecutor):
         sites = batch.patches
         if self.method == "residual":
             sites = residual_sites(architecture_of(torch_model).table.layers_path, sites)
+        if self.reuse:
+            return self._resumed_patch(torch_model, donors, batch, sites)
         saved = donor_outputs(donors, sites, batch.inputs)
         model = wrap(base)
         with torch.no_grad(), model.trace(**batch.inputs):
@@ -212,3 +303,115 @@ class PatchingExecutor(LocalExecutor):
                 picked = row_metrics(picked, batch.targets, batch.top_k)
             result = nnsight.save(picked)
         return result
+
+    def _resumed_patch(
+        self,
+        torch_model: nn.Module,
+        donors: Mapping[str, nn.Module | None],
+        batch: types.SimpleNamespace,
+        sites: list[Site],
+    ) -> torch.Tensor:
+        """``batch`` patched at ``sites``, each row run from its first patched layer on
+        (:mod:`graft.core.execution.resume`), the donors' site outputs computed once per
+        distinct prompt without a trace. Rows patched at the last position only run that
+        position alone, over the running model's cache of the others."""
+        batch.patches = sites
+        n_rows, length = batch.inputs["input_ids"].shape
+        last_only = resume.last_position_rows(sites, n_rows, length)
+        parts = []
+        for step in (False, True):
+            idx = (last_only if step else ~last_only).nonzero().squeeze(1)
+            if len(idx) == 0:
+                continue
+            part = resume.permuted(batch, idx)
+            out = self._step_rows(torch_model, donors, part) if step else None
+            if out is None:
+                out = self._whole_rows(torch_model, donors, part)
+            parts.append((idx, out))
+        result = parts[0][1].new_empty((n_rows, *parts[0][1].shape[1:]))
+        for idx, out in parts:
+            result[idx.to(result.device)] = out
+        return result
+
+    def _layers(self, torch_model: nn.Module) -> tuple[str, list[nn.Module], tuple[str, str]]:
+        family = family_of(torch_model)
+        layers = list(cast(nn.ModuleList, torch_model.get_submodule(family.layers_path)))
+        return family.layers_path, layers, (family.final_norm_path, family.unembed_path)
+
+    def _whole_rows(
+        self,
+        torch_model: nn.Module,
+        donors: Mapping[str, nn.Module | None],
+        batch: types.SimpleNamespace,
+    ) -> torch.Tensor:
+        """``batch``'s rows over their whole prompts, each from its first patched layer."""
+        path, layers, after = self._layers(torch_model)
+        ready = resume.prepare(batch, path, len(layers), after, force=True)
+        assert ready is not None  # the batch patches something
+        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
+        states = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
+        run = ready.batch
+        with (
+            torch.no_grad(),
+            resume.resuming(layers, ready.counts, states, ready.expand),
+            writing(torch_model, run.patches, saved, ready.expand),
+        ):
+            picked = last_logits(torch_model(**run.inputs).logits, run)
+        return ready.restore(self._scored(picked, run))
+
+    def _step_rows(
+        self,
+        torch_model: nn.Module,
+        donors: Mapping[str, nn.Module | None],
+        batch: types.SimpleNamespace,
+    ) -> torch.Tensor | None:
+        """``batch``'s rows, patched at their last position only: that position alone, each
+        row from its first patched layer, over the running model's cache of the prompts'
+        other positions; None where the model's cache does not allow it."""
+        path, layers, after = self._layers(torch_model)
+        ready = resume.prepare(batch, path, len(layers), after, force=True)
+        assert ready is not None  # the batch patches something
+        found = resume.last_token_states(torch_model, layers, ready.distinct)
+        if found is None:
+            return None
+        cache, states = found
+        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
+        run = ready.batch
+        name = cache_argument(torch_model)
+        assert name is not None  # last_token_states found a cache
+        index = ready.expand.to(states[0].device)
+        per_layer = select_rows_by_layer(cache, [index[:n] for n in ready.counts])
+        with (
+            torch.no_grad(),
+            resume.resuming(layers, ready.counts, states, ready.expand),
+            writing(torch_model, run.patches, saved, ready.expand),
+        ):
+            out = torch_model(**resume.step_inputs(run.inputs, name, per_layer))
+            picked = last_logits(out.logits, run)
+        return ready.restore(self._scored(picked, run))
+
+    def _donor_values(
+        self,
+        donors: Mapping[str, nn.Module | None],
+        sites: Sequence[Site],
+        distinct: dict[str, Any],
+    ) -> dict[tuple[str, str], torch.Tensor]:
+        """:func:`donor_outputs_plain` of ``sites`` on ``distinct``'s prompts, each prompt's
+        output of each site computed once per run."""
+        keys = list(dict.fromkeys((s.donor, s.path) for s in sites))
+        tags = [("donor output", name, id(donors.get(name)), path) for name, path in keys]
+
+        def compute(part: dict[str, Any], asked: list[Any]) -> list[torch.Tensor]:
+            ask = [types.SimpleNamespace(donor=t[1], path=t[3]) for t in asked]
+            found = donor_outputs_plain(donors, ask, part)
+            return [found[(a.donor, a.path)] for a in ask]
+
+        values = self.prompt_values().get(tags, distinct, compute)
+        return dict(zip(keys, values, strict=True))
+
+    @staticmethod
+    def _scored(picked: torch.Tensor, batch: types.SimpleNamespace) -> torch.Tensor:
+        """Each row's logits, or with ``batch.targets`` its metrics."""
+        if batch.targets is None:
+            return picked
+        return row_metrics(picked, batch.targets, batch.top_k)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import polars as pl
 
 from graft.core import architecture_of, parse_spec
+from graft.core.execution.prompt_values import KEEP_BYTES
+from graft.core.execution.resume import saved_bytes
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model
 from graft.study.analyses.patching import executor_for
@@ -47,6 +49,7 @@ def patching(
     whole_depth: Sequence[str] = WHOLE_DEPTH,
     variant: str | None = None,
     model: LoadedModel | None = None,
+    reuse: bool = True,
 ) -> Design:
     """The sweep of the finetuned ``variant`` (None: the protocol's) against the pretrained
     model (``model``: it, loaded; None: loaded here, on the CPU, for its architecture and
@@ -54,7 +57,9 @@ def patching(
     it) x kind of site, by each method, in each mode (``restore``: PRE runs and SFT's
     values go in; ``break``: the reverse); ``whole_depth`` position sets also in every layer
     at once. Each (mode, method) runs into ``<folder>/<mode>-<method>``; the report goes
-    into the folder itself.
+    into the folder itself. ``reuse``: each cell runs from its first changed layer on, the
+    layers below it once per prompt (:mod:`graft.core.execution.resume`; equal to rounding);
+    False: every cell its whole forward.
 
     Raises:
         SpecError: a unit or whole-depth set that is no position expression; a kind, mode
@@ -96,7 +101,7 @@ def patching(
                 base=direction.base,
                 donors=direction.donors,
                 extra_config={"patching_method": method, "direction": mode},
-                executor=executor_for(method),
+                executor=executor_for(method, reuse=reuse),
             )
     config = {
         "experiment": "patching",
@@ -113,6 +118,7 @@ def patching(
         "seed": specs.analysis.seed,
         "protocol": specs.protocol.name,
         "head_policy": specs.analysis.head_policy,
+        "layer_reuse": reuse,
     }
 
     def report(done: DesignRun) -> None:
@@ -138,7 +144,27 @@ def patching(
         done.figures += result.figures
         done.lines.append(f"results: {folder}")
 
-    return Design("patching", folder, runs, finish=report, figures=False)
+    notes = [reuse_note(model, specs.execution.batch_size)] if reuse else []
+    return Design("patching", folder, runs, finish=report, figures=False, notes=tuple(notes))
+
+
+def reuse_note(model: LoadedModel, batch_size: int, positions: int = 64) -> str:
+    """What reusing the layers below each cell holds: each prompt's layer inputs (and, in
+    patching runs, the donor's site outputs), kept across batches up to
+    :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most
+    ``batch_size``), here sized for prompts of ``positions`` tokens."""
+    config = model.model.config
+    text = getattr(config, "get_text_config", lambda: config)()
+    n_layers, hidden = int(text.num_hidden_layers), int(text.hidden_size)
+    itemsize = next(model.model.parameters()).element_size()
+    per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize)
+    most = max(KEEP_BYTES, batch_size * per_prompt)
+    return (
+        f"layer reuse: each cell runs from its first changed layer; each prompt's layer inputs "
+        f"({per_prompt / 2**20:.1f} MiB per distinct prompt of {positions} tokens) and patching's "
+        f"donor outputs are computed once and kept up to {most / 2**20:.0f} MiB; --no-reuse "
+        "runs every cell whole"
+    )
 
 
 def summary_lines(findings: pl.DataFrame) -> list[str]:
