@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import prose, results_tables
@@ -131,5 +132,33 @@ def test_json_reads_a_folders_json_file_and_names_it_and_sum_adds(tmp_path):
         prose.render_template(
             _template(
                 tmp_path, '{{ json("E/none")["x"] }}', "E = results/smollm2-cpu-gentle-seeds012"
+            )
+        )
+
+
+def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
+    # a made-up verify table: Pearson over all cells, sign agreement over the moving ones
+    folder = tmp_path / "attr"
+    folder.mkdir()
+    (folder / "attribution_verify.csv").write_text(
+        "prompt,layer,unit,kind,estimate,real\n"
+        "0,0,FE,q,1.0,2.0\n0,1,FE,q,2.0,4.0\n0,0,LT,mlp,3.0,6.5\n0,1,LT,mlp,-0.5,0.01\n"
+    )
+    body = (
+        '{{ pooled(rows("A/attribution_verify"))["pearson"] | .3f }} '
+        '{{ pooled(rows("A/attribution_verify"))["sign_agreement"] | .2f }} '
+        '{{ pooled(rows("A/attribution_verify"))["moving"] }} '
+        '{{ pooled(rows("A/attribution_verify", unit="FE"))["cells"] }}'
+    )
+    expected = np.corrcoef([1.0, 2.0, 3.0, -0.5], [2.0, 4.0, 6.5, 0.01])[0, 1]
+    text, _ = prose.render_template(_template(tmp_path, body, f"A = {folder}"))
+    # the near-zero cell (0.01 < 5% of 6.5) does not count for signs: 3 of 3 agree
+    assert text == f"{expected:.3f} 1.00 3 2"
+    with pytest.raises(BlockError, match=re.escape("pooled() of no rows")):
+        prose.render_template(
+            _template(
+                tmp_path,
+                '{{ pooled(rows("A/attribution_verify", unit="none"))["cells"] }}',
+                f"A = {folder}",
             )
         )
