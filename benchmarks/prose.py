@@ -26,6 +26,9 @@ are Python over these functions only (no builtins):
   attribution's estimates against the real grafts over those rows taken together
   (:func:`graft.results.pooled_agreement`: ``["pearson"]``, ``["sign_agreement"]``,
   ``["moving"]``, ``["cells"]``);
+- ``means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")``: the mean
+  of a column per group of rows, one dict per group (its keys and the mean), in order of
+  first appearance;
 - ``min``, ``max``, ``len``, ``sum``.
 """
 
@@ -194,6 +197,16 @@ def _pooled(cells: Sequence[dict]) -> dict:
     return pooled_agreement(pl.DataFrame(list(cells), infer_schema_length=None))
 
 
+def _means(cells: Sequence[dict], column: str, *by: str) -> list[dict]:
+    groups: dict[tuple, list[float]] = {}
+    for cell in cells:
+        groups.setdefault(tuple(cell[key] for key in by), []).append(cell[column])
+    return [
+        {**dict(zip(by, key, strict=True)), column: sum(values) / len(values)}
+        for key, values in groups.items()
+    ]
+
+
 def render_template(path: Path) -> tuple[str, list[Path]]:
     """The text of the template at ``path`` with every placeholder replaced, and the
     folders of the files it read.
@@ -219,6 +232,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "seed_t": _seed_t,
         "p": format_p,
         "pooled": _pooled,
+        "means": _means,
         "min": min,
         "max": max,
         "len": len,

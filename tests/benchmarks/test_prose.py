@@ -162,3 +162,18 @@ def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
                 f"A = {folder}",
             )
         )
+
+
+def test_means_average_a_column_per_group_in_order_of_appearance(tmp_path):
+    folder = tmp_path / "attr"
+    folder.mkdir()
+    (folder / "attribution_estimates.csv").write_text(
+        "prompt,layer,unit,kind,estimate\n"
+        "0,1,LT,mlp,1.0\n0,0,LT,mlp,2.0\n1,1,LT,mlp,3.0\n1,0,LT,mlp,-4.0\n0,1,FE,o,0.5\n"
+    )
+    body = (
+        '{{ ", ".join(["{}:{}:{} {:.2f}".format(c["unit"], c["kind"], c["layer"], c["estimate"]) '
+        'for c in means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")]) }}'
+    )
+    text, _ = prose.render_template(_template(tmp_path, body, f"A = {folder}"))
+    assert text == "LT:mlp:1 2.00, LT:mlp:0 -1.00, FE:o:1 0.50"
