@@ -177,3 +177,20 @@ def test_means_average_a_column_per_group_in_order_of_appearance(tmp_path):
     )
     text, _ = prose.render_template(_template(tmp_path, body, f"A = {folder}"))
     assert text == "LT:mlp:1 2.00, LT:mlp:0 -1.00, FE:o:1 0.50"
+
+
+def test_a_changed_digit_in_the_attribution_pages_prose_fails_the_check(tmp_path):
+    # the pooled Pearson over every cell, computed from attribution_verify.csv
+    text = (ROOT / "docs" / "results" / "attribution.md").read_text()
+    start = text.index("<!-- results-table: prose attribution-singles -->")
+    end = text.index("<!-- /results-table -->", start)
+    block = text[start:end] + "<!-- /results-table -->\n"
+    doc = tmp_path / "attribution.md"
+    doc.write_text(block)
+    assert results_tables.check([doc]) == []
+    found = re.search(r"Over all 1,260 cells Pearson is (\d\.\d{3})", block)
+    assert found, block
+    changed = found.group(0)[:-1] + str((int(found.group(0)[-1]) + 1) % 10)
+    doc.write_text(block.replace(found.group(0), changed))
+    (difference,) = results_tables.check([doc])
+    assert "prose attribution-singles" in difference.block.spec
