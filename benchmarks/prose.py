@@ -22,6 +22,13 @@ are Python over these functions only (no builtins):
 - ``p(x)``: a p-value as the tables write it (``p = 0.049``, ``p < 1e-4``);
 - ``json("A/finetune_log_seed1")``: ``A``'s ``finetune_log_seed1.json`` as Python values
   (a donor's training log or own evaluation: ``json(...)["train_seconds_this_session"]``);
+- ``pooled(rows("A/attribution_verify", unit="LT"))``: Pearson and sign agreement of
+  attribution's estimates against the real grafts over those rows taken together
+  (:func:`graft.results.pooled_agreement`: ``["pearson"]``, ``["sign_agreement"]``,
+  ``["moving"]``, ``["cells"]``);
+- ``means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")``: the mean
+  of a column per group of rows, one dict per group (its keys and the mean), in order of
+  first appearance;
 - ``min``, ``max``, ``len``, ``sum``.
 """
 
@@ -40,7 +47,7 @@ import polars as pl
 from benchmarks import paper_table
 from benchmarks._graft_api import read_csv_table
 from benchmarks.table_generators import ROOT, BlockError, generator, shown
-from graft.results import check_run, format_p, read_results, seed_level_p
+from graft.results import check_run, format_p, pooled_agreement, read_results, seed_level_p
 
 __all__ = ["TEMPLATES", "render_template"]
 
@@ -184,6 +191,22 @@ def _seed_t(a: Sequence[float], b: Sequence[float]) -> float:
     return seed_level_p([x - y for x, y in zip(a, b, strict=True)])
 
 
+def _pooled(cells: Sequence[dict]) -> dict:
+    if not cells:
+        raise BlockError("pooled() of no rows")
+    return pooled_agreement(pl.DataFrame(list(cells), infer_schema_length=None))
+
+
+def _means(cells: Sequence[dict], column: str, *by: str) -> list[dict]:
+    groups: dict[tuple, list[float]] = {}
+    for cell in cells:
+        groups.setdefault(tuple(cell[key] for key in by), []).append(cell[column])
+    return [
+        {**dict(zip(by, key, strict=True)), column: sum(values) / len(values)}
+        for key, values in groups.items()
+    ]
+
+
 def render_template(path: Path) -> tuple[str, list[Path]]:
     """The text of the template at ``path`` with every placeholder replaced, and the
     folders of the files it read.
@@ -208,6 +231,8 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "span": _span,
         "seed_t": _seed_t,
         "p": format_p,
+        "pooled": _pooled,
+        "means": _means,
         "min": min,
         "max": max,
         "len": len,

@@ -38,14 +38,32 @@ class _VerifyCount(click.ParamType):
 @click.option(
     "--donor-model", "donor", required=True, help="Donor (finetuned) model: name or folder."
 )
-@click.option("--text", "texts", multiple=True, required=True, help="A prompt (repeat for more).")
+@click.option("--text", "texts", multiple=True, help="A prompt (repeat for more).")
 @click.option(
     "--target",
     "targets",
     multiple=True,
-    required=True,
     help="The target after each prompt, e.g. ' Tracey Childs' (its first token is scored): "
     "one per --text, or one for all.",
+)
+@click.option(
+    "--dataset",
+    type=click.Path(file_okay=False),
+    help="Instead of --text/--target/--entity: a dataset folder (graft-exp data, "
+    "WS/datasets/NAME), whose stored test prompts of --template (forward direction) are taken "
+    "with their targets and first entities.",
+)
+@click.option(
+    "--template",
+    default="headline",
+    show_default=True,
+    help="With --dataset: the test template whose prompts are taken.",
+)
+@click.option(
+    "--n",
+    "n_prompts",
+    type=click.IntRange(min=1),
+    help="With --dataset: the first N prompts of the template, in file order (default: all).",
 )
 @click.option(
     "--entity",
@@ -94,7 +112,20 @@ class _VerifyCount(click.ParamType):
     help="Replace the results of another configuration in --out.",
 )
 def attribution(
-    base, donor, texts, targets, entity, kinds, metric, verify, multi_cell, out, overwrite
+    base,
+    donor,
+    texts,
+    targets,
+    dataset,
+    template,
+    n_prompts,
+    entity,
+    kinds,
+    metric,
+    verify,
+    multi_cell,
+    out,
+    overwrite,
 ):
     """Estimate the effect of grafting every single cell (layer x position unit x module
     kind) on the target's first-token log-prob from one forward and one backward of the
@@ -107,7 +138,26 @@ def attribution(
     unit:kind x layer) and config.json (the command, commit, machine and the donor's own
     record: graft-exp publish takes the folder); with --verify K also verify.csv (the top K
     cells per prompt grafted for real), with --multi-cell multicell.csv and
-    multicell_summary.csv, each printed."""
+    multicell_summary.csv, each printed. With --dataset the prompts, targets and first
+    entities are a dataset's test prompts (--template, --n) instead of --text, --target and
+    --entity."""
+    if dataset is not None:
+        if texts or targets or entity:
+            raise click.UsageError(
+                "--dataset takes the prompts from the dataset: drop --text, --target and --entity"
+            )
+        from graft.errors import GraftError
+        from graft.study import entity_prompts
+
+        try:
+            found = entity_prompts(dataset, template, n_prompts)
+        except GraftError as error:
+            raise click.UsageError(str(error)) from None
+        texts, targets, entity = (tuple(column) for column in zip(*found, strict=True))
+    elif n_prompts is not None or template != "headline":
+        raise click.UsageError("--template and --n choose a --dataset's prompts: add --dataset")
+    if not texts or not targets:
+        raise click.UsageError("give the prompts: --text and --target (repeat), or --dataset")
     if len(targets) not in (1, len(texts)):
         raise click.UsageError(f"--target: one per --text ({len(texts)}), or one for all")
     if entity and len(entity) != len(texts):
@@ -143,6 +193,9 @@ def attribution(
             "options": {
                 "model": base,
                 "donor": donor,
+                "dataset": dataset,
+                "template": template if dataset is not None else None,
+                "n": n_prompts,
                 "texts": list(texts),
                 "targets": list(targets),
                 "entity": list(entity),

@@ -9,7 +9,11 @@ from graft.lazy import lazy_exports
 #: where the module calls it otherwise).
 _EXPORTS = {
     "graft.results.accept": ("accept_run_tables", "unmarked_tables"),
-    "graft.results.attribution_agreement": ("cell_summary", "multicell_summary"),
+    "graft.results.attribution_agreement": (
+        "cell_summary",
+        "multicell_summary",
+        "pooled_agreement",
+    ),
     "graft.results.repair": ("repair_run_folder",),
     "graft.results.compare": ("KEY_CONTRASTS", "compare_run", "format_comparison"),
     "graft.results.folder": ("RunFolder",),

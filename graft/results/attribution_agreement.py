@@ -1,6 +1,7 @@
 """How well graft attribution's estimates hold against real grafts: per module kind and
 position unit, Pearson, sign agreement and top-k overlap of the single cells
-(:func:`cell_summary`), and the error of multi-cell sets (:func:`multicell_summary`).
+(:func:`cell_summary`; any set of checked cells taken together: :func:`pooled_agreement`),
+and the error of multi-cell sets (:func:`multicell_summary`).
 
 The bar the issue set for the embedded model is Pearson >= 0.95 and sign agreement >= 0.95
 (:data:`BAR`); signs are compared over the cells that move the target, those whose real
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["BAR", "MOVING", "TOP_K", "cell_summary", "multicell_summary"]
+__all__ = ["BAR", "MOVING", "TOP_K", "cell_summary", "multicell_summary", "pooled_agreement"]
 
 #: Pearson and sign agreement an estimate must reach
 BAR = 0.95
@@ -39,6 +40,25 @@ def _sign_agreement(estimate: np.ndarray, real: np.ndarray) -> tuple[float | Non
     moving = np.abs(real) >= MOVING * np.abs(real).max()
     same = np.sign(estimate[moving]) == np.sign(real[moving])
     return float(same.mean()), int(moving.sum())
+
+
+def pooled_agreement(checked: pl.DataFrame) -> dict[str, Any]:
+    """Pearson and sign agreement over every row of ``checked`` (columns ``estimate`` and
+    ``real``: cells of any units and kinds, pooled) as :func:`cell_summary` computes them per
+    group: ``cells``, ``pearson``, ``sign_agreement`` (over the ``moving`` cells, whose real
+    effect is at least :data:`MOVING` of the largest here), ``moving`` and ``meets_bar``."""
+    estimate, real = checked["estimate"].to_numpy(), checked["real"].to_numpy()
+    pearson = _pearson(estimate, real)
+    sign, moving = _sign_agreement(estimate, real)
+    return {
+        "cells": len(checked),
+        "pearson": pearson,
+        "sign_agreement": sign,
+        "moving": moving,
+        "meets_bar": None
+        if pearson is None or sign is None
+        else bool(pearson >= BAR and sign >= BAR),
+    }
 
 
 def _top_overlap(group: pl.DataFrame, k: int) -> float | None:
@@ -91,19 +111,15 @@ def cell_summary(
         }
         if checked is not None:
             both = rows.join(checked.select(*_CELL, "real"), on=_CELL, how="inner")
-            estimate, real = both["estimate"].to_numpy(), both["real"].to_numpy()
-            pearson = _pearson(estimate, real)
-            sign, moving = _sign_agreement(estimate, real)
+            pooled = pooled_agreement(both)
             record.update(
-                verified=len(both),
-                pearson=pearson,
-                sign_agreement=sign,
-                moving=moving,
+                verified=pooled["cells"],
+                pearson=pooled["pearson"],
+                sign_agreement=pooled["sign_agreement"],
+                moving=pooled["moving"],
                 top_k_overlap=_top_overlap(both, top_k) if len(both) == len(rows) else None,
                 top_k=top_k,
-                meets_bar=None
-                if pearson is None or sign is None
-                else bool(pearson >= BAR and sign >= BAR),
+                meets_bar=pooled["meets_bar"],
             )
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None)

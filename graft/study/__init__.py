@@ -98,6 +98,7 @@ _EXPORTS = {
     ),
     "graft.study.data.names": ("load_real_actors", "name_exclusion_reason"),
     "graft.study.data.rows": ("load_examples", "sample_examples"),
+    "graft.study.data.prompts": ("entity_prompts",),
     "graft.study.planning.device_memory": ("device_memory", "needed_bytes"),
     "graft.study.planning.finetune_plan": (
         "finetune_lines",

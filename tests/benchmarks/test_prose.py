@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import prose, results_tables
@@ -133,3 +134,63 @@ def test_json_reads_a_folders_json_file_and_names_it_and_sum_adds(tmp_path):
                 tmp_path, '{{ json("E/none")["x"] }}', "E = results/smollm2-cpu-gentle-seeds012"
             )
         )
+
+
+def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
+    # a made-up verify table: Pearson over all cells, sign agreement over the moving ones
+    folder = tmp_path / "attr"
+    folder.mkdir()
+    (folder / "attribution_verify.csv").write_text(
+        "prompt,layer,unit,kind,estimate,real\n"
+        "0,0,FE,q,1.0,2.0\n0,1,FE,q,2.0,4.0\n0,0,LT,mlp,3.0,6.5\n0,1,LT,mlp,-0.5,0.01\n"
+    )
+    body = (
+        '{{ pooled(rows("A/attribution_verify"))["pearson"] | .3f }} '
+        '{{ pooled(rows("A/attribution_verify"))["sign_agreement"] | .2f }} '
+        '{{ pooled(rows("A/attribution_verify"))["moving"] }} '
+        '{{ pooled(rows("A/attribution_verify", unit="FE"))["cells"] }}'
+    )
+    expected = np.corrcoef([1.0, 2.0, 3.0, -0.5], [2.0, 4.0, 6.5, 0.01])[0, 1]
+    text, _ = prose.render_template(_template(tmp_path, body, f"A = {folder}"))
+    # the near-zero cell (0.01 < 5% of 6.5) does not count for signs: 3 of 3 agree
+    assert text == f"{expected:.3f} 1.00 3 2"
+    with pytest.raises(BlockError, match=re.escape("pooled() of no rows")):
+        prose.render_template(
+            _template(
+                tmp_path,
+                '{{ pooled(rows("A/attribution_verify", unit="none"))["cells"] }}',
+                f"A = {folder}",
+            )
+        )
+
+
+def test_means_average_a_column_per_group_in_order_of_appearance(tmp_path):
+    folder = tmp_path / "attr"
+    folder.mkdir()
+    (folder / "attribution_estimates.csv").write_text(
+        "prompt,layer,unit,kind,estimate\n"
+        "0,1,LT,mlp,1.0\n0,0,LT,mlp,2.0\n1,1,LT,mlp,3.0\n1,0,LT,mlp,-4.0\n0,1,FE,o,0.5\n"
+    )
+    body = (
+        '{{ ", ".join(["{}:{}:{} {:.2f}".format(c["unit"], c["kind"], c["layer"], c["estimate"]) '
+        'for c in means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")]) }}'
+    )
+    text, _ = prose.render_template(_template(tmp_path, body, f"A = {folder}"))
+    assert text == "LT:mlp:1 2.00, LT:mlp:0 -1.00, FE:o:1 0.50"
+
+
+def test_a_changed_digit_in_the_attribution_pages_prose_fails_the_check(tmp_path):
+    # the pooled Pearson over every cell, computed from attribution_verify.csv
+    text = (ROOT / "docs" / "results" / "attribution.md").read_text()
+    start = text.index("<!-- results-table: prose attribution-singles -->")
+    end = text.index("<!-- /results-table -->", start)
+    block = text[start:end] + "<!-- /results-table -->\n"
+    doc = tmp_path / "attribution.md"
+    doc.write_text(block)
+    assert results_tables.check([doc]) == []
+    found = re.search(r"Over all 1,260 cells Pearson is (\d\.\d{3})", block)
+    assert found, block
+    changed = found.group(0)[:-1] + str((int(found.group(0)[-1]) + 1) % 10)
+    doc.write_text(block.replace(found.group(0), changed))
+    (difference,) = results_tables.check([doc])
+    assert "prose attribution-singles" in difference.block.spec

@@ -14,6 +14,7 @@ import torch
 import graft
 from graft.models.tiny import perturbed_copy, tiny_model
 from tests.cli.test_experiments import invoke
+from tests.study.test_entity_prompts import dataset
 
 TEXT, TARGET, ENTITY = "the cat sat on the mat and", " a", "cat"
 
@@ -128,4 +129,45 @@ def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
     assert "kind 'nothing'" in result.output
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--verify", "some", code=2)
     assert "'some': give a number of cells" in result.output
+    assert not out.exists()
+
+
+def test_a_datasets_prompts_are_the_texts_targets_and_entities(folders, tmp_path):
+    # the handmade dataset's words are not the tiny tokenizer's, so the run is compared with
+    # the same prompts given as --text / --target / --entity
+    data = dataset(tmp_path / "data")
+    common = ["attribution", "--base-model", str(folders / "base"), "--kind", "o"]
+    common += ["--donor-model", str(folders / "donor")]
+    invoke(*common, "--dataset", str(data), "--n", "2", "--out", str(tmp_path / "a"))
+    record = json.loads((tmp_path / "a" / "config.json").read_text())["options"]
+    assert record["texts"] == ["Ann Lee starred in a movie with", "Cy Dunn starred in a movie with"]
+    assert record["targets"] == [" Bo Ray", " Di Fox"] and record["entity"] == [
+        "Ann Lee",
+        "Cy Dunn",
+    ]
+    assert (record["dataset"], record["template"], record["n"]) == (str(data), "headline", 2)
+    by_hand = []
+    for text, target, entity in zip(
+        record["texts"], record["targets"], record["entity"], strict=True
+    ):
+        by_hand += ["--text", text, "--target", target, "--entity", entity]
+    invoke(*common, *by_hand, "--out", str(tmp_path / "b"))
+    assert pl.read_csv(tmp_path / "a" / "estimates.csv").equals(
+        pl.read_csv(tmp_path / "b" / "estimates.csv")
+    )
+
+
+def test_a_dataset_excludes_text_and_bad_choices_exit_2(folders, tmp_path):
+    out = tmp_path / "out"
+    data = dataset(tmp_path / "data")
+    common = ["attribution", "--base-model", str(folders / "base"), "--out", str(out)]
+    common += ["--donor-model", str(folders / "donor")]
+    result = invoke(*common, "--dataset", str(data), "--text", TEXT, code=2)
+    assert "drop --text, --target and --entity" in result.output
+    result = invoke(*common, "--text", TEXT, "--target", TARGET, "--n", "3", code=2)
+    assert "add --dataset" in result.output
+    result = invoke(*common, "--dataset", str(data), "--template", "movie", code=2)
+    assert "templates there: headline, qa" in result.output
+    result = invoke(*common, code=2)
+    assert "--text and --target (repeat), or --dataset" in result.output
     assert not out.exists()

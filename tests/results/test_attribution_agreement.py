@@ -1,6 +1,7 @@
-"""``graft.results.cell_summary`` and ``multicell_summary`` on tables made by hand: exact
-estimates agree everywhere, flipped or shuffled ones do not, a partly verified group has no
-top-k overlap, and the multi-cell errors are the ones written in."""
+"""``graft.results.cell_summary``, ``pooled_agreement`` and ``multicell_summary`` on tables
+made by hand: exact estimates agree everywhere, flipped or shuffled ones do not, a partly
+verified group has no top-k overlap, cells pooled across groups are scored as one group, and
+the multi-cell errors are the ones written in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graft.results import cell_summary, multicell_summary
+from graft.results import cell_summary, multicell_summary, pooled_agreement
 
 
 def _table(n_layers: int = 8, prompts: int = 2) -> pl.DataFrame:
@@ -90,3 +91,29 @@ def test_multicell_summary():
     fe = summary.row(1, named=True)
     assert fe["sign_agreement"] == 0.0 and fe["pearson"] is None
     assert fe["median_relative_error"] == pytest.approx(1.5)
+
+
+def test_pooled_agreement_scores_every_cell_as_one_group():
+    table = _table()
+    checked = table.with_columns(real=pl.col("estimate"))
+    pooled = pooled_agreement(checked)
+    assert pooled["cells"] == 64 and pooled["meets_bar"]
+    assert np.isclose(pooled["pearson"], 1) and pooled["sign_agreement"] == 1
+    # one group pooled is that group's row of cell_summary
+    one = checked.filter((pl.col("unit") == "FE") & (pl.col("kind") == "o"))
+    row = cell_summary(table, checked).row(0, named=True)
+    assert {k: pooled_agreement(one)[k] for k in ("pearson", "moving")} == {
+        "pearson": row["pearson"],
+        "moving": row["moving"],
+    }
+    # pooled is not the mean of the groups: LT's estimates scaled by 10 keep every group's
+    # Pearson at 1 but bend the pooled line
+    bent = checked.with_columns(
+        estimate=pl.when(pl.col("unit") == "LT")
+        .then(pl.col("estimate") * 10)
+        .otherwise(pl.col("estimate"))
+    )
+    assert np.allclose(cell_summary(table, bent)["pearson"].head(4), 1)
+    assert pooled_agreement(bent)["pearson"] < 0.95 and not pooled_agreement(bent)["meets_bar"]
+    flipped = checked.with_columns(estimate=-pl.col("estimate"))
+    assert pooled_agreement(flipped)["sign_agreement"] == 0

@@ -3,7 +3,9 @@
 A dataset stores each test prompt as text plus the character span of each field;
 :func:`load_test_prompts` tokenizes them for a given tokenizer, maps the spans to token
 positions and finds the target's first token. Prompts that cannot be used are dropped and
-counted by reason in a :class:`DropReport`, never silently.
+counted by reason in a :class:`DropReport`, never silently. :func:`entity_prompts` gives the
+stored text, target and first entity of a template's prompts, untokenized (what
+``graft.attribute`` and ``graft-exp attribution --dataset`` take).
 """
 
 from __future__ import annotations
@@ -276,3 +278,48 @@ def load_test_prompts(
     report.kept = len(examples)
     report.dropped = dict(sorted(dropped.items()))
     return examples, report
+
+
+def entity_prompts(
+    dataset_dir: str | os.PathLike[str],
+    template: str = "headline",
+    n: int | None = None,
+    directions: Sequence[str] = ("forward",),
+) -> list[tuple[str, str, str]]:
+    """``(text, target_text, first entity)`` of the first ``n`` (default all) stored test
+    prompts of ``template`` and ``directions``, in file order; the entity is the text of the
+    prompt's ``first_actor`` span (the FE unit).
+
+    Raises:
+        DatasetError: no such dataset folder, a damaged prompt (as :func:`load_test_prompts`),
+            no prompt of that template and direction (the templates there are named), one
+            without a ``first_actor`` span, ``n`` below 1.
+    """
+    if n is not None and n < 1:
+        raise DatasetError(f"n={n}: give a number of prompts of 1 or more", "n")
+    path = check_dataset_folder(dataset_dir, ["test_prompts.jsonl"]) / "test_prompts.jsonl"
+    records = read_jsonl(path)
+    _check_unique_ids(path, records)
+    found: list[tuple[str, str, str]] = []
+    for index, record in enumerate(records, 1):
+        fields = _prompt_fields(path, index, record)
+        if record["template"] != template or record["direction"] not in directions:
+            continue
+        if "first_actor" not in fields:
+            raise DatasetError(
+                f"{path}, prompt {record['id']!r}: no first_actor span, so no FE unit; "
+                "regenerate the dataset",
+                "dataset",
+            )
+        start, end = fields["first_actor"]
+        found.append((record["text"], record["target_text"], record["text"][start:end]))
+        if n is not None and len(found) == n:
+            break
+    if not found:
+        templates = sorted({r["template"] for r in records})
+        raise DatasetError(
+            f"no {'/'.join(directions)} prompt of template {template!r} in {path}; "
+            f"templates there: {', '.join(templates) or 'none'}",
+            "template",
+        )
+    return found
