@@ -60,9 +60,10 @@ class _VerifyCount(click.ParamType):
     help="With --dataset: the test template whose prompts are taken.",
 )
 @click.option(
-    "--n",
+    "--n-prompts",
     "n_prompts",
     type=click.IntRange(min=1),
+    default=None,
     help="With --dataset: the first N prompts of the template, in file order (default: all).",
 )
 @click.option(
@@ -139,7 +140,7 @@ def attribution(
     record: graft-exp publish takes the folder); with --verify K also verify.csv (the top K
     cells per prompt grafted for real), with --multi-cell multicell.csv and
     multicell_summary.csv, each printed. With --dataset the prompts, targets and first
-    entities are a dataset's test prompts (--template, --n) instead of --text, --target and
+    entities are a dataset's test prompts (--template, --n-prompts) instead of --text, --target and
     --entity."""
     if dataset is not None:
         if texts or targets or entity:
@@ -155,7 +156,9 @@ def attribution(
             raise click.UsageError(str(error)) from None
         texts, targets, entity = (tuple(column) for column in zip(*found, strict=True))
     elif n_prompts is not None or template != "headline":
-        raise click.UsageError("--template and --n choose a --dataset's prompts: add --dataset")
+        raise click.UsageError(
+            "--template and --n-prompts choose a --dataset's prompts: add --dataset"
+        )
     if not texts or not targets:
         raise click.UsageError("give the prompts: --text and --target (repeat), or --dataset")
     if len(targets) not in (1, len(texts)):

@@ -138,7 +138,7 @@ def test_a_datasets_prompts_are_the_texts_targets_and_entities(folders, tmp_path
     data = dataset(tmp_path / "data")
     common = ["attribution", "--base-model", str(folders / "base"), "--kind", "o"]
     common += ["--donor-model", str(folders / "donor")]
-    invoke(*common, "--dataset", str(data), "--n", "2", "--out", str(tmp_path / "a"))
+    invoke(*common, "--dataset", str(data), "--n-prompts", "2", "--out", str(tmp_path / "a"))
     record = json.loads((tmp_path / "a" / "config.json").read_text())["options"]
     assert record["texts"] == ["Ann Lee starred in a movie with", "Cy Dunn starred in a movie with"]
     assert record["targets"] == [" Bo Ray", " Di Fox"] and record["entity"] == [
@@ -164,7 +164,7 @@ def test_a_dataset_excludes_text_and_bad_choices_exit_2(folders, tmp_path):
     common += ["--donor-model", str(folders / "donor")]
     result = invoke(*common, "--dataset", str(data), "--text", TEXT, code=2)
     assert "drop --text, --target and --entity" in result.output
-    result = invoke(*common, "--text", TEXT, "--target", TARGET, "--n", "3", code=2)
+    result = invoke(*common, "--text", TEXT, "--target", TARGET, "--n-prompts", "3", code=2)
     assert "add --dataset" in result.output
     result = invoke(*common, "--dataset", str(data), "--template", "movie", code=2)
     assert "templates there: headline, qa" in result.output
