@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from graft_experiments import common
-from graft_experiments.shared import positions_option
+from graft_experiments.shared import positions_option, reuse_option
 
 
 def _items(separator: str):
@@ -34,9 +34,10 @@ def _items(separator: str):
     callback=_items(";"),
     help="Component sets, separated by ';' (one map each), e.g. 'block;attn;o,ffn'.",
 )
+@reuse_option()
 @common.variant_option()
 @common.shared_options
-def layers(positions, windows, components, variant, cfg_options, remote):
+def layers(positions, windows, components, reuse, variant, cfg_options, remote):
     """E7: graft SFT into PRE at each position set x layer window (x component set) and draw
     accuracy heatmaps: the layer localisation the paper had no room for.
 
@@ -47,7 +48,12 @@ def layers(positions, windows, components, variant, cfg_options, remote):
 
     specs = common.make_config("layers", cfg_options, remote)
     design = layers_design(
-        specs, positions=positions, windows=windows, components=components, variant=variant
+        specs,
+        positions=positions,
+        windows=windows,
+        components=components,
+        variant=variant,
+        reuse=reuse,
     )
     common.run_or_plan(design)
 

@@ -7,6 +7,7 @@ import click
 
 from graft.study import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft_experiments import common
+from graft_experiments.shared import reuse_option
 
 
 @common.experiment_command(
@@ -51,14 +52,7 @@ from graft_experiments import common
     "cells identical by construction and patches that copy the donor's whole stream are "
     "labelled, not tested.",
 )
-@click.option(
-    "--reuse/--no-reuse",
-    default=True,
-    show_default=True,
-    help="Run each cell from its first changed layer on, the layers below it once per "
-    "prompt (equal to rounding; --dry-run states the memory it holds); --no-reuse runs every "
-    "cell's whole forward.",
-)
+@reuse_option()
 @common.variant_option()
 @common.shared_options
 def patching(variant, cfg_options, remote, **design):

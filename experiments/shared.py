@@ -1,6 +1,6 @@
 """Options several experiment commands share: ``--positions`` (E1, necessity, E7),
 ``--spec`` (custom, tokens, lens), ``--layers`` and ``--fe`` (the commands that graft
-component sets at LT)."""
+component sets at LT), ``--reuse/--no-reuse`` (patching, E7)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,15 @@ FE_OPTION = click.option(
     "so LT components are measured with FE's enrichment in place; adds an 'FE only' row. "
     "[default: FE not grafted, as the paper]",
 )
+
+
+def reuse_option() -> Callable:
+    """``--reuse/--no-reuse`` of the commands whose rows start at different layers."""
+    return click.option(
+        "--reuse/--no-reuse",
+        default=True,
+        show_default=True,
+        help="Run each row (a patching cell) from its first changed layer on, the layers "
+        "below it once per prompt (equal to rounding; --dry-run states the memory it holds; "
+        "a remote run runs rows whole); --no-reuse runs every row's whole forward.",
+    )

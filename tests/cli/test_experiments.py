@@ -364,6 +364,32 @@ def test_layers(layers_run):
     assert {"FE:0-1:block", "LT:2-3:o,ffn"} <= specs
 
 
+def test_layers_rows_run_from_their_windows_first_layer_as_whole_forwards(
+    tmp_path, common, monkeypatch
+):
+    """E7's rows start at their window's first layer (the layers below once per prompt): the
+    same rows as every row's whole forward (--no-reuse), to rounding; config.json says which.
+    ALL's rows resume; FE's (after tiny-llama's start token) take the shared-prefix step."""
+    from graft.core.execution import resume
+
+    seen: list = []
+    original = resume.prepare
+    monkeypatch.setattr(resume, "prepare", lambda *a, **k: seen.append(r := original(*a, **k)) or r)
+    args = ["--templates", "headline", "--positions", "ALL,FE", "--windows", "1"]
+    runs = {flag: tmp_path / flag.strip("-") for flag in ("--reuse", "--no-reuse")}
+    invoke("layers", *common, *args, "--no-reuse", "--out", str(runs["--no-reuse"]))
+    assert not seen, "--no-reuse ran rows from their first layer"
+    invoke("layers", *common, *args, "--out", str(runs["--reuse"]))
+    assert any(r is not None for r in seen), f"no batch ran from its rows' first layers: {seen}"
+    resumed, whole = (read_examples(out) for out in runs.values())
+    assert resumed["spec"].to_list() == whole["spec"].to_list()
+    assert resumed["target_rank"].to_list() == whole["target_rank"].to_list()
+    diff = (resumed["target_logprob"] - whole["target_logprob"]).abs().max()
+    assert diff <= 1e-5, diff
+    for flag, out in runs.items():
+        assert json.loads((out / "config.json").read_text())["layer_reuse"] is (flag == "--reuse")
+
+
 def test_layers_named_windows(tmp_path, common):
     out = tmp_path / "layers"
     invoke(

@@ -82,3 +82,30 @@ def sft_design(
     variant = variant or specs.protocol.donor_variant
     fields = protocol_fields(specs.protocol, variant, out_tag)
     return one_run(specs, grafts, donors={"sft": ModelSource(variant)}, **fields, **design)
+
+
+def layer_reuse_note(
+    n_layers: int,
+    hidden: int,
+    itemsize: int,
+    batch_size: int,
+    patching: bool = False,
+    positions: int = 64,
+) -> str:
+    """What running each row from its first changed layer holds
+    (:mod:`graft.core.execution.resume`): each distinct prompt's layer inputs (and, with
+    ``patching``, the other model's site outputs), kept across batches up to
+    :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most
+    ``batch_size``), sized for prompts of ``positions`` tokens of a model of ``n_layers``
+    layers of width ``hidden`` in ``itemsize``-byte floats."""
+    from graft.core.execution.prompt_values import KEEP_BYTES
+    from graft.core.execution.resume import saved_bytes
+
+    per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize)
+    most = max(KEEP_BYTES, batch_size * per_prompt)
+    what = "layer inputs and patching's donor outputs are" if patching else "layer inputs are"
+    return (
+        f"layer reuse: each row runs from its first changed layer; each prompt's {what} "
+        f"computed once ({per_prompt / 2**20:.1f} MiB per distinct prompt of {positions} tokens) "
+        f"and kept up to {most / 2**20:.0f} MiB; --no-reuse runs every row whole"
+    )

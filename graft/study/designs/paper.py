@@ -6,17 +6,26 @@ experiment's own choices and returns a :class:`~graft.study.designs.design.Desig
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import polars as pl
 
 from graft.core import GraftSpec
+from graft.core.execution.engine import LocalExecutor
 from graft.errors import ExperimentError, SpecError
 from graft.models import load_model
 from graft.models.configs import model_config
 from graft.results import LAYER_SEP, top1_kinds_wide, top_tokens_table
 from graft.storage import write_csv
 from graft.study.analyses.top1 import TOP1_KINDS, group_columns, write_top1_kinds
-from graft.study.designs.common import graft_list, one_run, protocol_fields, sft_design, specs_for
+from graft.study.designs.common import (
+    graft_list,
+    layer_reuse_note,
+    one_run,
+    protocol_fields,
+    sft_design,
+    specs_for,
+)
 from graft.study.designs.design import Design, DesignRun
 from graft.study.specs.choices import TOKEN_SPECS
 from graft.study.specs.config import ModelSource
@@ -99,17 +108,25 @@ def layers(
     windows: str | None = None,
     components: Sequence[str] = ("block",),
     variant: str | None = None,
+    reuse: bool = True,
 ) -> Design:
     """E7: SFT grafted into PRE at each position set x layer window x component set of a
     model of ``n_layers`` layers (None: the model's, from its config) (``windows`` None: the
     protocol's, quarters under the paper's, eighths otherwise); heatmaps per component set.
+    ``reuse``: on this machine, each row runs from its window's first layer on, the layers
+    below it once per prompt (:mod:`graft.core.execution.resume`; equal to rounding); False,
+    or a remote run: every row its whole forward.
 
     Raises:
         ExperimentError: windows the protocol's layer rule cannot make, or no such windows.
         SpecError: a position set or component set that is no spec.
     """
     specs = specs_for(specs, "layers")
-    n_layers = n_layers or _n_layers(specs)
+    reuse = reuse and not specs.execution.remote_run
+    hidden = None
+    if reuse or not n_layers:
+        found_layers, hidden = _sizes(specs)
+        n_layers = n_layers or found_layers
     windows = windows or specs.protocol.layer_windows
     if windows in specs.protocol.refused_windows:
         raise ExperimentError(
@@ -137,21 +154,32 @@ def layers(
                 except SpecError as err:
                     raise SpecError(f"position set {pos!r}, components {comps!r}: {err}") from None
                 grafts.append(NamedGraft(f"{pos}{LAYER_SEP}{win}", spec, group=comps))
-    return sft_design(specs, with_protocol(grafts, specs.protocol), variant)
+    grafts = with_protocol(grafts, specs.protocol)
+    design = sft_design(
+        specs,
+        grafts,
+        variant,
+        extra_config={"layer_reuse": reuse},
+        executor=LocalExecutor(resume_layers=True) if reuse else None,
+    )
+    if not reuse or hidden is None:
+        return design
+    itemsize = 2 if specs.execution.dtype in ("float16", "bfloat16") else 4
+    note = layer_reuse_note(n_layers, hidden, itemsize, specs.execution.batch_size)
+    return replace(design, notes=(*design.notes, note))
 
 
-def _n_layers(specs: RunSpecs) -> int:
-    """The pretrained model's layer count: from its config where it is on this machine,
-    else from the model itself (loaded once)."""
+def _sizes(specs: RunSpecs) -> tuple[int, int]:
+    """The pretrained model's layer count and width: from its config where it is on this
+    machine, else from the model itself (loaded once)."""
     found = model_config(specs.donors.model)
     if found is None:
         path = resolve_model_path(specs, ModelSource())
-        return int(
-            load_model(
-                path, dtype=specs.execution.dtype, device="cpu"
-            ).model.config.num_hidden_layers
-        )
-    return int(found.config.get_text_config().num_hidden_layers)
+        config = load_model(path, dtype=specs.execution.dtype, device="cpu").model.config
+    else:
+        config = found.config
+    text = config.get_text_config()
+    return int(text.num_hidden_layers), int(text.hidden_size)
 
 
 def tokens(

@@ -9,15 +9,13 @@ from collections.abc import Sequence
 import polars as pl
 
 from graft.core import architecture_of, parse_spec
-from graft.core.execution.prompt_values import KEEP_BYTES
-from graft.core.execution.resume import saved_bytes
 from graft.errors import ExperimentError
 from graft.models import LoadedModel, context_length, load_model
 from graft.study.analyses.patching import executor_for
 from graft.study.analyses.patching_report import write_sweep_report
 from graft.study.analyses.patching_sweep import check_choices, direction_models, sweep_grafts
 from graft.study.data.rows import load_examples, sample_examples
-from graft.study.designs.common import specs_for
+from graft.study.designs.common import layer_reuse_note, specs_for
 from graft.study.designs.design import Design, DesignRun
 from graft.study.specs.choices import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft.study.specs.config import ModelSource
@@ -148,22 +146,14 @@ def patching(
     return Design("patching", folder, runs, finish=report, figures=False, notes=tuple(notes))
 
 
-def reuse_note(model: LoadedModel, batch_size: int, positions: int = 64) -> str:
-    """What reusing the layers below each cell holds: each prompt's layer inputs (and, in
-    patching runs, the donor's site outputs), kept across batches up to
-    :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most
-    ``batch_size``), here sized for prompts of ``positions`` tokens."""
+def reuse_note(model: LoadedModel, batch_size: int) -> str:
+    """What reusing the layers below each cell holds for ``model``
+    (:func:`~graft.study.designs.common.layer_reuse_note`), patching's donor outputs too."""
     config = model.model.config
     text = getattr(config, "get_text_config", lambda: config)()
-    n_layers, hidden = int(text.num_hidden_layers), int(text.hidden_size)
     itemsize = next(model.model.parameters()).element_size()
-    per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize)
-    most = max(KEEP_BYTES, batch_size * per_prompt)
-    return (
-        f"layer reuse: each cell runs from its first changed layer; each prompt's layer inputs "
-        f"({per_prompt / 2**20:.1f} MiB per distinct prompt of {positions} tokens) and patching's "
-        f"donor outputs are computed once and kept up to {most / 2**20:.0f} MiB; --no-reuse "
-        "runs every cell whole"
+    return layer_reuse_note(
+        int(text.num_hidden_layers), int(text.hidden_size), itemsize, batch_size, patching=True
     )
 
 
