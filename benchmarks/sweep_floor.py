@@ -14,7 +14,9 @@ and states the floor: a plain batched forward of the same rows (same kernels and
 timed beside them) scaled to the work no reuse can avoid, ``(L - k) x (T - p)`` token layers
 per cell, plus one plain forward per prompt (two for patching: the donor's too).
 ``--layer-step N`` sweeps every N-th layer only (a shorter run; the rows per cell are the
-same). It
+same). ``--methods e7`` times E7's map the same way (``graft-exp layers --windows N`` at FE,
+LT and FE+LT, every component, ``N`` the layer step; old: every row whole, new: layer
+reuse). It
 prints rows per CPU second of each (one thread by default: CPU time counts the work done
 whatever else the machine runs), the ratios new/old and new/floor, and the largest |logit difference|
 between old and new (float rounding). The donor is the base perturbed (``perturbed_copy``):
@@ -23,7 +25,7 @@ the cost of a cell does not depend on what the donor learnt.
 Run from the repository root (a few minutes on a loaded 2-core CPU)::
 
     python -m benchmarks.sweep_floor [--model smollm2-135m] [--prompts 1] [--batch-size 32]
-        [--methods weights,activation,residual] [--units FE[:-1],FE[-1],(FE+LT)^C,LT]
+        [--methods weights,activation,residual,e7] [--units FE[:-1],FE[-1],(FE+LT)^C,LT]
         [--layer-step 3] [--random-weights] [--json out.json]
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,7 +51,9 @@ from benchmarks.measure import write_json
 from benchmarks.prefix_floor import _model_and_tokenizer
 from benchmarks.workload import headline_prompts, plain_forward
 
-METHODS = ("weights", "activation", "residual")
+METHODS = ("weights", "activation", "residual", "e7")
+#: E7's position sets (``graft-exp layers``' default rows), the ``e7`` method's units.
+E7_POSITIONS = ("FE", "LT", "FE+LT")
 
 
 def cpu_seconds(fn: Callable[[], object]) -> float:
@@ -73,8 +78,16 @@ def cell_work(arch, row: GraftRow) -> int:
 def sweep_cells(arch, method: str, unit: str, layer_step: int = 1) -> list:
     """The sweep's cells of ``method`` at ``unit`` (every ``layer_step``-th layer, the
     method's kinds), as ``graft-exp patching`` makes them in the restore direction, without
-    the references."""
+    the references; ``e7``: E7's windows of ``layer_step`` layers of every component
+    (``graft-exp layers --windows K``) at the position set ``unit``."""
     from graft.study import direction_models, sweep_grafts
+
+    if method == "e7":
+        from graft.core import GraftSpec
+        from graft.study import layer_windows
+
+        windows = layer_windows(arch.n_layers, str(layer_step))
+        return [types.SimpleNamespace(spec=GraftSpec.parse(f"{unit}:{w}:block")) for w in windows]
 
     grafts = sweep_grafts(arch, method, direction_models("restore", "sft"), [unit], whole_depth=())
     return [  # the two references have no group
@@ -87,7 +100,13 @@ def measure(
     base, donor, prompts, method: str, unit: str, batch_size: int, pad_id: int, layer_step: int
 ):
     """One (method, unit): seconds of old and new, the floor's seconds, rows, max |diff|."""
+    from graft.core import LocalExecutor
     from graft.study import executor_for
+
+    def executor(reuse: bool):
+        if method == "e7":  # E7's grafts: the engine's own executor, with or without reuse
+            return LocalExecutor(resume_layers=True) if reuse else None
+        return executor_for(method, reuse)
 
     arch = architecture_of(base)
     cells = sweep_cells(arch, method, unit, layer_step)
@@ -98,7 +117,7 @@ def measure(
     def way(reuse: bool):
         def call():
             outs[reuse] = run_grafts(
-                base, donors, rows, batch_size=batch_size, executor=executor_for(method, reuse)
+                base, donors, rows, batch_size=batch_size, executor=executor(reuse)
             )
 
         return call
@@ -107,7 +126,7 @@ def measure(
     t_old, t_new = cpu_seconds(way(False)), cpu_seconds(way(True))
     t_plain = cpu_seconds(lambda: plain_forward(base, plain_rows, batch_size, pad_id))
     diff = float((outs[False] - outs[True]).abs().max())
-    forwards = 1 if method == "weights" else 2
+    forwards = 1 if method in ("weights", "e7") else 2
     plain_work = forwards * sum(arch.n_layers * len(p.input_ids) for p in prompts)
     floor_work = sum(cell_work(arch, r) for r in rows) + plain_work
     full_work = sum(arch.n_layers * len(r.input_ids) for r in rows)
@@ -121,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompts", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32, help="rows per forward")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(METHODS[:3]))
     ap.add_argument("--units", default=",".join(UNITS))
     ap.add_argument("--layer-step", type=int, default=3, help="sweep every N-th layer")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is timed)")
@@ -154,7 +173,7 @@ def _run(args, methods: list[str], units: list[str]) -> int:
     max_tokens = getattr(base.config, "max_position_embeddings", 10**9)
     prompts = headline_prompts(tokenizer, args.prompts, max_tokens)
     step = args.layer_step
-    measure(base, donor, prompts[:1], methods[0], units[-1], args.batch_size, pad_id, 10**6)
+    measure(base, donor, prompts[:1], "weights", "LT", args.batch_size, pad_id, 10**6)  # warm-up
     print(
         f"{args.model}{' (random weights)' if args.random_weights else ''}, {len(prompts)} "
         f"prompts, every {step} layer(s), batch {args.batch_size}, {torch.get_num_threads()} "
@@ -165,7 +184,7 @@ def _run(args, methods: list[str], units: list[str]) -> int:
     results = []
     totals = [0.0, 0.0, 0.0]
     for method in methods:
-        for unit in units:
+        for unit in E7_POSITIONS if method == "e7" else units:
             t_old, t_new, floor, n, diff = measure(
                 base, donor, prompts, method, unit, args.batch_size, pad_id, step
             )

@@ -1,5 +1,5 @@
-"""The sweep benchmark: its cells are the sweep's, its floor counts only changed layers and
-positions, and a tiny run prints every (method, unit) with old and new equal."""
+"""The sweep benchmark: its cells are the sweep's (and E7's), its floor counts only changed
+layers and positions, and a tiny run prints every (method, unit) with old and new equal."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def test_the_cells_are_the_sweeps(tiny_pairs):
     assert len(cells) == 3 * 4  # three kinds x four layers, no references
     assert {c.group for c in cells} == {"residual", "attn", "mlp"}
     assert len(sweep_cells(arch, "activation", "LT", layer_step=2)) == 2 * 2
+    e7 = sweep_cells(arch, "e7", "FE+LT", layer_step=2)  # graft-exp layers --windows 2
+    assert [str(c.spec) for c in e7] == ["FE+LT:0-1:block", "FE+LT:2-3:block"]
 
 
 def test_a_tiny_run_prints_every_method_and_unit(tmp_path, capsys):
@@ -41,3 +43,14 @@ def test_a_tiny_run_prints_every_method_and_unit(tmp_path, capsys):
     }
     assert all(c["max_abs_diff"] <= 1e-5 for c in record["cells"])
     assert all(c["floor_s"] > 0 for c in record["cells"])
+
+
+def test_e7_is_timed_at_its_position_sets(tmp_path, capsys):
+    out = tmp_path / "e7.json"
+    argv = ["--model", "tiny-llama", "--layer-step", "1", "--methods", "e7"]
+    assert main([*argv, "--json", str(out)]) == 0
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["method"], c["unit"], c["rows"]) for c in cells] == [
+        ("e7", unit, 4) for unit in ("FE", "LT", "FE+LT")
+    ]
+    assert all(c["max_abs_diff"] <= 1e-5 and c["floor_s"] > 0 for c in cells)
