@@ -47,18 +47,21 @@ def in_user_words(err: GraftError, command: click.Command | None = None) -> str:
     types on ``command`` (default: the running command): ``max_payload_mb`` ->
     ``--max-payload-mb``, ``donor_mode='hosted'`` -> ``--donor-mode hosted``.
 
-    Names with an underscore are rewritten wherever they stand alone; a plain word
-    (``templates``, ``host``) only when it is the error's ``param``, and only where it first
-    stands, so the prose stays ("dataset 'x' is neither a dataset folder ...")."""
+    Names with an underscore, and the plain words the error's ``params`` lists, are
+    rewritten wherever they stand alone; a plain word (``templates``, ``host``) that is the
+    error's ``param`` only where it first stands, so the prose stays ("dataset 'x' is neither
+    a dataset folder ..."). A name after a dot or a double quote (a stored config's key:
+    ``options.n``, ``{"multi_cell": true}``) stays."""
     if command is None:
         ctx = click.get_current_context(silent=True)
         command = ctx.command if ctx else None
     flags = _flags(command)
     message = str(err)
     for name in sorted(flags, key=len, reverse=True):
-        if "_" in name or name == err.param:
-            pattern = rf"(?<![\w./-]){re.escape(name)}(?:='([^']*)'|=(\w+))?(?![\w/-])"
-            count = 0 if "_" in name else 1
+        everywhere = "_" in name or name in err.params
+        if everywhere or name == err.param:
+            pattern = rf"(?<![\w./\"-]){re.escape(name)}(?:='([^']*)'|=(\w+))?(?![\w/-])"
+            count = 0 if everywhere else 1
             message = re.sub(pattern, _written_as(flags[name]), message, count=count)
     return message
 

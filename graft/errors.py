@@ -51,12 +51,17 @@ class GraftError(Exception):
 
     ``param`` (when set) names the parameter to fix as the library calls it (e.g.
     ``"n_facts"``); the command line writes it, in the message too, as the flag the user
-    typed (``--n-facts``).
+    typed (``--n-facts``). ``params`` names other parameters the message names as plain
+    words (``drop texts and targets``): the command line writes each as its flag wherever
+    it stands (``drop --text and --target``).
     """
 
-    def __init__(self, *args: object, param: str | None = None) -> None:
+    def __init__(
+        self, *args: object, param: str | None = None, params: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(*args)
         self.param = param
+        self.params = params
 
 
 # --------------------------------------------------------------------------- user input

@@ -12,7 +12,8 @@ contract in pyproject.toml):
   (:func:`~graft.study.running.runner.run_experiment`), its batches and record;
 - ``analyses``: on top of the runner: the logit lens, patching sweeps, top-1 kinds;
 - ``designs``: the paper's experiments as library objects (a design: its runs, how their
-  tables combine, its figures), run by one function with the one runner;
+  tables combine, its figures), run by one function with the one runner; the attribution
+  experiment (a request run into a run folder by :func:`run_attribution`);
 - ``studies``: models x finetune seeds x experiments from one TOML file, planned, run,
   reported and collected as one study.
 """
@@ -39,6 +40,8 @@ _EXPORTS = {
         "tokens_design=tokens",
     ),
     "graft.study.designs.lens": ("lens_design=lens",),
+    "graft.study.designs.attribution": ("AttributionRun", "attribution_lines", "run_attribution"),
+    "graft.study.specs.attribution": ("AttributionRequest",),
     "graft.study.designs.patching": ("patching_design=patching",),
     "graft.study.specs.request": ("RunRequest",),
     "graft.study.specs.donor": ("DonorRequest",),

@@ -300,6 +300,18 @@ def test_parameter_names_become_flags_only_where_the_command_has_them():
     assert in_user_words(missing, custom) == "add the missing one to --donor"
     assert in_user_words(missing, position) == str(missing)  # position has no --donor
     assert in_user_words(missing) == str(missing)  # outside a command: the library's words
+    attribution = main.commands["attribution"]
+    several = ExperimentError(
+        "dataset takes the prompts from the dataset: drop texts and entity",
+        param="dataset",
+        params=("texts", "entity"),
+    )
+    assert (
+        in_user_words(several, attribution)
+        == "--dataset takes the prompts from the dataset: drop --text and --entity"
+    )
+    stored_json = ExperimentError('options stored {"multi_cell": true}, now {"multi_cell": false}')
+    assert in_user_words(stored_json, attribution) == str(stored_json)
 
 
 def _no_ndif(handler_base):

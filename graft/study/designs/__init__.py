@@ -9,7 +9,11 @@ which figures it draws) from resolved specs and the experiment's own choices;
 - ``paper``: position (E1, E2), necessity, hybrid (E4), layers (E7), tokens (E6), custom;
 - ``component``: E3 and its donor pairs;
 - ``lens``: the logit lens under grafts;
-- ``patching``: weight grafting beside activation patching, layer by layer.
+- ``patching``: weight grafting beside activation patching, layer by layer;
+- ``attribution``: every cell's graft effect estimated from one backward pass, the top cells
+  grafted for real: no design of runs but an
+  :class:`~graft.study.specs.attribution.AttributionRequest` that :func:`run_attribution`
+  runs into a run folder, and the lines :func:`attribution_lines` prints of it.
 
 Example::
 
@@ -21,6 +25,7 @@ Example::
     done.run.summary
 """
 
+from graft.study.designs.attribution import AttributionRun, attribution_lines, run_attribution
 from graft.study.designs.component import PAIRS, DonorPair, component, donor_pairs
 from graft.study.designs.design import Design, DesignRun, plan_design, run_design
 from graft.study.designs.lens import LENS_SPECS, lens
@@ -37,6 +42,7 @@ from graft.study.designs.patching import patching, run_methods, summary_lines
 from graft.study.specs.choices import METHODS, TOKEN_SPECS
 
 __all__ = [
+    "AttributionRun",
     "LENS_SPECS",
     "METHODS",
     "PAIRS",
@@ -45,6 +51,7 @@ __all__ = [
     "Design",
     "DesignRun",
     "DonorPair",
+    "attribution_lines",
     "component",
     "custom",
     "donor_pairs",
@@ -55,6 +62,7 @@ __all__ = [
     "patching",
     "plan_design",
     "position",
+    "run_attribution",
     "run_design",
     "run_methods",
     "summary_lines",
