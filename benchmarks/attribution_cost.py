@@ -25,29 +25,17 @@ its weights) or ``--donor FOLDER``. Run from the repository root::
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 
 import torch
 
 from benchmarks.cli import benchmark_parser
-from benchmarks.measure import settings_of, write_table
+from benchmarks.measure import median_seconds, settings_of, write_table
 from benchmarks.workload import headline_prompts
 
 TARGET = " the"
 UNITS = ("FE", "LT")
-
-
-def _seconds(fn, repeats: int) -> float:
-    """The median wall time of ``repeats`` calls of ``fn``."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def measure(
@@ -78,10 +66,10 @@ def measure(
         graft.graft_texts(base, donor_model, tok, texts[0], "none", fields=fields[0])
     graft.attribute(base, donor_model, tok, texts[0], TARGET, fields=fields[0], kinds=["o"])
     with torch.no_grad():
-        forward = _seconds(
+        forward = median_seconds(
             lambda: graft.graft_texts(base, donor_model, tok, texts, "none", fields=fields), repeats
         )
-    attribution = _seconds(
+    attribution = median_seconds(
         lambda: graft.attribute(base, donor_model, tok, texts, TARGET, fields=fields), repeats
     )
 
@@ -89,7 +77,7 @@ def measure(
         for text, named in zip(texts, fields, strict=True):
             graft.graft_texts(base, donor_model, tok, text, ["none", *picked], fields=named)
 
-    real = _seconds(real_sample, repeats)
+    real = median_seconds(real_sample, repeats)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     per_cell = real / (len(picked) * len(texts))
     real_all = per_cell * len(cells) * len(texts)

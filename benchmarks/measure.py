@@ -10,6 +10,7 @@ import os
 import platform
 import resource
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -75,6 +76,11 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     fn()
     _sync(device)
     return time.perf_counter() - start
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """The median wall seconds of ``repeats`` calls of ``fn`` on the CPU."""
+    return statistics.median(timed(fn, torch.device("cpu")) for _ in range(repeats))
 
 
 def environment(

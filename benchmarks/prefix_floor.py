@@ -23,6 +23,7 @@ Run from the repository root::
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections.abc import Sequence
@@ -89,6 +90,15 @@ def prefix_and_step(
     return torch.cat(out)
 
 
+def add_random_weights(ap: argparse.ArgumentParser) -> None:
+    """``--random-weights``, which :func:`_model_and_tokenizer` reads."""
+    ap.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the model's architecture with random weights (same cost, no weight loading)",
+    )
+
+
 def _model_and_tokenizer(name: str, random_weights: bool):
     """The model (or, with ``random_weights``, one of its architecture with random weights)."""
     from graft.models import load_model
@@ -119,11 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grafts", type=int, default=8, help="rows per prompt (E3 has 8)")
     ap.add_argument("--group", type=int, default=32, help="prompts per prefix (and step) forward")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the model's architecture with random weights (same cost, no weight loading)",
-    )
+    add_random_weights(ap)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if min(args.prompts, args.batch_size, args.grafts, args.group, args.repeats) < 1:

@@ -7,12 +7,11 @@ Prints medians and ratios measured in this one run (machines here are shared and
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import transformers
 
+from benchmarks.measure import median_seconds
 from graft.core import GraftRow, architecture_of, parse_spec, run_grafts
 from graft.models import perturbed_copy
 from tests.reference import reference_last_logits
@@ -36,15 +35,6 @@ def build(family: str, layers: int, d: int):
     torch.manual_seed(0)
     base = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     return base, perturbed_copy(base, seed=1)
-
-
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 @torch.no_grad()
@@ -97,9 +87,9 @@ def main() -> None:
             h.remove()
 
     one_pass()  # warm up (nnsight wrapping, allocator)
-    t_one = timed(one_pass, args.repeats)
-    t_hooks = timed(hooks, args.repeats)
-    t_ref = timed(reference, 1)
+    t_one = median_seconds(one_pass, args.repeats)
+    t_hooks = median_seconds(hooks, args.repeats)
+    t_ref = median_seconds(reference, 1)
     err = max(float((a - b).abs().max()) for a, b in zip(one_pass(), reference(), strict=True))
     print(
         f"model: {args.family} {args.layers} layers d={args.d}; {args.prompts} prompts x {args.length} tokens; graft FE+LT:all:all"

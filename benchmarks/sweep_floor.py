@@ -48,7 +48,7 @@ from benchmarks._graft_api import (
 )
 from benchmarks.cli import benchmark_parser
 from benchmarks.measure import write_json
-from benchmarks.prefix_floor import _model_and_tokenizer
+from benchmarks.prefix_floor import _model_and_tokenizer, add_random_weights
 from benchmarks.workload import headline_prompts, plain_forward
 
 METHODS = ("weights", "activation", "residual", "e7")
@@ -144,11 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--units", default=",".join(UNITS))
     ap.add_argument("--layer-step", type=int, default=3, help="sweep every N-th layer")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is timed)")
-    ap.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the model's architecture with random weights (same cost, no weight loading)",
-    )
+    add_random_weights(ap)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ROLE = re.compile(r":(?:mod|func|class|data|meth|attr|exc|obj):`~?(graft(?:\.\w+)+)`")
 
 
-def _resolves(name: str) -> bool:
+def python_name_resolves(name: str) -> bool:
+    """Whether ``name`` (``graft.x.y``, ``benchmarks.x``) is a module, an attribute or a
+    dataclass field (what a docstring or a help text may name)."""
     parts = name.split(".")
     for split in range(len(parts), 0, -1):
         try:
@@ -40,16 +42,16 @@ def test_every_docstring_reference_resolves():
     for path in sorted((ROOT / "graft").rglob("*.py")):
         for match in ROLE.finditer(path.read_text()):
             named += 1
-            if not _resolves(match.group(1)):
+            if not python_name_resolves(match.group(1)):
                 broken.append(f"{path.relative_to(ROOT)}: {match.group(1)}")
     assert named > 100
     assert not broken, "references to nothing:\n" + "\n".join(broken)
 
 
 def test_a_moved_name_is_caught():
-    assert _resolves("graft.results.summary.summarize")
-    assert not _resolves("graft.results.metrics.summarize")
-    assert _resolves("graft.study.running.runner.ExperimentRun.analyses")
+    assert python_name_resolves("graft.results.summary.summarize")
+    assert not python_name_resolves("graft.results.metrics.summarize")
+    assert python_name_resolves("graft.study.running.runner.ExperimentRun.analyses")
 
 
 def test_every_package_docstring_names_its_sub_packages():

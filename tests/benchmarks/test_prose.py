@@ -136,13 +136,21 @@ def test_json_reads_a_folders_json_file_and_names_it_and_sum_adds(tmp_path):
         )
 
 
-def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
-    # a made-up verify table: Pearson over all cells, sign agreement over the moving ones
+def _table_folder(tmp_path: Path, name: str, csv: str) -> Path:
+    """A made-up results folder holding one table ``name`` with the text ``csv``."""
     folder = tmp_path / "attr"
     folder.mkdir()
-    (folder / "attribution_verify.csv").write_text(
+    (folder / name).write_text(csv)
+    return folder
+
+
+def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
+    # a made-up verify table: Pearson over all cells, sign agreement over the moving ones
+    folder = _table_folder(
+        tmp_path,
+        "attribution_verify.csv",
         "prompt,layer,unit,kind,estimate,real\n"
-        "0,0,FE,q,1.0,2.0\n0,1,FE,q,2.0,4.0\n0,0,LT,mlp,3.0,6.5\n0,1,LT,mlp,-0.5,0.01\n"
+        "0,0,FE,q,1.0,2.0\n0,1,FE,q,2.0,4.0\n0,0,LT,mlp,3.0,6.5\n0,1,LT,mlp,-0.5,0.01\n",
     )
     body = (
         '{{ pooled(rows("A/attribution_verify"))["pearson"] | .3f }} '
@@ -165,11 +173,11 @@ def test_pooled_scores_verified_attribution_cells_taken_together(tmp_path):
 
 
 def test_means_average_a_column_per_group_in_order_of_appearance(tmp_path):
-    folder = tmp_path / "attr"
-    folder.mkdir()
-    (folder / "attribution_estimates.csv").write_text(
+    folder = _table_folder(
+        tmp_path,
+        "attribution_estimates.csv",
         "prompt,layer,unit,kind,estimate\n"
-        "0,1,LT,mlp,1.0\n0,0,LT,mlp,2.0\n1,1,LT,mlp,3.0\n1,0,LT,mlp,-4.0\n0,1,FE,o,0.5\n"
+        "0,1,LT,mlp,1.0\n0,0,LT,mlp,2.0\n1,1,LT,mlp,3.0\n1,0,LT,mlp,-4.0\n0,1,FE,o,0.5\n",
     )
     body = (
         '{{ ", ".join(["{}:{}:{} {:.2f}".format(c["unit"], c["kind"], c["layer"], c["estimate"]) '

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from graft_experiments.cli import main
+from tests.test_docstring_references import python_name_resolves
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = re.compile(r"((?:docs/)?(?:[\w-]+/)*[\w-]+\.md)(#[\w-]+)?")
@@ -61,28 +62,11 @@ CODE = re.compile(
 )
 
 
-def _python_name_exists(name: str) -> bool:
-    import importlib
-
-    parts = name.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            found: object = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            if not hasattr(found, attr):
-                return False
-            found = getattr(found, attr)
-        return True
-    return False
-
-
 def _code_problems(where: str, text: str) -> tuple[int, list[str]]:
     named, problems = 0, []
     for match in CODE.finditer(text):
         named += 1
-        if match["name"] and not _python_name_exists(match["name"]):
+        if match["name"] and not python_name_resolves(match["name"]):
             problems.append(f"{where} names {match['name']}, which does not exist")
         if match["path"] and not list(ROOT.glob(match["path"])):
             problems.append(f"{where} names {match['path']}, which matches no file")

@@ -115,37 +115,20 @@ def test_a_rerun_resumes_every_run_and_computes_nothing(sweep, workspace):
 
 def test_the_dry_run_plans_each_run_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
-    text = invoke(
-        "patching",
-        *ARGS,
-        "--modes",
-        "restore",
-        "--methods",
-        "patching",
-        "--workspace",
-        str(tmp_path / "ws"),
-        "--dry-run",
-        "--out",
-        str(out),
-    )
+
+    def dry_run(*extra: str) -> str:
+        return invoke(
+            "patching",
+            *ARGS,
+            *("--modes", "restore", "--methods", "patching"),
+            *("--workspace", str(tmp_path / "ws"), "--dry-run", *extra, "--out", str(out)),
+        )
+
+    text = dry_run()
     assert text.count("plan of patching") == 2, text  # the activation and residual runs
     assert "layer reuse:" in text and "MiB per distinct prompt" in text, text
     assert not out.exists()
-    quiet = invoke(
-        "patching",
-        *ARGS,
-        "--modes",
-        "restore",
-        "--methods",
-        "patching",
-        "--workspace",
-        str(tmp_path / "ws"),
-        "--dry-run",
-        "--no-reuse",
-        "--out",
-        str(out),
-    )
-    assert "layer reuse:" not in quiet
+    assert "layer reuse:" not in dry_run("--no-reuse")
 
 
 @pytest.mark.parametrize(

@@ -84,7 +84,31 @@ def cache_refusal(executor: Executor | None, base: Any) -> str | None:
     return None
 
 
-class CachedSteps:
+class _GrowingRows:
+    """A batch's rows and their texts so far, which every step grows by one token a row."""
+
+    def __init__(self, rows: Sequence[GraftRow]) -> None:
+        self.rows = list(rows)
+        self.ids = [list(row.input_ids) for row in rows]
+        #: columns run so far (each row runs every column of its batch's windows)
+        self.positions_run = 0
+
+    def step_rows(self) -> list[GraftRow]:
+        """The rows with their texts so far."""
+        return [GraftRow(ids, r.spans, r.spec) for ids, r in zip(self.ids, self.rows, strict=True)]
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append one token to each row's text."""
+        for ids, token in zip(self.ids, tokens, strict=True):
+            ids.append(int(token))
+
+    def keep(self, index: Sequence[int]) -> None:
+        """Keep only the rows ``index`` (the others stopped)."""
+        self.rows = [self.rows[i] for i in index]
+        self.ids = [self.ids[i] for i in index]
+
+
+class CachedSteps(_GrowingRows):
     """Next-token logits of one batch of rows, step after step, on one key/value cache.
 
     Call :meth:`logits` for the rows' next-token logits, then :meth:`extend` with one new
@@ -104,13 +128,10 @@ class CachedSteps:
         checked = checked_inputs(base, donors, rows, pad_id)
         self.base, self.donors, self.arch, self.same, self.pad_id, _ = checked
         self.executor = executor or LocalExecutor()
-        self.rows = list(rows)
-        self.ids = [list(row.input_ids) for row in rows]
+        super().__init__(rows)
         self.before: list[list[Signature]] = [[] for _ in rows]
         self.cached = 0  # columns the cache holds
         self.width = max(len(ids) for ids in self.ids)  # the padded texts' columns
-        #: columns run so far (each row runs every column of its batch's windows)
-        self.positions_run = 0
         self.layouts = LayoutCache()
         from transformers import DynamicCache
 
@@ -118,7 +139,7 @@ class CachedSteps:
 
     def logits(self) -> torch.Tensor:
         """Each row's next-token logits [rows, vocab] (float32, float64 for such a model)."""
-        rows = [GraftRow(ids, r.spans, r.spec) for ids, r in zip(self.ids, self.rows, strict=True)]
+        rows = self.step_rows()
         resolved = resolve_rows(self.arch, rows, self.donors)
         width = self.width
         start, now, memo = self.cached, [], {}
@@ -144,16 +165,14 @@ class CachedSteps:
         return self.executor.walking_once()
 
     def extend(self, tokens: Sequence[int]) -> None:
-        """Append one token to each row's text."""
-        for ids, token in zip(self.ids, tokens, strict=True):
-            ids.append(int(token))
+        """Append one token to each row's text (the padded width grows by one)."""
+        super().extend(tokens)
         self.width += 1
 
     def keep(self, index: Sequence[int]) -> None:
         """Keep only the rows ``index`` (the others stopped), their cache rows with them; the
         columns that were padding for every kept row leave the cache."""
-        self.rows = [self.rows[i] for i in index]
-        self.ids = [self.ids[i] for i in index]
+        super().keep(index)
         self.before = [self.before[i] for i in index]
         self.cache.batch_select_indices(torch.tensor(list(index), dtype=torch.long))
         width = max(len(ids) for ids in self.ids)
@@ -167,7 +186,7 @@ class CachedSteps:
             self.cached -= padding
 
 
-class RecomputeSteps:
+class RecomputeSteps(_GrowingRows):
     """Next-token logits of one batch of rows, step after step, each step recomputing every
     whole text through :func:`graft.core.execution.engine.run_grafts` (any executor)."""
 
@@ -181,13 +200,11 @@ class RecomputeSteps:
         executor: Executor | None = None,
     ) -> None:
         self.base, self.donors, self.executor, self.pad_id = base, donors, executor, pad_id
-        self.rows = list(rows)
-        self.ids = [list(row.input_ids) for row in rows]
-        self.positions_run = 0
+        super().__init__(rows)
 
     def logits(self) -> torch.Tensor:
         """As :meth:`CachedSteps.logits`."""
-        step = [GraftRow(ids, r.spans, r.spec) for ids, r in zip(self.ids, self.rows, strict=True)]
+        step = self.step_rows()
         self.positions_run += max(len(ids) for ids in self.ids)
         return run_grafts(
             self.base,
@@ -201,16 +218,6 @@ class RecomputeSteps:
     def session(self) -> contextlib.AbstractContextManager:
         """As :meth:`CachedSteps.session`."""
         return contextlib.nullcontext()
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        """As :meth:`CachedSteps.extend`."""
-        for ids, token in zip(self.ids, tokens, strict=True):
-            ids.append(int(token))
-
-    def keep(self, index: Sequence[int]) -> None:
-        """As :meth:`CachedSteps.keep`."""
-        self.rows = [self.rows[i] for i in index]
-        self.ids = [self.ids[i] for i in index]
 
 
 def steps_for(

@@ -129,6 +129,17 @@ def unique_rows(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], torch.Tensor
     return picked, inverse
 
 
+def _given_donor(donors: Mapping[str, nn.Module | None], name: str) -> nn.Module:
+    """The donor ``name`` of ``donors``; its weights not given: a one-line error."""
+    donor = donors.get(name)
+    if donor is None:
+        raise SpecError(
+            f"the graft uses donor {name!r} but its weights were not given; pass the "
+            "model in donors={...}"
+        )
+    return donor
+
+
 def donor_outputs(
     donors: Mapping[str, nn.Module | None], sites: Sequence[Site], inputs: Mapping[str, Any]
 ) -> dict[tuple[str, str], torch.Tensor]:
@@ -138,12 +149,7 @@ def donor_outputs(
     saved: dict[tuple[str, str], torch.Tensor] = {}
     distinct, inverse = unique_rows(inputs)
     for name in dict.fromkeys(s.donor for s in sites):
-        donor = donors.get(name)
-        if donor is None:
-            raise SpecError(
-                f"the graft uses donor {name!r} but its weights were not given; pass the "
-                "model in donors={...}"
-            )
+        donor = _given_donor(donors, name)
         paths = list(dict.fromkeys(s.path for s in sites if s.donor == name))
         model = wrap(donor)
         with torch.no_grad(), model.trace(**distinct):
@@ -200,12 +206,7 @@ def donor_outputs_plain(
     hook at each site: what :func:`donor_outputs` saves, without a trace."""
     saved: dict[tuple[str, str], torch.Tensor] = {}
     for name in dict.fromkeys(s.donor for s in sites):
-        donor = donors.get(name)
-        if donor is None:
-            raise SpecError(
-                f"the graft uses donor {name!r} but its weights were not given; pass the "
-                "model in donors={...}"
-            )
+        donor = _given_donor(donors, name)
         model = unwrap(donor)
         handles = []
         for path in dict.fromkeys(s.path for s in sites if s.donor == name):

@@ -13,7 +13,6 @@ When they run, a server that cannot start FAILS them (it is never a skip).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import time
@@ -25,24 +24,16 @@ ENABLE = "GRAFT_NDIF_SERVER_TESTS"
 if not os.environ.get(ENABLE):
     collect_ignore_glob = ["test_*.py"]
 
-REPO = Path(__file__).resolve().parents[3]
 REPORT: dict = {}  # what the session measured; written to the state folder and printed
-
-
-def _harness_module():
-    spec = importlib.util.spec_from_file_location(
-        "graft_ndif_harness", REPO / "scripts" / "ndif" / "harness.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
 def ndif_server(tmp_path_factory):
     """The running server stack: an object with ``url``, ``models`` (``ship``/``hosted`` keys)
     and ``versions``. Started once per session, torn down (every process, by PID) after it."""
-    harness_mod = _harness_module()
+    from benchmarks.remote_scale import load_harness
+
+    harness_mod = load_harness()
     state = Path(os.environ.get("GRAFT_NDIF_STATE") or tmp_path_factory.mktemp("ndif"))
     harness = harness_mod.Harness(state)
     started = time.monotonic()
