@@ -28,6 +28,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -99,6 +100,12 @@ def add_random_weights(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def model_record(args: argparse.Namespace, n_prompts: int) -> dict[str, Any]:
+    """The run's model as its JSON records it: ``model``, ``random_weights`` (read by
+    :func:`_model_and_tokenizer`) and ``prompts`` (``n_prompts``, those measured)."""
+    return {"model": args.model, "random_weights": args.random_weights, "prompts": n_prompts}
+
+
 def _model_and_tokenizer(name: str, random_weights: bool):
     """The model (or, with ``random_weights``, one of its architecture with random weights)."""
     from graft.models import load_model
@@ -165,9 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(
             args.json,
             {
-                "model": args.model,
-                "random_weights": args.random_weights,
-                "prompts": len(prompts),
+                **model_record(args, len(prompts)),
                 "grafts": args.grafts,
                 "batch_size": args.batch_size,
                 "group": args.group,

@@ -48,7 +48,7 @@ from benchmarks._graft_api import (
 )
 from benchmarks.cli import benchmark_parser
 from benchmarks.measure import write_json
-from benchmarks.prefix_floor import _model_and_tokenizer, add_random_weights
+from benchmarks.prefix_floor import _model_and_tokenizer, add_random_weights, model_record
 from benchmarks.workload import headline_prompts, plain_forward
 
 METHODS = ("weights", "activation", "residual", "e7")
@@ -209,9 +209,7 @@ def _run(args, methods: list[str], units: list[str]) -> int:
         write_json(
             args.json,
             {
-                "model": args.model,
-                "random_weights": args.random_weights,
-                "prompts": len(prompts),
+                **model_record(args, len(prompts)),
                 "batch_size": args.batch_size,
                 "threads": torch.get_num_threads(),
                 "layer_step": step,
