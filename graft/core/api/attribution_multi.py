@@ -38,10 +38,11 @@ def verify_multicell(
     layers: Sequence[int] | None = None,
     donor: str | None = None,
     metric: str = "logprob",
+    estimator: str = "local",
 ) -> Any:
     """Graft each prompt's multi-cell sets (see the module docstring; ``layers``: the whole
     layers checked, default all) for real and compare them with the sum of their cells'
-    estimates.
+    estimates (``estimator``: as for :func:`graft.attribute`).
 
     Returns:
         a polars table ``prompt``, ``set`` (``layer``, ``FE``, ``LT`` or ``FE+LT``),
@@ -66,6 +67,7 @@ def verify_multicell(
         units=None,
         kinds=MULTI_KINDS,
         metric=metric,
+        estimator=estimator,
     )
     whole = attribute(
         base,
@@ -78,6 +80,7 @@ def verify_multicell(
         kinds=MULTI_KINDS,
         layers=layers,
         metric=metric,
+        estimator=estimator,
     )
     components = ",".join(MULTI_KINDS)
     records: list[dict[str, Any]] = []
