@@ -1,8 +1,9 @@
 """Multi-cell grafts against the sum of their cells' first-order estimates: where
 :func:`graft.attribute` is expected to fail, measured.
 
-A multi-cell graft is estimated by the sum of its single cells' estimates (first order in
-every module's output change, the cells' interactions left out). The sets checked, per
+A multi-cell graft is estimated by the sum of its single cells' estimates (each first order
+downstream of its module, or of its attention block under the ``local`` estimator; the
+cells' interactions left out). The sets checked, per
 prompt, all of attention and the MLP (``attn,mlp``: q, k, v, their norms where the family has
 them, o, and the whole MLP):
 
