@@ -86,6 +86,15 @@ class _VerifyCount(click.ParamType):
     help="What is estimated: the target's first-token log-prob, or its raw logit.",
 )
 @click.option(
+    "--estimator",
+    type=click.Choice(["local", "linear"]),
+    default="local",
+    show_default=True,
+    help="local: the attention block's change computed exactly for q, k, v, o, qkv and attn "
+    "cells, linear downstream; linear: first order in each module's output change, groups "
+    "summing their leaves (docs/reference/attribution.md).",
+)
+@click.option(
     "--verify",
     type=_VerifyCount(),
     default=0,
@@ -116,7 +125,9 @@ def attribution(out, overwrite, **request):
     """Estimate the effect of grafting every single cell (layer x position unit x module
     kind) on the target's first-token log-prob from one forward and one backward of the
     ungrafted base: grad(module output) . (donor module(x) - base module(x)) summed over the
-    unit's positions (docs/reference/attribution.md). Units: LT and, with --entity, FE.
+    unit's positions; for attention cells (--estimator local, the default) the attention
+    block's exact change instead, times grad(block output), over every position
+    (docs/reference/attribution.md). Units: LT and, with --entity, FE.
 
     Writes estimates.csv (prompt, layer, unit, kind, estimate), summary.csv (per unit and
     kind: mean estimate, top layer; with --verify Pearson, sign agreement and top-5 overlap

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 import torch
@@ -41,13 +42,24 @@ def test_table_map_and_verify(folders, tmp_path):
         str(folders / "donor"),
     ]
     args += ["--text", TEXT, "--target", TARGET, "--entity", ENTITY, "--out", str(out)]
-    result = invoke(*args, "--kind", "o", "--kind", "mlp", "--verify", "3")
+    result = invoke(*args, "--kind", "o", "--kind", "qkv", "--verify", "3", "--estimator", "linear")
     table = pl.read_csv(out / "estimates.csv")
     assert table.columns == ["prompt", "layer", "unit", "kind", "estimate"]
     assert len(table) == 4 * 2 * 2  # layers x units x kinds
     assert (out / "figures" / "attribution_map.png").stat().st_size > 0
     record = json.loads((out / "config.json").read_text())
-    assert record["options"]["kinds"] == ["o", "mlp"] and record["options"]["verify"] == 3
+    assert record["options"]["kinds"] == ["o", "qkv"] and record["options"]["verify"] == 3
+    assert record["options"]["estimator"] == "linear"
+    linear = graft.attribute(
+        *(graft.load_model(str(folders / n)) for n in ("base", "donor")),
+        None,
+        TEXT,
+        TARGET,
+        fields={"FE": ENTITY},
+        kinds=["o", "qkv"],
+        estimator="linear",
+    )
+    assert np.allclose(table["estimate"], linear["estimate"], rtol=1e-5, atol=1e-9)
     assert record["git_commit"] and record["machine"]["cpu_count"] and record["command"]
     assert record["cells"] == len(table) and record["verify_seconds"] > 0
     checked = pl.read_csv(out / "verify.csv")
@@ -129,6 +141,8 @@ def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
     assert "kind 'nothing'" in result.output
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--verify", "some", code=2)
     assert "'some': give a number of cells" in result.output
+    result = invoke(*common, "--text", TEXT, "--target", TARGET, "--estimator", "exact", code=2)
+    assert "'exact' is not one of 'local', 'linear'" in result.output
     assert not out.exists()
 
 

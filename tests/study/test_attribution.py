@@ -85,6 +85,10 @@ def test_a_datasets_prompts_are_the_requests(models, tmp_path):
         ({"texts": TEXT, "targets": TARGET, "n_prompts": 3}, "choose a dataset's prompts"),
         ({"dataset": "data", "n_prompts": 0}, "n_prompts=0: give 1 or more"),
         ({"texts": TEXT, "targets": TARGET, "metric": "prob"}, "metric 'prob': choose logprob"),
+        (
+            {"texts": TEXT, "targets": TARGET, "estimator": "exact"},
+            "estimator 'exact': choose local or linear",
+        ),
         ({"texts": TEXT, "targets": TARGET, "verify": -1}, "verify=-1: give a number of cells"),
         ({"texts": TEXT, "targets": TARGET, "verify": "all"}, "verify='all': give a number"),
     ],

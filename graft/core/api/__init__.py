@@ -5,5 +5,6 @@ its steps on a key/value cache: :mod:`graft.core.api.decoding`),
 ``graft.trace``, the graft as an nnsight trace (:mod:`graft.core.api.grafted_trace`, with
 :mod:`graft.core.api.trace_invokes`), the engine's self-check on a model pair
 (:mod:`graft.core.api.selfcheck`), and ``graft.attribute``, every cell's graft effect
-estimated from one backward pass (:mod:`graft.core.api.attribution`; checked against real
-grafts of whole layers and position sets: :mod:`graft.core.api.attribution_multi`)."""
+estimated from one backward pass (:mod:`graft.core.api.attribution`; its ``local``
+estimator's exact attention-block changes: :mod:`graft.core.api.attribution_local`; checked
+against real grafts of whole layers and position sets: :mod:`graft.core.api.attribution_multi`)."""

@@ -17,7 +17,10 @@ Kinds: a leaf component of the spec language (``q``, ``k``, ``v``, ``o``, ``gate
 ``down``, norms; fused QKV sliced as the engine slices it) is its own module; ``mlp`` /
 ``ffn`` is the whole MLP module (its output change is exact for gate, up and down grafted
 together: the MLP works position by position); any other group (``attn``, ``qkv``,
-``ffn_up``, ``norms``) is the sum of its leaves' estimates, first order in each.
+``ffn_up``, ``norms``) is the sum of its leaves' estimates, first order in each. That is
+the ``linear`` estimator; the default, ``local``, computes the attention block's change
+exactly for the kinds inside it (``q``, ``k``, ``v``, ``o``, ``qkv``, ``attn``) and linearises
+only downstream of the block (:mod:`graft.core.api.attribution_local`).
 The estimate is exact for a linear metric of a linear change; it fails where a graft
 changes the base far from it (multi-cell grafts, large finetunes), which
 ``graft-exp attribution --verify K`` (:func:`verify_attribution`) measures against
@@ -31,6 +34,7 @@ from typing import Any
 
 import torch
 
+from graft.core.api.attribution_local import AttentionCapture, block_kinds, local_effects
 from graft.core.api.texts import (
     _field_list,
     _prompt_list,
@@ -45,12 +49,15 @@ from graft.core.families.wrapping import unwrap
 from graft.core.language.vocabulary import COMPONENT_GROUPS
 from graft.errors import SpecError
 
-__all__ = ["DEFAULT_KINDS", "attribute", "verify_attribution"]
+__all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute", "verify_attribution"]
 
 #: the kinds attributed by default: the paper's components (qkv = its ATTN, o, ffn) and more
 DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
 _MODULE_KINDS = ("mlp", "ffn")  # the whole MLP module, whose output change is exact
 _METRICS = ("logprob", "logit")
+#: how a cell is estimated: ``local`` (the attention block's change exact, linear downstream;
+#: the default) or ``linear`` (first order in each module's output change)
+ESTIMATORS = ("local", "linear")
 
 
 def _texts_only(texts: Any) -> list[str]:
@@ -77,14 +84,19 @@ def attribute(
     donor: str | None = None,
     metric: str = "logprob",
     batch_size: int = 8,
+    estimator: str = "local",
 ) -> Any:
     """Estimate every cell's graft effect on the target from the ungrafted base's gradients.
 
     For a cell (layer ``l``, unit ``U``, kind ``m``) the estimate of
     ``f(graft "U:l:m") - f(base)`` is ``sum_{p in U} grad_y f[p] . (m_donor(x)[p] - y[p])``,
     ``x`` the base's input to module ``m``, ``y = m_base(x)`` its output (see the module
-    docstring; groups such as ``attn`` sum their leaves). ``f`` is the log-prob of the
-    target's first token at the last position (``metric="logit"``: its logit).
+    docstring; groups such as ``attn`` sum their leaves): the ``linear`` estimator. The
+    default, ``local``, replaces it for the kinds inside the attention block by
+    ``sum_p grad_z f[p] . (A(x; m donor at U)[p] - A(x)[p])`` over every position, ``A`` the
+    attention block run on the base's input with the cell grafted (exact in the block,
+    linear downstream; :mod:`graft.core.api.attribution_local`). ``f`` is the log-prob of
+    the target's first token at the last position (``metric="logit"``: its logit).
 
     Args:
         base, donors, tokenizer, texts, fields: as for :func:`graft.graft_texts`.
@@ -98,6 +110,7 @@ def attribute(
         donor: the donor's name when ``donors`` holds several (default: the only one).
         metric: ``"logprob"`` (default) or ``"logit"``.
         batch_size: texts per forward and backward.
+        estimator: ``"local"`` (default) or ``"linear"``, as above.
 
     Returns:
         a polars table ``prompt`` (the text's index), ``layer``, ``unit``, ``kind``,
@@ -110,6 +123,8 @@ def attribute(
     target_ids = _target_ids(tokenizer, targets, text_list)
     if metric not in _METRICS:
         raise SpecError(f"metric {metric!r}: choose one of {', '.join(_METRICS)}")
+    if estimator not in ESTIMATORS:
+        raise SpecError(f"estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
     torch_base = unwrap(model_of(base))
     torch_donor = _one_donor(donors, donor)
     check_compatible(torch_base, torch_donor)
@@ -118,11 +133,17 @@ def attribute(
     if any(not 0 <= x < arch.n_layers for x in layer_list):
         raise SpecError(f"layers must lie in 0..{arch.n_layers - 1}")
     leaves = {kind: _leaves(arch, kind) for kind in kinds}
+    local = block_kinds(arch, leaves) if estimator == "local" else []
     rows = _rows(tokenizer, text_list, _spec_list("none"), fields)
     records: list[dict[str, Any]] = []
     for start in range(0, len(rows), max(1, batch_size)):
         batch = rows[start : start + max(1, batch_size)]
-        per_pos = _batch_effects(
+        spans = []
+        for r in batch:
+            last = len(r.input_ids) - 1
+            spans.append({**r.spans, "LT": [last], "ALL": list(range(last + 1))})
+        row_units = [_units(units, s, start + i) for i, s in enumerate(spans)]
+        per_pos, per_unit = _batch_effects(
             torch_base,
             torch_donor,
             arch,
@@ -131,21 +152,26 @@ def attribute(
             layer_list,
             leaves,
             metric,
+            {kind: leaves[kind] for kind in local},
+            _unit_masks(spans, row_units),
         )
-        for i, row in enumerate(batch):
-            last = len(row.input_ids) - 1
-            spans = {**row.spans, "LT": [last], "ALL": list(range(last + 1))}
-            for unit in _units(units, spans, start + i):
-                for (layer, kind), values in per_pos.items():
-                    records.append(
-                        {
-                            "prompt": start + i,
-                            "layer": layer,
-                            "unit": unit,
-                            "kind": kind,
-                            "estimate": float(values[i, spans[unit]].sum()),
-                        }
-                    )
+        for i in range(len(batch)):
+            for unit in row_units[i]:
+                for layer in layer_list:
+                    for kind in leaves:
+                        if kind in local:
+                            value = float(per_unit[(layer, kind, unit)][i])
+                        else:
+                            value = float(per_pos[(layer, kind)][i, spans[i][unit]].sum())
+                        records.append(
+                            {
+                                "prompt": start + i,
+                                "layer": layer,
+                                "unit": unit,
+                                "kind": kind,
+                                "estimate": value,
+                            }
+                        )
     schema = {"prompt": pl.Int64, "layer": pl.Int64, "unit": pl.Utf8, "kind": pl.Utf8}
     return pl.DataFrame(records, schema={**schema, "estimate": pl.Float64})
 
@@ -246,6 +272,19 @@ def _units(
     return list(units)
 
 
+def _unit_masks(
+    spans: Sequence[Mapping[str, Sequence[int]]], row_units: Sequence[Sequence[str]]
+) -> dict[str, torch.Tensor]:
+    """Each unit of any row as a bool mask [rows, longest row] of its positions."""
+    width = max(len(s["ALL"]) for s in spans)
+    masks: dict[str, torch.Tensor] = {}
+    for i, units in enumerate(row_units):
+        for unit in units:
+            mask = masks.setdefault(unit, torch.zeros((len(spans), width), dtype=torch.bool))
+            mask[i, list(spans[i][unit])] = True
+    return masks
+
+
 def _mlp_path(arch: Architecture, layer: int) -> str:
     down = arch.site_for(layer, "down")[0]
     return down.rsplit(".", 1)[0]
@@ -271,12 +310,16 @@ def _batch_effects(
     layers: list[int],
     leaves: Mapping[str, list[str]],
     metric: str,
-) -> dict[tuple[int, str], torch.Tensor]:
-    """Per (layer, kind): the estimate at each (row, position) [rows, longest row], the rows
-    right-padded (position p of row i at column p)."""
+    local: Mapping[str, list[str]],
+    unit_rows: Mapping[str, torch.Tensor],
+) -> tuple[dict[tuple[int, str], torch.Tensor], dict[tuple[int, str, str], torch.Tensor]]:
+    """Per (layer, kind) of the linear kinds (``leaves`` but ``local``): the estimate at each
+    (row, position) [rows, longest row], the rows right-padded (position p of row i at
+    column p); per (layer, kind, unit) of the ``local`` kinds: each row's estimate [rows]."""
+    linear = {kind: parts for kind, parts in leaves.items() if kind not in local}
     paths: dict[str, Site | None] = {}  # module path -> its site (None: the MLP module)
     for layer in layers:
-        for parts in leaves.values():
+        for parts in linear.values():
             for leaf in parts:
                 if leaf in _MODULE_KINDS:
                     paths[_mlp_path(arch, layer)] = None
@@ -323,20 +366,25 @@ def _batch_effects(
         ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
         mask[i, : len(r.input_ids)] = 1
     positions = torch.arange(width, device=device).expand(len(rows), width)
+    capture = AttentionCapture(base, arch, layers if local else [])
     try:
         with torch.enable_grad():
-            logits = base(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+            logits = base(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
+            ).logits
             last = logits[torch.arange(len(rows), device=logits.device), lasts]
             last = last.float() if last.dtype != torch.float64 else last
             scores = last.log_softmax(-1) if metric == "logprob" else last
             target = torch.tensor(target_ids, device=scores.device)
             scores.gather(1, target[:, None]).sum().backward()
     finally:
+        capture.remove()
         for handle in handles:
             handle.remove()
+    per_unit = local_effects(capture, base, donor, arch, layers, local, unit_rows)
     effects: dict[tuple[int, str], torch.Tensor] = {}
     for layer in layers:
-        for kind, parts in leaves.items():
+        for kind, parts in linear.items():
             total = ids.new_zeros((len(rows), width), dtype=torch.float64)
             for leaf in parts:
                 if leaf in _MODULE_KINDS:
@@ -353,4 +401,4 @@ def _batch_effects(
                 keep = product.movedim(seq, 1).reshape(len(rows), width, -1).sum(-1)
                 total += keep
             effects[(layer, kind)] = total.cpu()
-    return effects
+    return effects, per_unit

@@ -1,8 +1,9 @@
 """Multi-cell grafts against the sum of their cells' first-order estimates: where
 :func:`graft.attribute` is expected to fail, measured.
 
-A multi-cell graft is estimated by the sum of its single cells' estimates (first order in
-every module's output change, the cells' interactions left out). The sets checked, per
+A multi-cell graft is estimated by the sum of its single cells' estimates (each first order
+downstream of its module, or of its attention block under the ``local`` estimator; the
+cells' interactions left out). The sets checked, per
 prompt, all of attention and the MLP (``attn,mlp``: q, k, v, their norms where the family has
 them, o, and the whole MLP):
 
@@ -38,10 +39,11 @@ def verify_multicell(
     layers: Sequence[int] | None = None,
     donor: str | None = None,
     metric: str = "logprob",
+    estimator: str = "local",
 ) -> Any:
     """Graft each prompt's multi-cell sets (see the module docstring; ``layers``: the whole
     layers checked, default all) for real and compare them with the sum of their cells'
-    estimates.
+    estimates (``estimator``: as for :func:`graft.attribute`).
 
     Returns:
         a polars table ``prompt``, ``set`` (``layer``, ``FE``, ``LT`` or ``FE+LT``),
@@ -66,6 +68,7 @@ def verify_multicell(
         units=None,
         kinds=MULTI_KINDS,
         metric=metric,
+        estimator=estimator,
     )
     whole = attribute(
         base,
@@ -78,6 +81,7 @@ def verify_multicell(
         kinds=MULTI_KINDS,
         layers=layers,
         metric=metric,
+        estimator=estimator,
     )
     components = ",".join(MULTI_KINDS)
     records: list[dict[str, Any]] = []

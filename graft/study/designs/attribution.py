@@ -117,7 +117,7 @@ def run_attribution(
     prompts = (base, donor, None, texts, targets if len(targets) > 1 else targets[0])
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    table = attribute(*prompts, kinds=list(request.kinds), **args)
+    table = attribute(*prompts, kinds=list(request.kinds), estimator=request.estimator, **args)
     timings["attribution_seconds"] = time.perf_counter() - start
     checked = multi = None
     if request.verify != 0:
@@ -126,7 +126,7 @@ def run_attribution(
         timings["verify_seconds"] = time.perf_counter() - start
     if request.multi_cell:
         start = time.perf_counter()
-        multi = verify_multicell(*prompts, **args)
+        multi = verify_multicell(*prompts, estimator=request.estimator, **args)
         timings["multicell_seconds"] = time.perf_counter() - start
     summary, sets = (
         cell_summary(table, checked),
@@ -169,6 +169,7 @@ def run_record(
             "entity": entity,
             "kinds": list(request.kinds),
             "metric": request.metric,
+            "estimator": request.estimator,
             "verify": "all" if request.verify is None else request.verify,
             "multi_cell": request.multi_cell,
             "dtype": str(base.dtype).removeprefix("torch."),

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graft.core import DEFAULT_KINDS
+from graft.core import DEFAULT_KINDS, ESTIMATORS
 from graft.errors import ExperimentError
 
 #: what :func:`graft.attribute` estimates: the target's first-token log-prob, or its logit
@@ -35,6 +35,9 @@ class AttributionRequest:
         kinds: module kinds as specs name them (empty: :data:`graft.core.DEFAULT_KINDS`).
         metric: what is estimated: ``logprob`` (the target's first-token log-prob) or
             ``logit`` (its raw logit).
+        estimator: how attention cells are estimated (:data:`graft.core.ESTIMATORS`):
+            ``local`` (the attention block's exact change, linear downstream) or ``linear``
+            (first order in each module's output change).
         verify: the top cells of each prompt grafted for real (0: none; None: every cell).
         multi_cell: also graft multi-cell sets for real (each whole layer; FE, LT, FE+LT in
             every layer) against the sum of their cells' estimates.
@@ -46,7 +49,8 @@ class AttributionRequest:
     Raises:
         ExperimentError: prompts given twice or not at all, counts of targets or entities
             that do not match the texts, an entity not in its text, ``template`` or
-            ``n_prompts`` without a dataset, an unknown metric, a negative ``verify``.
+            ``n_prompts`` without a dataset, an unknown metric or estimator, a negative
+            ``verify``.
     """
 
     donor: str
@@ -56,6 +60,7 @@ class AttributionRequest:
     base: str = "smollm2-135m"
     kinds: Sequence[str] = DEFAULT_KINDS
     metric: str = "logprob"
+    estimator: str = "local"
     verify: int | None = 0
     multi_cell: bool = False
     dataset: str | os.PathLike[str] | None = None
@@ -74,6 +79,11 @@ class AttributionRequest:
         if self.metric not in METRICS:
             raise ExperimentError(
                 f"metric {self.metric!r}: choose {' or '.join(METRICS)}", param="metric"
+            )
+        if self.estimator not in ESTIMATORS:
+            raise ExperimentError(
+                f"estimator {self.estimator!r}: choose {' or '.join(ESTIMATORS)}",
+                param="estimator",
             )
         if self.verify is not None and (type(self.verify) is not int or self.verify < 0):
             raise ExperimentError(
