@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from graft.core import LocalExecutor
 from graft.errors import ExperimentError, SpecError
 from graft.remote import RemoteConfig
 from graft.study import (
@@ -22,6 +23,7 @@ from graft.study import (
     position_design,
     resolve,
 )
+from graft.study.analyses.patching import PatchingExecutor
 from graft.study.designs import run_methods, summary_lines
 from graft.study.running.runner import default_out
 
@@ -114,8 +116,16 @@ def test_patching_runs_one_folder_per_direction_and_method(tmp_path):
     broken = design.runs["break-weights"]
     assert broken.base == ModelSource("one") and broken.donors == {"pre": ModelSource()}
     assert broken.specs.execution.out == str(tmp_path / "sweep" / "break-weights")
-    assert design.runs["restore-weights"].executor is None
-    assert design.runs["restore-activation"].executor is not None
+    # layer reuse (the default): weights on the engine's executor resuming from the first
+    # changed layer, patching on the patching executor; without it the engine's default
+    weights = design.runs["restore-weights"].executor
+    assert isinstance(weights, LocalExecutor) and weights.resume_layers
+    assert isinstance(design.runs["restore-activation"].executor, PatchingExecutor)
+    whole = patching_design(
+        specs(tmp_path, out=str(tmp_path / "whole")), units=["LT"], kinds=["attn"], reuse=False
+    )
+    assert whole.runs["restore-weights"].executor is None
+    assert not whole.runs["restore-activation"].executor.reuse
     with pytest.raises(ExperimentError) as info:
         patching_design(specs(tmp_path), window=99)
     assert info.value.param == "window"
