@@ -13,7 +13,7 @@ import polars as pl
 from graft.core import GraftSpec
 from graft.core.execution.engine import LocalExecutor
 from graft.errors import ExperimentError, SpecError
-from graft.models import load_model
+from graft.models import device_type, load_model, resolve_dtype
 from graft.models.configs import model_config
 from graft.results import LAYER_SEP, top1_kinds_wide, top_tokens_table
 from graft.storage import write_csv
@@ -123,10 +123,8 @@ def layers(
     """
     specs = specs_for(specs, "layers")
     reuse = reuse and not specs.execution.remote_run
-    hidden = None
-    if reuse or not n_layers:
-        found_layers, hidden = _sizes(specs)
-        n_layers = n_layers or found_layers
+    found_layers, hidden = _sizes(specs) if reuse or not n_layers else (n_layers, 0)
+    n_layers = n_layers or found_layers
     windows = windows or specs.protocol.layer_windows
     if windows in specs.protocol.refused_windows:
         raise ExperimentError(
@@ -162,9 +160,12 @@ def layers(
         extra_config={"layer_reuse": reuse},
         executor=LocalExecutor(resume_layers=True) if reuse else None,
     )
-    if not reuse or hidden is None:
+    if not reuse:
         return design
-    itemsize = 2 if specs.execution.dtype in ("float16", "bfloat16") else 4
+    # the dtype the run's models load in, resolved as graft.models.load_model does (the
+    # device by its type: a --dry-run plans a GPU run on a machine without one)
+    device = device_type(specs.execution.device)
+    itemsize = resolve_dtype(specs.execution.dtype, device).itemsize
     note = layer_reuse_note(n_layers, hidden, itemsize, specs.execution.batch_size)
     return replace(design, notes=(*design.notes, note))
 
