@@ -57,14 +57,15 @@ class _VerifyCount(click.ParamType):
     "--template",
     default="headline",
     show_default=True,
-    help="With --dataset: the test template whose prompts are taken.",
+    help="With --dataset: the test template whose prompts are taken, or several "
+    "comma-separated (headline,qa,movie).",
 )
 @click.option(
     "--n-prompts",
     "n_prompts",
     type=click.IntRange(min=1),
     default=None,
-    help="With --dataset: the first N prompts of the template, in file order (default: all).",
+    help="With --dataset: the first N prompts of each template, in file order (default: all).",
 )
 @click.option(
     "--entity",

@@ -84,6 +84,9 @@ def resolve_dtype(
         "float16": torch.float16,
         "fp16": torch.float16,
         "half": torch.float16,
+        "float64": torch.float64,
+        "fp64": torch.float64,
+        "double": torch.float64,
     }
     try:
         return aliases[str(dtype).lower().removeprefix("torch.")]

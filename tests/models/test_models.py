@@ -30,6 +30,7 @@ from graft.models import (
 )
 from graft.models.tiny import TINY_FAMILIES, tiny_model
 from graft.storage.files import current_umask
+from graft_experiments.click_types import DTYPES
 
 
 def test_registry_names_resolve() -> None:
@@ -196,6 +197,9 @@ def test_dtype_defaults() -> None:
     assert resolve_dtype(None, "cuda") == torch.bfloat16
     assert resolve_dtype("bf16", "cpu") == torch.bfloat16
     assert resolve_dtype(torch.float16, "cpu") == torch.float16
+    # every --dtype choice resolves (float64 was offered by the commands and refused here)
+    for name in DTYPES:
+        assert resolve_dtype(name, "cpu") == getattr(torch, name)
     with pytest.raises(GraftError, match="unknown dtype"):
         resolve_dtype("int3", "cpu")
 

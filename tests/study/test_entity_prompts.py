@@ -90,3 +90,19 @@ def test_a_prompt_without_a_first_entity_is_refused(tmp_path):
         entity_prompts(folder)
     with pytest.raises(DatasetError, match="does not exist"):
         entity_prompts(tmp_path / "none")
+
+
+def test_a_request_takes_several_templates_n_of_each_in_order(tmp_path):
+    from graft.study import AttributionRequest
+    from graft.study.designs.attribution import request_prompts
+
+    folder = dataset(tmp_path / "d")
+    request = AttributionRequest("donor", dataset=folder, template="qa, headline", n_prompts=2)
+    texts, targets, entity = request_prompts(request)
+    assert texts == [
+        "Q: Who starred with Ann Lee? A:",
+        "Q: Who starred with Cy Dunn? A:",
+        "Ann Lee starred in a movie with",
+        "Cy Dunn starred in a movie with",
+    ]
+    assert targets == [" Bo Ray", " Di Fox"] * 2 and entity == ["Ann Lee", "Cy Dunn"] * 2

@@ -43,6 +43,7 @@ from graft.core.api.texts import (
     _tokenizer,
     graft_texts,
 )
+from graft.core.execution.executor import LocalExecutor
 from graft.core.execution.inputs import as_donors, model_of
 from graft.core.families.arch import Architecture, Site, architecture_of, check_compatible
 from graft.core.families.wrapping import unwrap
@@ -188,12 +189,14 @@ def verify_attribution(
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
     donor: str | None = None,
     metric: str = "logprob",
+    progress: bool = False,
 ) -> Any:
     """Graft the ``top_k`` cells of each prompt (largest ``|estimate|`` in
     :func:`attribute`'s ``table``; ``None``: every cell of the table) for real, each alone
-    (``"U:l:kind"`` through :func:`graft.graft_texts`); the table of those cells with the
-    real effect beside the estimate in a column ``real`` (the metric under the graft minus
-    the base's)."""
+    (``"U:l:kind"`` through :func:`graft.graft_texts`, each prompt's cells run from their
+    layer on: :class:`~graft.core.execution.executor.LocalExecutor` with ``resume_layers``);
+    the table of those cells with the real effect beside the estimate in a column ``real``
+    (the metric under the graft minus the base's). ``progress``: a bar per prompt."""
     import polars as pl
 
     tokenizer = _tokenizer(base, tokenizer)
@@ -211,7 +214,16 @@ def verify_attribution(
             "none",
             *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
         ]
-        logits = graft_texts(base, one, tokenizer, text, specs, fields=named).double()
+        logits = graft_texts(
+            base,
+            one,
+            tokenizer,
+            text,
+            specs,
+            fields=named,
+            executor=LocalExecutor(resume_layers=True),
+            progress=f"verify {prompt + 1}/{len(text_list)}" if progress else False,
+        ).double()
         scores = logits.log_softmax(-1) if metric == "logprob" else logits
         values = scores[:, target_ids[prompt]]
         parts.append(cells.with_columns(real=pl.Series((values[1:] - values[0]).tolist())))

@@ -80,7 +80,11 @@ def request_prompts(request: AttributionRequest) -> tuple[list[str], list[str], 
     (:func:`graft.study.entity_prompts`; a DatasetError names what the dataset lacks)."""
     if request.dataset is None:
         return list(request.texts), list(request.targets), list(request.entity)
-    found = entity_prompts(request.dataset, request.template, request.n_prompts)
+    found = [
+        prompt
+        for template in request.template.split(",")
+        for prompt in entity_prompts(request.dataset, template.strip(), request.n_prompts)
+    ]
     texts, targets, entity = (list(column) for column in zip(*found, strict=True))
     return texts, targets, entity
 
@@ -122,7 +126,7 @@ def run_attribution(
     checked = multi = None
     if request.verify != 0:
         start = time.perf_counter()
-        checked = verify_attribution(*prompts, table, top_k=request.verify, **args)
+        checked = verify_attribution(*prompts, table, top_k=request.verify, progress=True, **args)
         timings["verify_seconds"] = time.perf_counter() - start
     if request.multi_cell:
         start = time.perf_counter()

@@ -43,8 +43,10 @@ class AttributionRequest:
             every layer) against the sum of their cells' estimates.
         dataset: instead of texts, targets and entity: a dataset folder whose stored forward
             test prompts of ``template`` give them (:func:`graft.study.entity_prompts`).
-        template: with ``dataset``: the test template whose prompts are taken.
-        n_prompts: with ``dataset``: its first ``n_prompts`` prompts, in file order (None: all).
+        template: with ``dataset``: the test template whose prompts are taken, or several,
+            comma-separated (``"headline,qa,movie"``), their prompts in that order.
+        n_prompts: with ``dataset``: the first ``n_prompts`` prompts of each template, in file
+            order (None: all).
 
     Raises:
         ExperimentError: prompts given twice or not at all, counts of targets or entities

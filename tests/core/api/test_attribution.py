@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graft
+from graft.core import ESTIMATORS
 from graft.errors import SpecError
 from graft.models.registry import TINY_FAMILIES
 from graft.models.tiny import perturbed_copy, tiny_model
@@ -65,7 +66,7 @@ def _check(table: pl.DataFrame, real: np.ndarray, wrong: str | None = None) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator", graft.core.ESTIMATORS)
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_estimates_match_real_single_cell_grafts(family, estimator):
     tok = graft.tiny_tokenizer()
