@@ -361,7 +361,8 @@ CLI_ONLY: dict[str, tuple[str, str]] = {
     ),
     "dry_run": (
         "--dry-run",
-        "Print the plan (models, rows and batches, finetunes and their duration, memory "
+        "Print the plan (models, rows and batches, the run folder: new, resumed or why the "
+        "run would stop there, finetunes and their duration, memory "
         "against the device's free memory, the setting that makes it fit) and exit; nothing "
         "is loaded or written. With --remote: what stays here (finetunes, models loaded), "
         "what the server runs (requests, rows) and what is sent (donor weights, bytes); "

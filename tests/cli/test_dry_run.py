@@ -4,6 +4,7 @@ plan does not fit the device is refused (exit 2) before anything loads, unless
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 import graft.study.planning.run_plan
 import graft.study.running.runner
+from graft.results.folder import MARKER_FILE, MARKER_NOTE
 from graft.study.planning.device_memory import DeviceMemory
 from graft_experiments.cli import main
 
@@ -62,6 +64,21 @@ def test_dry_run_writes_nothing_and_exits_0(tmp_path, command):
         assert "rows: " in out and " grafts = " in out and "grafting (base + " in out
     if name == "position":  # 126 pairs, less those whose prompt lacks the graft's span
         assert "prompt-graft pairs skipped: M, FE+M, M+LT on " in out
+
+
+def test_dry_run_says_what_the_run_does_to_its_folder(tmp_path):
+    workspace, out = tmp_path / "ws", tmp_path / "out"
+    args = ["position", *COMMON, "--n", "2", "--workspace", str(workspace), "--out", str(out)]
+    assert f"run folder: {out} (new)" in _invoke(tmp_path, *args, "--dry-run")
+    out.mkdir()  # another experiment's results, as graft marks them
+    (out / MARKER_FILE).write_text(MARKER_NOTE)
+    (out / "config.json").write_text(json.dumps({"experiment": "lens", "options": {}}))
+    before = _tree(tmp_path)
+    said = _invoke(tmp_path, *args, "--dry-run")
+    assert f"run folder: the run would stop here: {out} holds results of a different" in said
+    assert "--overwrite to discard" in said and _tree(tmp_path) == before
+    said = _invoke(tmp_path, *args, "--overwrite", "--dry-run")
+    assert f"run folder: {out} (overwriting its old results)" in said
 
 
 @pytest.mark.parametrize("command", [["position", "--n", "2"], ["finetune"]])

@@ -16,7 +16,12 @@ from typing import Any
 from graft.results.folder import RunFolder
 from graft.results.report import draw_figures
 from graft.study.planning.run_plan import ExperimentPlan, plan_experiment
-from graft.study.running.runner import ExperimentRun, check_request, run_experiment
+from graft.study.running.runner import (
+    ExperimentRun,
+    check_request,
+    folder_line,
+    run_experiment,
+)
 from graft.study.running.summaries import print_summary
 from graft.study.specs.request import RunRequest
 
@@ -154,5 +159,10 @@ def _run_reporting(
 
 
 def plan_design(design: Design) -> dict[str, ExperimentPlan]:
-    """Run name -> the plan of that run of ``design`` (nothing loaded or written)."""
-    return {name: plan_experiment(request) for name, request in design.runs.items()}
+    """Run name -> the plan of that run of ``design`` (nothing loaded or written), each with
+    what the run does to its folder (:func:`~graft.study.running.runner.folder_line`)."""
+    plans = {}
+    for name, request in design.runs.items():
+        plans[name] = plan_experiment(request)
+        plans[name].folder = folder_line(request)
+    return plans

@@ -87,6 +87,9 @@ class ExperimentPlan:
         held: a remote run's models loaded here (base and donors' weights), in bytes.
         skipped: why the first replicate's rows are fewer than prompts x grafts
             (:func:`~graft.study.data.rows.skipped_note`; ``""`` when none is skipped).
+        folder: what the run does to its run folder (new, resumed, overwritten) or why it
+            would stop there (:func:`graft.study.running.runner.folder_line`; ``""``: not
+            looked at).
     """
 
     experiment: str
@@ -109,6 +112,7 @@ class ExperimentPlan:
     remote: RemotePlan | None = None
     held: int = 0
     skipped: str = ""
+    folder: str = ""
 
     @property
     def pending(self) -> list[FinetunePlan]:
@@ -137,6 +141,8 @@ class ExperimentPlan:
             f"{self.batch_size}; "
             f"longest prompt {self.length.words()}",
         ]
+        if self.folder:
+            out.append(self.folder)
         if self.remote is not None:
             out.append(self._here_line())
         for plan in self.finetunes:

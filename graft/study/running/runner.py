@@ -44,7 +44,7 @@ import polars as pl
 
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import unwrap
-from graft.errors import ExperimentError
+from graft.errors import ConfigMismatchError, ExperimentError, RunFolderError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
 from graft.results.compare import (
     CONTROL_SUFFIX,
@@ -267,6 +267,18 @@ def _run_validated(
     return ExperimentRun(folder, table, summary, drops, stored, times, computed, finished)
 
 
+def folder_line(request: RunRequest) -> str:
+    """What the run of ``request`` does to its run folder (new, resumed, overwritten), or why
+    :func:`check_request` would stop it there (another configuration's results, a folder
+    that is not graft's or cannot be written, one inside the workspace). For a plan: nothing
+    is written, and nothing else of ``request`` is checked (a GPU run is planned anywhere)."""
+    try:
+        folder = _checked_folder(request)
+    except (ConfigMismatchError, RunFolderError) as err:
+        return f"run folder: the run would stop here: {err}"
+    return folder.state_line(request.specs.execution.overwrite)
+
+
 def check_request(request: RunRequest) -> RunFolder:
     """The checks of ``request`` that need neither a model nor a dataset (grafts,
     replicates, device, run folder, and the folder's stored configuration as far as it is
@@ -276,6 +288,13 @@ def check_request(request: RunRequest) -> RunFolder:
     check_grafts(grafts, donors)
     _check_replicates(run, grafts, base, donors)
     resolve_device(run.execution.device)
+    return _checked_folder(request)
+
+
+def _checked_folder(request: RunRequest) -> RunFolder:
+    """``request``'s run folder, checked: placed outside the workspace, writable, graft's,
+    holding no results of another configuration (as far as known before any work)."""
+    run, grafts, base, donors = request.specs, request.grafts, request.base, request.donors
     folder = RunFolder(run.out_folder(request.out_tag))
     check_out_placement(folder.path, Workspace.at(run.execution.workspace).root)
     folder.check_writable()
