@@ -57,12 +57,24 @@ class Tracking:
         group: what the command's runs are grouped under (a W&B group; the prefix of every
             TensorBoard run name): the run folder's name.
         wandb_mode: ``"online"`` or ``"offline"`` (``None`` for TensorBoard).
+        offline_reason: why graft chose W&B's offline mode (no API key, the server does not
+            answer); ``None`` when it did not (online, TensorBoard, ``WANDB_MODE`` given).
     """
 
     tracker: str
     folder: Path
     group: str
     wandb_mode: str | None = None
+    offline_reason: str | None = None
+
+    def record(self) -> dict[str, str | None]:
+        """What a run's ``config.json`` records of its reporting (``tracking``)."""
+        return {
+            "tracker": self.tracker,
+            "folder": str(self.folder),
+            "wandb_mode": self.wandb_mode,
+            "offline_reason": self.offline_reason,
+        }
 
     @property
     def tensorboard_dir(self) -> Path:
@@ -125,7 +137,7 @@ def tracking_for(tracker: str, folder: Path, group: str) -> Tracking | None:
         return None
     if tracker not in TRACKERS:
         raise InputError(f"unknown tracker {tracker!r}; choose one of {', '.join(TRACKERS)}")
-    mode = None
+    mode = why = None
     if tracker == "wandb":
         mode, why = wandb_mode()
         if why:
@@ -134,7 +146,7 @@ def tracking_for(tracker: str, folder: Path, group: str) -> Tracking | None:
                 why,
                 folder / "wandb",
             )
-    return Tracking(tracker, Path(folder), _slug(group), mode)
+    return Tracking(tracker, Path(folder), _slug(group), mode, why)
 
 
 def _slug(text: str) -> str:

@@ -4,6 +4,7 @@ reader) and to W&B offline (its run files read back with W&B's record format).""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -50,6 +51,13 @@ def test_tensorboard_event_files_hold_the_finetune_and_the_summary(tmp_path):
     out, output = _position(tmp_path, "tensorboard")
     runs = out / "tracking" / "tensorboard" / "run"
     assert f"tracking: {out / 'tracking'} (tensorboard)" in output
+    recorded = json.loads((out / "config.json").read_text())["tracking"]
+    assert recorded == {
+        "tracker": "tensorboard",
+        "folder": str(out / "tracking"),
+        "wandb_mode": None,
+        "offline_reason": None,
+    }
 
     def read(folder: Path) -> EventAccumulator:
         events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0})
@@ -122,6 +130,9 @@ def test_wandb_runs_offline_into_the_run_folder_with_the_metrics(tmp_path, monke
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no key: offline
     out, output = _position(tmp_path, "wandb")
     assert "W&B offline (no W&B API key" in output  # said, under --quiet too
+    recorded = json.loads((out / "config.json").read_text())["tracking"]  # and recorded
+    assert (recorded["tracker"], recorded["wandb_mode"]) == ("wandb", "offline")
+    assert recorded["offline_reason"].startswith("no W&B API key")
     folders = sorted((out / "tracking" / "wandb").glob("offline-run-*"))
     runs = {name: (summary, history) for name, summary, history in map(_wandb_run, folders)}
     assert set(runs) == {"run/results", next(n for n in runs if n.startswith("run/finetune-"))}

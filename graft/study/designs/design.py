@@ -15,6 +15,7 @@ from typing import Any
 
 from graft.results.folder import RunFolder
 from graft.results.report import draw_figures
+from graft.results.tracking import Tracking
 from graft.study.planning.run_plan import ExperimentPlan, plan_experiment
 from graft.study.running.runner import (
     ExperimentRun,
@@ -152,10 +153,19 @@ def _run_reporting(
             for folder, name in folders.items():
                 figures = [p for p in done.figures if p.is_relative_to(folder / "figures")]
                 log_results(tracking, f"results-{name}" if name else "results", folder, figures)
+                _record_tracking(RunFolder(folder), tracking)
     finally:
         close(tracking)
     (echo or (lambda _line: None))(f"tracking: {tracking.folder} ({tracker})")
     return done
+
+
+def _record_tracking(folder: RunFolder, tracking: Tracking) -> None:
+    """``folder``'s ``config.json`` (where it has one) records where and how it reported,
+    a W&B run that graft sent offline with the reason."""
+    config = folder.read_config()
+    if config is not None:
+        folder.store_config({**config, "tracking": tracking.record()})
 
 
 def plan_design(design: Design) -> dict[str, ExperimentPlan]:
