@@ -59,7 +59,7 @@ def verify_multicell(
     target_ids = _target_ids(tokenizer, targets, text_list)
     field_list = _field_list(fields, text_list)
     one = {"sft": _one_donor(donors, donor)}
-    estimate = partial(
+    estimates = partial(
         attribute,
         base,
         one,
@@ -71,8 +71,8 @@ def verify_multicell(
         metric=metric,
         estimator=estimator,
     )
-    table = estimate(units=None)  # every unit's cells, for the unit sets
-    whole = estimate(units=["ALL"], layers=layers)  # the whole layers' cells
+    table = estimates(units=None)  # every unit's cells, for the unit sets
+    whole = estimates(units=["ALL"], layers=layers)  # the whole layers' cells
     components = ",".join(MULTI_KINDS)
     records: list[dict[str, Any]] = []
     for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
