@@ -31,16 +31,16 @@ def folders(tmp_path_factory):
     return root
 
 
+def attribution(folders) -> list[str]:
+    """``graft-exp attribution`` on the tiny base and donor folders."""
+    base, donor = str(folders / "base"), str(folders / "donor")
+    return ["attribution", "--base-model", base, "--donor-model", donor]
+
+
 @pytest.mark.slow
 def test_table_map_and_verify(folders, tmp_path):
     out = tmp_path / "out"
-    args = [
-        "attribution",
-        "--base-model",
-        str(folders / "base"),
-        "--donor-model",
-        str(folders / "donor"),
-    ]
+    args = attribution(folders)
     args += ["--text", TEXT, "--target", TARGET, "--entity", ENTITY, "--out", str(out)]
     result = invoke(*args, "--kind", "o", "--kind", "qkv", "--verify", "3", "--estimator", "linear")
     table = pl.read_csv(out / "estimates.csv")
@@ -83,8 +83,7 @@ def test_table_map_and_verify(folders, tmp_path):
 @pytest.mark.slow
 def test_every_cell_and_multi_cell_sets_then_publish(folders, tmp_path):
     out, results = tmp_path / "out", tmp_path / "results"
-    models = ["--base-model", str(folders / "base"), "--donor-model", str(folders / "donor")]
-    args = ["attribution", *models, "--text", TEXT, "--target", TARGET, "--entity", ENTITY]
+    args = [*attribution(folders), "--text", TEXT, "--target", TARGET, "--entity", ENTITY]
     args += ["--kind", "mlp", "--verify", "all", "--multi-cell", "--out", str(out)]
     result = invoke(*args)
     table, checked = pl.read_csv(out / "estimates.csv"), pl.read_csv(out / "verify.csv")
@@ -113,14 +112,7 @@ def test_every_cell_and_multi_cell_sets_then_publish(folders, tmp_path):
 
 def test_bad_input_exits_2_and_writes_nothing(folders, tmp_path):
     out = tmp_path / "out"
-    common = [
-        "attribution",
-        "--base-model",
-        str(folders / "base"),
-        "--donor-model",
-        str(folders / "donor"),
-    ]
-    common += ["--out", str(out)]
+    common = [*attribution(folders), "--out", str(out)]
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--entity", "dog", code=2)
     assert "--entity 'dog' does not occur" in result.output
     invoke(
@@ -150,8 +142,7 @@ def test_a_datasets_prompts_are_the_texts_targets_and_entities(folders, tmp_path
     # the handmade dataset's words are not the tiny tokenizer's, so the run is compared with
     # the same prompts given as --text / --target / --entity
     data = dataset(tmp_path / "data")
-    common = ["attribution", "--base-model", str(folders / "base"), "--kind", "o"]
-    common += ["--donor-model", str(folders / "donor")]
+    common = [*attribution(folders), "--kind", "o"]
     invoke(*common, "--dataset", str(data), "--n-prompts", "2", "--out", str(tmp_path / "a"))
     record = json.loads((tmp_path / "a" / "config.json").read_text())["options"]
     assert record["texts"] == ["Ann Lee starred in a movie with", "Cy Dunn starred in a movie with"]
@@ -174,8 +165,7 @@ def test_a_datasets_prompts_are_the_texts_targets_and_entities(folders, tmp_path
 def test_a_dataset_excludes_text_and_bad_choices_exit_2(folders, tmp_path):
     out = tmp_path / "out"
     data = dataset(tmp_path / "data")
-    common = ["attribution", "--base-model", str(folders / "base"), "--out", str(out)]
-    common += ["--donor-model", str(folders / "donor")]
+    common = [*attribution(folders), "--out", str(out)]
     result = invoke(*common, "--dataset", str(data), "--text", TEXT, code=2)
     assert "drop --text, --target and --entity" in result.output
     result = invoke(*common, "--text", TEXT, "--target", TARGET, "--n-prompts", "3", code=2)

@@ -15,6 +15,7 @@ them, o, and the whole MLP):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from graft.core.api.attribution import _one_donor, _target_ids, _texts_only, attribute
@@ -58,31 +59,20 @@ def verify_multicell(
     target_ids = _target_ids(tokenizer, targets, text_list)
     field_list = _field_list(fields, text_list)
     one = {"sft": _one_donor(donors, donor)}
-    table = attribute(
+    estimates = partial(
+        attribute,
         base,
         one,
         tokenizer,
         text_list,
         target_ids,
         fields=fields,
-        units=None,
         kinds=MULTI_KINDS,
         metric=metric,
         estimator=estimator,
     )
-    whole = attribute(
-        base,
-        one,
-        tokenizer,
-        text_list,
-        target_ids,
-        fields=fields,
-        units=["ALL"],
-        kinds=MULTI_KINDS,
-        layers=layers,
-        metric=metric,
-        estimator=estimator,
-    )
+    table = estimates(units=None)  # every unit's cells, for the unit sets
+    whole = estimates(units=["ALL"], layers=layers)  # the whole layers' cells
     components = ",".join(MULTI_KINDS)
     records: list[dict[str, Any]] = []
     for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
