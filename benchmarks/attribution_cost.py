@@ -5,7 +5,7 @@ not depend on it), every cell (layer x unit FE, LT x the default kinds ``q k v q
 mlp``) is
 
 - attributed: ``graft.attribute``, one forward and one backward of the base per batch, timed
-  whole;
+  whole, with the default estimator (``local``) and with ``linear``;
 - grafted for real as ``graft-exp attribution --verify all`` grafts them: every cell, one
   ``graft.graft_texts`` call per prompt (with the ungrafted row), each cell's row run from
   its layer on (``LocalExecutor(resume_layers=True)``, the patching sweep's layer reuse),
@@ -74,6 +74,12 @@ def measure(
     attribution = median_seconds(
         lambda: graft.attribute(base, donor_model, tok, texts, TARGET, fields=fields), repeats
     )
+    linear = median_seconds(
+        lambda: graft.attribute(
+            base, donor_model, tok, texts, TARGET, fields=fields, estimator="linear"
+        ),
+        repeats,
+    )
 
     def real_sample() -> None:
         for text, named in zip(texts, fields, strict=True):
@@ -104,6 +110,8 @@ def measure(
         "attribution_s": round(attribution, 3),
         "forward_s": round(forward, 3),
         "attribution_forwards": round(attribution / forward, 2),
+        "linear_s": round(linear, 3),
+        "linear_forwards": round(linear / forward, 2),
         "real_sample_cells": len(picked) * len(texts),
         "real_sample_s": round(real, 3),
         "real_per_cell_s": round(per_cell, 4),
@@ -135,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"  attribution, every cell:  {row['attribution_s']:8.2f} s  "
         f"({row['attribution_forwards']} plain forwards of the prompts, {row['forward_s']} s each)"
+    )
+    print(
+        f"  the same, estimator linear:  {row['linear_s']:8.2f} s  "
+        f"({row['linear_forwards']} plain forwards)"
     )
     print(
         f"  real sweep, every cell, from each cell's layer on: {row['real_sweep_s']:8.1f} s  "
