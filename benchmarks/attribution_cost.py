@@ -117,7 +117,7 @@ def measure(
         "real_per_cell_s": round(per_cell, 4),
         "real_all_cells_s_scaled": round(real_all, 1),
         "ratio": round(real_all / attribution, 1),
-        "real_sweep_s": round(sweep, 1),
+        "real_sweep_s": round(sweep, 3),
         "sweep_ratio": round(sweep / attribution, 1),
         "load_average": None if load is None else round(load, 1),
     }

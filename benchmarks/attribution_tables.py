@@ -76,7 +76,8 @@ def _multicell(positional: list[str], keywords: dict[str, str]) -> tuple[str, li
 @generator(
     "attribution-cost",
     "attribution-cost FOLDER: attribution of every cell against real grafts of every cell "
-    "(scaled from a sample), from FOLDER/attribution_cost.csv",
+    "(the sweep from each cell's layer on, and a forward a cell scaled from a sample), from "
+    "FOLDER/attribution_cost.csv",
 )
 def _cost(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     path = _one_file("attribution-cost", positional, "attribution_cost.csv")
@@ -85,11 +86,12 @@ def _cost(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pa
             str(row["model"]),
             f"{row['prompts']} x {row['cells_per_prompt']}",
             f"{float(row['attribution_s']):.1f} s ({row['attribution_forwards']} forwards)",
+            f"{float(row['real_sweep_s']):.1f} s ({float(row['sweep_ratio']):.0f}x)",
             f"{float(row['real_all_cells_s_scaled']):.0f} s (from {row['real_sample_cells']} "
-            f"cells, {float(row['real_per_cell_s']):.3f} s each)",
-            f"{float(row['ratio']):.0f}x",
+            f"cells, {float(row['real_per_cell_s']):.3f} s each; {float(row['ratio']):.0f}x)",
         ]
         for row in read_csv_table(path).iter_rows(named=True)
     ]
-    head = ["model", "prompts x cells", "attribution, every cell", "real grafts, every cell"]
-    return md_table([*head, "ratio"], body, right=1), [path]
+    head = ["model", "prompts x cells", "attribution, every cell"]
+    head += ["real sweep, each cell from its layer", "real grafts, a forward a cell"]
+    return md_table(head, body), [path]

@@ -1,5 +1,5 @@
-"""``benchmarks.attribution_cost`` on a tiny llama: one row whose counts and ratio follow from
-its timings, written with its provenance into a results folder; a count below 1 is refused."""
+"""``benchmarks.attribution_cost`` on a tiny llama: one row whose counts and ratios follow
+from its timings (both estimators, the real sweep and the scaled forward-a-cell sample), written with its provenance into a results folder; a count below 1 is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def test_the_row_and_its_provenance(tmp_path, capsys):
         main(["--model", "tiny-llama", "--prompts", "2", "--sample", "5", "--out", str(out)]) == 0
     )
     printed = capsys.readouterr().out
-    assert "scaled from 10 cells" in printed and "ratio real / attribution" in printed
+    assert "scaled from 10 cells" in printed and "x attribution)" in printed
+    assert "real sweep, every cell" in printed and "estimator linear" in printed
     row = pl.read_csv(out / "attribution_cost.csv").row(0, named=True)
     assert row["prompts"] == 2 and row["cells_per_prompt"] == 4 * 2 * 7  # layers x units x kinds
     assert row["real_sample_cells"] == 10
@@ -26,6 +27,9 @@ def test_the_row_and_its_provenance(tmp_path, capsys):
     scaled = per_cell * row["cells_per_prompt"] * row["prompts"]
     assert row["real_all_cells_s_scaled"] == pytest.approx(scaled, abs=0.1)
     assert row["ratio"] == pytest.approx(scaled / row["attribution_s"], rel=0.05, abs=0.1)
+    sweep = row["real_sweep_s"] / row["attribution_s"]
+    assert row["real_sweep_s"] > 0 and row["sweep_ratio"] == pytest.approx(sweep, rel=0.05, abs=0.1)
+    assert row["linear_s"] > 0 and row["linear_forwards"] > 0  # ms on a tiny model: rounded
     entry = json.loads((out / "provenance.json").read_text())["benchmarks"]["attribution_cost"]
     assert entry["command"].startswith("python -m benchmarks.attribution_cost --model tiny-llama")
     assert entry["settings"]["sample"] == 5

@@ -73,8 +73,10 @@ def test_multicell_and_cost_tables(folder):
     row = {"model": "m", "prompts": 3, "cells_per_prompt": 420, "attribution_s": 30.9}
     row |= {"attribution_forwards": 4.13, "real_all_cells_s_scaled": 1081.2}
     row |= {"real_sample_cells": 120, "real_per_cell_s": 0.8581, "ratio": 35.0}
+    row |= {"real_sweep_s": 402.46, "sweep_ratio": 13.0}
     pl.DataFrame([row]).write_csv(folder / "attribution_cost.csv")
     lines = _make("attribution-cost", folder).splitlines()
     assert lines[2] == (
-        "| m | 3 x 420 | 30.9 s (4.13 forwards) | 1081 s (from 120 cells, 0.858 s each) | 35x |"
+        "| m | 3 x 420 | 30.9 s (4.13 forwards) | 402.5 s (13x) | 1081 s (from 120 cells, 0.858 "
+        "s each; 35x) |"
     )
