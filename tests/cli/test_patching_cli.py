@@ -147,3 +147,16 @@ def test_bad_options_are_one_line(tmp_path, option, value, message):
     )
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_sweep_over_finetune_seeds_widens_its_intervals_over_the_donors(workspace, tmp_path):
+    out = tmp_path / "run"
+    args = [*tiny_args(templates="headline"), "--positions", "LT", "--kinds", "mlp"]
+    args += ["--modes", "restore", "--methods", "weights", "--finetune-seeds", "0,1"]
+    invoke("patching", *args, "--workspace", str(workspace), "--out", str(out))
+    examples = pl.read_parquet(out / "restore-weights" / "examples.parquet")
+    assert sorted(examples["finetune_seed"].unique()) == [0, 1]
+    table = pl.read_parquet(out / "sweep.parquet").filter(pl.col("layer").is_not_null())
+    assert (table["seeds"] == 2).all() and table["effect_sd"].is_not_null().all()
+    prompts = examples.filter((pl.col("graft") == "PRE") & (pl.col("finetune_seed") == 0))
+    assert prompts.height > 0 and (table["n"] == 2 * prompts.height).all()  # both donors' rows

@@ -16,6 +16,7 @@ from graft.core.language.spec import parse_spec
 from graft.core.planning.plan import GraftRow, resolve_rows
 from graft.errors import SpecError
 from graft.models.tiny import TINY_FAMILIES
+from graft.results.stats.intervals import wilson_interval
 from graft.study.analyses.patching import executor_for
 from graft.study.analyses.patching_report import sweep_table
 from graft.study.analyses.patching_sweep import (
@@ -205,3 +206,42 @@ def test_the_effect_is_zero_at_the_running_model_and_one_at_the_giving_one():
     mid = table.row(2, named=True)
     assert mid["effect_lo"] <= 0.5 <= mid["effect_hi"]
     assert (table["identical"] == 0).all() and (table["sanity"] == 0).all()
+
+
+def test_a_replicated_cell_is_widened_over_its_seeds():
+    # three donors; the cell restores 0.2, 0.5 and 0.8 of the gap on the same six prompts
+    rows = []
+    for seed, share in ((0, 0.2), (1, 0.5), (2, 0.8)):
+        for i in range(6):
+            base_lp, donor_lp = -8.0 - i, -1.0 - i / 2
+            for graft, role, lp in (
+                ("PRE", "running", base_lp),
+                ("SFT", "giving", donor_lp),
+                ("LT | L3", "cell", base_lp + share * (donor_lp - base_lp)),
+            ):
+                rows.append(
+                    {
+                        "direction": "restore",
+                        "kind": "" if role != "cell" else "mlp",
+                        "unit": "LT" if role == "cell" else graft,
+                        "layer": 3 if role == "cell" else None,
+                        "method": "weights",
+                        "role": role,
+                        "template": "headline",
+                        "prompt_id": str(i),
+                        "finetune_seed": seed,
+                        "target_logprob": lp,
+                        "hit@5": role != "running" and (seed > 0 or i < 3),
+                    }
+                )
+    [cell] = sweep_table(pl.DataFrame(rows), n_boot=200).iter_rows(named=True)
+    assert cell["n"] == 18 and cell["seeds"] == 3
+    assert cell["effect"] == pytest.approx(0.5) and cell["effect_sd"] == pytest.approx(0.3)
+    half = 4.302653 * 0.3 / 3**0.5  # Student t, 2 degrees of freedom, 95%
+    # every prompt moves by the same share: the bootstrap over rows alone is far too narrow
+    assert cell["effect_lo"] == pytest.approx(0.5 - half, abs=1e-4)
+    assert cell["effect_hi"] == pytest.approx(0.5 + half, abs=1e-4)
+    # acc@5 0.5, 1, 1 over the seeds: wider than the pooled 15 of 18
+    pooled = wilson_interval(15, 18)
+    assert cell["acc@5"] == pytest.approx(15 / 18)
+    assert cell["acc@5_lo"] < pooled.lo and cell["acc@5_hi"] >= pooled.hi

@@ -31,7 +31,7 @@ from graft.results.compare import read_examples, replicate_column
 from graft.results.folder import RunFolder
 from graft.results.plots import save_figure
 from graft.results.plots.patching import patching_lines, patching_maps
-from graft.results.stats.intervals import wilson_interval
+from graft.results.stats.intervals import seed_interval, seed_summary, wilson_interval
 from graft.study.analyses.patching_contrasts import (
     CELL,
     EXAMPLE_KEY,
@@ -116,6 +116,40 @@ def _effect(cell: np.ndarray, running: np.ndarray, giving: np.ndarray, n_boot: i
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def _over_seeds(
+    row: dict[str, Any],
+    part: pl.DataFrame,
+    reference: pl.DataFrame,
+    seed_col: str,
+    keys: list[str],
+) -> dict[str, Any]:
+    """A replicated cell's intervals widened over its donors: per seed, the effect and
+    acc@5 on that seed's rows; acc@5's interval is :func:`seed_interval` (the Student-t
+    interval over the seeds widened to the pooled Wilson one), the effect's the pooled
+    bootstrap interval widened to the Student-t interval over the per-seed effects (rows of
+    one prompt under several donors are not independent: the seeds' spread is the honest
+    width). Adds ``seeds`` and ``effect_sd`` (their standard deviation)."""
+    effects, accs = [], []
+    for value in part[seed_col].unique(maintain_order=True).to_list():
+        mine = part.filter(pl.col(seed_col) == value)
+        refs = reference.filter(pl.col(seed_col) == value)
+        running = _aligned(refs.filter(pl.col("role") == "running"), keys)
+        giving = _aligned(refs.filter(pl.col("role") == "giving"), keys)
+        cell = _aligned(mine, keys)
+        effects.append((cell.mean() - running.mean()) / (giving.mean() - running.mean()))
+        accs.append(float(mine["hit@5"].mean()))
+    acc = seed_interval(accs, int(part["hit@5"].sum()), part.height, 0.95)
+    spread = seed_summary(effects)
+    return {
+        "acc@5_lo": acc.lo,
+        "acc@5_hi": acc.hi,
+        "effect_lo": min(row["effect_lo"], spread.lo),
+        "effect_hi": max(row["effect_hi"], spread.hi),
+        "seeds": spread.n,
+        "effect_sd": spread.sd,
+    }
+
+
 def sweep_table(
     examples: pl.DataFrame,
     flags: pl.DataFrame | None = None,
@@ -126,7 +160,9 @@ def sweep_table(
     ``mean_logprob``, ``effect`` with its interval, and (from ``flags``: per graft name,
     kind, method and prompt, :func:`graft.study.analyses.patching_sweep.cell_flags`) the shares
     ``identical`` (of prompts whose cell is identical by construction) and ``sanity`` (whose
-    patch copies the donor's stream)."""
+    patch copies the donor's stream). With several donors (finetune or data seeds: a
+    ``--finetune-seeds`` run) the effect and acc@5 pool every seed's rows, their intervals
+    are widened over the seeds and ``seeds`` and ``effect_sd`` are added (:func:`_over_seeds`)."""
     examples, seed_col = replicate_column(examples)
     keys = [*EXAMPLE_KEY, *([seed_col] if seed_col else [])]
     refs = {
@@ -148,23 +184,25 @@ def sweep_table(
         effect, lo, hi = _effect(lp, running, giving, n_boot, seed)
         hits = int(part["hit@5"].sum())
         acc = wilson_interval(hits, part.height)
-        rows.append(
-            {
-                "direction": direction,
-                "kind": kind,
-                "unit": unit,
-                "layer": layer,
-                "method": method,
-                "n": part.height,
-                "acc@5": hits / part.height,
-                "acc@5_lo": acc.lo,
-                "acc@5_hi": acc.hi,
-                "mean_logprob": float(lp.mean()),
-                "effect": effect,
-                "effect_lo": lo,
-                "effect_hi": hi,
-            }
-        )
+        row = {
+            "direction": direction,
+            "kind": kind,
+            "unit": unit,
+            "layer": layer,
+            "method": method,
+            "n": part.height,
+            "acc@5": hits / part.height,
+            "acc@5_lo": acc.lo,
+            "acc@5_hi": acc.hi,
+            "mean_logprob": float(lp.mean()),
+            "effect": effect,
+            "effect_lo": lo,
+            "effect_hi": hi,
+        }
+        if seed_col is not None:
+            reference = examples.filter(pl.col("direction") == direction)
+            row.update(_over_seeds(row, part, reference, seed_col, keys))
+        rows.append(row)
     table = pl.DataFrame(rows)
     if flags is None:
         return table.with_columns(pl.lit(0.0).alias("identical"), pl.lit(0.0).alias("sanity"))
