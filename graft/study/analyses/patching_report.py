@@ -137,7 +137,7 @@ def _over_seeds(
         giving = _aligned(refs.filter(pl.col("role") == "giving"), keys)
         cell = _aligned(mine, keys)
         effects.append((cell.mean() - running.mean()) / (giving.mean() - running.mean()))
-        accs.append(float(mine["hit@5"].mean()))
+        accs.append(int(mine["hit@5"].sum()) / mine.height)
     acc = seed_interval(accs, int(part["hit@5"].sum()), part.height, 0.95)
     spread = seed_summary(effects)
     return {
