@@ -95,18 +95,20 @@ def _aligned(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return frame.sort(keys)["target_logprob"].to_numpy()
 
 
+def _share(cell: np.ndarray, running: np.ndarray, giving: np.ndarray, axis: int = -1):
+    """The effect: how far ``cell`` moves the running model towards the giving one, in mean
+    target log-prob (each array over the same prompts)."""
+    return (cell.mean(axis) - running.mean(axis)) / (giving.mean(axis) - running.mean(axis))
+
+
 def _effect(cell: np.ndarray, running: np.ndarray, giving: np.ndarray, n_boot: int, seed: int):
     """The effect and its 95% paired percentile bootstrap interval over prompts."""
-
-    def stat(c, r, g, axis=-1):
-        return (c.mean(axis) - r.mean(axis)) / (g.mean(axis) - r.mean(axis))
-
-    value = float(stat(cell, running, giving))
+    value = float(_share(cell, running, giving))
     if len(cell) < 2:
         return value, float("nan"), float("nan")
     res = bootstrap(
         (cell, running, giving),
-        stat,
+        _share,
         paired=True,
         vectorized=True,
         n_resamples=n_boot,
@@ -118,27 +120,24 @@ def _effect(cell: np.ndarray, running: np.ndarray, giving: np.ndarray, n_boot: i
 
 def _over_seeds(
     row: dict[str, Any],
-    part: pl.DataFrame,
-    reference: pl.DataFrame,
-    seed_col: str,
-    keys: list[str],
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+    hits: np.ndarray,
+    labels: np.ndarray,
 ) -> dict[str, Any]:
-    """A replicated cell's intervals widened over its donors: per seed, the effect and
-    acc@5 on that seed's rows; acc@5's interval is :func:`seed_interval` (the Student-t
-    interval over the seeds widened to the pooled Wilson one), the effect's the pooled
-    bootstrap interval widened to the Student-t interval over the per-seed effects (rows of
-    one prompt under several donors are not independent: the seeds' spread is the honest
-    width). Adds ``seeds`` and ``effect_sd`` (their standard deviation)."""
+    """A replicated cell's intervals widened over its donors: per seed (``labels``, aligned
+    with the cell's, the running and the giving model's log-probs ``arrays`` and the cell's
+    top-5 ``hits``), the effect and acc@5 on that seed's rows; acc@5's interval is
+    :func:`seed_interval` (the Student-t interval over the seeds widened to the pooled
+    Wilson one), the effect's the pooled bootstrap interval widened to the Student-t
+    interval over the per-seed effects (rows of one prompt under several donors are not
+    independent: the seeds' spread is the honest width). Adds ``seeds`` and ``effect_sd``
+    (their standard deviation)."""
     effects, accs = [], []
-    for value in part[seed_col].unique(maintain_order=True).to_list():
-        mine = part.filter(pl.col(seed_col) == value)
-        refs = reference.filter(pl.col(seed_col) == value)
-        running = _aligned(refs.filter(pl.col("role") == "running"), keys)
-        giving = _aligned(refs.filter(pl.col("role") == "giving"), keys)
-        cell = _aligned(mine, keys)
-        effects.append((cell.mean() - running.mean()) / (giving.mean() - running.mean()))
-        accs.append(int(mine["hit@5"].sum()) / mine.height)
-    acc = seed_interval(accs, int(part["hit@5"].sum()), part.height, 0.95)
+    for value in np.unique(labels):
+        mine = labels == value
+        effects.append(float(_share(*(a[mine] for a in arrays))))
+        accs.append(float(hits[mine].mean()))
+    acc = seed_interval(accs, int(hits.sum()), len(hits), 0.95)
     spread = seed_summary(effects)
     return {
         "acc@5_lo": acc.lo,
@@ -199,9 +198,11 @@ def sweep_table(
             "effect_lo": lo,
             "effect_hi": hi,
         }
-        if seed_col is not None:
-            reference = examples.filter(pl.col("direction") == direction)
-            row.update(_over_seeds(row, part, reference, seed_col, keys))
+        if seed_col is not None:  # the references are aligned with lp by the same keys
+            ordered = part.sort(keys)
+            labels = ordered[seed_col].to_numpy()
+            hit = ordered["hit@5"].to_numpy()
+            row.update(_over_seeds(row, (lp, running, giving), hit, labels))
         rows.append(row)
     table = pl.DataFrame(rows)
     if flags is None:
