@@ -204,6 +204,7 @@ def verify_attribution(
     target_ids = _target_ids(tokenizer, targets, text_list)
     field_list = _field_list(fields, text_list)
     one = {"sft": _one_donor(donors, donor)}
+    executor = LocalExecutor(resume_layers=True)
     parts = []
     for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
         cells = table.filter(pl.col("prompt") == prompt).sort(
@@ -221,7 +222,7 @@ def verify_attribution(
             text,
             specs,
             fields=named,
-            executor=LocalExecutor(resume_layers=True),
+            executor=executor,
             progress=f"verify {prompt + 1}/{len(text_list)}" if progress else False,
         ).double()
         scores = logits.log_softmax(-1) if metric == "logprob" else logits
