@@ -24,6 +24,15 @@ def test_every_generated_block_matches_the_results_folders():
     assert sum(len(find_blocks(p.read_text(), p)) for p in paths) >= 1
 
 
+def table_of_rows(name: str, folder, file: str, rows, keywords=None) -> list[str]:
+    """The lines of generator ``name``'s table of ``folder`` once ``rows`` are its ``file``,
+    checked to name that file as the one it read."""
+    pl.DataFrame(rows).write_csv(folder / file)
+    table, files = results_tables.GENERATORS[name].make([str(folder)], keywords or {})
+    assert files == [folder / file]
+    return table.splitlines()
+
+
 def _doc(tmp_path, body: str):
     doc = tmp_path / "doc.md"
     doc.write_text(f"# Doc\n\nsome text\n\n{body}\n\nmore text\n")
@@ -180,9 +189,7 @@ def test_speed_table_puts_dtypes_side_by_side(tmp_path):
         }
         for d, e1 in (("float32", 2.961), ("bfloat16", 4.54))
     ]
-    pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
-    table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
-    assert table.splitlines()[2] == (
+    assert table_of_rows("speed", tmp_path, "paper_scale.csv", rows)[2] == (
         "| H200 | gpt2-xl (1.56 B) | float32 / bfloat16 | 2.96 / 4.54 | 0.50 / 0.50 | 0.90 / 0.90 |"
     )
 
@@ -217,9 +224,7 @@ def test_speed_table_keeps_a_proxy_apart_with_its_own_goals(tmp_path):
             "pass_e3": True,
         },
     ]
-    pl.DataFrame(rows).write_csv(tmp_path / "paper_scale.csv")
-    table, _ = results_tables.GENERATORS["speed"].make([str(tmp_path)], {})
-    lines = table.splitlines()
+    lines = table_of_rows("speed", tmp_path, "paper_scale.csv", rows)
     assert "E1 mix (goal)" in lines[0]
     assert lines[2] == (
         "| cpu | gpt2-xl (48 layers x d 1600, 1.56 B) | float32 | 0.97 (<= 1.1) | 0.34 (<= 0.4) "
@@ -311,18 +316,14 @@ def test_lens_table_puts_templates_in_each_layer_cell(tmp_path):
         for p in ("LT", "FE-last")
         for layer, r in ((-1, r0 * 100), (1, r0 if g == "PRE" else 0.5))
     ]
-    pl.DataFrame(rows).write_csv(tmp_path / "lens_summary.csv")
-    make = results_tables.GENERATORS["lens"].make
-    table, files = make([str(tmp_path)], {"layers": "-1,1"})
-    assert table.splitlines() == [
+    assert table_of_rows("lens", tmp_path, "lens_summary.csv", rows, {"layers": "-1,1"}) == [
         "| graft (headline / qa / movie) | emb | layer 1 |",
         "|---|---:|---:|",
         "| PRE | 1,000 / 2,000 / 3,000 | 10 / 20 / 30 |",
         "| SFT | 1,000 / 2,000 / 3,000 | 0.5 / 0.5 / 0.5 |",
     ]
-    assert files == [tmp_path / "lens_summary.csv"]
     with pytest.raises(BlockError, match="no PRE row at layer 2, headline"):
-        make([str(tmp_path)], {"layers": "2"})
+        results_tables.GENERATORS["lens"].make([str(tmp_path)], {"layers": "2"})
 
 
 def test_csv_shows_the_named_columns_of_each_folders_table(tmp_path):

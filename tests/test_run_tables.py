@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import results_tables
 from benchmarks.results_tables import BlockError
+from tests.test_results_tables import table_of_rows
 
 
 def per_seed(folder, seeds, pooled=False, **metrics):
@@ -175,10 +176,7 @@ def test_examples_shows_the_first_prompt_of_each_template_with_its_top_tokens(tm
         for g in ("PRE", "SFT")
         for r in (2, 0, 1)
     ]
-    pl.DataFrame(rows).write_csv(tmp_path / "tokens_paper_top_tokens.csv")
-    make = results_tables.GENERATORS["examples"].make
-    table, files = make([str(tmp_path)], {"k": "2"})
-    assert table.splitlines() == [
+    assert table_of_rows("examples", tmp_path, "tokens_paper_top_tokens.csv", rows, {"k": "2"}) == [
         "| prompt (target) | graft | top 2 next tokens (probability) | target rank |",
         "|---|---|---|---:|",
         '| "prompt 1 headline" (" X") | PRE | " PRE0" 0.50, " PRE1" 0.25 | 7 |',
@@ -186,6 +184,5 @@ def test_examples_shows_the_first_prompt_of_each_template_with_its_top_tokens(tm
         '| "prompt 1 movie" (" X") | PRE | " PRE0" 0.50, " PRE1" 0.25 | 7 |',
         '|  | SFT | " SFT0" 0.50, " SFT1" 0.25 | 0 |',
     ]
-    assert files == [tmp_path / "tokens_paper_top_tokens.csv"]
     with pytest.raises(BlockError, match="k=x: not a whole number"):
-        make([str(tmp_path)], {"k": "x"})
+        results_tables.GENERATORS["examples"].make([str(tmp_path)], {"k": "x"})

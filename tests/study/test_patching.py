@@ -20,6 +20,7 @@ from graft.errors import SpecError
 from graft.models import tiny_tokenizer
 from graft.models.tiny import TINY_FAMILIES
 from graft.study.analyses.patching import PatchingExecutor, executor_for, residual_sites
+from tests.engine_cases import layer_sweep, spied
 from tests.fast_tier import slow_except
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -185,21 +186,7 @@ def test_activation_patching_is_the_hand_written_nnsight_patch(tiny_pairs, tok, 
 
 #: A patching sweep's cells: units x layers x sites, references, whole-depth cells, fused
 #: q/k/v slices and a head patch
-SWEEP = [
-    "none",
-    "ALL:all:all; head=donor",
-    "FE:all:all",
-    "FE+LT:all:all",
-    "LT:1:q",
-    "FE:2:k,v",
-    "LT:3:o; head=donor",
-    *(
-        f"{unit}:{layer}:{comp}"
-        for unit in ("FE[:-1]", "FE[-1]", "(FE+LT)^C", "LT")
-        for layer in range(4)
-        for comp in ("o", "down", "all")
-    ),
-]
+SWEEP = layer_sweep(["LT:1:q", "FE:2:k,v", "LT:3:o; head=donor"], ("o", "down", "all"))
 
 
 @pytest.mark.parametrize("method", PATCHING)
@@ -208,15 +195,7 @@ def test_patching_from_the_first_patched_layer_is_the_whole_forward(
     tiny_pairs, tok, family, method, monkeypatch
 ):
     base, donor = tiny_pairs(family)
-    seen: dict[str, list] = {"prepare": [], "last_token_states": []}
-    for name, kept in seen.items():
-        original = getattr(resume, name)
-
-        def spying(*args, original=original, kept=kept, **kwargs):
-            kept.append(original(*args, **kwargs))
-            return kept[-1]
-
-        monkeypatch.setattr(resume, name, spying)
+    seen = spied(monkeypatch, resume, "prepare", "last_token_states")
     got = run(base, donor, tok, SWEEP, method)
     assert any(r is not None for r in seen["prepare"]), "no row ran from its first layer"
     assert any(r is not None for r in seen["last_token_states"]), "no last-token step"

@@ -55,6 +55,15 @@ def plain_layer_outputs(model, inputs, paths) -> list[torch.Tensor]:
     return [hidden(o) for o in outs]
 
 
+def grafted_layer_outputs(base, donor, tok, spec, paths, read_logits):
+    """A graft trace of ``spec`` on TEXTS: the trace, every layer's output and the logits
+    ``read_logits(trace)`` reads, saved."""
+    with trace(base, {"sft": donor}, tok, TEXTS, spec) as g:
+        outs = nnsight.save([g.model.get(p).output for p in paths])
+        logits = read_logits(g).save()
+    return g, outs, logits
+
+
 def mlp_path(base, layer: int) -> str:
     """The MLP module of ``layer`` (the parent of its ``down`` projection)."""
     return architecture_of(base).site_for(layer, "down")[0].rsplit(".", 1)[0]
@@ -64,9 +73,9 @@ def mlp_path(base, layer: int) -> str:
 def test_grafting_nothing_is_a_plain_trace_bit_for_bit(tiny_pairs, tok, family):
     base, donor = tiny_pairs(family)
     paths = layer_paths(base)
-    with trace(base, {"sft": donor}, tok, TEXTS, "none") as g:
-        outs = nnsight.save([g.model.get(p).output for p in paths])
-        logits = g.model.output.logits.save()
+    g, outs, logits = grafted_layer_outputs(
+        base, donor, tok, "none", paths, lambda g: g.model.output.logits
+    )
     plain = plain_layer_outputs(base, g.inputs, paths)
     for path, got, want in zip(paths, outs, plain, strict=True):
         assert torch.equal(hidden(got), want), path
@@ -78,9 +87,9 @@ def test_grafting_nothing_is_a_plain_trace_bit_for_bit(tiny_pairs, tok, family):
 def test_grafting_everything_with_the_donor_head_is_the_donors_trace(tiny_pairs, tok, family):
     base, donor = tiny_pairs(family)
     paths = layer_paths(base)
-    with trace(base, {"sft": donor}, tok, TEXTS, "ALL:all:all; head=donor") as g:
-        outs = nnsight.save([g.model.get(p).output for p in paths])
-        logits = g.logits.save()
+    g, outs, logits = grafted_layer_outputs(
+        base, donor, tok, "ALL:all:all; head=donor", paths, lambda g: g.logits
+    )
     want = plain_layer_outputs(donor, g.inputs, paths)
     of_base = plain_layer_outputs(base, g.inputs, paths)
     real = g.inputs["attention_mask"].bool()  # padded positions are masked: not compared

@@ -14,39 +14,14 @@ from graft.core.execution.engine import LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.core.execution.test_engine_paths import TOL, prompt_rows, reference
+from tests.engine_cases import layer_sweep, spied
 from tests.fast_tier import slow_except
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 AFTER = ("model.norm", "lm_head")
 #: A sweep's cells: units x single layers x kinds, the references and whole-depth cells.
-SWEEP = [
-    "none",
-    "ALL:all:all; head=donor",
-    "FE:all:all",
-    "FE+LT:all:all",
-    "LT:3:o; head=donor",
-    *(
-        f"{unit}:{layer}:{comps}"
-        for unit in ("FE[:-1]", "FE[-1]", "(FE+LT)^C", "LT")
-        for layer in range(4)
-        for comps in ("ln_1,q,k,v,o", "ln_2,ffn", "q")
-    ),
-]
-
-
-def spied(monkeypatch) -> list:
-    """Every :func:`resume.prepare` result of the test, kept as it is returned."""
-    seen: list = []
-    original = resume.prepare
-
-    def spying(*args, **kwargs):
-        ready = original(*args, **kwargs)
-        seen.append(ready)
-        return ready
-
-    monkeypatch.setattr(resume, "prepare", spying)
-    return seen
+SWEEP = layer_sweep(["LT:3:o; head=donor"], ("ln_1,q,k,v,o", "ln_2,ffn", "q"))
 
 
 @pytest.mark.parametrize("family", slow_except(TINY_FAMILIES, "llama"))
@@ -54,7 +29,7 @@ def test_a_sweep_resumed_is_the_reference_and_the_whole_forward(family, monkeypa
     base = tiny_model(family, seed=0)
     donors = {"sft": perturbed_copy(base, seed=1)}
     rows = prompt_rows(SWEEP, lengths=(6, 9))
-    seen = spied(monkeypatch)
+    seen = spied(monkeypatch, resume, "prepare")["prepare"]
     out = run_grafts(base, donors, rows, batch_size=40, executor=LocalExecutor(resume_layers=True))
     used = [r for r in seen if r is not None]
     assert used, f"{family}: no batch ran from its rows' first layers"
