@@ -79,7 +79,8 @@ def reuse_option() -> Callable:
         "--reuse/--no-reuse",
         default=True,
         show_default=True,
-        help="Run each row (a patching cell) from its first changed layer on, the layers "
-        "below it once per prompt (equal to rounding; --dry-run states the memory it holds; "
+        help="Run each row (a patching cell) from its first changed layer and column on, the "
+        "layers and columns before them once per prompt (equal to rounding; --dry-run states "
+        "the memory it holds; "
         "a remote run runs rows whole); --no-reuse runs every row's whole forward.",
     )

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from graft.core.api.texts import _rows, graft_texts
-from graft.core.execution import resume
+from graft.core.execution import resume, windows
 from graft.core.execution.engine import score_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import wrap
@@ -195,10 +195,12 @@ def test_patching_from_the_first_patched_layer_is_the_whole_forward(
     tiny_pairs, tok, family, method, monkeypatch
 ):
     base, donor = tiny_pairs(family)
-    seen = spied(monkeypatch, resume, "prepare", "last_token_states")
+    seen = {**spied(monkeypatch, resume, "prepare"), **spied(monkeypatch, windows, "step_inputs")}
     got = run(base, donor, tok, SWEEP, method)
     assert any(r is not None for r in seen["prepare"]), "no row ran from its first layer"
-    assert any(r is not None for r in seen["last_token_states"]), "no last-token step"
+    # steps over a cache of more than one width: FE[-1], (FE+LT)^C and LT start apart
+    widths = {step["input_ids"].shape[1] for step in seen["step_inputs"]}
+    assert len(widths) >= 2, f"steps over a cache only of widths {widths}"
     whole = graft_texts(
         base,
         {"sft": donor},

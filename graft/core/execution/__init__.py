@@ -6,6 +6,7 @@ how each row runs (:mod:`graft.core.execution.routing`), the executors
 travels to a server (:mod:`graft.core.execution.trace`), the local graft without a trace
 (:mod:`graft.core.execution.hooked`), the head's logits into kept buffers
 (:mod:`graft.core.execution.head`), the layers a step's identical rows run once
-(:mod:`graft.core.execution.depth_share`), and rows run from their first grafted layer
-(:mod:`graft.core.execution.resume`) on each prompt's layer inputs and site outputs, computed
-once (:mod:`graft.core.execution.prompt_values`)."""
+(:mod:`graft.core.execution.depth_share`), rows run from their first grafted layer
+(:mod:`graft.core.execution.resume`) and column (:mod:`graft.core.execution.windows`) on
+each prompt's layer inputs, keys, values and site outputs, computed once
+(:mod:`graft.core.execution.prompt_values`)."""

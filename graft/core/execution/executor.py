@@ -14,7 +14,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import nn
 
-from graft.core.execution import resume
+from graft.core.execution import windows
 from graft.core.execution.depth_share import SharedDepth, expanding_from, shared_depth
 from graft.core.execution.head import (
     DeferredLogits,
@@ -287,19 +287,20 @@ class LocalExecutor:
     def _resumed(
         self, runner, donors: Mapping[str, nn.Module | None], batch
     ) -> torch.Tensor | None:
-        """``batch`` run from each row's first grafted layer (:mod:`graft.core.execution.resume`),
-        or None where that does not pay."""
+        """``batch`` run from each row's first grafted layer (:mod:`graft.core.execution.resume`)
+        and column (:mod:`graft.core.execution.windows`), or None where that does not pay."""
         torch_model = unwrap(runner)
         family = family_of(torch_model)
         layers = cast(Sequence[nn.Module], self._table(torch_model)[family.layers_path])
         after = (family.final_norm_path, family.unembed_path)
-        ready = resume.prepare(batch, family.layers_path, len(layers), after)
-        if ready is None:
-            return None
-        saved = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
-        with resume.resuming(layers, ready.counts, saved, ready.expand):
-            out = self._traced(runner, donors, ready.batch)
-        return ready.restore(out)
+        return windows.run_resumed(
+            batch,
+            torch_model,
+            layers,
+            (family.layers_path, after),
+            self.prompt_values(),
+            lambda run: self._traced(runner, donors, run),
+        )
 
     def _shared_depth(
         self, torch_model: nn.Module, plan: BatchPlan, batch, cache

@@ -9,11 +9,9 @@ model over the batch's distinct prompts saves every layer's input
 (:func:`resuming`): layer ``j`` runs on the rows that start at or below it, the rows that
 start at ``j`` joining with their saved input. The embeddings run on every row (a lookup);
 the final norm and the head on every row at the last position. A row that changes nothing
-in the layers (a reference, a head graft) joins after the last layer. Rows that change only
-the last position (:func:`last_position_rows`) can run that position alone
-(:func:`last_token_states`, :func:`step_inputs`): the running model's key/value cache of the
-prompts' other positions once, each layer gathering its rows' prompts from it
-(:func:`graft.core.planning.prefix.select_rows_by_layer`).
+in the layers (a reference, a head graft) joins after the last layer. Rows whose first
+changed column is past the first also skip the columns before it
+(:mod:`graft.core.execution.windows`).
 
 The layers' numbers are the same computations on fewer rows: equal to rounding (a matrix
 product's last bits may depend on its number of rows), tested on every family against the
@@ -28,18 +26,13 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from graft.core.execution.prompt_values import PromptValues
-from graft.core.planning.prefix import (
-    cache_argument,
-    gathers_per_layer,
-    new_cache,
-    select_rows,
-)
+from graft.core.planning.prefix import cache_argument, new_cache
 
 #: Resume only when the rows' own layers plus the distinct prompts' plain forward cost at
 #: most this share of every row running every layer (else the plain path is as cheap).
@@ -96,25 +89,36 @@ def _hidden_arg(args: tuple, kwargs: dict) -> torch.Tensor:
 
 
 def layer_inputs(
-    values: PromptValues, model: nn.Module, layers: Sequence[nn.Module], distinct: dict[str, Any]
+    values: PromptValues,
+    model: nn.Module,
+    layers: Sequence[nn.Module],
+    distinct: dict[str, Any],
+    keys_values: bool = False,
 ) -> list[torch.Tensor]:
     """:func:`plain_layer_inputs` of ``distinct``'s prompts, each prompt's computed once while
-    ``values`` keeps it."""
-    tags: list[Hashable] = [("layer input", id(model), j) for j in range(len(layers) + 1)]
+    ``values`` keeps it (``keys_values``: its layers' keys and values too)."""
+    n = len(layers)
+    tags: list[Hashable] = [("layer input", id(model), j) for j in range(n + 1)]
+    if keys_values:
+        tags += [(kind, id(model), j) for kind in ("layer keys", "layer values") for j in range(n)]
 
     def compute(part: dict[str, Any], asked: list[Hashable]) -> list[torch.Tensor]:
-        found = plain_layer_inputs(model, layers, part)
+        found = plain_layer_inputs(model, layers, part, keys_values)
         return [found[tags.index(t)] for t in asked]
 
     return values.get(tags, distinct, compute)
 
 
 def plain_layer_inputs(
-    model: nn.Module, layers: Sequence[nn.Module], inputs: Mapping[str, Any]
+    model: nn.Module,
+    layers: Sequence[nn.Module],
+    inputs: Mapping[str, Any],
+    keys_values: bool = False,
 ) -> list[torch.Tensor]:
     """One plain forward of ``model`` on ``inputs``: each decoder layer's input hidden
     state, then the last layer's output (``len(layers) + 1`` tensors [rows, positions,
-    hidden])."""
+    hidden]); ``keys_values`` (a model that takes a key/value cache): then each layer's keys,
+    then each layer's values ([rows, heads, positions, dim], from the forward's cache)."""
     saved: list[torch.Tensor] = []
 
     def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -123,71 +127,33 @@ def plain_layer_inputs(
     def after(module: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
         saved.append(_stream(out))
 
+    run: dict[str, Any] = {"use_cache": False, **inputs}
+    cache = None
+    if keys_values:
+        cache = new_cache(model)
+        run.update({cast(str, cache_argument(model)): cache, "use_cache": True})
     handles = [layer.register_forward_pre_hook(before, with_kwargs=True) for layer in layers]
     handles.append(layers[-1].register_forward_hook(after, with_kwargs=True))
     try:
         with torch.no_grad():
-            model(**{"use_cache": False, **inputs})
+            model(**run)
     finally:
         for handle in handles:
             handle.remove()
+    if cache is not None:  # plain key/value layers (asked only where they gather per layer)
+        kept: list[Any] = list(cache.layers)
+        saved += [layer.keys for layer in kept] + [layer.values for layer in kept]
     return saved
 
 
-def last_position_rows(patches: Sequence[Any], n_rows: int, length: int) -> torch.Tensor:
-    """[rows] bool: the rows that ``patches`` change at the last of ``length`` positions only
-    (or not at all): their earlier positions are the running model's own at every layer."""
-    only = torch.ones(n_rows, dtype=torch.bool)
-    for p in patches:
-        rows = p.rows.cpu()
-        if rows.shape[1] == length:
-            only &= ~rows[:, :-1].any(dim=1)
-    return only
-
-
-def step_inputs(inputs: Mapping[str, Any], cache_name: str, cache: Any) -> dict[str, Any]:
-    """``inputs`` (whole padded prompts) as a one-token step over ``cache``, the prompts'
-    key/value cache without their last token: the last token, its position, the whole mask."""
-    return {
-        **inputs,
-        "input_ids": inputs["input_ids"][:, -1:],
-        "position_ids": inputs["position_ids"][:, -1:],
-        cache_name: cache,
-        "use_cache": True,
-    }
-
-
-def last_token_states(
-    model: nn.Module, layers: Sequence[nn.Module], distinct: Mapping[str, Any]
-) -> tuple[Any, list[torch.Tensor]] | None:
-    """The running model's key/value cache of ``distinct``'s prompts without their last
-    token, and each layer's input at the last token (one step over that cache); None where
-    the model takes no cache or its cache cannot be gathered layer by layer."""
-    name = cache_argument(model)
-    if name is None or distinct["input_ids"].shape[1] < 2:
-        return None
-    cache = new_cache(model)
-    prefix = {
-        **distinct,
-        **{k: distinct[k][:, :-1] for k in ("input_ids", "attention_mask", "position_ids")},
-        name: cache,
-        "use_cache": True,
-    }
-    with torch.no_grad():
-        model(**prefix)
-    if not gathers_per_layer(cache):
-        return None
-    n_prompts = distinct["input_ids"].shape[0]
-    rows = torch.arange(n_prompts, device=distinct["input_ids"].device)
-    states = plain_layer_inputs(
-        model, layers, step_inputs(distinct, name, select_rows(cache, rows))
-    )
-    return cache, states
-
-
-def saved_bytes(n_layers: int, n_prompts: int, positions: int, hidden: int, itemsize: int) -> int:
-    """Bytes :func:`plain_layer_inputs` holds for ``n_prompts`` distinct padded prompts."""
-    return (n_layers + 1) * n_prompts * positions * hidden * itemsize
+def saved_bytes(
+    n_layers: int, n_prompts: int, positions: int, hidden: int, itemsize: int, kv_width: int = 0
+) -> int:
+    """Bytes :func:`plain_layer_inputs` holds for ``n_prompts`` distinct padded prompts
+    (``kv_width``: the width of one position's keys, and of its values, all heads, where a
+    layer's keys and values are kept too)."""
+    per_position = (n_layers + 1) * hidden + n_layers * 2 * kv_width
+    return per_position * n_prompts * positions * itemsize
 
 
 def worth_resuming(start: torch.Tensor, n_distinct: int, n_layers: int) -> bool:

@@ -36,7 +36,7 @@ import nnsight
 import torch
 from torch import nn
 
-from graft.core.execution import resume
+from graft.core.execution import resume, windows
 from graft.core.execution.executor import LocalExecutor, _plain_forward
 from graft.core.execution.trace import (
     last_logits,
@@ -314,18 +314,17 @@ class PatchingExecutor(LocalExecutor):
     ) -> torch.Tensor:
         """``batch`` patched at ``sites``, each row run from its first patched layer on
         (:mod:`graft.core.execution.resume`), the donors' site outputs computed once per
-        distinct prompt without a trace. Rows patched at the last position only run that
-        position alone, over the running model's cache of the others."""
+        distinct prompt without a trace. The rows whose first patched column is ``c > 0``
+        run their columns from ``c`` on alone, over the running model's cache of the
+        columns before (one step per such ``c``)."""
         batch.patches = sites
         n_rows, length = batch.inputs["input_ids"].shape
-        last_only = resume.last_position_rows(sites, n_rows, length)
+        first = windows.first_changed_columns(sites, n_rows, length)
         parts = []
-        for step in (False, True):
-            idx = (last_only if step else ~last_only).nonzero().squeeze(1)
-            if len(idx) == 0:
-                continue
+        for start in first.unique().tolist():
+            idx = (first == start).nonzero().squeeze(1)
             part = resume.permuted(batch, idx)
-            out = self._step_rows(torch_model, donors, part) if step else None
+            out = self._step_rows(torch_model, donors, part, start) if start else None
             if out is None:
                 out = self._whole_rows(torch_model, donors, part)
             parts.append((idx, out))
@@ -350,7 +349,14 @@ class PatchingExecutor(LocalExecutor):
         ready = resume.prepare(batch, path, len(layers), after, force=True)
         assert ready is not None  # the batch patches something
         saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
-        states = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct)
+        found = resume.layer_inputs(
+            self.prompt_values(),
+            torch_model,
+            layers,
+            ready.distinct,
+            windows.takes_cache(torch_model),
+        )
+        states = windows.split_states(found, len(layers))[0]
         run = ready.batch
         with (
             torch.no_grad(),
@@ -365,21 +371,26 @@ class PatchingExecutor(LocalExecutor):
         torch_model: nn.Module,
         donors: Mapping[str, nn.Module | None],
         batch: types.SimpleNamespace,
+        start: int,
     ) -> torch.Tensor | None:
-        """``batch``'s rows, patched at their last position only: that position alone, each
-        row from its first patched layer, over the running model's cache of the prompts'
-        other positions; None where the model's cache does not allow it."""
+        """``batch``'s rows, patched at columns ``start`` and later only: those columns
+        alone, each row from its first patched layer, over the running model's cache of the
+        columns before; None where the model's cache does not allow it."""
         path, layers, after = self._layers(torch_model)
         ready = resume.prepare(batch, path, len(layers), after, force=True)
         assert ready is not None  # the batch patches something
-        found = resume.last_token_states(torch_model, layers, ready.distinct)
-        if found is None:
+        if not windows.takes_cache(torch_model):
             return None
-        cache, states = found
+        found = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct, True)
+        whole, keys, values = windows.split_states(found, len(layers))
+        cache = windows.leading_cache(torch_model, ready.distinct, start, keys, values)
+        if cache is None:
+            return None
+        states = [state[:, start:] for state in whole]
         saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
         run = ready.batch
         name = cache_argument(torch_model)
-        assert name is not None  # last_token_states found a cache
+        assert name is not None  # the model takes a cache
         index = ready.expand.to(states[0].device)
         per_layer = select_rows_by_layer(cache, [index[:n] for n in ready.counts])
         with (
@@ -387,8 +398,8 @@ class PatchingExecutor(LocalExecutor):
             resume.resuming(layers, ready.counts, states, ready.expand),
             writing(torch_model, run.patches, saved, ready.expand),
         ):
-            out = torch_model(**resume.step_inputs(run.inputs, name, per_layer))
-            picked = last_logits(out.logits, run)
+            out = torch_model(**windows.step_inputs(run.inputs, name, per_layer, start))
+            picked = last_logits(out.logits[:, -1:], run)  # left padding: each row's last
         return ready.restore(self._scored(picked, run))
 
     def _donor_values(

@@ -91,21 +91,26 @@ def layer_reuse_note(
     batch_size: int,
     patching: bool = False,
     positions: int = 64,
+    kv_width: int = 0,
 ) -> str:
-    """What running each row from its first changed layer holds
-    (:mod:`graft.core.execution.resume`): each distinct prompt's layer inputs (and, with
-    ``patching``, the other model's site outputs), kept across batches up to
+    """What running each row from its first changed layer and column holds
+    (:mod:`graft.core.execution.resume`, :mod:`graft.core.execution.windows`): each distinct
+    prompt's layer inputs and, where ``kv_width`` (the width of one position's keys, and of
+    its values, all heads: :attr:`~graft.study.planning.memory.ModelSize.kv_width`), its
+    layers' keys and values (and, with ``patching``, the other model's site outputs), kept
+    across batches up to
     :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most
     ``batch_size``), sized for prompts of ``positions`` tokens of a model of ``n_layers``
     layers of width ``hidden`` in ``itemsize``-byte floats."""
     from graft.core.execution.prompt_values import KEEP_BYTES
     from graft.core.execution.resume import saved_bytes
 
-    per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize)
+    per_prompt = saved_bytes(n_layers, 1, positions, hidden, itemsize, kv_width)
     most = max(KEEP_BYTES, batch_size * per_prompt)
-    what = "layer inputs and patching's donor outputs are" if patching else "layer inputs are"
+    what = "layer inputs" + (", keys and values" if kv_width else "")
+    what += " and patching's donor outputs are" if patching else " are"
     return (
-        f"layer reuse: each row runs from its first changed layer; each prompt's {what} "
+        f"layer reuse: each row runs from its first changed layer and column; each prompt's {what} "
         f"computed once ({per_prompt / 2**20:.1f} MiB per distinct prompt of {positions} tokens) "
         f"and kept up to {most / 2**20:.0f} MiB; --no-reuse runs every row whole"
     )

@@ -27,6 +27,7 @@ from graft.study.designs.common import (
     specs_for,
 )
 from graft.study.designs.design import Design, DesignRun
+from graft.study.planning.memory import model_size
 from graft.study.specs.choices import TOKEN_SPECS
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import (
@@ -123,7 +124,7 @@ def layers(
     """
     specs = specs_for(specs, "layers")
     reuse = reuse and not specs.execution.remote_run
-    found_layers, hidden = _sizes(specs) if reuse or not n_layers else (n_layers, 0)
+    found_layers, hidden, kv = _sizes(specs) if reuse or not n_layers else (n_layers, 0, 0)
     n_layers = n_layers or found_layers
     windows = windows or specs.protocol.layer_windows
     if windows in specs.protocol.refused_windows:
@@ -166,12 +167,13 @@ def layers(
     # device by its type: a --dry-run plans a GPU run on a machine without one)
     device = device_type(specs.execution.device)
     itemsize = resolve_dtype(specs.execution.dtype, device).itemsize
-    note = layer_reuse_note(n_layers, hidden, itemsize, specs.execution.batch_size)
+    note = layer_reuse_note(n_layers, hidden, itemsize, specs.execution.batch_size, kv_width=kv)
     return replace(design, notes=(*design.notes, note))
 
 
-def _sizes(specs: RunSpecs) -> tuple[int, int]:
-    """The pretrained model's layer count and width: from its config where it is on this
+def _sizes(specs: RunSpecs) -> tuple[int, int, int]:
+    """The pretrained model's layer count, width and key/value width
+    (:attr:`~graft.study.planning.memory.ModelSize.kv_width`): from its config where it is on this
     machine, else from the model itself (loaded once)."""
     found = model_config(specs.donors.model)
     if found is None:
@@ -180,7 +182,7 @@ def _sizes(specs: RunSpecs) -> tuple[int, int]:
     else:
         config = found.config
     text = config.get_text_config()
-    return int(text.num_hidden_layers), int(text.hidden_size)
+    return int(text.num_hidden_layers), int(text.hidden_size), model_size(config).kv_width
 
 
 def tokens(

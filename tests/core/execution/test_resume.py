@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from graft.core.execution import resume
+from graft.core.execution import resume, windows
 from graft.core.execution.engine import LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
@@ -30,9 +30,12 @@ def test_a_sweep_resumed_is_the_reference_and_the_whole_forward(family, monkeypa
     donors = {"sft": perturbed_copy(base, seed=1)}
     rows = prompt_rows(SWEEP, lengths=(6, 9))
     seen = spied(monkeypatch, resume, "prepare")["prepare"]
+    steps = spied(monkeypatch, windows, "windowed")["windowed"]
     out = run_grafts(base, donors, rows, batch_size=40, executor=LocalExecutor(resume_layers=True))
     used = [r for r in seen if r is not None]
     assert used, f"{family}: no batch ran from its rows' first layers"
+    # rows from a column past the first, at more than one column (FE[-1], (FE+LT)^C, LT)
+    assert len({step.inputs["input_ids"].shape[1] for step in steps}) >= 2
     assert any(0 < c < r.counts[-1] for r in used for c in r.counts), "no layer ran fewer rows"
     whole = run_grafts(base, donors, rows, batch_size=40)
     assert (out - whole).abs().max() <= TOL
@@ -41,14 +44,14 @@ def test_a_sweep_resumed_is_the_reference_and_the_whole_forward(family, monkeypa
 
 
 def test_resuming_from_wrong_states_is_caught(monkeypatch):
-    # the comparison above can fail: layer inputs of another prompt move the numbers
+    # the comparison above can fail: layer inputs one column late move the numbers
     base = tiny_model("llama", seed=0)
     donors = {"sft": perturbed_copy(base, seed=1)}
     rows = prompt_rows(SWEEP, lengths=(6, 9))
     original = resume.plain_layer_inputs
 
     def shifted(*args):
-        return [s.roll(1, dims=0) for s in original(*args)]
+        return [s.roll(1, dims=1) for s in original(*args)]  # each state one column late
 
     monkeypatch.setattr(resume, "plain_layer_inputs", shifted)
     out = run_grafts(base, donors, rows, batch_size=80, executor=LocalExecutor(resume_layers=True))
@@ -80,14 +83,6 @@ def test_first_changed_layers():
     assert resume.first_changed_layers(embed, 1, "model.layers", 4, AFTER).tolist() == [0]
 
 
-def test_rows_changed_at_the_last_position_only():
-    patches = [
-        patch("model.layers.2.mlp.down_proj", [[0, 1], [0, 0], [1, 1], [0, 0]]),
-        patch("model.layers.1.self_attn.o_proj", [[0, 0], [0, 1], [0, 0], [0, 0]]),
-    ]
-    assert resume.last_position_rows(patches, 4, 2).tolist() == [True, True, False, True]
-
-
 def test_resuming_pays_only_above_the_first_layers():
     assert resume.worth_resuming(torch.tensor([20, 25, 30, 28]), 1, 30)
     assert not resume.worth_resuming(torch.tensor([0, 0, 1, 2]), 1, 30)
@@ -117,3 +112,7 @@ def test_sorting_keeps_a_fused_sites_slices_on_their_cells():
 
 def test_the_saved_states_are_sized():
     assert resume.saved_bytes(30, 4, 20, 576, 4) == 31 * 4 * 20 * 576 * 4
+    keys_values = 30 * 2 * 192 * 4 * 20 * 4  # SmolLM2: 3 key/value heads of 64
+    assert (
+        resume.saved_bytes(30, 4, 20, 576, 4, kv_width=192) == 31 * 4 * 20 * 576 * 4 + keys_values
+    )
