@@ -160,3 +160,5 @@ def test_a_sweep_over_finetune_seeds_widens_its_intervals_over_the_donors(worksp
     assert (table["seeds"] == 2).all() and table["effect_sd"].is_not_null().all()
     prompts = examples.filter((pl.col("graft") == "PRE") & (pl.col("finetune_seed") == 0))
     assert prompts.height > 0 and (table["n"] == 2 * prompts.height).all()  # both donors' rows
+    own = pl.read_csv(out / "seed_findings.csv")  # each donor's own findings
+    assert sorted(own["seed"].unique()) == [0, 1] and set(own["unit"]) == {"LT"}

@@ -18,7 +18,7 @@ from graft.errors import SpecError
 from graft.models.tiny import TINY_FAMILIES
 from graft.results.stats.intervals import wilson_interval
 from graft.study.analyses.patching import executor_for
-from graft.study.analyses.patching_report import sweep_table
+from graft.study.analyses.patching_report import seed_findings, sweep_table
 from graft.study.analyses.patching_sweep import (
     copies_donor_stream,
     direction_models,
@@ -236,6 +236,12 @@ def test_a_replicated_cell_is_widened_over_its_seeds():
                 )
     [cell] = sweep_table(pl.DataFrame(rows), n_boot=200).iter_rows(named=True)
     assert cell["n"] == 18 and cell["seeds"] == 3
+    # each donor's own findings: the layer reaches half the gap under two of the three
+    own = seed_findings(pl.DataFrame(rows)).sort("seed")
+    assert own["seed"].to_list() == [0, 1, 2]
+    assert own["peak_effect"].to_list() == pytest.approx([0.2, 0.5, 0.8])
+    assert own["first_layer_half"].to_list() == [None, 3, 3]
+    assert seed_findings(pl.DataFrame(rows).filter(pl.col("finetune_seed") == 0)).is_empty()
     assert cell["effect"] == pytest.approx(0.5) and cell["effect_sd"] == pytest.approx(0.3)
     half = 4.302653 * 0.3 / 3**0.5  # Student t, 2 degrees of freedom, 95%
     # every prompt moves by the same share: the bootstrap over rows alone is far too narrow

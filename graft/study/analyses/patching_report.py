@@ -215,6 +215,47 @@ def sweep_table(
     )
 
 
+def seed_findings(examples: pl.DataFrame) -> pl.DataFrame:
+    """With several donors (a ``--finetune-seeds`` run): each donor's own
+    :func:`~graft.study.analyses.patching_contrasts.findings` (peak layer and effect, first
+    layer whose effect reaches 0.5, mean effect; each cell's effect on that donor's rows
+    against its own PRE and SFT), one row per (direction, kind, unit, method, seed); empty
+    with one donor. The pooled findings' layers, read beside these, carry their spread over
+    seeds."""
+    examples, seed_col = replicate_column(examples)
+    if seed_col is None:
+        return pl.DataFrame()
+    means = examples.group_by("direction", "role", *CELL[1:], "method", seed_col).agg(
+        pl.col("target_logprob").mean().alias("mean")
+    )
+    refs = (
+        means.filter(pl.col("role") != "cell")
+        .group_by("direction", seed_col)
+        .agg(
+            *(
+                pl.col("mean").filter(pl.col("role") == r).first().alias(r)
+                for r in ("running", "giving")
+            )
+        )
+    )
+    effects = (
+        means.filter(pl.col("role") == "cell")
+        .join(refs, on=["direction", seed_col])
+        .with_columns(
+            ((pl.col("mean") - pl.col("running")) / (pl.col("giving") - pl.col("running"))).alias(
+                "effect"
+            )
+        )
+    )
+    frames = [
+        findings(effects.filter(pl.col(seed_col) == value), pl.DataFrame()).with_columns(
+            pl.lit(value).alias("seed")
+        )
+        for value in sorted(effects[seed_col].unique().to_list())
+    ]
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
 def reference_table(examples: pl.DataFrame) -> pl.DataFrame:
     """Per direction, the running and the giving model alone: acc@5 and mean log-prob."""
     refs = examples.filter(pl.col("role") != "cell")
@@ -305,7 +346,8 @@ def write_sweep_report(
 ) -> SweepReport:
     """The combined tables and figures of a sweep whose runs (``grafts``' keys: (direction,
     run method), each run in ``<root>/<direction>-<run method>``) are done: ``sweep``,
-    ``references``, ``contrasts`` and ``findings`` (``.parquet`` and ``.csv``), and per
+    ``references``, ``contrasts``, ``findings`` and, with several donors,
+    ``seed_findings`` (``.parquet`` and ``.csv``), and per
     direction ``figures/patching_map_<direction>`` (effect), ``..._acc5`` and
     ``patching_lines_<direction>``; ``config`` (what the sweep ran) goes to
     ``config.json`` with the provenance every run records."""
@@ -322,6 +364,7 @@ def write_sweep_report(
         ("references", refs),
         ("contrasts", contrasts),
         ("findings", found),
+        ("seed_findings", seed_findings(examples)),
     ):
         if frame.height:
             folder.write_summary(frame, stem=stem)
