@@ -5,122 +5,37 @@ from __future__ import annotations
 
 import click
 
+from graft.study import AttributionRequest
 from graft_experiments import common
+from graft_experiments.options import ATTRIBUTION_FLAGS
+
+_PROMPTS = ("texts", "targets", "entity", "dataset", "template", "n_prompts")
 
 
-class _VerifyCount(click.ParamType):
-    """``--verify``: a number of cells per prompt (0: none), or ``all``."""
-
-    name = "K|all"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) or value is None:
-            return value
-        if str(value).strip().lower() == "all":
-            return None
-        try:
-            count = int(value)
-        except ValueError:
-            count = -1
-        if count < 0:
-            self.fail(f"{value!r}: give a number of cells (0 or more) or 'all'", param, ctx)
-        return count
-
-
-@click.command(cls=common.GraftCommand)
-@click.option(
-    "--base-model",
-    "base",
-    default="smollm2-135m",
-    show_default=True,
-    help="Base model: name or folder.",
+@click.command(
+    cls=common.GraftCommand,
+    sections={
+        "base": common.MODEL_DATA,
+        "donor": common.MODEL_DATA,
+        **dict.fromkeys(_PROMPTS, "Prompts"),
+    },
 )
-@click.option(
-    "--donor-model", "donor", required=True, help="Donor (finetuned) model: name or folder."
-)
-@click.option("--text", "texts", multiple=True, help="A prompt (repeat for more).")
-@click.option(
-    "--target",
-    "targets",
-    multiple=True,
-    help="The target after each prompt, e.g. ' Tracey Childs' (its first token is scored): "
-    "one per --text, or one for all.",
-)
-@click.option(
-    "--dataset",
-    type=click.Path(file_okay=False),
-    help="Instead of --text/--target/--entity: a dataset folder (graft-exp data, "
-    "WS/datasets/NAME), whose stored test prompts of --template (forward direction) are taken "
-    "with their targets and first entities.",
-)
-@click.option(
-    "--template",
-    default="headline",
-    show_default=True,
-    help="With --dataset: the test template whose prompts are taken, or several "
-    "comma-separated (headline,qa,movie).",
-)
-@click.option(
-    "--n-prompts",
-    "n_prompts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --dataset: the first N prompts of each template, in file order (default: all).",
-)
-@click.option(
-    "--entity",
-    multiple=True,
-    help="The first entity in each prompt (a substring), the FE unit: one per --text.",
-)
-@click.option(
-    "--kind",
-    "kinds",
-    multiple=True,
-    help="Module kinds as specs name them (repeat); default q k v qkv o attn mlp.",
-)
-@click.option(
-    "--measure",
-    "metric",
-    type=click.Choice(["logprob", "logit"]),
-    default="logprob",
-    show_default=True,
-    help="What is estimated: the target's first-token log-prob, or its raw logit.",
-)
-@click.option(
-    "--estimator",
-    type=click.Choice(["local", "linear"]),
-    default="local",
-    show_default=True,
-    help="local: the attention block's change computed exactly for q, k, v, o, qkv and attn "
-    "cells, linear downstream; linear: first order in each module's output change, groups "
-    "summing their leaves (docs/reference/attribution.md).",
-)
-@click.option(
-    "--verify",
-    type=_VerifyCount(),
-    default=0,
-    show_default=True,
-    help="Graft the top K cells of each prompt for real ('all': every cell), print estimate "
-    "and real effect, and add Pearson, sign agreement and top-5 overlap per unit and kind to "
-    "summary.csv.",
-)
-@click.option(
-    "--multi-cell",
-    is_flag=True,
-    help="Also graft multi-cell sets for real against the sum of their cells' estimates: each "
-    "whole layer (ALL:l:attn,mlp), and FE, LT, FE+LT in every layer (multicell.csv).",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    required=True,
-    help="Folder for estimates.csv, summary.csv, verify.csv, multicell.csv, config.json and "
-    "figures/ (a run folder: graft-exp publish copies it into results/).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace the results of another configuration in --out.",
+@common.with_options(
+    [
+        *(common.field_option(AttributionRequest, name) for name in ATTRIBUTION_FLAGS),
+        click.option(
+            "--out",
+            type=click.Path(file_okay=False),
+            required=True,
+            help="Folder for estimates.csv, summary.csv, verify.csv, multicell.csv, "
+            "config.json and figures/ (a run folder: graft-exp publish copies it into results/).",
+        ),
+        click.option(
+            "--overwrite",
+            is_flag=True,
+            help="Replace the results of another configuration in --out.",
+        ),
+    ]
 )
 def attribution(out, overwrite, **request):
     """Estimate the effect of grafting every single cell (layer x position unit x module
@@ -139,7 +54,7 @@ def attribution(out, overwrite, **request):
     multicell_summary.csv, each printed. With --dataset the prompts, targets and first
     entities are a dataset's test prompts (--template, --n-prompts) instead of --text, --target and
     --entity."""
-    from graft.study import AttributionRequest, attribution_lines, run_attribution
+    from graft.study import attribution_lines, run_attribution
 
     done = run_attribution(AttributionRequest(**request), out, overwrite=overwrite)
     for line in attribution_lines(done):

@@ -123,3 +123,22 @@ class DeviceType(click.ParamType):
         except DeviceError as err:
             self.fail(str(err), param, ctx)
         return str(value)
+
+
+class VerifyCount(click.ParamType):
+    """``--verify``: a number of cells per prompt (0: none), or ``all`` (None)."""
+
+    name = "K|all"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value is None:
+            return value
+        if str(value).strip().lower() == "all":
+            return None
+        try:
+            count = int(value)
+        except ValueError:
+            count = -1
+        if count < 0:
+            self.fail(f"{value!r}: give a number of cells (0 or more) or 'all'", param, ctx)
+        return count

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from graft import study
 from graft.study import ExperimentConfig, FinetuneConfig
 from graft_experiments import common
 from graft_experiments.options import FINETUNE_FLAGS, cli_only_option
@@ -64,40 +65,19 @@ def finetune(
     is refused before the model loads, with the setting that makes it fit
     (--skip-memory-check runs it anyway).
     """
-    from graft.study import (
-        DonorRequest,
-        donor_job_lines,
-        model_recall,
-        resolve_config,
-        run_donor_job,
-        training_line,
-    )
-
     common.check_dataset_options(options["dataset"])
     donor = {name: options.pop(name) for name in _DONOR}
-    config = resolve_config(preset, device=donor["device"], **options)  # the overrides
-    request = DonorRequest(model, config=config, **donor)
+    config = study.resolve_config(preset, device=donor["device"], **options)  # the overrides
+    request = study.DonorRequest(model, config=config, **donor)
     if dry_run:
-        common.echo_plan(donor_job_lines(request, workspace, out))
+        common.echo_plan(study.donor_job_lines(request, workspace, out))
         return
     with common.finetune_reporting(report_to, workspace):
-        folder = run_donor_job(
+        folder = study.run_donor_job(
             request, workspace, out, check_memory=not skip_memory_check, quiet=quiet
         )
-    trained = training_line(folder)
-    if trained:
-        click.echo(trained)
-    recall = model_recall(folder)
-    if recall is None:
-        return
-    if not recall.weak:  # the experiments graft from it
-        click.echo(recall.line())
-        return
-    click.echo(
-        f"warning: {recall.line()}; the experiments stop before grafting from it: train it "
-        "more (a higher --epochs, --finetune-max-steps or --lr, or another --preset), or "
-        "give them --allow-weak-donor"
-    )
+    for line in study.trained_model_lines(folder):
+        click.echo(line)
 
 
 if __name__ == "__main__":

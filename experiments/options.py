@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -21,16 +20,13 @@ import click
 from graft.core import COUNT, HEAD_POLICIES, PROTOCOLS, SEED
 from graft.remote import DONOR_MODES, REMOTE_RANGES, RemoteConfig
 from graft.study import (
-    DEFAULT_N_FACTS,
-    DIRECTIONS,
     EXPERIMENT_RANGES,
     FINETUNE_RANGES,
     GENERATED_KINDS,
-    KINDS,
     PRESETS,
-    SHUFFLES,
     STEPS,
     WEIGHTS_DTYPES,
+    AttributionRequest,
     DatasetConfig,
     ExperimentConfig,
     FinetuneConfig,
@@ -46,23 +42,14 @@ from graft_experiments.click_types import (
     remote_mode_flag,
     seed_list,
 )
+from graft_experiments.command_flags import (
+    ATTRIBUTION_FLAGS,
+    DATA_SEED,
+    DATASET_FLAGS,
+    N_FACTS,
+    SHUFFLE,
+)
 
-_N_FACTS = Flag(
-    "--n-facts",
-    f"Facts per set of a generated dataset [default: {DEFAULT_N_FACTS}; data --facts: every "
-    "usable row].",
-    number_type(COUNT),
-)
-_DATA_SEED = Flag(
-    "--data-seed", "Seed of a generated dataset (Faker and every shuffle).", number_type(SEED)
-)
-_SHUFFLE = Flag(
-    "--shuffle",
-    "How real_movies_shuffled shuffles the real casts: relations (the paper's text: each "
-    "title gets two actors who never starred together) or pairs (the authors' dataset code: "
-    "each real co-star pair kept together and moved to another real movie).",
-    click.Choice(SHUFFLES),
-)
 _FINETUNE_SEED_HELP = "validation split, data order and initialisation"
 _MAX_STEPS = Flag(
     "--finetune-max-steps",
@@ -93,9 +80,9 @@ EXPERIMENT_FLAGS: dict[str, Flag] = {
         "--dataset",
         f"Data kind ({', '.join(GENERATED_KINDS)}), generated into the workspace, or a dataset folder.",
     ),
-    "n_facts": _N_FACTS,
-    "data_seed": _DATA_SEED,
-    "shuffle": _SHUFFLE,
+    "n_facts": N_FACTS,
+    "data_seed": DATA_SEED,
+    "shuffle": SHUFFLE,
     "data_seeds": Flag(
         "--data-seeds",
         "Comma-separated data seeds, e.g. 0,1,2: one generated dataset (test prompts and the "
@@ -303,50 +290,9 @@ REMOTE_FLAGS: dict[str, Flag] = {
     ),
 }
 
-DATASET_FLAGS: dict[str, Flag] = {
-    "kind": Flag(
-        "--dataset",
-        "Data kind to generate [default: fake_movies_real_actors, custom with --facts, "
-        "articles with --articles, relation with --relation].",
-        click.Choice(KINDS),
-        default=None,
-    ),
-    "n_facts": _N_FACTS,
-    "seed": _DATA_SEED,
-    "direction": Flag(
-        "--direction",
-        "one: first_actor always first; both: also the swapped renderings.",
-        click.Choice(DIRECTIONS),
-    ),
-    "split": Flag("--split/--no-split", "Two disjoint sets A and B.", extra={"show_default": True}),
-    "facts_path": Flag(
-        "--facts",
-        "Your own facts (CSV/JSONL: movie_title, first_actor, second_actor [+ metadata]).",
-        click.Path(dir_okay=False, path_type=Path),
-    ),
-    "corpus_path": Flag(
-        "--corpus",
-        "Extra text corpus (one document per line, or JSONL with 'text').",
-        click.Path(dir_okay=False, path_type=Path),
-    ),
-    "shuffle": _SHUFFLE,
-    "articles_path": Flag(
-        "--articles",
-        "Your own articles (JSONL: article, rephrases, questions with prompt, answer, "
-        "first_entity; see docs/how-to/your-facts.md): the real-text dataset.",
-        click.Path(dir_okay=False, path_type=Path),
-    ),
-    "relation_path": Flag(
-        "--relation",
-        "Facts of any relation (TOML: facts = CSV/JSONL of subject, object; train templates; "
-        "[test] templates ending with {object}; see docs/how-to/your-facts.md; the movie "
-        "datasets' own: graft/resources/relations/movies*.toml).",
-        click.Path(dir_okay=False, path_type=Path),
-    ),
-}
-
 #: config class -> {field name -> Flag}.
 FLAGS: dict[type, dict[str, Flag]] = {
+    AttributionRequest: ATTRIBUTION_FLAGS,
     DatasetConfig: DATASET_FLAGS,
     ExperimentConfig: EXPERIMENT_FLAGS,
     FinetuneConfig: FINETUNE_FLAGS,

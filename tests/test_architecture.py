@@ -1,16 +1,23 @@
 """docs/explanation/architecture.md's promises about the tree: no module of graft, the commands or the
-benchmarks passes 450 lines, every module of graft has its row in the doc's "What each file
-does" tables, and every module the doc names exists."""
+benchmarks passes 450 lines, a command's module holds at most 60 lines of code, every module
+of graft has its row in the doc's "What each file does" tables, and every module the doc
+names exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
+
+from graft_experiments.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "explanation" / "architecture.md"
 #: The most lines a module may have (docs/explanation/architecture.md, "What each file does").
 MAX_LINES = 450
+#: The most lines of code (no blank line, comment or docstring) a command's module may have:
+#: flags -> resolve -> design -> run -> print, the rest in the library.
+MAX_COMMAND_CODE = 60
 #: The folders whose modules are held to :data:`MAX_LINES`.
 SIZED = ("graft", "experiments", "benchmarks")
 
@@ -57,6 +64,32 @@ def test_no_module_passes_450_lines() -> None:
     assert not over, (
         f"{len(over)} module(s) over {MAX_LINES} lines; split each into modules of one role "
         f"(docs/explanation/architecture.md, What each file does): {', '.join(over)}"
+    )
+
+
+def _code_lines(path: Path) -> int:
+    source = path.read_text()
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(
+        1
+        for number, line in enumerate(source.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#") and number not in docstrings
+    )
+
+
+def test_every_command_is_thin() -> None:
+    sizes = {module: _code_lines(ROOT / "experiments" / f"{module}.py") for module, _ in COMMANDS}
+    assert min(sizes.values()) > 0, "no code counted: the count would pass anything"
+    over = [f"{module}.py ({n})" for module, n in sizes.items() if n > MAX_COMMAND_CODE]
+    assert not over, (
+        f"commands over {MAX_COMMAND_CODE} lines of code: {', '.join(over)}; move what is not "
+        "flags, resolving and printing into the library (graft.study's designs and specs)"
     )
 
 

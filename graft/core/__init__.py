@@ -43,7 +43,8 @@ _EXPORTS = {
         "ResolvedGraft",
         "parse_spec",
     ),
-    "graft.core.api.attribution": ("DEFAULT_KINDS", "ESTIMATORS", "verify_attribution"),
+    "graft.core.language.vocabulary": ("ATTRIBUTION_METRICS", "DEFAULT_KINDS", "ESTIMATORS"),
+    "graft.core.api.attribution": ("verify_attribution",),
     "graft.core.api.attribution_multi": ("MULTI_KINDS", "verify_multicell"),
     "graft.core.api.selfcheck": (
         "SMOKE_SPECS",

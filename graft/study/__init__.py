@@ -60,7 +60,12 @@ _EXPORTS = {
         "check_out_placement",
         "folder_kind",
     ),
-    "graft.study.training.recall": ("MIN_GAIN", "model_recall", "training_line"),
+    "graft.study.training.recall": (
+        "MIN_GAIN",
+        "model_recall",
+        "trained_model_lines",
+        "training_line",
+    ),
     "graft.study.analyses.lens": (
         "LensAnalysis",
         "LensRun",

@@ -1,9 +1,9 @@
 """One source for options: the command line is the config dataclasses' fields.
 
-Every field of ExperimentConfig, FinetuneConfig and RemoteConfig has a flag in
-``graft_experiments.options`` or a stated reason to have none; every flag names a field (or is one of
-the few command-line-only flags); the commands take exactly those flags, with the field's
-default, and hand the values on to the dataclass unchanged.
+Every field of ExperimentConfig, FinetuneConfig, RemoteConfig and AttributionRequest has a
+flag in ``graft_experiments.options`` or a stated reason to have none; every flag names a
+field (or is one of the few command-line-only flags); the commands take exactly those flags,
+with the field's default, and hand the values on to the dataclass unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from graft.remote.config import RemoteConfig
 from graft.study.running.runner import ExperimentConfig
+from graft.study.specs.attribution import AttributionRequest
 from graft.study.specs.config import DatasetConfig
 from graft.study.specs.presets import FinetuneConfig
 from graft_experiments.cli import COMMANDS, main
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: config class -> {field without a flag: why} (a new field gets a flag in
 #: graft_experiments.options, or a line here).
 NOT_ON_CLI: dict[type, dict[str, str]] = {
+    AttributionRequest: {},
     DatasetConfig: {
         "relations": "library only (the paper's relation templates)",
         "protocol": "set by an experiment's --protocol (graft-exp data: library only so far)",
@@ -216,7 +218,8 @@ def test_every_experiment_file_runs_on_its_own(module):
 
 def test_every_command_file_is_registered():
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
-    helpers = {"__init__", "cli", "click_types", "command", "common", "options", "shared"}
+    helpers = {"__init__", "cli", "click_types", "command", "command_flags", "common"}
+    helpers |= {"options", "shared"}
     assert files - {module for module, _ in COMMANDS} == helpers
 
 

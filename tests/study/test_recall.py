@@ -15,7 +15,13 @@ from graft.results.folder import MARKER_FILE
 from graft.study.running.runner import RunRequest, run_experiment
 from graft.study.specs.config import ModelSource
 from graft.study.training.donors import write_checksums
-from graft.study.training.recall import MIN_GAIN, check_recall, model_recall, training_line
+from graft.study.training.recall import (
+    MIN_GAIN,
+    check_recall,
+    model_recall,
+    trained_model_lines,
+    training_line,
+)
 from tests.study.tiny_run import REFERENCES, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -98,6 +104,16 @@ def test_a_both_direction_donor_must_know_both(tmp_path):
     assert recall is not None and recall.direction == "reverse" and recall.weak
     good = write_eval(tmp_path / "good", {"forward": 0.9, "reverse": 0.7}, PRE, "both")
     assert not check_recall([str(good)])[str(good)]["weak"]
+
+
+def test_finetune_ends_with_the_recall_a_weak_model_as_a_warning_with_the_fix(tmp_path):
+    good = write_eval(tmp_path / "good", GOOD, PRE)
+    assert trained_model_lines(good) == [f"{good} knows its facts: " + model_recall(good).numbers()]
+    weak = write_eval(tmp_path / "weak", {"forward": 0.0}, {"forward": 0.0})
+    (line,) = trained_model_lines(weak)
+    assert line.startswith(f"warning: {weak} does not know its facts")
+    assert "--allow-weak-donor" in line and "--finetune-max-steps" in line
+    assert trained_model_lines(tmp_path) == []  # no records: nothing to say
 
 
 def test_a_folder_without_an_evaluation_is_not_checked(tmp_path, donor_path):

@@ -47,18 +47,17 @@ from graft.core.execution.executor import LocalExecutor
 from graft.core.execution.inputs import as_donors, model_of
 from graft.core.families.arch import Architecture, Site, architecture_of, check_compatible
 from graft.core.families.wrapping import unwrap
-from graft.core.language.vocabulary import COMPONENT_GROUPS
+from graft.core.language.vocabulary import (
+    ATTRIBUTION_METRICS,
+    COMPONENT_GROUPS,
+    DEFAULT_KINDS,
+    ESTIMATORS,
+)
 from graft.errors import SpecError
 
 __all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute", "verify_attribution"]
 
-#: the kinds attributed by default: the paper's components (qkv = its ATTN, o, ffn) and more
-DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
 _MODULE_KINDS = ("mlp", "ffn")  # the whole MLP module, whose output change is exact
-_METRICS = ("logprob", "logit")
-#: how a cell is estimated: ``local`` (the attention block's change exact, linear downstream;
-#: the default) or ``linear`` (first order in each module's output change)
-ESTIMATORS = ("local", "linear")
 
 
 def _texts_only(texts: Any) -> list[str]:
@@ -122,8 +121,8 @@ def attribute(
     tokenizer = _tokenizer(base, tokenizer)
     text_list = _texts_only(texts)
     target_ids = _target_ids(tokenizer, targets, text_list)
-    if metric not in _METRICS:
-        raise SpecError(f"metric {metric!r}: choose one of {', '.join(_METRICS)}")
+    if metric not in ATTRIBUTION_METRICS:
+        raise SpecError(f"metric {metric!r}: choose one of {', '.join(ATTRIBUTION_METRICS)}")
     if estimator not in ESTIMATORS:
         raise SpecError(f"estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
     torch_base = unwrap(model_of(base))

@@ -11,6 +11,16 @@ from typing import TYPE_CHECKING
 from graft.core.language.selectors import paper_layer_group
 from graft.errors import SpecError
 
+#: the kinds :func:`graft.attribute` attributes by default: the paper's components (qkv = its
+#: ATTN, o, ffn) and more
+DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
+#: what :func:`graft.attribute` estimates: the target's first-token log-prob, or its raw logit
+ATTRIBUTION_METRICS = ("logprob", "logit")
+#: how :func:`graft.attribute` estimates a cell: ``local`` (the attention block's change
+#: exact, linear downstream; the default) or ``linear`` (first order in each module's output
+#: change)
+ESTIMATORS = ("local", "linear")
+
 if TYPE_CHECKING:
     from graft.core.families.arch import Architecture
 

@@ -8,11 +8,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graft.core import DEFAULT_KINDS, ESTIMATORS
+from graft.core import ATTRIBUTION_METRICS, DEFAULT_KINDS, ESTIMATORS
 from graft.errors import ExperimentError
 
-#: what :func:`graft.attribute` estimates: the target's first-token log-prob, or its logit
-METRICS = ("logprob", "logit")
 #: the test template whose prompts a dataset gives by default
 DEFAULT_TEMPLATE = "headline"
 
@@ -78,9 +76,9 @@ class AttributionRequest:
         if self.dataset is not None:
             object.__setattr__(self, "dataset", os.fspath(self.dataset))
         self._check_prompts()
-        if self.metric not in METRICS:
+        if self.metric not in ATTRIBUTION_METRICS:
             raise ExperimentError(
-                f"metric {self.metric!r}: choose {' or '.join(METRICS)}", param="metric"
+                f"metric {self.metric!r}: choose {' or '.join(ATTRIBUTION_METRICS)}", param="metric"
             )
         if self.estimator not in ESTIMATORS:
             raise ExperimentError(

@@ -136,6 +136,23 @@ def training_line(path: str | Path) -> str | None:
     return "; ".join(parts) + f" (every logged step in {Path(path) / 'train_log.json'})"
 
 
+def trained_model_lines(path: str | Path) -> list[str]:
+    """What ``graft-exp finetune`` says last of the model folder ``path``: how its training
+    went (:func:`training_line`) and whether it knows its facts (:class:`Recall`), a weak one
+    as a warning saying what the experiments do with it and what to change."""
+    lines = [line for line in (training_line(path),) if line]
+    recall = model_recall(path)
+    if recall is not None and not recall.weak:
+        lines.append(recall.line())
+    elif recall is not None:
+        lines.append(
+            f"warning: {recall.line()}; the experiments stop before grafting from it: train it "
+            "more (a higher --epochs, --finetune-max-steps or --lr, or another --preset), or "
+            "give them --allow-weak-donor"
+        )
+    return lines
+
+
 def check_recall(paths: Iterable[str], allow_weak: bool = False) -> dict[str, dict[str, Any]]:
     """Check that every finetuned model among ``paths`` knows its facts; return, for each
     model checked, its record for ``config.json`` (the numbers, ``weak``, and what let a
