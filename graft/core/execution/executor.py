@@ -299,7 +299,7 @@ class LocalExecutor:
             layers,
             (family.layers_path, after),
             self.prompt_values(),
-            lambda run: self._traced(runner, donors, run),
+            lambda run, _: self._traced(runner, donors, run),
         )
 
     def _shared_depth(

@@ -146,12 +146,15 @@ def run_resumed(
     layers: Sequence[nn.Module],
     where: tuple[str, Sequence[str]],
     values: PromptValues,
-    forward: Callable[[types.SimpleNamespace], torch.Tensor],
+    forward: Callable[[types.SimpleNamespace, resume.Resumed | None], torch.Tensor],
+    force: bool = False,
 ) -> torch.Tensor | None:
-    """``batch`` run by ``forward`` (a batch -> its rows' results) from each row's first
-    changed layer, and from its first changed column where that is past the first (one
-    forward per such column); None where every row starts at column 0 and resuming does not
-    pay (:func:`graft.core.execution.resume.prepare`). ``where``: the layers' module path and
+    """``batch`` run by ``forward`` from each row's first changed layer, and from its first
+    changed column where that is past the first (one forward per such column); None where
+    every row starts at column 0 and resuming does not pay
+    (:func:`graft.core.execution.resume.prepare`; ``force``: resume always). ``forward``
+    takes a batch and how it was cut (its distinct prompts and each row's prompt; None for
+    rows run whole) and returns its rows' results. ``where``: the layers' module path and
     the modules after them (final norm, head); ``values``: each prompt's layer inputs, kept."""
     layers_path, after = where
     n_rows, length = batch.inputs["input_ids"].shape
@@ -162,11 +165,11 @@ def run_resumed(
     for start in starts:
         idx = (first == start).nonzero().squeeze(1)
         part = batch if len(starts) == 1 else resume.permuted(batch, idx)
-        ready = resume.prepare(part, layers_path, len(layers), after, force=start > 0)
+        ready = resume.prepare(part, layers_path, len(layers), after, force=force or start > 0)
         if ready is None:
             if len(starts) == 1:
                 return None
-            parts.append((idx, forward(part)))
+            parts.append((idx, forward(part, None)))
             continue
         found = resume.layer_inputs(values, model, layers, ready.distinct, with_cache)
         saved, keys, vals = split_states(found, len(layers))
@@ -179,7 +182,7 @@ def run_resumed(
             run = windowed(run, start, name, per_layer)
             saved = [state[:, start:] for state in saved]
         with resume.resuming(layers, ready.counts, saved, ready.expand):
-            parts.append((idx, ready.restore(forward(run))))
+            parts.append((idx, ready.restore(forward(run, ready))))
     if len(parts) == 1:
         return parts[0][1]
     result = parts[0][1].new_empty((n_rows, *parts[0][1].shape[1:]))

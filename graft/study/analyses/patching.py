@@ -48,7 +48,6 @@ from graft.core.execution.trace import (
 from graft.core.families.arch import architecture_of, family_of
 from graft.core.families.wrapping import unwrap, wrap
 from graft.core.planning.plan import BatchPlan
-from graft.core.planning.prefix import cache_argument, select_rows_by_layer
 from graft.errors import SpecError
 
 #: The ways a graft's cells are given the donor's values, in report order.
@@ -312,95 +311,25 @@ class PatchingExecutor(LocalExecutor):
         batch: types.SimpleNamespace,
         sites: list[Site],
     ) -> torch.Tensor:
-        """``batch`` patched at ``sites``, each row run from its first patched layer on
-        (:mod:`graft.core.execution.resume`), the donors' site outputs computed once per
-        distinct prompt without a trace. The rows whose first patched column is ``c > 0``
-        run their columns from ``c`` on alone, over the running model's cache of the
-        columns before (one step per such ``c``)."""
+        """``batch`` patched at ``sites``, each row run from its first patched layer and
+        column on (:func:`graft.core.execution.windows.run_resumed`), the donors' site
+        outputs computed once per distinct prompt without a trace."""
         batch.patches = sites
-        n_rows, length = batch.inputs["input_ids"].shape
-        first = windows.first_changed_columns(sites, n_rows, length)
-        parts = []
-        for start in first.unique().tolist():
-            idx = (first == start).nonzero().squeeze(1)
-            part = resume.permuted(batch, idx)
-            out = self._step_rows(torch_model, donors, part, start) if start else None
-            if out is None:
-                out = self._whole_rows(torch_model, donors, part)
-            parts.append((idx, out))
-        result = parts[0][1].new_empty((n_rows, *parts[0][1].shape[1:]))
-        for idx, out in parts:
-            result[idx.to(result.device)] = out
-        return result
-
-    def _layers(self, torch_model: nn.Module) -> tuple[str, list[nn.Module], tuple[str, str]]:
         family = family_of(torch_model)
         layers = list(cast(nn.ModuleList, torch_model.get_submodule(family.layers_path)))
-        return family.layers_path, layers, (family.final_norm_path, family.unembed_path)
+        where = (family.layers_path, (family.final_norm_path, family.unembed_path))
 
-    def _whole_rows(
-        self,
-        torch_model: nn.Module,
-        donors: Mapping[str, nn.Module | None],
-        batch: types.SimpleNamespace,
-    ) -> torch.Tensor:
-        """``batch``'s rows over their whole prompts, each from its first patched layer."""
-        path, layers, after = self._layers(torch_model)
-        ready = resume.prepare(batch, path, len(layers), after, force=True)
-        assert ready is not None  # the batch patches something
-        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
-        found = resume.layer_inputs(
-            self.prompt_values(),
-            torch_model,
-            layers,
-            ready.distinct,
-            windows.takes_cache(torch_model),
-        )
-        states = windows.split_states(found, len(layers))[0]
-        run = ready.batch
-        with (
-            torch.no_grad(),
-            resume.resuming(layers, ready.counts, states, ready.expand),
-            writing(torch_model, run.patches, saved, ready.expand),
-        ):
-            picked = last_logits(torch_model(**run.inputs).logits, run)
-        return ready.restore(self._scored(picked, run))
+        def forward(run: types.SimpleNamespace, ready: resume.Resumed | None) -> torch.Tensor:
+            assert ready is not None  # forced: every row resumed
+            saved = self._donor_values(donors, run.patches, ready.distinct)
+            with torch.no_grad(), writing(torch_model, run.patches, saved, ready.expand):
+                picked = last_logits(torch_model(**run.inputs).logits, run)
+            return self._scored(picked, run)
 
-    def _step_rows(
-        self,
-        torch_model: nn.Module,
-        donors: Mapping[str, nn.Module | None],
-        batch: types.SimpleNamespace,
-        start: int,
-    ) -> torch.Tensor | None:
-        """``batch``'s rows, patched at columns ``start`` and later only: those columns
-        alone, each row from its first patched layer, over the running model's cache of the
-        columns before; None where the model's cache does not allow it."""
-        path, layers, after = self._layers(torch_model)
-        ready = resume.prepare(batch, path, len(layers), after, force=True)
-        assert ready is not None  # the batch patches something
-        if not windows.takes_cache(torch_model):
-            return None
-        found = resume.layer_inputs(self.prompt_values(), torch_model, layers, ready.distinct, True)
-        whole, keys, values = windows.split_states(found, len(layers))
-        cache = windows.leading_cache(torch_model, ready.distinct, start, keys, values)
-        if cache is None:
-            return None
-        states = [state[:, start:] for state in whole]
-        saved = self._donor_values(donors, ready.batch.patches, ready.distinct)
-        run = ready.batch
-        name = cache_argument(torch_model)
-        assert name is not None  # the model takes a cache
-        index = ready.expand.to(states[0].device)
-        per_layer = select_rows_by_layer(cache, [index[:n] for n in ready.counts])
-        with (
-            torch.no_grad(),
-            resume.resuming(layers, ready.counts, states, ready.expand),
-            writing(torch_model, run.patches, saved, ready.expand),
-        ):
-            out = torch_model(**windows.step_inputs(run.inputs, name, per_layer, start))
-            picked = last_logits(out.logits[:, -1:], run)  # left padding: each row's last
-        return ready.restore(self._scored(picked, run))
+        values = self.prompt_values()
+        result = windows.run_resumed(batch, torch_model, layers, where, values, forward, True)
+        assert result is not None  # forced
+        return result
 
     def _donor_values(
         self,
