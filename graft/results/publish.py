@@ -286,16 +286,33 @@ def _pair_tables(run: Path, record: RunRecord, stem: str) -> pl.DataFrame | None
     return pl.concat(frames, how="diagonal_relaxed") if frames else None
 
 
+#: What a sweep's first run records of the computation of its rows, which the sweep's own
+#: record (written with its tables, perhaps by a later call at another commit) must not hide.
+ROWS_PROVENANCE = (
+    "packages",
+    "git_commit",
+    "git_dirty",
+    "machine",
+    "command",
+    "created",
+    "resumes",
+)
+
+
 def sweep_config(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` (``run``'s ``config.json``), and for a sweep (``graft-exp patching``: its
     ``runs`` are run folders inside ``run``) completed with what its first run recorded and
-    the sweep's record lacks: the donors' records, the options, the dataset."""
+    the sweep's record lacks: the donors' records, the options, the dataset; and what
+    computed the rows (:data:`ROWS_PROVENANCE`: commit, packages, machine, command, when,
+    and each resume, e.g. the call that wrote the tables) taken from that first run."""
     runs = config.get("runs") or []
     first = run / str(runs[0]) / CONFIG_FILE if runs else None
     if first is None or not first.is_file():
         return dict(config)
     merged = read_config_file(first)
+    rows = {k: merged[k] for k in ROWS_PROVENANCE if merged.get(k) is not None}
     merged.update({k: v for k, v in config.items() if v is not None})
+    merged.update(rows)
     return merged
 
 

@@ -216,6 +216,9 @@ def test_a_patching_sweep_publishes_its_tables_with_its_first_runs_provenance(tm
         "units": ["LT"],
         "n": 6,
         "command": "graft-exp patching --model tiny-llama --n 6",
+        # its tables written by a later call at another commit: the rows' record stays
+        "git_commit": "fedcba9876543210fedcba9876543210fedcba98",
+        "created": "2099-01-01T00:00:00+00:00",
     }
     (root / ".graft-run").write_text("graft\n")
     (root / "config.json").write_text(json.dumps(sweep))
@@ -237,7 +240,9 @@ def test_a_patching_sweep_publishes_its_tables_with_its_first_runs_provenance(tm
         entry["finetuned_models"]
         == json.loads((first / "config.json").read_text())["finetuned_models"]
     )
-    assert entry["git_commit"].startswith("0123456789ab")
+    first_record = json.loads((first / "config.json").read_text())
+    assert entry["git_commit"] == first_record["git_commit"]  # the commit that computed rows
+    assert entry["created"] == first_record["created"]
 
 
 def test_an_older_run_is_refused_unless_allowed(tmp_path):
