@@ -237,6 +237,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "max": max,
         "len": len,
         "sum": sum,
+        "abs": abs,
     }
 
     def fill(match: re.Match) -> str:
