@@ -218,8 +218,16 @@ def test_every_experiment_file_runs_on_its_own(module):
 
 def test_every_command_file_is_registered():
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")}
-    helpers = {"__init__", "cli", "click_types", "command", "command_flags", "common"}
-    helpers |= {"options", "shared"}
+    helpers = {
+        "__init__",
+        "cli",
+        "click_types",
+        "command",
+        "command_flags",
+        "common",
+        "options",
+        "shared",
+    }
     assert files - {module for module, _ in COMMANDS} == helpers
 
 

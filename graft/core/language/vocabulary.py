@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING
 from graft.core.language.selectors import paper_layer_group
 from graft.errors import SpecError
 
+if TYPE_CHECKING:
+    from graft.core.families.arch import Architecture
+
+
 #: the kinds :func:`graft.attribute` attributes by default: the paper's components (qkv = its
 #: ATTN, o, ffn) and more
 DEFAULT_KINDS = ("q", "k", "v", "qkv", "o", "attn", "mlp")
@@ -20,9 +24,6 @@ ATTRIBUTION_METRICS = ("logprob", "logit")
 #: exact, linear downstream; the default) or ``linear`` (first order in each module's output
 #: change)
 ESTIMATORS = ("local", "linear")
-
-if TYPE_CHECKING:
-    from graft.core.families.arch import Architecture
 
 
 @dataclass(frozen=True)

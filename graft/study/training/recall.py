@@ -140,17 +140,19 @@ def trained_model_lines(path: str | Path) -> list[str]:
     """What ``graft-exp finetune`` says last of the model folder ``path``: how its training
     went (:func:`training_line`) and whether it knows its facts (:class:`Recall`), a weak one
     as a warning saying what the experiments do with it and what to change."""
-    lines = [line for line in (training_line(path),) if line]
+    trained = training_line(path)
+    lines = [trained] if trained else []
     recall = model_recall(path)
-    if recall is not None and not recall.weak:
-        lines.append(recall.line())
-    elif recall is not None:
-        lines.append(
-            f"warning: {recall.line()}; the experiments stop before grafting from it: train it "
-            "more (a higher --epochs, --finetune-max-steps or --lr, or another --preset), or "
-            "give them --allow-weak-donor"
-        )
-    return lines
+    if recall is None:
+        return lines
+    if not recall.weak:
+        return [*lines, recall.line()]
+    return [
+        *lines,
+        f"warning: {recall.line()}; the experiments stop before grafting from it: train it "
+        "more (a higher --epochs, --finetune-max-steps or --lr, or another --preset), or "
+        "give them --allow-weak-donor",
+    ]
 
 
 def check_recall(paths: Iterable[str], allow_weak: bool = False) -> dict[str, dict[str, Any]]:
