@@ -23,8 +23,10 @@ from graft.results import (
     read_csv_table,
     write_benchmark_table,
 )
+from graft.study import GRAFT, protocol_of
 
 __all__ = [
+    "GRAFT",
     "PROVENANCE_FILE",
     "Architecture",
     "GraftError",
@@ -38,6 +40,7 @@ __all__ = [
     "machine_label",
     "parse_spec",
     "perturbed_copy",
+    "protocol_of",
     "provenance_entries",
     "read_csv_table",
     "run_grafts",

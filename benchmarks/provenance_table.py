@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks._graft_api import machine_label, provenance_entries
+from benchmarks._graft_api import GRAFT, machine_label, protocol_of, provenance_entries
 from benchmarks.md_table import escaped, md_row
 
 HEADER = (
@@ -45,10 +45,10 @@ def _setup(entry: dict) -> str:
     if entry.get("kind") == "benchmark":
         settings = entry.get("settings") or {}
         return ", ".join(f"{k} {v}" for k, v in settings.items()) or "—"
-    protocol = entry.get("protocol") or "graft"
+    protocol = protocol_of(entry.get("protocol") or GRAFT)
     parts = [
         str(entry.get("model")),
-        f"{'the paper' if protocol == 'paper' else protocol}'s protocol",
+        protocol.title,
         _presets(entry),
         _seeds(entry),
         f"n = {entry['n']}" if entry.get("n") is not None else "n = all",

@@ -38,11 +38,12 @@ def tokens(specs, graft_set, per_graft, variant, cfg_options, remote):
     is common.given."""
     from graft.study import tokens_design
 
-    if graft_set == "paper" and common.given("specs"):
+    paper_graft = graft_set == "paper"
+    if paper_graft and common.given("specs"):
         raise click.UsageError("--grafts paper chooses the graft itself; leave out --spec")
     run_specs = common.make_config("tokens", cfg_options, remote)
-    design = tokens_design(run_specs, specs, graft_set == "paper", per_graft, variant)
-    if graft_set == "paper":
+    design = tokens_design(run_specs, specs, paper_graft, per_graft, variant)
+    if paper_graft:
         click.echo(f"--grafts paper: {design.runs[''].extra_config['paper_graft']}")
     common.run_or_plan(design)
 

@@ -217,3 +217,45 @@ def test_the_readme_is_one_screen_and_links_the_docs_index():
     } - {"index.md"}
     missing = sorted(p for p in pages if f"]({p}" not in index)
     assert not missing, f"docs/index.md does not link {', '.join(missing)}"
+
+
+#: Where a protocol's name may be compared: the spec text's parser and resolution rules, and
+#: the protocol registry; everywhere else reads a field of the protocol object.
+PROTOCOL_NAME_HOMES = (
+    "graft/core/language/spec.py",
+    "graft/core/language/selectors.py",
+    "graft/core/language/vocabulary.py",
+    "graft/study/specs/protocol.py",
+)
+
+
+def protocol_name_comparisons(source: str) -> list[int]:
+    """Lines of ``source`` comparing something named like a protocol with a protocol's name
+    ("graft", "paper")."""
+    names = {"graft", "paper"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(isinstance(s, ast.Constant) and s.value in names for s in sides) or any(
+            isinstance(s, ast.Tuple | ast.List | ast.Set)
+            and any(isinstance(e, ast.Constant) and e.value in names for e in s.elts)
+            for s in sides
+        )
+        if named and any("protocol" in ast.unparse(s).lower() for s in sides):
+            found.append(node.lineno)
+    return found
+
+
+def test_protocol_names_are_compared_only_by_the_parser_and_the_registry() -> None:
+    assert protocol_name_comparisons("if cfg.protocol == 'paper':\n    pass\n") == [1]
+    assert protocol_name_comparisons("x = protocol in ('graft', 'x')\n") == [1]
+    assert protocol_name_comparisons("if head == 'paper':\n    pass\n") == []
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in _modules(*SIZED)
+        if str(path.relative_to(ROOT)) not in PROTOCOL_NAME_HOMES
+        for line in protocol_name_comparisons(path.read_text())
+    ]
+    assert not found, f"protocol names compared at {', '.join(found)}: read a Protocol field"

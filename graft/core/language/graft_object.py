@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from graft.core.language.spec import DEFAULT_DONOR, GraftSpec, Rule
+from graft.core.language.vocabulary import DEFAULT_PROTOCOL
 from graft.errors import SpecError
 
 #: What a :class:`Graft`'s fields accept, besides the spec language's own text.
@@ -77,7 +78,7 @@ class Graft:
     modules: Modules = "all"
     donor: str = DEFAULT_DONOR
     head: str = "base"
-    protocol: str = "graft"
+    protocol: str = DEFAULT_PROTOCOL
 
     def __post_init__(self) -> None:
         self.spec  # noqa: B018 - bad values fail here, where the object is made
@@ -152,13 +153,13 @@ def combine(*grafts: Graft | GraftSpec | str) -> GraftSpec:
     """One spec of the rules of ``grafts`` in order (the later wins on overlap)."""
     specs = [as_spec(g) for g in grafts]
     heads = {(s.head, s.head_donor, s.head_everywhere) for s in specs if s.head != "base"}
-    protocols = {s.protocol for s in specs if s.protocol != "graft"}
+    protocols = {s.protocol for s in specs if s.protocol != DEFAULT_PROTOCOL}
     if len(heads) > 1 or len(protocols) > 1:
         raise SpecError(
             "the grafts combined set different heads or protocols; set head= and protocol= "
             "on one of them only"
         )
     head, head_donor, everywhere = heads.pop() if heads else ("base", DEFAULT_DONOR, False)
-    protocol = protocols.pop() if protocols else "graft"
+    protocol = protocols.pop() if protocols else DEFAULT_PROTOCOL
     rules = tuple(r for s in specs for r in s.rules)
     return GraftSpec(rules, head, head_donor, None, protocol, everywhere)

@@ -68,6 +68,7 @@ from graft.core.language.selectors import (
 )
 from graft.core.language.vocabulary import (
     COMPONENT_GROUPS,
+    DEFAULT_PROTOCOL,
     EMBEDDING_COMPONENTS,
     GROUPS_HELP,
     KNOWN_COMPONENTS,
@@ -205,7 +206,7 @@ class GraftSpec:
     head: str = "base"
     head_donor: str = DEFAULT_DONOR
     name: str | None = field(default=None, compare=False)
-    protocol: str = "graft"
+    protocol: str = DEFAULT_PROTOCOL
     head_everywhere: bool = False
 
     def __post_init__(self) -> None:
@@ -247,7 +248,7 @@ class GraftSpec:
                 f"{label}empty spec; write one such as LT:all:all, or 'none' for the base alone"
             )
         rules: list[Rule] = []
-        head, head_donor, protocol, everywhere = "base", DEFAULT_DONOR, "graft", False
+        head, head_donor, protocol, everywhere = "base", DEFAULT_DONOR, DEFAULT_PROTOCOL, False
         parts = [p.strip() for p in text.split(";")]
         seen: set[str] = set()
         for part in parts:
@@ -304,7 +305,7 @@ class GraftSpec:
             if self.head_everywhere:
                 head += ":all"
             parts.append(f"head={head}")
-        if self.protocol != PROTOCOLS[0]:  # graft's own protocol is the default, not written
+        if self.protocol != DEFAULT_PROTOCOL:  # the default is not written
             parts.append(f"protocol={self.protocol}")
         return "; ".join(parts)
 
@@ -350,7 +351,7 @@ class GraftSpec:
                 data.get("head", "base"),
                 data.get("head_donor", DEFAULT_DONOR),
                 data.get("name"),
-                data.get("protocol", "graft"),
+                data.get("protocol", DEFAULT_PROTOCOL),
                 bool(data.get("head_everywhere", False)),
             )
         except (KeyError, TypeError) as exc:

@@ -67,6 +67,8 @@ RESOLUTIONS = {
     ),
 }
 PROTOCOLS = tuple(RESOLUTIONS)
+#: The protocol of a spec that names none (not written in its text or JSON).
+DEFAULT_PROTOCOL = "graft"
 EMBEDDING_COMPONENTS = ("embed", "pos_embed")
 #: Component groups under graft's protocol. ``attn`` is the attention block as nnsight and
 #: TransformerLens users read it (q, k, v, the q/k norms where a family has them, and o);
@@ -86,7 +88,7 @@ GROUPS_HELP = (
 )
 
 
-def group_members(name: str, protocol: str = "graft") -> tuple[str, ...]:
+def group_members(name: str, protocol: str = DEFAULT_PROTOCOL) -> tuple[str, ...]:
     """The components of group ``name`` under ``protocol`` (before a family drops those it
     lacks)."""
     return dict(RESOLUTIONS[protocol].groups).get(name) or COMPONENT_GROUPS[name]
@@ -118,7 +120,10 @@ SPECIAL_GROUPS = ("norms", "block", "all")
 
 
 def expand_components(
-    names: tuple[str, ...], available: tuple[str, ...], family: str, protocol: str = "graft"
+    names: tuple[str, ...],
+    available: tuple[str, ...],
+    family: str,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> list[str]:
     """Expand groups and check every name exists for ``family`` (whose components are
     ``available``). Under ``protocol="paper"``, ``all`` leaves out ``pos_embed``."""

@@ -34,7 +34,7 @@ from graft.study.planning.memory import (
     model_size,
 )
 from graft.study.specs.donor import DonorRequest
-from graft.study.specs.presets import PAPER_BF16, FinetuneConfig
+from graft.study.specs.presets import LEAN_PRESETS, FinetuneConfig
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
 from graft.study.training.sources import finetune_steps, trained_mix
 from graft.study.training.workspace import Workspace, donor_dataset
@@ -347,8 +347,8 @@ def finetune_fix(plan: FinetunePlan, memory: DeviceMemory, *, presets_only: bool
     if cfg.weights_dtype != "bfloat16":
         if not presets_only:
             options.append(("weights_dtype='bfloat16' with gradient_checkpointing", lean))
-        elif cfg.name == "paper":
-            options.append((f"preset={PAPER_BF16.name!r}", lean))
+        elif cfg.name in LEAN_PRESETS:
+            options.append((f"preset={LEAN_PRESETS[cfg.name].name!r}", lean))
     found = found_config(plan.model)
     for words, option in options:
         memory_plan = estimate_finetune_bytes(

@@ -167,6 +167,9 @@ GENTLE = FinetuneConfig(
 CPU = FinetuneConfig(name="cpu", learning_rate=4e-4, weight_decay=0.0, batch_size=16, epochs=3)
 
 PRESETS: dict[str, FinetuneConfig] = {c.name: c for c in (PAPER, PAPER_BF16, GENTLE, CPU)}
+#: The preset a donor of a preset takes where that one does not fit in memory: the same
+#: hyper-parameters with bfloat16 weights and gradient checkpointing.
+LEAN_PRESETS: dict[str, FinetuneConfig] = {PAPER.name: PAPER_BF16}
 
 
 def default_preset(device: str | None = None) -> str:

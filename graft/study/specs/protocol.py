@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graft.core.language.spec import PROTOCOLS, RESOLUTIONS
-from graft.core.language.vocabulary import Resolution
+from graft.core.language.vocabulary import DEFAULT_PROTOCOL, Resolution
 from graft.errors import ExperimentError
 from graft.study.specs.templates import TEMPLATE_SETS, TemplateSet
 
@@ -28,6 +28,7 @@ class Protocol:
         name: ``graft`` or ``paper``: the value of ``--protocol``, what run records store and
             what a graft spec's ``protocol=`` names (the spec language's own resolution rules,
             :data:`graft.core.language.spec.PROTOCOLS`).
+        title: how a sentence names it ("graft's protocol", "the paper's protocol").
         templates: its training and test templates
             (:class:`~graft.study.specs.templates.TemplateSet`).
         resolution: how its grafts' cells resolve (layer groups, ``all``, fused q/k/v;
@@ -57,6 +58,7 @@ class Protocol:
     """
 
     name: str
+    title: str
     templates: TemplateSet
     resolution: Resolution
     head_policy: str
@@ -77,8 +79,11 @@ class Protocol:
     fused_qkv_note: bool
 
 
+#: The protocol a run takes when it names none (the spec language's default); datasets and
+#: run records write the protocol only when it is another one.
 GRAFT = Protocol(
-    name="graft",
+    name=DEFAULT_PROTOCOL,
+    title="graft's protocol",
     templates=TEMPLATE_SETS["graft"],
     resolution=RESOLUTIONS["graft"],
     head_policy="base",
@@ -101,6 +106,7 @@ GRAFT = Protocol(
 
 PAPER = Protocol(
     name="paper",
+    title="the paper's protocol",
     templates=TEMPLATE_SETS["paper"],
     resolution=RESOLUTIONS["paper"],
     head_policy="paper",
@@ -121,9 +127,6 @@ PAPER = Protocol(
     fused_qkv_note=True,
 )
 
-#: The protocol a run takes when it names none; datasets and run records write the protocol
-#: only when it is another one (so graft's datasets keep the config they were made with).
-DEFAULT_PROTOCOL = GRAFT.name
 #: Every protocol by name.
 BY_NAME: dict[str, Protocol] = {p.name: p for p in (GRAFT, PAPER)}
 assert set(BY_NAME) == set(PROTOCOLS)
