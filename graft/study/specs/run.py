@@ -1,8 +1,11 @@
 """A run resolved once: :func:`resolve` turns an :class:`~graft.study.specs.config.
 ExperimentConfig` (the options a command or a notebook gives) into frozen, typed specs, one
-per concern, and the run's :class:`~graft.study.specs.protocol.Protocol`. Every default that
-depends on the protocol or on another option is applied here, and nowhere else; a function
-takes the one spec it reads.
+per concern, and the run's :class:`~graft.study.specs.protocol.Protocol`. The run-wide
+defaults that depend on the protocol or on another option (preset, head policy, dtype, the
+data seeds) are applied here; what differs by experiment (a donor's variant, the run folder's
+tag, test prompts from the donor's own dataset) each design reads from the protocol's fields
+(:mod:`graft.study.designs`), and a dataset's size from its kind
+(:mod:`graft.study.data.datasets`). A function takes the one spec it reads.
 
 :meth:`RunSpecs.record` is what a run folder's ``config.json`` stores under ``options`` (with
 the record's schema version, :data:`RECORD_SCHEMA`), and :meth:`RunSpecs.from_record` reads
