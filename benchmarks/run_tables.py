@@ -17,6 +17,7 @@ from benchmarks.table_generators import (
     _experiment_order,
     _files_in,
     _float_format,
+    _keyword,
     _one_file,
     generator,
     shown,
@@ -177,10 +178,7 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     rows = rows.with_columns(pl.col("finetune_seed").cast(pl.Int64))
     seeds = sorted(set(rows["finetune_seed"]))
     if "finetune_seed" in keywords:
-        try:
-            seed = int(keywords["finetune_seed"])
-        except ValueError:
-            raise BlockError(f"finetune_seed={keywords['finetune_seed']}: not a number") from None
+        seed = _keyword(keywords, "finetune_seed", int, "not a number")
         if seed not in seeds:
             raise BlockError(f"{shown(path)} has no finetune seed {seed} (it has {seeds})")
         rows, seeds = rows.filter(pl.col("finetune_seed") == seed), [seed]
@@ -234,10 +232,7 @@ def _kinds(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
 )
 def _examples(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     path = _one_file("examples", positional, keywords.get("file", "tokens_paper_top_tokens.csv"))
-    try:
-        k = int(keywords.get("k", "3"))
-    except ValueError:
-        raise BlockError(f"k={keywords['k']}: not a whole number") from None
+    k = _keyword(keywords, "k", int, "not a whole number", "3")
     rows = read_csv_table(path)
     need = {"template", "graft", "prompt_id", "rank", "token", "prob", "target_rank", "text"}
     if missing := sorted(need - set(rows.columns)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -16,6 +17,8 @@ from benchmarks._graft_api import PROVENANCE_FILE, provenance_entries, read_csv_
 from benchmarks.md_table import md_table
 
 ROOT = Path(__file__).resolve().parents[1]
+
+_T = TypeVar("_T")
 
 
 class BlockError(Exception):
@@ -81,6 +84,22 @@ def _float_format(key: str, form: str) -> str:
     except ValueError:
         raise BlockError(f"{key}={form}: not a float format") from None
     return form
+
+
+def _keyword(
+    keywords: dict[str, str],
+    key: str,
+    parse: Callable[[str], _T],
+    what: str,
+    default: str | None = None,
+) -> _T:
+    """The keyword ``key`` (``default`` where it is not given) read by ``parse``; where it
+    does not parse, one line naming it and ``what`` it should be."""
+    text = keywords[key] if default is None else keywords.get(key, default)
+    try:
+        return parse(text)
+    except ValueError:
+        raise BlockError(f"{key}={text}: {what}") from None
 
 
 def _labelled(items: list[str]) -> list[tuple[str, Path]]:
@@ -193,11 +212,7 @@ def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
         runs.append((parts[0], parts[1], str(_folder(parts[2]))))
     if not runs:
         raise BlockError("paper takes one LABEL=MODEL=FOLDER or more")
-    margin = keywords.get("margin")
-    try:
-        value = None if margin is None else float(margin)
-    except ValueError:
-        raise BlockError(f"margin={margin}: not a number") from None
+    margin = _keyword(keywords, "margin", float, "not a number") if "margin" in keywords else None
     others = keywords.get("others", "yes")
     if others not in ("yes", "no"):
         raise BlockError(f"others={others}: yes or no")
@@ -205,7 +220,7 @@ def _paper(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[P
     if cells not in ("full", "short"):
         raise BlockError(f"cells={cells}: full or short")
     files = sorted(p for _, _, f in runs for p in Path(f).glob("*.csv"))
-    text = paper_table_markdown(runs, value, others == "yes", cells == "short")
+    text = paper_table_markdown(runs, margin, others == "yes", cells == "short")
     return str(text).rstrip("\n"), files
 
 
@@ -221,10 +236,7 @@ def _across(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[
     template = keywords.get("template", "headline")
     grafts = keywords.get("grafts", "SFT,FE+LT").split(",")
     metric = keywords.get("metric", "acc@5")
-    try:
-        seed = int(keywords.get("finetune_seed", "0"))
-    except ValueError:
-        raise BlockError(f"finetune_seed={keywords['finetune_seed']}: not a number") from None
+    seed = _keyword(keywords, "finetune_seed", int, "not a number", "0")
     body = []
     files = []
     for label, folder in _labelled(positional):
@@ -263,10 +275,13 @@ def _lens(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Pa
     path = _one_file("lens", positional, "lens_summary.csv")
     position = keywords.get("position", "LT")
     metric = keywords.get("metric", "median_rank")
-    try:
-        layers = [int(x) for x in keywords.get("layers", "-1,27,28,29").split(",")]
-    except ValueError:
-        raise BlockError(f"layers={keywords['layers']}: not whole numbers") from None
+    layers = _keyword(
+        keywords,
+        "layers",
+        lambda text: [int(x) for x in text.split(",")],
+        "not whole numbers",
+        "-1,27,28,29",
+    )
     lens = read_csv_table(path).filter(pl.col("position") == position)
     if not lens.height or metric not in lens.columns:
         raise BlockError(f"{shown(path)} has no {metric} at {position}")

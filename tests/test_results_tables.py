@@ -326,6 +326,21 @@ def test_lens_table_puts_templates_in_each_layer_cell(tmp_path):
         results_tables.GENERATORS["lens"].make([str(tmp_path)], {"layers": "2"})
 
 
+@pytest.mark.parametrize(
+    ("name", "keywords", "message"),
+    [
+        ("across", {"finetune_seed": "one"}, "finetune_seed=one: not a number"),
+        ("lens", {"layers": "-1,x"}, "layers=-1,x: not whole numbers"),
+        ("paper", {"margin": "wide"}, "margin=wide: not a number"),
+    ],
+)
+def test_a_number_keyword_that_does_not_parse_is_named(tmp_path, name, keywords, message):
+    (tmp_path / "lens_summary.csv").write_text("")  # the numbers are read before the table
+    folder = f"A=smollm2-135m={tmp_path}" if name == "paper" else str(tmp_path)
+    with pytest.raises(BlockError, match=f"^{message}$"):
+        results_tables.GENERATORS[name].make([folder], keywords)
+
+
 def test_csv_shows_the_named_columns_of_each_folders_table(tmp_path):
     for name, value in (("a", 4.0e-5), ("b", 0.25)):
         (tmp_path / name).mkdir()

@@ -143,6 +143,8 @@ def test_kinds_per_seed_on_one_template_and_per_template_for_one_seed(tmp_path):
     ]
     with pytest.raises(BlockError, match="has no finetune seed 5"):
         make([str(folder)], {"finetune_seed": "5"})
+    with pytest.raises(BlockError, match="^finetune_seed=x: not a number$"):
+        make([str(folder)], {"finetune_seed": "x"})
 
 
 def test_kinds_of_one_finetune_take_the_seed_its_provenance_records(tmp_path):

@@ -198,10 +198,9 @@ def verify_attribution(
     (the metric under the graft minus the base's). ``progress``: a bar per prompt."""
     import polars as pl
 
-    tokenizer = _tokenizer(base, tokenizer)
-    text_list = _texts_only(texts)
-    target_ids = _target_ids(tokenizer, targets, text_list)
-    field_list = _field_list(fields, text_list)
+    tokenizer, text_list, target_ids, field_list = _prompt_inputs(
+        base, tokenizer, texts, targets, fields
+    )
     one = {"sft": _one_donor(donors, donor)}
     executor = LocalExecutor(resume_layers=True)
     parts = []
@@ -228,6 +227,22 @@ def verify_attribution(
         values = scores[:, target_ids[prompt]]
         parts.append(cells.with_columns(real=pl.Series((values[1:] - values[0]).tolist())))
     return pl.concat(parts)
+
+
+def _prompt_inputs(
+    base: Any,
+    tokenizer: Any,
+    texts: Sequence[str] | str,
+    targets: Sequence[int | str] | int | str,
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None,
+) -> tuple[Any, list[str], list[int], list[Mapping[str, Any]]]:
+    """The tokenizer (given, or the base's), the texts, and each text's target id and fields,
+    as the checks against real grafts read them (:func:`verify_attribution`,
+    :func:`graft.core.api.attribution_multi.verify_multicell`)."""
+    tokenizer = _tokenizer(base, tokenizer)
+    text_list = _texts_only(texts)
+    target_ids = _target_ids(tokenizer, targets, text_list)
+    return tokenizer, text_list, target_ids, _field_list(fields, text_list)
 
 
 def _one_donor(donors: Any, name: str | None) -> torch.nn.Module:

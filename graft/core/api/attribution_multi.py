@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from graft.core.api.attribution import _one_donor, _target_ids, _texts_only, attribute
-from graft.core.api.texts import _field_list, _tokenizer, graft_texts
+from graft.core.api.attribution import _one_donor, _prompt_inputs, attribute
+from graft.core.api.texts import graft_texts
 
 __all__ = ["MULTI_KINDS", "verify_multicell"]
 
@@ -54,10 +54,9 @@ def verify_multicell(
     """
     import polars as pl
 
-    tokenizer = _tokenizer(base, tokenizer)
-    text_list = _texts_only(texts)
-    target_ids = _target_ids(tokenizer, targets, text_list)
-    field_list = _field_list(fields, text_list)
+    tokenizer, text_list, target_ids, field_list = _prompt_inputs(
+        base, tokenizer, texts, targets, fields
+    )
     one = {"sft": _one_donor(donors, donor)}
     estimates = partial(
         attribute,
