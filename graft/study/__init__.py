@@ -44,7 +44,7 @@ _EXPORTS = {
     "graft.study.specs.attribution": ("AttributionRequest",),
     "graft.study.designs.patching": ("patching_design=patching",),
     "graft.study.specs.request": ("RunRequest",),
-    "graft.study.specs.donor": ("DonorRequest",),
+    "graft.study.specs.donor": ("DatasetRequest", "DonorRequest"),
     "graft.study.running.donor_job": ("run_donor_job", "donor_job_lines", "plan_donor_job"),
     "graft.study.designs.common": ("sft_design",),
     "graft.study.training.sources": (

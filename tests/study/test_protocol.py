@@ -15,7 +15,7 @@ from graft.core.language.selectors import paper_layer_group
 from graft.core.language.spec import SpecError
 from graft.errors import DatasetError, ExperimentError, FinetuneError
 from graft.models.tiny import tiny_model
-from graft.study import DonorRequest, resolve_config
+from graft.study import DatasetRequest, DonorRequest, resolve_config
 from graft.study.data.datasets import (
     build_dataset,
     default_dataset_name,
@@ -141,6 +141,34 @@ def test_a_paper_dataset_records_its_renderings_and_generator(direction, per_fac
     assert manifest["sizes"]["renderings_per_fact"] == {"article": 5, "qa": 5, "total": per_fact}
     assert manifest["templates"]["article"] == [f"article_{i}" for i in range(1, 6)]
     assert manifest["generator_version"].endswith("+paper-5-article-5-qa")
+
+
+def test_a_dataset_request_is_planned_where_it_is_found(tmp_path):
+    """The planner's folder of a request is the one the workspace then generates, and a
+    folder is found as it is, its direction and protocol checked against the request."""
+    ws = Workspace(tmp_path)
+    data = DatasetRequest("fake_movies_real_actors", "both", n_facts=2, seed=3, protocol=PAPER)
+    planned = ws.planned_dataset(data)
+    assert not planned.exists()
+    assert (
+        ws.find_dataset(data)
+        == planned
+        == ws.dataset("fake_movies_real_actors", "both", n_facts=2, seed=3, protocol=PAPER)
+    )
+    config = data.generated_config()
+    assert (config.kind, config.direction, config.n_facts, config.seed) == (
+        "fake_movies_real_actors",
+        "both",
+        2,
+        3,
+    )
+    assert DatasetRequest("fake_movies_real_actors").generated_config().protocol == GRAFT
+    assert ws.planned_dataset(DatasetRequest(planned)) == planned
+    assert ws.find_dataset(DatasetRequest(planned, "both", protocol=PAPER)) == planned
+    with pytest.raises(DatasetError, match="has direction 'both'"):
+        ws.find_dataset(DatasetRequest(planned, "one"))
+    with pytest.raises(DatasetError, match="made with the 'paper' protocol"):
+        ws.find_dataset(DatasetRequest(planned, protocol=GRAFT))
 
 
 def test_a_paper_dataset_of_the_old_renderings_and_its_donor_are_never_reused(tmp_path):

@@ -33,7 +33,7 @@ from graft.study.planning.memory import (
     gib,
     model_size,
 )
-from graft.study.specs.donor import DonorRequest
+from graft.study.specs.donor import DatasetRequest, DonorRequest
 from graft.study.specs.presets import LEAN_PRESETS, FinetuneConfig
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished
 from graft.study.training.sources import finetune_steps, trained_mix
@@ -263,12 +263,12 @@ class PlanWorkspace:
         self.real = real
         self.scratch = Workspace(scratch)
 
-    def dataset(self, dataset: str, direction: str | None, **kwargs: Any) -> tuple[Path, Path]:
-        """(where the dataset is or will be in the workspace, a folder to read it from)."""
-        if Path(dataset).is_dir():
-            path = self.real.dataset(dataset, direction, **kwargs)
+    def dataset(self, data: DatasetRequest) -> tuple[Path, Path]:
+        """(where ``data`` is or will be in the workspace, a folder to read it from)."""
+        if data.is_folder:
+            path = self.real.find_dataset(data)
             return path, path
-        read = self.scratch.dataset(dataset, direction, **kwargs)  # checks as the run does
+        read = self.scratch.find_dataset(data)  # checks as the run does
         real = self.real.root / "datasets" / read.name
         return real, real if (real / "manifest.json").is_file() else read
 
@@ -290,8 +290,8 @@ def plan_donor(
     """The plan of the donor :meth:`Workspace.locate_donor` names for ``request`` (its
     dataset generated into the scratch folder if the workspace lacks it); ``out``: another
     folder than the workspace's; ``what``: how the plan names it."""
-    train_set, where = donor_dataset(request)
-    real, read = workspace.dataset(**where)
+    train_set, data = donor_dataset(request)
+    real, read = workspace.dataset(data)
     corpora = workspace.real.corpus_dir
     config = settle(request.config, read, corpora, fetch=False)
     folder = out or workspace.real.donor_dir(request.model, real, train_set, config)

@@ -296,7 +296,7 @@ def _rows(
     when the tokenizer is here, else on the stored prompts' fields."""
     seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None, str]] = {}
     for seed in dict.fromkeys(r.data_seed for r in run.replicates):
-        read = data.get(seed) or ws.dataset(**run.data.where(direction, seed))[1]
+        read = data.get(seed) or ws.dataset(run.data.where(direction, seed))[1]
         seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
     # a control replicate runs only the grafts that read a finetuned model: counted as all
     per_replicate = [seeds[r.data_seed][1] for r in run.replicates]

@@ -1,12 +1,59 @@
-"""Which donor a run needs, typed once: the model, the data it learns and the settings, from
-which the workspace locates it and the planner plans it (one object for both)."""
+"""Which dataset and which donor a run needs, typed once: the dataset a run reads or a
+donor learns (:class:`DatasetRequest`), and the donor's model, data and settings
+(:class:`DonorRequest`), from which the workspace locates them and the planner plans them
+(one object for both)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
+from graft.study.specs.config import DatasetConfig
 from graft.study.specs.presets import FinetuneConfig
-from graft.study.specs.protocol import Protocol
+from graft.study.specs.protocol import GRAFT, Protocol
+
+
+@dataclass(frozen=True)
+class DatasetRequest:
+    """A dataset a run reads or a donor learns: a dataset folder as it is, or a data kind
+    generated into the workspace.
+
+    Args:
+        dataset: a data kind or a dataset folder.
+        direction: ``one`` or ``both`` (None: ``one`` for a kind, any for a folder).
+        split: a generated dataset split into fact sets A and B.
+        n_facts: facts per set of a generated dataset (None: the kind's default).
+        seed: the generated dataset's seed.
+        protocol: the dataset's protocol (None: graft's for a kind, any for a folder).
+        shuffle: how a generated ``real_movies_shuffled`` shuffles the real casts.
+    """
+
+    dataset: str | os.PathLike[str]
+    direction: str | None = None
+    split: bool = False
+    n_facts: int | None = None
+    seed: int = 0
+    protocol: Protocol | None = None
+    shuffle: str = "relations"
+
+    @property
+    def is_folder(self) -> bool:
+        """Whether :attr:`dataset` is an existing folder (taken as it is)."""
+        return Path(self.dataset).is_dir()
+
+    def generated_config(self) -> DatasetConfig:
+        """The :class:`~graft.study.specs.config.DatasetConfig` of the kind :attr:`dataset`
+        (its defaults applied), not yet validated."""
+        return DatasetConfig(
+            str(self.dataset),
+            self.n_facts,
+            self.seed,
+            self.direction or "one",
+            self.split,
+            protocol=self.protocol or GRAFT,
+            shuffle=self.shuffle,
+        )
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 from graft.models import model_slug
 from graft.remote.config import RemoteConfig
 from graft.study.specs.config import SHUFFLES, ExperimentConfig, Replicate
+from graft.study.specs.donor import DatasetRequest
 from graft.study.specs.protocol import Protocol
 
 #: The version of the record :meth:`RunSpecs.record` writes (1: the options as written before
@@ -70,14 +71,14 @@ class DataSpec:
         """The first data seed: the run's own dataset (and its only one without replicates)."""
         return self.data_seeds[0]
 
-    def where(self, direction: str = "one", data_seed: int | None = None) -> dict[str, Any]:
-        """The arguments of :meth:`~graft.study.training.workspace.Workspace.dataset` that
-        find or make the test prompts' dataset of ``direction`` and ``data_seed`` (default:
-        :attr:`data_seed`; a dataset folder takes no direction): the runner's and the
-        planner's alike."""
-        return dict(
-            dataset=self.dataset,
-            direction=None if Path(self.dataset).is_dir() else direction,
+    def where(self, direction: str = "one", data_seed: int | None = None) -> DatasetRequest:
+        """The test prompts' dataset of ``direction`` and ``data_seed`` (default:
+        :attr:`data_seed`; a dataset folder takes no direction), as the workspace finds it
+        (:meth:`~graft.study.training.workspace.Workspace.find_dataset`) and the planner
+        plans it: the runner's and the planner's alike."""
+        return DatasetRequest(
+            self.dataset,
+            None if Path(self.dataset).is_dir() else direction,
             split=self.split,
             n_facts=self.n_facts,
             seed=self.data_seed if data_seed is None else data_seed,

@@ -47,8 +47,8 @@ def dataset_dir(
     with ``data_seed``, default ``run.data.data_seed``; a folder is taken as it is).
     ``planned``: the folder it will be, generating and checking nothing."""
     workspace = _workspace(run)
-    find = workspace.planned_dataset if planned else workspace.dataset
-    return find(**run.data.where(direction, data_seed))
+    find = workspace.planned_dataset if planned else workspace.find_dataset
+    return find(run.data.where(direction, data_seed))
 
 
 def needs_finetune(source: ModelSource) -> bool:

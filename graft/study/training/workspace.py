@@ -21,7 +21,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from graft.errors import DatasetError, FinetuneError, StorageError
 from graft.models import model_slug, resolve_model_name
@@ -36,7 +35,7 @@ from graft.study.data.datasets import (
 from graft.study.data.generic_corpus import PaperCorpusHub, settle
 from graft.study.specs.choices import FILE_KINDS, GENERATED_KINDS, VARIANT_ALIASES
 from graft.study.specs.config import DatasetConfig
-from graft.study.specs.donor import DonorRequest
+from graft.study.specs.donor import DatasetRequest, DonorRequest
 from graft.study.specs.presets import FinetuneConfig, resolve_config
 from graft.study.specs.protocol import GRAFT, Protocol
 from graft.study.specs.templates import DIRECTIONS
@@ -77,14 +76,13 @@ def parse_variant(variant: str) -> tuple[str, str | None]:
     return direction, train_set or None
 
 
-def donor_dataset(request: DonorRequest) -> tuple[str | None, dict[str, Any]]:
-    """The fact set the donor of ``request`` learns (None: all) and the arguments of
-    :meth:`Workspace.dataset` that find or make its dataset (the runner's and the
-    planner's alike)."""
+def donor_dataset(request: DonorRequest) -> tuple[str | None, DatasetRequest]:
+    """The fact set the donor of ``request`` learns (None: all) and the dataset it learns
+    from (the runner's and the planner's alike)."""
     direction, train_set = parse_variant(request.variant)
-    return train_set, dict(
-        dataset=request.dataset,
-        direction=direction,
+    return train_set, DatasetRequest(
+        request.dataset,
+        direction,
         split=request.split or train_set is not None,
         n_facts=request.n_facts,
         seed=request.data_seed,
@@ -180,7 +178,10 @@ class Workspace:
         shuffle: str = "relations",
     ) -> Path:
         """The dataset folder of this config under ``<root>/datasets``, generated if missing."""
-        config = _checked_config(kind, direction, split, n_facts, seed, protocol, shuffle)
+        data = DatasetRequest(kind, direction, split, n_facts, seed, protocol, shuffle)
+        return self._generated(_checked_config(data))
+
+    def _generated(self, config: DatasetConfig) -> Path:
         folder = self.dataset_folder(config)
         with self._writing("generate the dataset"):
             try:
@@ -200,26 +201,13 @@ class Workspace:
                     ) from None
                 raise
 
-    def planned_dataset(
-        self,
-        dataset: str | os.PathLike[str],
-        direction: str | None = None,
-        *,
-        split: bool = False,
-        n_facts: int | None = None,
-        seed: int = 0,
-        protocol: Protocol | None = None,
-        shuffle: str = "relations",
-    ) -> Path:
-        """The folder :meth:`dataset` gives for these arguments, generating and checking
+    def planned_dataset(self, data: DatasetRequest) -> Path:
+        """The folder :meth:`find_dataset` gives for ``data``, generating and checking
         nothing: a dataset folder as it is, a data kind's folder under ``<root>/datasets``
         (which may not exist yet)."""
-        if Path(dataset).is_dir() or str(dataset) not in GENERATED_KINDS:
-            return Path(dataset)
-        config = _checked_config(
-            str(dataset), direction or "one", split, n_facts, seed, protocol or GRAFT, shuffle
-        )
-        return self.dataset_folder(config)
+        if data.is_folder or str(data.dataset) not in GENERATED_KINDS:
+            return Path(data.dataset)
+        return self.dataset_folder(_checked_config(data))
 
     def dataset(
         self,
@@ -234,14 +222,27 @@ class Workspace:
     ) -> Path:
         """The folder of ``dataset``: a dataset folder as it is, a data kind generated into the
         workspace (``direction`` default ``"one"``, ``split``, ``n_facts``, ``seed``,
-        ``protocol`` default graft's, ``shuffle`` for ``real_movies_shuffled``).
+        ``protocol`` default graft's, ``shuffle`` for ``real_movies_shuffled``): the
+        :class:`~graft.study.specs.donor.DatasetRequest` of these arguments found
+        (:meth:`find_dataset`).
 
         Raises:
-            DatasetError: ``dataset`` is neither, or a folder whose manifest has another
-                direction than ``direction`` or another protocol than ``protocol``.
+            DatasetError: as :meth:`find_dataset`.
         """
-        folder = Path(dataset)
-        if folder.is_dir():
+        data = DatasetRequest(dataset, direction, split, n_facts, seed, protocol, shuffle)
+        return self.find_dataset(data)
+
+    def find_dataset(self, data: DatasetRequest) -> Path:
+        """The folder of ``data``: a dataset folder as it is, a data kind generated into the
+        workspace if missing.
+
+        Raises:
+            DatasetError: ``data.dataset`` is neither, or a folder whose manifest has another
+                direction or another protocol than ``data`` asks for.
+        """
+        folder = Path(data.dataset)
+        direction, protocol = data.direction, data.protocol
+        if data.is_folder:
             has_manifest = (folder / "manifest.json").is_file()
             manifest = load_manifest(folder) if has_manifest else {}
             stored = manifest.get("direction")
@@ -251,7 +252,7 @@ class Workspace:
                     "dataset",
                 )
             # a manifest without a protocol predates the paper protocol: graft's
-            made_with = manifest.get("protocol", "graft") if has_manifest else None
+            made_with = manifest.get("protocol", GRAFT.name) if has_manifest else None
             if protocol is not None and made_with not in (None, protocol.name):
                 raise DatasetError(
                     f"dataset {folder} was made with the {made_with!r} protocol, the run asks "
@@ -259,27 +260,20 @@ class Workspace:
                     "dataset",
                 )
             return folder
-        if str(dataset) in FILE_KINDS:
+        kind = str(data.dataset)
+        if kind in FILE_KINDS:
             raise DatasetError(
-                f"data kind {str(dataset)!r} needs your file: run graft-exp data "
-                f"{FILE_KINDS[str(dataset)]} and give the folder it prints as dataset",
+                f"data kind {kind!r} needs your file: run graft-exp data "
+                f"{FILE_KINDS[kind]} and give the folder it prints as dataset",
                 "dataset",
             )
-        if str(dataset) not in GENERATED_KINDS:
+        if kind not in GENERATED_KINDS:
             raise DatasetError(
-                f"dataset {str(dataset)!r} is neither a dataset folder nor a data kind "
+                f"dataset {kind!r} is neither a dataset folder nor a data kind "
                 f"({', '.join(GENERATED_KINDS)})",
                 "dataset",
             )
-        return self.generated_dataset(
-            str(dataset),
-            direction or "one",
-            split,
-            n_facts=n_facts,
-            seed=seed,
-            protocol=protocol or GRAFT,
-            shuffle=shuffle,
-        )
+        return self._generated(_checked_config(data))
 
     def dataset_label(self, dataset_dir: str | os.PathLike[str]) -> str:
         """Folder name of a dataset among the donors: its own name for datasets generated in
@@ -326,9 +320,9 @@ class Workspace:
         (:func:`graft.study.data.generic_corpus.settle`: the paper's corpus is downloaded into
         :attr:`corpus_dir` if missing), so the folder names it."""
         config = request.config
-        train_set, where = donor_dataset(request)
+        train_set, data = donor_dataset(request)
         resolve_model_name(request.model)
-        dataset_dir = self.dataset(**where)
+        dataset_dir = self.find_dataset(data)
         with self._writing("keep the generic corpus"):
             config = settle(config, dataset_dir, self.corpus_dir, hub=self.hub)
         path = self.donor_dir(request.model, dataset_dir, train_set, config)
@@ -388,19 +382,9 @@ class Workspace:
             )
 
 
-def _checked_config(
-    kind: str,
-    direction: str,
-    split: bool,
-    n_facts: int | None,
-    seed: int,
-    protocol: Protocol,
-    shuffle: str,
-) -> DatasetConfig:
-    """The validated config of a generated dataset (what :meth:`Workspace.dataset` makes and
-    :meth:`Workspace.planned_dataset` plans)."""
-    config = DatasetConfig(
-        kind, n_facts, seed, direction, split, protocol=protocol, shuffle=shuffle
-    )
+def _checked_config(data: DatasetRequest) -> DatasetConfig:
+    """The validated config of the generated dataset ``data`` asks for (what
+    :meth:`Workspace.find_dataset` makes and :meth:`Workspace.planned_dataset` plans)."""
+    config = data.generated_config()
     validate_config(config)
     return config
