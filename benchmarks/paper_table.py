@@ -30,8 +30,11 @@ from graft.results import (
     check_run,
     paper_model_of,
     read_results,
+    reason_text,
     rules_summary,
     rules_text,
+    short_text,
+    test_text,
 )
 
 HEADER = (
@@ -72,8 +75,8 @@ def verdict(check: Check, short: bool = False) -> str:
         return check.note or "not tested"
     word = "**disagrees**" if agreement.verdict == "disagrees" else agreement.verdict
     if short:
-        return f"{word}: {agreement.short()}"
-    text = f"{word} ({agreement.test}): {agreement.reason}"
+        return f"{word}: {short_text(agreement)}"
+    text = f"{word} ({test_text(agreement)}): {reason_text(agreement)}"
     return text + (f"; {check.note}" if check.note else "")
 
 

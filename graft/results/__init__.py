@@ -45,7 +45,7 @@ _EXPORTS = {
     "graft.results.paper.agreement": ("Check", "check_run", "read_csv_table", "read_results"),
     "graft.results.paper.numbers": ("PaperNumber", "PAPER_NUMBERS", "paper_model_of"),
     "graft.results.stats.agreement": ("ALPHA", "MARGIN", "rules_summary", "rules_text"),
-    "graft.results.stats.verdict": ("format_p",),
+    "graft.results.stats.wording": ("format_p", "reason_text", "short_text", "test_text"),
     "graft.results.stats.paired": ("seed_level_p",),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -14,6 +14,7 @@ from statsmodels.stats.proportion import binom_tost, proportion_confint
 
 from graft.errors import GraftError
 from graft.results.paper.agreement import check_run, read_results
+from graft.results.stats import wording
 from graft.results.stats.agreement import (
     MARGIN,
     VERDICTS,
@@ -52,7 +53,7 @@ def _mcnemar_p(b: int, c: int) -> float:
 def test_binomial_rule_is_the_exact_two_sided_test(k, n, p):
     result = binomial_agreement(k, n, p)
     assert result.p == pytest.approx(_binomial_p(k, n, p), rel=1e-9)
-    assert result.test.startswith("exact binomial test, two-sided")
+    assert wording.test_text(result).startswith("exact binomial test, two-sided")
     if result.verdict == "disagrees":
         assert result.p < 0.05
 
@@ -77,31 +78,39 @@ def test_a_wide_interval_is_undecided_whatever_the_paper_says():
     for paper in (0.0, 0.28, 0.53, 1.0):
         result = interval_agreement(paper, (0.0, 1.0), (0.0, 1.0), "interval over 3 seeds")
         assert result.verdict == "undecided"
-        assert "[+0.00, +1.00] is too wide to test against ±0.10" in result.reason
+        assert "[+0.00, +1.00] is too wide to test against ±0.10" in wording.reason_text(result)
     # 26/50 against 0.53: Wilson [0.39, 0.65] is wider than 2 x 0.10
     one = binomial_agreement(26, 50, 0.53)
-    assert one.verdict == "undecided" and "too wide to test against ±0.10" in one.reason
+    assert one.verdict == "undecided" and "too wide to test against ±0.10" in wording.reason_text(
+        one
+    )
     # a wide interval that excludes the paper's value still disagrees: the two-sided test
     # rejects whatever the width (35/50 against 0.53: p = 0.016)
     far = interval_agreement(0.9, (0.0, 0.5), (0.05, 0.45))
-    assert far.verdict == "disagrees" and "+0.90 above" in far.reason and "is wide" in far.reason
+    assert (
+        far.verdict == "disagrees"
+        and "+0.90 above" in wording.reason_text(far)
+        and "is wide" in wording.reason_text(far)
+    )
     wide_off = binomial_agreement(35, 50, 0.53)
-    assert wide_off.verdict == "disagrees" and "significantly above" in wide_off.reason
+    assert wide_off.verdict == "disagrees" and "significantly above" in wording.reason_text(
+        wide_off
+    )
     # a wider margin admits the wider interval
     assert binomial_agreement(26, 50, 0.53, margin=0.2).verdict == "agrees"
 
 
 def test_tight_intervals_agree_around_the_paper_and_disagree_away_from_it():
     near = interval_agreement(0.29, (0.25, 0.33), (0.26, 0.32))
-    assert near.verdict == "agrees" and "lies within +0.29 ± 0.10" in near.reason
+    assert near.verdict == "agrees" and "lies within +0.29 ± 0.10" in wording.reason_text(near)
     away = interval_agreement(0.29, (-0.03, 0.03), (-0.02, 0.02))
-    assert away.verdict == "disagrees" and "+0.29 above" in away.reason
+    assert away.verdict == "disagrees" and "+0.29 above" in wording.reason_text(away)
     # neither: the paper's value inside the 95% interval, the 90% one past the margin
     neither = interval_agreement(0.29, (0.12, 0.30), (0.14, 0.28))
-    assert neither.verdict == "undecided" and "neither test decides" in neither.reason
+    assert neither.verdict == "undecided" and "neither test decides" in wording.reason_text(neither)
     # significantly off, by less than the margin: agrees, and says so
     close = interval_agreement(0.53, (0.55, 0.58), (0.555, 0.575), signed=False)
-    assert close.verdict == "agrees" and "by less than the margin" in close.reason
+    assert close.verdict == "agrees" and "by less than the margin" in wording.reason_text(close)
     with pytest.raises(GraftError, match="reversed"):
         interval_agreement(0.1, (0.2, 0.1), (0.2, 0.1))
 
@@ -151,16 +160,18 @@ def test_floor_and_ceiling_cannot_show_a_difference():
     for k in (0, 150):
         result = mcnemar_range_agreement(k, k, 150)
         assert result.verdict == "undecided"
-        assert "acc@5 cannot show a difference here" in result.reason
-    assert "both at the floor" in mcnemar_range_agreement(0, 0, 150).reason
-    assert "both at the ceiling" in mcnemar_range_agreement(150, 150, 150).reason
+        assert "acc@5 cannot show a difference here" in wording.reason_text(result)
+    assert "both at the floor" in wording.reason_text(mcnemar_range_agreement(0, 0, 150))
+    assert "both at the ceiling" in wording.reason_text(mcnemar_range_agreement(150, 150, 150))
     paired = mcnemar_agreement(1.0, (0, 0, 0, 150))
-    assert paired.verdict == "undecided" and "both at the floor" in paired.reason
+    assert paired.verdict == "undecided" and "both at the floor" in wording.reason_text(paired)
     # near the floor (both within the margin of it) neither graft recovers the answer: 1/150
     # vs 0/150 and 15/150 vs 12/150 are undecided, not agreement
     for k_a, k_b in ((1, 0), (15, 12)):
         near = mcnemar_range_agreement(k_a, k_b, 150)
-        assert near.verdict == "undecided" and "within 0.10 of the floor" in near.reason
+        assert near.verdict == "undecided" and "within 0.10 of the floor" in wording.reason_text(
+            near
+        )
     # away from the floor, a tight paired interval agrees, near the ceiling too
     assert mcnemar_agreement(1.0, (60, 2, 3, 85)).verdict == "agrees"
     assert mcnemar_agreement(1.0, (140, 2, 3, 5)).verdict == "agrees"
@@ -175,9 +186,11 @@ def test_the_floor_does_not_hide_a_significant_difference(k_a, k_b):
     p = _mcnemar_p(cells[1], cells[2])
     paired = mcnemar_agreement(p, cells)
     assert p < 0.005 and paired.verdict == "disagrees"
-    assert "within 0.10 of the floor" in paired.reason and "but A and B differ" in paired.reason
+    assert "within 0.10 of the floor" in wording.reason_text(
+        paired
+    ) and "but A and B differ" in wording.reason_text(paired)
     counts = mcnemar_range_agreement(k_a, k_b, 150)
-    assert counts.verdict == "disagrees" and "but A and B differ" in counts.reason
+    assert counts.verdict == "disagrees" and "but A and B differ" in wording.reason_text(counts)
 
 
 def test_near_the_floor_nothing_but_a_significant_difference_is_decided():
@@ -190,7 +203,7 @@ def test_near_the_floor_nothing_but_a_significant_difference_is_decided():
     away = mcnemar_agreement(1.0, (70, 2, 3, 75))
     assert away.verdict == "agrees"
     near = mcnemar_agreement(1.0, (10, 2, 3, 135))
-    assert near.verdict == "undecided" and "of the floor" in near.reason
+    assert near.verdict == "undecided" and "of the floor" in wording.reason_text(near)
     # a significant difference near the floor (0/150 vs 8/150, p = 0.008) disagrees
     p = _mcnemar_p(0, 8)
     assert mcnemar_agreement(p, (0, 0, 8, 142)).verdict == "disagrees"
@@ -236,16 +249,19 @@ def test_mcnemar_range_covers_every_pairing_of_the_counts(k_a, k_b, n):
 
 def test_mcnemar_range_verdicts():
     agrees = mcnemar_range_agreement(140, 138, 150)  # within ±0.10 for every pairing
-    assert agrees.verdict == "agrees" and "every pairing" in agrees.reason
+    assert agrees.verdict == "agrees" and "every pairing" in wording.reason_text(agrees)
     assert agrees.p >= 0.5 and agrees.p_high == pytest.approx(_mcnemar_p(10, 12))
     assert mcnemar_range_agreement(20, 0, 50).verdict == "disagrees"  # p < 1e-4, any pairing
     # 100 and 98 of 150: equivalent for some pairings, not for others
     mixed = mcnemar_range_agreement(100, 98, 150)
-    assert mixed.verdict == "undecided" and "depends on how the hits pair up" in mixed.reason
+    assert (
+        mixed.verdict == "undecided"
+        and "depends on how the hits pair up" in wording.reason_text(mixed)
+    )
     # 24 and 23 of 50: no pairing shows equivalence by the exact test
-    assert "neither test decides" in mcnemar_range_agreement(24, 23, 50).reason
+    assert "neither test decides" in wording.reason_text(mcnemar_range_agreement(24, 23, 50))
     # 5 and 3 of 150 sit within the margin of the floor: nothing to compare
-    assert "of the floor" in mcnemar_range_agreement(5, 3, 150).reason
+    assert "of the floor" in wording.reason_text(mcnemar_range_agreement(5, 3, 150))
     wide = mcnemar_range_agreement(8, 2, 50)
     assert wide.verdict == "undecided"
     assert wide.p < 0.05 <= wide.p_high
@@ -316,7 +332,7 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
     lt = checks[("position", "LT", "value")]  # 35/50 against 0.53: p = 0.016
     assert lt.agreement.verdict == "disagrees" and lt.graft.startswith("LT 0.70")
     assert lt.agreement.p == pytest.approx(_binomial_p(35, 50, 0.53))
-    assert "is wide" in lt.agreement.reason
+    assert "is wide" in wording.reason_text(lt.agreement)
     assert checks[("position", "SFT", "value")].agreement.verdict == "agrees"  # 50/50 vs 1.0
     fe_lt = checks[("position", "FE+LT", "approx")]  # 49 vs 50 of 50, Holm p = 1
     # Newcombe's 90% interval lies within ±0.10, but one discordant pair of 50 is too few
@@ -325,14 +341,16 @@ def test_a_runs_saved_tables_are_checked_against_its_paper_model(tmp_path):
         49, 0, 1, 0, 0.90
     )
     assert fe_lt.agreement.verdict == "undecided"
-    assert "exact unconditional TOST p = 0.11 does not reject" in fe_lt.agreement.reason
+    assert "exact unconditional TOST p = 0.11 does not reject" in wording.reason_text(
+        fe_lt.agreement
+    )
     complement = checks[("position", "(FE+LT)^C", "approx")]  # no contrast: from the counts
     assert complement.graft == "(FE+LT)^C 1/50 vs PRE 0/50"
     # 1/50 vs 0/50: both within the margin of the floor, nothing to compare
-    assert (
-        complement.agreement.verdict == "undecided" and "any pairing" in complement.agreement.test
+    assert complement.agreement.verdict == "undecided" and "any pairing" in wording.test_text(
+        complement.agreement
     )
-    assert "of the floor" in complement.agreement.reason
+    assert "of the floor" in wording.reason_text(complement.agreement)
     o = checks[("component", "O+FFN", "difference")]
     # FFN vs O+FFN flipped into O+FFN minus FFN: +0.28, the run's [+0.23, +0.33] widened
     # to Newcombe's; the paper's +0.29 lies inside, the 90% interval reaches past ±0.10
@@ -372,7 +390,9 @@ def test_replicated_runs_use_the_intervals_over_seeds(tmp_path):
     ]
     # 90% interval: t over [0.52, 0.54, 0.53] widened to Wilson of 79/150 at 90%, within
     # 0.53 ± 0.10
-    assert check.agreement.verdict == "agrees" and "over 3 seeds" in check.agreement.test
+    assert check.agreement.verdict == "agrees" and "over 3 seeds" in wording.test_text(
+        check.agreement
+    )
     assert (check.agreement.lo_tost, check.agreement.hi_tost) == seed_interval(
         [0.52, 0.54, 0.53], 79, 150, 0.90
     )
@@ -447,11 +467,13 @@ def test_a_difference_at_the_floor_is_undecided_unless_the_two_differ(
         for c in check_run(read_results(tmp_path, "smollm2-135m"))
         if (c.number.graft, c.number.kind) == ("O+FFN", "difference")
     ]
-    assert check.agreement.verdict == verdict, check.agreement.reason
+    assert check.agreement.verdict == verdict, wording.reason_text(check.agreement)
     if verdict == "undecided":
-        assert "floor" in check.agreement.reason or "ceiling" in check.agreement.reason
+        assert "floor" in wording.reason_text(check.agreement) or "ceiling" in wording.reason_text(
+            check.agreement
+        )
     if verdict == "disagrees":
-        assert "but A and B differ" in check.agreement.reason
+        assert "but A and B differ" in wording.reason_text(check.agreement)
 
 
 def test_seed_level_p_is_scipys_t_test_and_the_larger_test_decides_over_seeds():
@@ -520,7 +542,9 @@ def test_seeds_sharing_prompts_need_the_seed_level_test_too(tmp_path):
     _seeded_fig2(tmp_path, (0.86, 0.78, 0.80), complement=False)
     alone = _fe_lt(tmp_path)
     assert alone.verdict == "disagrees" and alone.p == pytest.approx(0.0494, abs=1e-4)
-    assert "seed-level t test (both must reject)" in alone.test and "Holm" not in alone.test
+    assert "seed-level t test (both must reject)" in wording.test_text(
+        alone
+    ) and "Holm" not in wording.test_text(alone)
     # per-seed differences that disagree in size: the seed-level test does not reject
     _seeded_fig2(tmp_path, (0.90, 0.68, 0.86), complement=False)
     spread = _fe_lt(tmp_path)
@@ -532,9 +556,9 @@ def test_holm_families_are_the_claims_of_one_figure_on_one_run(tmp_path):
     _seeded_fig2(tmp_path, (0.86, 0.78, 0.80), complement=True)
     family = _fe_lt(tmp_path)
     assert family.verdict == "undecided" and family.p == pytest.approx(2 * 0.0494, abs=2e-4)
-    assert "Holm over the 2 Fig. 2 claims on this run" in family.test
+    assert "Holm over the 2 Fig. 2 claims on this run" in wording.test_text(family)
     # the stored contrast's Holm p (0.012, a family of whatever the command ran) is not read
-    assert "0.012" not in family.reason
+    assert "0.012" not in wording.reason_text(family)
     # the same claim, seeds that agree closely: it survives the family
     _seeded_fig2(tmp_path, (0.82, 0.78, 0.84), complement=True)
     assert _fe_lt(tmp_path).verdict == "disagrees"

@@ -60,8 +60,8 @@ from graft.results.stats.verdict import (
     TwoSided,
     check_settings,
     decide,
-    pct,
 )
+from graft.results.stats.wording import pct
 
 # the rules and the verdict as benchmarks.paper_table and the tests import them from here
 __all__ = [

@@ -11,11 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from graft.errors import StatsError
-from graft.results.stats import wording
 from graft.results.stats.intervals import Interval
-from graft.results.stats.wording import format_p, pct, span_text
 
-# the wording helpers as the rules and the package import them from here
 __all__ = [
     "ALPHA",
     "MARGIN",
@@ -28,9 +25,6 @@ __all__ = [
     "Verdict",
     "check_settings",
     "decide",
-    "format_p",
-    "pct",
-    "span_text",
 ]
 
 #: Significance level of every test (two-sided tests at ALPHA, TOST at ALPHA per side).
@@ -130,8 +124,9 @@ class Floor:
 @dataclass(frozen=True)
 class Agreement:
     """One verdict of graft against the paper, as data: the verdict, the rule that gave it,
-    the test and the numbers. Its words (``test``, ``reason``, :meth:`short`) come from
-    one renderer, :mod:`graft.results.stats.wording`.
+    the test and the numbers. Its words come from one renderer,
+    :mod:`graft.results.stats.wording` (``test_text``, ``reason_text``, ``short_text``), which
+    imports this module and not the other way round.
 
     Args:
         verdict: ``"agrees"``, ``"disagrees"`` or ``"undecided"``.
@@ -195,22 +190,6 @@ class Agreement:
     def agrees(self) -> bool | None:
         """True (agrees), False (disagrees), None (undecided)."""
         return {"agrees": True, "disagrees": False, "undecided": None}[self.verdict]
-
-    @property
-    def test(self) -> str:
-        """The tests, in words (:func:`graft.results.stats.wording.test_text`)."""
-        return wording.test_text(self)
-
-    @property
-    def reason(self) -> str:
-        """Why this verdict, in words with its numbers
-        (:func:`graft.results.stats.wording.reason_text`)."""
-        return wording.reason_text(self)
-
-    def short(self) -> str:
-        """The verdict and its deciding numbers in one short phrase, for a table cell
-        (:func:`graft.results.stats.wording.short_text`)."""
-        return wording.short_text(self)
 
 
 def check_settings(alpha: float, margin: float, max_width: float | None) -> float:

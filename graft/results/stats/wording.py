@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the verdict imports its words, not the other way round
+if TYPE_CHECKING:  # the words read the verdict; the verdict imports no words
     from graft.results.stats.verdict import Agreement, Floor
 
 __all__ = [
