@@ -50,7 +50,7 @@ def llama():
 
 @pytest.fixture(scope="module")
 def server(tok):
-    pytest.importorskip("aiohttp", reason="the NDIF double needs aiohttp (pip install -e .[dev])")
+    import aiohttp  # noqa: F401  (the dev extra installs it: an ImportError is a broken install)
     from nnsight.modeling.transformers import TransformersModel
 
     models = {BASE_KEY: TransformersModel(tiny_model("llama"), tokenizer=tok), PAIR_KEY: None}

@@ -10,6 +10,7 @@ import errno
 import json
 import logging
 import os
+import sys
 
 import polars as pl
 import pytest
@@ -45,13 +46,15 @@ def test_a_table_rewritten_by_another_tool_is_refused_with_the_ways_out(tmp_path
     assert f"graft-exp accept {run.path}" in message and "\n" not in message
 
 
-def test_accepting_marks_the_tables_as_they_are_and_records_it(tmp_path):
+def test_accepting_marks_the_tables_as_they_are_and_records_it(tmp_path, monkeypatch):
     run = finished(tmp_path / "run")
     pl.DataFrame({"graft": ["SFT"], "acc@5": [0.0]}).write_parquet(run.path / "summary.parquet")
     part = run.path / "parts" / "examples" / "1.parquet"
     pl.DataFrame({"row": [1], "hit": [True]}).write_parquet(part)
     assert unmarked_tables(run.path) == [run.path / "summary.parquet", part]
-    result = CliRunner().invoke(main, ["accept", str(run.path), "--quiet"])
+    argv = ["/venv/bin/graft-exp", "accept", str(run.path), "--quiet"]
+    monkeypatch.setattr(sys, "argv", argv)  # the command line the record names
+    result = CliRunner().invoke(main, argv[1:])
     assert result.exit_code == 0, result.output
     assert f"warning: accepted {run.path / 'summary.parquet'}" in result.output  # --quiet too
     assert read_table(run.path / "summary.parquet", "summary", run.run_key)["acc@5"][0] == 0.0
@@ -60,7 +63,7 @@ def test_accepting_marks_the_tables_as_they_are_and_records_it(tmp_path):
     copy = json.loads((run.path / ".graft-run").read_text())["config"]  # repair's copy, in step
     assert copy["accepted"] == record
     assert record[0]["files"] == ["summary.parquet", "parts/examples/1.parquet"]
-    assert record[0]["command"].startswith("graft-exp accept") or record[0]["command"]
+    assert record[0]["command"] == f"graft-exp accept {run.path} --quiet"
     assert accept_run_tables(run.path) == []  # nothing left to accept: nothing recorded
     assert len(json.loads((run.path / "config.json").read_text())["accepted"]) == 1
 

@@ -222,16 +222,16 @@ def test_prefix_graft_uses_donor_cache(family):
 def test_errors():
     base, donor = tiny_pair("llama", n_layers=1)
     donors = {"sft": donor}
-    for cells in (
-        {(0, "nope"): {0: "sft"}},
-        {(-1, "pos_embed"): {0: "sft"}},
-        {(0, "q_norm"): {0: "sft"}},
-        {(-1, "q"): {0: "sft"}},
-        {(5, "q"): {0: "sft"}},
-        {(0, "q"): {0: "other"}},
-        {(0, "q"): {len(IDS): "sft"}},
+    for cells, message in (
+        ({(0, "nope"): {0: "sft"}}, "unknown component 'nope'"),
+        ({(-1, "pos_embed"): {0: "sft"}}, "'pos_embed' at layer -1 is not an embedding"),
+        ({(0, "q_norm"): {0: "sft"}}, "unknown component 'q_norm'"),
+        ({(-1, "q"): {0: "sft"}}, "'q' at layer -1 is not an embedding"),
+        ({(5, "q"): {0: "sft"}}, r"layer 5 out of range 0\.\.0"),
+        ({(0, "q"): {0: "other"}}, "unknown donor 'other'"),
+        ({(0, "q"): {len(IDS): "sft"}}, f"position {len(IDS)} out of range"),
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=message):
             reference_last_logits(base, donors, IDS, cells)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown donor 'other'"):
         reference_last_logits(base, donors, IDS, {}, unembed_donor="other")
