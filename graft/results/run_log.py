@@ -355,10 +355,13 @@ def console_logging(quiet: bool = False) -> Iterator[None]:
     # fails with its error)
     hub_logger = logging.getLogger("huggingface_hub")
     hub_level = hub_logger.level
-    if quiet:
-        import transformers
+    # transformers gives its logger a console handler when first imported; imported later,
+    # mid-run, that handler would say each of its warnings again beside the session's
+    import transformers.utils.logging as transformers_logging
 
-        transformers.utils.logging.disable_progress_bar()  # weight loading, checkpoints
+    transformers_logging.get_logger("transformers")
+    if quiet:
+        transformers_logging.disable_progress_bar()  # weight loading, checkpoints
         hub_logger.setLevel(logging.ERROR)
     try:
         with console_session(quiet):  # the libraries' warnings once, none under quiet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -427,6 +428,23 @@ def test_a_command_says_a_library_warning_once_and_none_under_quiet(tmp_path, mo
                 logging.getLogger("transformers.tokenization").warning("too long (65 > 64)")
     assert stream.getvalue() == ("" if quiet else "too long (65 > 64)\n")
     assert "(65 > 64)" in (tmp_path / "run1" / "run.log").read_text(encoding="utf-8")
+
+
+def test_a_library_warning_once_when_the_library_loads_mid_command():
+    """transformers imported after the command's console started (a model loaded mid-run)
+    added its own console handler, and each of its warnings was said twice, once plain and
+    once by graft's console."""
+    code = (
+        "import logging, sys\n"
+        "from graft.results import console_logging\n"
+        "assert 'transformers' not in sys.modules\n"
+        "with console_logging():\n"
+        "    import transformers\n"
+        "    logging.getLogger('transformers.tokenization').warning('too long (66 > 64)')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("too long (66 > 64)") == 1, done.stderr
 
 
 def _remote_custom(tmp_path, *remote: str) -> click.testing.Result:
