@@ -455,3 +455,16 @@ def test_a_design_checks_every_run_folder_before_its_first_run(dataset, donor_pa
     with pytest.raises(ConfigMismatchError, match="options.n stored 2, now 1"):
         run_design(design)
     assert not (tmp_path / "design" / "first").exists()
+
+
+def test_a_graft_that_runs_on_no_prompt_is_said(dataset, donor_path, tmp_path, caplog):
+    """``M`` on headline prompts alone: it was missing from every table without a word but
+    the skipped-pairs note."""
+    with caplog.at_level(logging.WARNING, logger="graft"):
+        result = run(config(dataset, tmp_path / "run", templates=("headline",)), donor_path)
+    assert "M" not in result.summary["graft"].to_list()
+    assert (
+        "graft 'M' runs on none of the 2 test prompts (templates headline): none has its "
+        "span(s) M, so it is in no table" in caplog.text
+    )
+    assert "graft 'FE'" not in caplog.text

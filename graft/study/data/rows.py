@@ -3,6 +3,7 @@ each checked before anything runs."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -20,6 +21,8 @@ from graft.study.data.files import read_jsonl
 from graft.study.data.prompts import TestExample, load_test_prompts
 from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.run import DataSpec
+
+logger = logging.getLogger(__name__)
 
 
 def sample_examples(examples: Sequence[TestExample], n: int | None, seed: int) -> list[TestExample]:
@@ -162,6 +165,27 @@ def plan_rows(
                 skipped[g.name] = skipped.get(g.name, 0) + 1
     rows.sort(key=lambda r: (len(examples[r[0]].input_ids), r[0], r[1]))
     return rows, skipped
+
+
+def warn_empty_grafts(
+    examples: Sequence[TestExample], grafts: Sequence[NamedGraft], skipped: Mapping[str, int]
+) -> list[str]:
+    """Warn of each graft that runs on none of ``examples`` (``skipped``: per graft the
+    examples without its spans, :func:`plan_rows`): it would be missing from every table
+    without a word but the skipped-pairs note. Returns their names."""
+    empty = [g for g in grafts if examples and skipped.get(g.name, 0) == len(examples)]
+    for g in empty:
+        spans = ", ".join(sorted(g.spec.span_names()))
+        templates = ", ".join(sorted({ex.template for ex in examples}))
+        logger.warning(
+            "graft %r runs on none of the %d test prompts (templates %s): none has its "
+            "span(s) %s, so it is in no table; give templates that have them, or drop it",
+            g.name,
+            len(examples),
+            templates,
+            spans,
+        )
+    return [g.name for g in empty]
 
 
 def skipped_note(examples: Sequence[TestExample], grafts: Sequence[NamedGraft]) -> str:

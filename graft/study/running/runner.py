@@ -65,6 +65,7 @@ from graft.study.data.rows import (
     load_examples,
     plan_rows,
     sample_examples,
+    warn_empty_grafts,
 )
 from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
@@ -371,6 +372,7 @@ def _plan(
         check_facts(data_path)  # read by the top-1 kinds after every batch: checked now
         check_span_names(grafts, data_path)
         rows, skipped = plan_rows(examples, grafts)
+        warn_empty_grafts(examples, grafts, skipped)
         check_row_keys(examples, grafts, rows)
         check_rows(probe.model, examples, grafts, rows, donors)
         prompts[data_seed] = RunPrompts(examples, drops, rows, skipped)
