@@ -241,3 +241,17 @@ def test_a_study_plans_runs_reports_and_collects(tmp_path):
     assert first["experiment"] == "position" and first["command"] and first["run_key"]
     figures = sorted(p.name for p in (collected.folder / "figures").glob("*.png"))
     assert figures == ["component_acc5.png", "necessity_acc5.png", "position_acc5.png"]
+
+
+def test_the_how_to_shows_the_example_study_file_as_it_is():
+    """docs/how-to/study.md calls its TOML block examples/study.toml, which had grown
+    (n_boot, component's layers, necessity) while the page's copy stayed behind."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "how-to" / "study.md").read_text(encoding="utf-8")
+    block = re.search(r"examples/study\.toml\).*?```toml\n(.*?)```", page, re.S)
+    assert block is not None
+    example = (root / "examples" / "study.toml").read_text(encoding="utf-8")
+    assert tomllib.loads(block.group(1)) == tomllib.loads(example)
