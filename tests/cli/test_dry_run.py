@@ -66,6 +66,24 @@ def test_dry_run_writes_nothing_and_exits_0(tmp_path, command):
         assert "prompt-graft pairs skipped: M, FE+M, M+LT on " in out
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["position", "--positions", "FE,LTT"], "names span(s) LTT that no test prompt has"),
+        (["custom", "--spec", "FE=FE:all:all@sfz"], "uses donor(s) ['sfz'] not loaded"),
+    ],
+)
+def test_dry_run_refuses_what_the_run_refuses_before_any_work(tmp_path, args, message):
+    """It said "fits" for grafts the run then refused at once: a misspelled span, a donor
+    the run does not load."""
+    workspace = tmp_path / "ws"
+    out = _invoke(
+        tmp_path, *args, *COMMON, "--n", "2", "--workspace", str(workspace), "--dry-run", code=2
+    )
+    assert message in out and "fits" not in out
+    assert not workspace.exists()
+
+
 def test_dry_run_says_what_the_run_does_to_its_folder(tmp_path):
     workspace, out = tmp_path / "ws", tmp_path / "out"
     args = ["position", *COMMON, "--n", "2", "--workspace", str(workspace), "--out", str(out)]

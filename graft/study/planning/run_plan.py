@@ -26,6 +26,7 @@ from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
 from graft.models.hub import hub_reachable
 from graft.models.registry import resolve_model_name
+from graft.study.data import rows as checked_rows
 from graft.study.data.files import read_jsonl
 from graft.study.data.rows import load_examples, plan_rows, sample_examples, skipped_note
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
@@ -88,8 +89,7 @@ class ExperimentPlan:
         skipped: why the first replicate's rows are fewer than prompts x grafts
             (:func:`~graft.study.data.rows.skipped_note`; ``""`` when none is skipped).
         folder: what the run does to its run folder (new, resumed, overwritten) or why it
-            would stop there (:func:`graft.study.running.runner.folder_line`; ``""``: not
-            looked at).
+            would stop there (:func:`~graft.study.running.runner.folder_line`; ``""``: none).
     """
 
     experiment: str
@@ -138,8 +138,7 @@ class ExperimentPlan:
             f"rows: {about}{self.prompts} prompts x {self.grafts} grafts"
             + (f" x {self.replicates} replicates" if self.replicates > 1 else "")
             + f" = {about}{self.rows} rows{self.skipped} in {self.batches} batches of "
-            f"{self.batch_size}; "
-            f"longest prompt {self.length.words()}",
+            f"{self.batch_size}; longest prompt {self.length.words()}",
         ]
         if self.folder:
             out.append(self.folder)
@@ -201,6 +200,7 @@ def plan_experiment(
     run has them."""
     run, grafts, base = request.specs, request.grafts, request.base
     donors, data_direction = dict(request.donors), request.data_direction
+    checked_rows.check_grafts(grafts, donors)  # what the run refuses first, the plan too
     device = device_memory(run.execution.device)
     dtype = str(resolve_dtype(run.execution.dtype, run.execution.device)).removeprefix("torch.")
     found = found_config(run.donors.model)
@@ -333,6 +333,7 @@ def _prompt_rows(
     """Prompts, rows, the longest prompt, each row's (graft index, tokens) in the run's
     order (None without the tokenizer: the order is the tokenized lengths') and why rows are
     skipped (:func:`skipped_note`)."""
+    checked_rows.check_span_names(grafts, dataset)
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
