@@ -97,8 +97,10 @@ class ExperimentError(InputError):
 class DatasetError(InputError):
     """Bad dataset input; ``param`` names the option to fix (e.g. ``"n_facts"``)."""
 
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message, param=param)
+    def __init__(
+        self, message: str, param: str | None = None, params: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message, param=param, params=params)
 
 
 class ModelNotFoundError(InputError):

@@ -179,8 +179,11 @@ def test_workspace_name_follows_the_file_content_and_n_facts(tmp_path):
         ({"split": True}, "drop split"),
         ({"direction": "both"}, "drop direction"),
         ({"protocol": "paper"}, "drop protocol"),
-        ({"kind": "fake_movies_real_actors"}, "an articles file goes with kind 'articles'"),
-        ({"articles_path": None}, "an articles file goes with kind 'articles'"),
+        (
+            {"kind": "fake_movies_real_actors"},
+            "articles_path goes with kind='articles' only: drop articles_path",
+        ),
+        ({"articles_path": None}, "kind='articles' is made from a file: set articles_path"),
     ],
 )
 def test_options_of_templated_datasets_are_refused(tmp_path, changes, message):

@@ -157,8 +157,11 @@ def test_jsonl_facts_and_the_name_by_content(tmp_path):
     [
         ({"split": True}, "drop split"),
         ({"protocol": "paper"}, "drop protocol"),
-        ({"kind": "articles"}, "an articles file goes with kind 'articles'"),
-        ({"relation_path": None}, "a relation file goes with kind 'relation'"),
+        (
+            {"kind": "articles"},
+            "kind='articles' is made from a file: set articles_path and drop relation_path",
+        ),
+        ({"relation_path": None}, "kind='relation' is made from a file: set relation_path"),
     ],
 )
 def test_options_of_templated_datasets_are_refused(tmp_path, changes, message):

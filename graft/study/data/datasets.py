@@ -85,6 +85,45 @@ def generator_version(config: DatasetConfig) -> str:
     return "+".join([GENERATOR_VERSION, *changes])
 
 
+#: The kinds made from an input file, and that file's field.
+INPUT_FILES = {
+    "custom": "facts_path",
+    ARTICLES_KIND: "articles_path",
+    RELATION_KIND: "relation_path",
+}
+
+
+def _check_input_file(config: DatasetConfig) -> None:
+    """Refuse a config whose input files do not fit its kind: a kind made from a file
+    (:data:`INPUT_FILES`) without it, a file of another kind, two files. The messages write
+    fields as ``facts_path`` and the kind as ``kind='custom'``, so the command line says
+    ``--facts`` and ``--dataset custom``."""
+    given = [field for field in INPUT_FILES.values() if getattr(config, field) is not None]
+    kind_of = {field: kind for kind, field in INPUT_FILES.items()}
+    if len(given) > 1:
+        raise DatasetError(
+            f"{given[0]} and {given[1]} cannot go together (each makes its own kind of "
+            f"dataset); drop one",
+            given[1],
+        )
+    needed = INPUT_FILES.get(config.kind)
+    other = given[0] if given and given[0] != needed else None
+    if needed is not None and getattr(config, needed) is None:
+        fix = f" and drop {other}, or use kind={kind_of[other]!r}" if other else ""
+        raise DatasetError(
+            f"kind={config.kind!r} is made from a file: set {needed}{fix}",
+            "kind",
+            params=("kind",),
+        )
+    if other is not None:
+        raise DatasetError(
+            f"{other} goes with kind={kind_of[other]!r} only: drop {other}, or use "
+            f"kind={kind_of[other]!r}",
+            other,
+            params=("kind",),
+        )
+
+
 def validate_config(config: DatasetConfig) -> None:
     """Raise :class:`DatasetError` (with the option to fix) for a bad config."""
     if config.kind not in KINDS:
@@ -95,21 +134,7 @@ def validate_config(config: DatasetConfig) -> None:
         raise DatasetError(
             f"direction must be 'one' or 'both', not {config.direction!r}", "direction"
         )
-    if (config.kind == "custom") != (config.facts_path is not None):
-        raise DatasetError(
-            "a facts file goes with kind 'custom' (and only with it); set facts_path",
-            "facts_path",
-        )
-    if (config.kind == ARTICLES_KIND) != (config.articles_path is not None):
-        raise DatasetError(
-            "an articles file goes with kind 'articles' (and only with it); set articles_path",
-            "articles_path",
-        )
-    if (config.kind == RELATION_KIND) != (config.relation_path is not None):
-        raise DatasetError(
-            "a relation file goes with kind 'relation' (and only with it); set relation_path",
-            "relation_path",
-        )
+    _check_input_file(config)
     if config.kind == ARTICLES_KIND:
         check_articles_config(config)
     if config.kind == RELATION_KIND:
@@ -359,6 +384,7 @@ def default_dataset_name(config: DatasetConfig) -> str:
     facts, or the most the kind has), else ``n50``. An articles file's:
     :func:`~graft.study.data.articles.articles_dataset_name`; a relation file's:
     :func:`~graft.study.data.relation.relation_dataset_name`."""
+    validate_config(config)  # before a name is read from the config's input file
     if config.kind == ARTICLES_KIND:
         return articles_dataset_name(config)
     if config.kind == RELATION_KIND:

@@ -4,6 +4,7 @@ the dataset made from it by its content, and saying which rows it lost and why."
 from __future__ import annotations
 
 import csv
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from hashlib import sha256
@@ -13,9 +14,14 @@ from typing import Any
 from graft.errors import DatasetError
 from graft.storage.files import refuse_special
 from graft.study.data.files import read_jsonl
+from graft.study.specs.templates import OPTIONAL_METADATA
+
+logger = logging.getLogger(__name__)
 
 #: The columns every row of a facts file has.
 REQUIRED = ("movie_title", "first_actor", "second_actor")
+#: The columns a fact is made from: any other is ignored (with a warning).
+USED = (*REQUIRED, *OPTIONAL_METADATA, "source_movie")
 #: Characters of the file's SHA-256 in the name of a dataset made from it.
 TAG_LENGTH = 8
 
@@ -101,6 +107,14 @@ def _check_fact_rows(path: Path, rows: list[Any]) -> list[dict[str, Any]]:
     for row in rows:
         for k in REQUIRED:
             row[k] = str(row[k]).strip()
+    ignored = sorted({str(k) for row in rows for k in row if k is not None and k not in USED})
+    if ignored:
+        logger.warning(
+            "facts file %s: columns %s ignored (graft reads %s)",
+            path,
+            ", ".join(ignored),
+            ", ".join(USED),
+        )
     return rows
 
 

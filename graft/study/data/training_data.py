@@ -62,6 +62,13 @@ def load_fact_dataset(path: str | Path, train_set: str | None = None) -> FactDat
             )
         train_set = "all"
     else:
+        if sets in ([], ["all"]):
+            raise FinetuneError(
+                f"dataset {path} is not split, so it has no fact set {train_set!r} (only all); "
+                "use a split dataset: generate it with `graft-exp data --split`, or give a "
+                "data kind, which is generated split "
+                "(articles and relation datasets cannot be split)"
+            )
         if train_set not in sets:
             raise FinetuneError(
                 f"dataset {path} has no fact set {train_set!r} (it has {', '.join(sets) or 'none'})"
