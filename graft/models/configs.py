@@ -11,13 +11,14 @@ Nothing is downloaded or converted.
 
 from __future__ import annotations
 
+import copy
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from graft.errors import ModelNotFoundError
-from graft.models.embedded import embedded_cache_dir, embedded_gguf
+from graft.models.embedded import embedded_cache_dir, embedded_gguf, graft_home
 from graft.models.hub import in_hub_cache
 from graft.models.loading import _finish_tokenizer, tiny_tokenizer
 from graft.models.paper import PAPER_CONFIGS
@@ -80,18 +81,32 @@ def _local_folder(source: str, location: str) -> Path | None:
     return None
 
 
+#: (embedded model name, $GRAFT_HOME) -> its config as read from its GGUF file: read once per
+#: process (a GGUF file is slow to parse, and a plan asks for a model's config more than once).
+_GGUF_CONFIGS: dict[tuple[str, Path], FoundConfig] = {}
+
+
 def _gguf_config(name: str) -> FoundConfig | None:
     """An embedded model's config from its GGUF header, where its package is installed (a
     chunked package is assembled once from its installed chunks, as loading it would: nothing
-    is downloaded); None when the package is not installed."""
+    is downloaded); None when the package is not installed. Read once per process; each
+    caller gets its own copy of the config, to change as it likes."""
+    key = (name, graft_home())  # a chunked package is assembled under $GRAFT_HOME
+    found = _GGUF_CONFIGS.get(key)
+    if found is None:
+        try:
+            gguf = embedded_gguf(name)
+        except ModelNotFoundError:
+            return None  # not cached: the package may be installed later
+        found = _GGUF_CONFIGS[key] = FoundConfig(read_gguf_config(gguf), str(gguf))
+    return replace(found, config=copy.deepcopy(found.config))
+
+
+def read_gguf_config(gguf: Path) -> Any:
+    """The transformers config in the header of the GGUF file ``gguf``."""
     from transformers import AutoConfig
 
-    try:
-        gguf = embedded_gguf(name)
-    except ModelNotFoundError:
-        return None
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    return FoundConfig(config, str(gguf))
+    return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
 def local_tokenizer(name: str) -> Any | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graft.errors import ModelNotFoundError
-from graft.models import MODELS_ENV
+from graft.models import MODELS_ENV, configs
 from graft.models.configs import local_tokenizer, model_config
 from graft.models.paper import PAPER_CONFIGS
 from graft.models.tiny import tiny_config
@@ -61,3 +61,36 @@ def test_a_chunked_embedded_model_is_planned_on_a_fresh_machine(tmp_path, monkey
     assert Path(found.origin).parent == tmp_path / "home" / "gguf"
     assert found.config.num_hidden_layers == 18
     assert not (tmp_path / "home" / "models").exists()  # assembled, not converted
+
+
+def test_an_embedded_models_gguf_is_read_once_and_each_caller_gets_a_copy(tmp_path, monkeypatch):
+    # a plan asks for a model's config more than once; parsing gemma3-270m's GGUF takes
+    # seconds: the second call reads nothing
+    monkeypatch.setenv("GRAFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(configs, "_GGUF_CONFIGS", {})
+    found_files: list[str] = []
+    read: list[Path] = []
+
+    def fake_gguf(name: str) -> Path:
+        found_files.append(name)
+        return tmp_path / f"{name}.gguf"
+
+    def fake_read(gguf: Path) -> object:
+        read.append(gguf)
+        return tiny_config("gemma3")
+
+    monkeypatch.setattr(configs, "embedded_gguf", fake_gguf)
+    monkeypatch.setattr(configs, "read_gguf_config", fake_read)
+    first = configs._gguf_config("gemma3-270m")
+    assert first is not None
+    first.config.num_hidden_layers = 99  # a caller changing its copy
+    second = configs._gguf_config("gemma3-270m")
+    assert second is not None and (found_files, read) == (
+        ["gemma3-270m"],
+        [tmp_path / "gemma3-270m.gguf"],
+    )
+    assert second.origin == first.origin and second.config is not first.config
+    assert second.config.num_hidden_layers == tiny_config("gemma3").num_hidden_layers
+    monkeypatch.setenv("GRAFT_HOME", str(tmp_path / "other"))  # another home: its own file
+    configs._gguf_config("gemma3-270m")
+    assert len(read) == 2

@@ -56,6 +56,39 @@ def test_the_file_is_read_with_its_folders_resolved_against_it(tmp_path):
     assert tree(tmp_path) == ["here", "here/study.toml"]
 
 
+def _tiny_folder(folder: Path) -> Path:
+    from graft.models.tiny import tiny_config
+
+    folder.mkdir(parents=True)
+    tiny_config("llama").save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("entry", ["../models/myllama", "mine"])
+def test_a_relative_model_folder_is_relative_to_the_file(tmp_path, monkeypatch, entry):
+    target = _tiny_folder(tmp_path / ("models/myllama" if entry.startswith("..") else "study/mine"))
+    text = SMALL.replace('["tiny-llama"]', f'["{entry}", "tiny-gpt2"]')
+    path = write_study(tmp_path / "study", text)
+    monkeypatch.chdir(tmp_path)  # the file's parent: the entry names nothing from here
+    study = read_study("study/study.toml")
+    assert list(study.models) == [entry, "tiny-gpt2"]
+    assert study.model_source(entry) == str(target.resolve())
+    assert study.model_source("tiny-gpt2") == "tiny-gpt2"
+    runs = study_runs(study)
+    assert runs[0].name == f"{entry}/seed0/position"  # named as the file names it
+    assert runs[0].design.runs[""].specs.donors.model == str(target.resolve())
+    monkeypatch.chdir(path.parent)  # the same runs from the file's own folder
+    assert [r.folder for r in study_runs(read_study("study.toml"))] == [r.folder for r in runs]
+
+
+def test_a_missing_relative_model_folder_names_the_file(tmp_path, monkeypatch):
+    text = SMALL.replace('["tiny-llama"]', '["../models/nothing"]')
+    write_study(tmp_path / "study", text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"study\.toml: .*nothing"):
+        study_runs(read_study("study/study.toml"))
+
+
 BAD = [
     ("colour = 1\n" + SMALL, "unknown key 'colour'; the keys are models"),
     (SMALL.replace('"necessity"]', '"necessity", "banana"]'), "unknown experiment 'banana'"),
@@ -160,6 +193,23 @@ def test_a_donor_that_fails_fails_its_runs_without_running_them(tmp_path, monkey
     assert set(result.failed) == {"tiny-llama/seed0/position", "tiny-llama/seed0/necessity"}
     assert all("disk on fire" in error for error in result.failed.values())
     assert len(result.donors) == 1
+
+
+def test_a_long_failure_is_recorded_whole_with_its_fix(tmp_path, monkeypatch):
+    study = read_study(write_study(tmp_path, SMALL.replace("[0, 1]", "[0]")))
+    reason = "the donor is weak: " + "x" * 600 + "; set allow_weak_donor = true to use it"
+    monkeypatch.setattr(execute, "run_donor_job", lambda *a, **k: None)
+
+    def weak(design, echo=None):
+        raise InputError(reason + "\nsecond line")
+
+    monkeypatch.setattr(execute, "run_design", weak)
+    said: list[str] = []
+    result = run_study(study, echo=said.append)
+    record = json.loads((study.out / FAILURES_FILE).read_text())
+    assert record["tiny-llama/seed0/position"] == f"InputError: {reason}"
+    assert record == result.failed
+    assert any(line.endswith("allow_weak_donor = true to use it") for line in said)
 
 
 def _collected_like() -> pl.DataFrame:

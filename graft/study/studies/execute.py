@@ -36,7 +36,7 @@ class StudyResult:
         study: the study.
         runs: run name (``<model>/seed<S>/<experiment>``) -> what it produced, for each run
             that finished.
-        failed: run name -> its error, one line, for each run that failed.
+        failed: run name -> its error, its whole first line, for each run that failed.
         donors: donor folder -> its error, for each donor that could not be finetuned.
     """
 
@@ -68,7 +68,9 @@ def read_failures(study: Study) -> dict[str, str]:
 
 
 def _error(err: Exception) -> str:
-    return f"{type(err).__name__}: {first_line(err, 400)}"
+    """``err`` as its type and its whole first line: never cut, since graft's messages end
+    with their fix (a weak donor's ``allow_weak_donor``, say)."""
+    return f"{type(err).__name__}: {first_line(err)}"
 
 
 def run_study(study: Study, echo: Callable[[str], None] | None = None) -> StudyResult:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graft.errors import InputError
+from graft.models.registry import resolve_model_name
 from graft.naming import slug
 from graft.study.designs.design import Design
 from graft.study.specs.config import ExperimentConfig
@@ -56,6 +57,16 @@ def study_runs(study: Study) -> list[StudyRun]:
     """
     runs = []
     for model, model_options in study.models.items():
+        source = study.model_source(model)
+        try:
+            resolve_model_name(source)
+        except InputError as err:  # said with the file, which names the model
+            if source != model and not Path(source).exists():
+                raise InputError(
+                    f"{study.path}: models: {model!r} is no model folder ({source}: a "
+                    "folder is relative to the study file's folder); fix the path"
+                ) from None
+            raise InputError(f"{study.path}: models: {err}") from None
         for seed in study.finetune_seeds:
             for experiment, options in study.experiments.items():
                 folder = study.out / slug(model) / f"seed{seed}" / experiment
@@ -63,7 +74,7 @@ def study_runs(study: Study) -> list[StudyRun]:
                     config = ExperimentConfig(
                         **{**study.options, **model_options},
                         experiment=experiment,
-                        model=model,
+                        model=source,
                         finetune_seeds=(seed,),
                         workspace=str(study.workspace),
                         out=str(folder),

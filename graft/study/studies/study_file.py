@@ -3,7 +3,8 @@ checked (:func:`read_study`) before anything is written.
 
 ::
 
-    models = ["tiny-llama", "tiny-gpt2"]     # or [models.tiny-llama] tables with options
+    models = ["tiny-llama", "tiny-gpt2"]     # or [models.tiny-llama] tables with options;
+                                             # a folder is relative to the file's folder
     finetune_seeds = [0, 1]
     experiments = ["position", "necessity"]  # or [experiments.position] tables with options
     workspace = "workspace"                  # relative to the file's folder
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import InputError
+from graft.models.registry import EMBEDDED_MODELS, HUB_MODELS, TINY_MODELS
 from graft.storage.files import refuse_special
 from graft.study.specs.config import ExperimentConfig
 from graft.study.studies.kinds import DESIGNS
@@ -83,6 +85,30 @@ class Study:
     workspace: Path
     out: Path
     slurm: dict[str, Any] = field(default_factory=dict)
+
+    def model_source(self, model: str) -> str:
+        """What graft loads for the file's entry ``model``: a relative folder resolved
+        against the file's folder (as ``workspace`` and ``out``), any other entry as it is."""
+        return model_source(self.path.resolve().parent, model)
+
+
+def model_source(folder: Path, model: str) -> str:
+    """``model`` (a study file's entry) as graft loads it: a relative path that starts with
+    ``./`` or ``../``, or that names something in ``folder`` (the file's folder), as a path
+    under ``folder``; a registry name, a hub id that is no such path, and an absolute path as
+    they are."""
+    name = model.replace("\\", "/")
+    if _registry_name(model) or Path(model).expanduser().is_absolute():
+        return model
+    explicit = name.startswith(("./", "../")) or name in (".", "..")
+    if explicit or (folder / model).exists():
+        return str((folder / model).resolve())
+    return model
+
+
+def _registry_name(model: str) -> bool:
+    tiny = "tiny-" + model.removeprefix("tiny-").replace("-", "_")
+    return model in EMBEDDED_MODELS or model in HUB_MODELS or tiny in TINY_MODELS
 
 
 def read_study(path: str | Path) -> Study:
