@@ -54,6 +54,7 @@ _EXPORTS = {
         "TINY_MODELS",
         "EmbeddedModel",
         "looks_like_hub_id",
+        "missing_folder",
         "model_slug",
         "resolve_model_name",
     ),

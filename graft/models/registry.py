@@ -115,12 +115,33 @@ def resolve_model_name(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
     if path.exists():
         _check_model_folder(path)
         return "local", str(path)
+    missing = missing_folder(name)
+    if missing is not None:
+        raise ModelNotFoundError(missing)
     if not looks_like_hub_id(name):
         raise ModelNotFoundError(
             f"unknown model {name!r} (not a registry name, an existing folder or a hub id "
             f"owner/name); registry names: {', '.join(REGISTRY)}"
         )
     return "hub", name
+
+
+def missing_folder(name: str) -> str | None:
+    """One line when ``name``, which does not exist, is written as a folder: it starts with
+    ``./``, ``../``, ``/`` or ``~``, or has a path separator and its first part is a folder
+    here (``ws/finetuned-x`` with ``ws/`` present), so that it is not taken for a hub id
+    (``HuggingFaceTB/SmolLM2-135M``: no folder ``HuggingFaceTB`` here); None otherwise."""
+    path = Path(name).expanduser()
+    written_as_path = path.is_absolute() or name.startswith(("./", "../", "~", ".\\", "..\\"))
+    parts = Path(name).parts
+    under_folder = len(parts) > 1 and Path(parts[0]).is_dir()
+    if path.exists() or not (written_as_path or under_folder):
+        return None
+    parent = next((p for p in path.absolute().parents if p.is_dir()), None)
+    return (
+        f"no model folder {name!r}: {path.absolute()} does not exist (the nearest existing "
+        f"folder is {parent}); check the path, or pass a folder saved by save_pretrained"
+    )
 
 
 def models_folder_copy(name: str, hub_id: str) -> Path | None:

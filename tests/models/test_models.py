@@ -73,7 +73,7 @@ def test_hub_id_shape(name: str, hub_shaped: bool) -> None:
     assert looks_like_hub_id(name) is hub_shaped
 
 
-@pytest.mark.parametrize("name", ["no-such-model", "./missing/folder", "tiny-transformerxl"])
+@pytest.mark.parametrize("name", ["no-such-model", "tiny-transformerxl"])
 def test_unknown_name_is_one_line_listing_the_registry(name: str) -> None:
     with pytest.raises(ModelNotFoundError) as info:
         load_model(name)
@@ -82,6 +82,15 @@ def test_unknown_name_is_one_line_listing_the_registry(name: str) -> None:
     assert repr(name) in message
     for registered in ("smollm2-135m", "gemma3-270m", "gpt2-xl", "tiny-llama"):
         assert registered in message
+
+
+@pytest.mark.parametrize("name", ["./missing/folder", "../missing/folder", "/missing/folder"])
+def test_a_name_written_as_a_path_is_a_missing_folder_in_one_line(name: str) -> None:
+    with pytest.raises(ModelNotFoundError) as info:
+        load_model(name)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"no model folder {name!r}" in message and "does not exist" in message
 
 
 def test_folder_without_config_is_refused(tmp_path) -> None:

@@ -9,7 +9,9 @@ and without a folder, a paper model is one line, at once, naming what to do.
 from __future__ import annotations
 
 import logging
+import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +22,7 @@ import graft.models.loading as loading
 from graft.core.families.arch import architecture_of
 from graft.models import MODELS_ENV, load_model, resolve_model_name
 from graft.models.loading import tiny_tokenizer
-from graft.models.paper import PAPER_CONFIGS, paper_mismatch, scaled_down
+from graft.models.paper import PAPER_CONFIGS, paper_mismatch, paper_name, scaled_down
 from graft_experiments.cli import main
 from tests.fast_tier import slow_except
 
@@ -158,3 +160,17 @@ def test_offline_without_a_folder_is_one_line_at_once(name, tmp_path, monkeypatc
     assert hub_id in line and MODELS_ENV in line and "save_pretrained" in line
     gated = name != "gpt2-xl"
     assert ("licence" in line and "HF_TOKEN" in line) is gated
+
+
+def test_the_how_to_names_exactly_the_models_whose_folders_are_checked():
+    """docs/how-to/your-model.md lists the models a folder-mismatch warning covers: the keys
+    of PAPER_CONFIGS, and the registry's other hub models as not checked."""
+    text = " ".join((Path(__file__).parents[2] / "docs/how-to/your-model.md").read_text().split())
+    checked = re.search(r"named after one of the paper's four models \(([^:]*):", text)
+    assert checked is not None
+    assert re.findall(r"`([^`]+)`", checked.group(1)) == list(PAPER_CONFIGS)
+    unchecked = re.search(r"A folder named ((?:`[^`]+`(?:, | or )?)+) is not checked", text)
+    assert unchecked is not None
+    names = re.findall(r"`([^`]+)`", unchecked.group(1))
+    assert names and all(paper_name(n) is None for n in names)
+    assert all(paper_name(n) == n for n in PAPER_CONFIGS)

@@ -184,11 +184,26 @@ def model_config(model: nn.Module) -> transformers.PretrainedConfig:
 def family_of(model: nn.Module) -> Family:
     """The family table of an HF causal LM, or an UnsupportedModelError listing the supported ones."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return _family_of_type(model_type, type(model).__name__)
+
+
+def family_of_config(config: Any) -> Family:
+    """The family table of an HF config (a multimodal config by its text model's), before any
+    weights load, or the UnsupportedModelError :func:`family_of` would raise once they had."""
+    model_type = getattr(config, "model_type", None)
+    text = getattr(config, "get_text_config", None)
+    text_type = getattr(text(), "model_type", None) if callable(text) else None
+    if text_type is not None and any(text_type in f.model_types for f in FAMILIES.values()):
+        model_type = text_type
+    return _family_of_type(model_type, f"{type(config).__name__}")
+
+
+def _family_of_type(model_type: object, what: str) -> Family:
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam
     raise UnsupportedModelError(
-        f"model type {model_type!r} ({type(model).__name__}) is not supported; supported "
+        f"model type {model_type!r} ({what}) is not supported; supported "
         f"families: {supported_families()}"
     )
 

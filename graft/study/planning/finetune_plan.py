@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from graft.core.families.arch import family_of_config
 from graft.errors import GraftError
 from graft.models import device_type as type_of_device
 from graft.models.configs import FoundConfig, local_tokenizer, model_config
@@ -174,13 +175,30 @@ def finetune_precision(cfg: FinetuneConfig, device_type: str) -> str:
     return "mixed" if cfg.fp16_on_cuda and device_type == "cuda" else "float32"
 
 
+def check_family(model: str) -> None:
+    """Raise the UnsupportedModelError of ``model`` when its config, as found on this machine
+    (nothing downloaded), is of a family graft has no table for; a run that skips the memory
+    plan says so before it finetunes or loads anything."""
+    found = model_config(model)
+    if found is not None:
+        family_of_config(found.config)
+
+
 def found_config(model: str) -> FoundConfig:
+    """``model``'s config as found on this machine, of a family graft supports.
+
+    Raises:
+        UnsupportedModelError: its architecture has no family table (before any weights or
+            memory planning, which would trace it).
+        GraftError: no config on this machine and no published one.
+    """
     found = model_config(model)
     if found is None:
         raise GraftError(
             f"cannot plan {model}: its config is neither on this machine nor one of graft's "
             "published ones; download the model once (or pass its folder)"
         )
+    family_of_config(found.config)
     return found
 
 

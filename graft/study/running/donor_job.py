@@ -10,6 +10,7 @@ from graft.models import resolve_device
 from graft.study.planning.device_memory import device_memory
 from graft.study.planning.finetune_plan import (
     FinetunePlan,
+    check_family,
     finetune_lines,
     plan_donor,
     scratch_workspace,
@@ -57,6 +58,7 @@ def run_donor_job(
         DeviceError: this machine has no such device (before anything is written).
     """
     resolve_device(request.device)
+    check_family(request.model)  # also where the memory plan is skipped
     if check_memory:
         check_fits(plan_donor_job(request, workspace, out), device_memory(request.device))
     home = Workspace.at(workspace)

@@ -67,6 +67,7 @@ from graft.study.data.rows import (
     sample_examples,
     warn_empty_grafts,
 )
+from graft.study.planning.finetune_plan import check_family
 from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
 from graft.study.running.batches import check_analyses, run_batches
@@ -213,6 +214,7 @@ def _run_validated(
         # models are or will be (the first check, _validate's, had no datasets yet)
         planned = functools.partial(planned_paths, run, base, donors)
         check_stored_config(folder, run, all_grafts, data_paths, planned)
+        check_family(run.donors.model)  # also where the memory plan is skipped
         if not run.execution.skip_memory_check:  # refused before anything loads (run_plan)
             check_fits(plan_experiment(request, data=data_paths))
         probe_path, probe, prompts = _plan(run, grafts, base, donors, data_paths)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import ExperimentError, FinetuneError, GraftError, ModelNotFoundError
-from graft.models import device_type, resolve_model_name
+from graft.models import device_type, missing_folder, resolve_model_name
 from graft.study.data.training_data import load_fact_dataset, split_texts
 from graft.study.specs.config import ModelSource, Replicate
 from graft.study.specs.donor import DonorRequest
@@ -252,7 +252,8 @@ def model_source(text: str, param: str = "donors") -> ModelSource:
         resolve_model_name(text)
     except ModelNotFoundError:
         raise ExperimentError(
-            f"{text!r} is neither a variant (pretrained, one, both, task, relation, one-A, "
+            missing_folder(text)
+            or f"{text!r} is neither a variant (pretrained, one, both, task, relation, one-A, "
             "one-B, both-A, both-B) nor a model folder, registry name or hub id",
             param=param,
         ) from None
