@@ -333,12 +333,12 @@ def _prompt_rows(
     """Prompts, rows, the longest prompt, each row's (graft index, tokens) in the run's
     order (None without the tokenizer: the order is the tokenized lengths') and why rows are
     skipped (:func:`skipped_note`)."""
-    checked_rows.check_span_names(grafts, dataset)
     if tokenizer is not None:
         limit = getattr(found.config, "n_positions", None) or getattr(
             found.config, "max_position_embeddings", None
         )
-        examples, _ = load_examples(dataset, tokenizer, run.data, limit)
+        examples, _ = load_examples(dataset, tokenizer, run.data, limit)  # the folder checked
+        checked_rows.check_span_names(grafts, dataset)
         examples = sample_examples(examples, run.data.n, run.data.sample_seed)
         rows, _ = plan_rows(examples, grafts)
         most = max((len(e.input_ids) for e in examples), default=1)
@@ -351,6 +351,7 @@ def _prompt_rows(
         if (not run.data.templates or r["template"] in run.data.templates)
         and r["direction"] in run.data.directions
     ]
+    checked_rows.check_span_names(grafts, dataset)
     per_template: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         per_template.setdefault(r["template"], []).append(r)
