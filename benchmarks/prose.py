@@ -25,7 +25,9 @@ are Python over these functions only (no builtins):
 - ``pooled(rows("A/attribution_verify", unit="LT"))``: Pearson and sign agreement of
   attribution's estimates against the real grafts over those rows taken together
   (:func:`graft.results.pooled_agreement`: ``["pearson"]``, ``["sign_agreement"]``,
-  ``["moving"]``, ``["cells"]``);
+  ``["moving"]``, ``["cells"]``); ``pearson_ci(rows(...))``: its Pearson's 95% percentile
+  bootstrap interval over the rows' prompts (:func:`graft.results.pearson_interval`,
+  2,000 resamples, seed 0), a pair ``(low, high)``;
 - ``means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")``: the mean
   of a column per group of rows, one dict per group (its keys and the mean), in order of
   first appearance;
@@ -47,7 +49,14 @@ import polars as pl
 from benchmarks import paper_table
 from benchmarks._graft_api import read_csv_table
 from benchmarks.table_generators import ROOT, BlockError, generator, shown
-from graft.results import check_run, format_p, pooled_agreement, read_results, seed_level_p
+from graft.results import (
+    check_run,
+    format_p,
+    pearson_interval,
+    pooled_agreement,
+    read_results,
+    seed_level_p,
+)
 
 __all__ = ["TEMPLATES", "render_template"]
 
@@ -197,6 +206,12 @@ def _pooled(cells: Sequence[dict]) -> dict:
     return pooled_agreement(pl.DataFrame(list(cells), infer_schema_length=None))
 
 
+def _pearson_ci(cells: Sequence[dict]) -> tuple[float, float]:
+    if not cells:
+        raise BlockError("pearson_ci() of no rows")
+    return pearson_interval(pl.DataFrame(list(cells), infer_schema_length=None))
+
+
 def _means(cells: Sequence[dict], column: str, *by: str) -> list[dict]:
     groups: dict[tuple, list[float]] = {}
     for cell in cells:
@@ -232,6 +247,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "seed_t": _seed_t,
         "p": format_p,
         "pooled": _pooled,
+        "pearson_ci": _pearson_ci,
         "means": _means,
         "min": min,
         "max": max,

@@ -12,6 +12,7 @@ _EXPORTS = {
     "graft.results.attribution_agreement": (
         "cell_summary",
         "multicell_summary",
+        "pearson_interval",
         "pooled_agreement",
     ),
     "graft.results.repair": ("repair_run_folder",),

@@ -1,7 +1,8 @@
 """How well graft attribution's estimates hold against real grafts: per module kind and
 position unit, Pearson, sign agreement and top-k overlap of the single cells
-(:func:`cell_summary`; any set of checked cells taken together: :func:`pooled_agreement`),
-and the error of multi-cell sets (:func:`multicell_summary`).
+(:func:`cell_summary`; any set of checked cells taken together: :func:`pooled_agreement`,
+with a bootstrap interval over prompts: :func:`pearson_interval`), and the error of
+multi-cell sets (:func:`multicell_summary`).
 
 The bar the issue set for the embedded model is Pearson >= 0.95 and sign agreement >= 0.95
 (:data:`BAR`); signs are compared over the cells that move the target, those whose real
@@ -16,7 +17,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["BAR", "MOVING", "TOP_K", "cell_summary", "multicell_summary", "pooled_agreement"]
+from graft.errors import StatsError
+
+__all__ = [
+    "BAR",
+    "MOVING",
+    "TOP_K",
+    "cell_summary",
+    "multicell_summary",
+    "pearson_interval",
+    "pooled_agreement",
+]
 
 #: Pearson and sign agreement an estimate must reach
 BAR = 0.95
@@ -59,6 +70,46 @@ def pooled_agreement(checked: pl.DataFrame) -> dict[str, Any]:
         if pearson is None or sign is None
         else bool(pearson >= BAR and sign >= BAR),
     }
+
+
+def pearson_interval(
+    checked: pl.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of the Pearson of :func:`pooled_agreement` over
+    ``checked``'s rows, resampling whole prompts (column ``prompt``): a prompt's cells share
+    its run and are no independent draws, so the prompts are the sample
+    (``scipy.stats.bootstrap``; ``seed`` seeds its generator).
+
+    Raises:
+        StatsError: fewer than two prompts, or a Pearson undefined on the rows.
+    """
+    from scipy.stats import bootstrap
+
+    if pooled_agreement(checked)["pearson"] is None:
+        raise StatsError("Pearson is undefined on these rows (fewer than 3, or a constant column)")
+    parts = checked.partition_by("prompt", maintain_order=True)
+    if len(parts) < 2:
+        raise StatsError("a bootstrap over prompts needs rows of two prompts or more")
+    estimate = [p["estimate"].to_numpy() for p in parts]
+    real = [p["real"].to_numpy() for p in parts]
+
+    def pearson(picks: np.ndarray) -> float:
+        x = np.concatenate([estimate[int(i)] for i in picks])
+        y = np.concatenate([real[int(i)] for i in picks])
+        value = _pearson(x, y)
+        return np.nan if value is None else value
+
+    result = bootstrap(
+        (np.arange(len(parts)),),
+        pearson,
+        vectorized=False,
+        n_resamples=n_boot,
+        confidence_level=level,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    interval = result.confidence_interval
+    return float(interval.low), float(interval.high)
 
 
 def _top_overlap(group: pl.DataFrame, k: int) -> float | None:

@@ -1,7 +1,8 @@
 """``graft.results.cell_summary``, ``pooled_agreement`` and ``multicell_summary`` on tables
 made by hand: exact estimates agree everywhere, flipped or shuffled ones do not, a partly
 verified group has no top-k overlap, cells pooled across groups are scored as one group, and
-the multi-cell errors are the ones written in."""
+the multi-cell errors are the ones written in; the Pearson's bootstrap interval resamples
+whole prompts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graft.results import cell_summary, multicell_summary, pooled_agreement
+from graft.errors import StatsError
+from graft.results import cell_summary, multicell_summary, pearson_interval, pooled_agreement
 
 
 def _table(n_layers: int = 8, prompts: int = 2) -> pl.DataFrame:
@@ -118,3 +120,29 @@ def test_pooled_agreement_scores_every_cell_as_one_group():
     assert pooled_agreement(bent)["pearson"] < 0.95 and not pooled_agreement(bent)["meets_bar"]
     flipped = checked.with_columns(estimate=-pl.col("estimate"))
     assert pooled_agreement(flipped)["sign_agreement"] == 0
+
+
+def test_pearson_interval_resamples_prompts():
+    table = _table(prompts=12)
+    rng = np.random.default_rng(1)
+    noisy = table.with_columns(real=pl.col("estimate") + rng.normal(0, 0.5, table.height))
+    pearson = pooled_agreement(noisy)["pearson"]
+    low, high = pearson_interval(noisy)
+    assert low < pearson < high < 1 and high - low < 0.3
+    assert pearson_interval(noisy) == (low, high)  # seeded
+    # one prompt whose estimates are far off: every resample that draws it bends the line,
+    # so the interval widens far more than for the cells taken one by one (the prompt is
+    # the sample, not the cell)
+    bent = noisy.with_columns(
+        estimate=pl.when(pl.col("prompt") == 0)
+        .then(-pl.col("real") * 4)
+        .otherwise(pl.col("estimate"))
+    )
+    b_low, b_high = pearson_interval(bent)
+    assert b_high - b_low > 2 * (high - low)
+    exact = table.with_columns(real=pl.col("estimate"))
+    assert np.allclose(pearson_interval(exact), 1)
+    with pytest.raises(StatsError, match="two prompts"):
+        pearson_interval(noisy.filter(pl.col("prompt") == 0))
+    with pytest.raises(StatsError, match="undefined"):
+        pearson_interval(noisy.with_columns(estimate=pl.lit(1.0)))

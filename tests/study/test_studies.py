@@ -145,7 +145,10 @@ def test_the_plan_shares_each_donor_and_writes_nothing(tmp_path):
     assert plan.runs[0].seconds > 0 and plan.runs[1].seconds == 0
     assert plan.seconds == pytest.approx(sum(d.plan.seconds for d in plan.donors.values()))
     lines = plan.lines()
-    assert lines[0].startswith("plan of study") and "4 runs: 1 models x 2 finetune" in lines[1]
+    assert (
+        lines[0].startswith("plan of study")
+        and "4 runs: 1 model x 2 finetune seeds x 2 experiments" in lines[1]
+    )
     assert "donors: 2 (2 to finetune" in lines[2] and lines[-1].startswith("total: ")
     assert tree(tmp_path) == ["study.toml"]
     statuses = study_status(study)
