@@ -28,6 +28,8 @@ are Python over these functions only (no builtins):
   ``["moving"]``, ``["cells"]``); ``pearson_ci(rows(...))``: its Pearson's 95% percentile
   bootstrap interval over the rows' prompts (:func:`graft.results.pearson_interval`,
   2,000 resamples, seed 0), a pair ``(low, high)``;
+- ``paired(rows("A/..."), rows("B/..."), "prompt", "layer")``: the rows of two tables
+  with the same keys, each with its twin: a list of ``(a, b)`` pairs in ``a``'s order;
 - ``means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")``: the mean
   of a column per group of rows, one dict per group (its keys and the mean), in order of
   first appearance;
@@ -212,6 +214,14 @@ def _pearson_ci(cells: Sequence[dict]) -> tuple[float, float]:
     return pearson_interval(pl.DataFrame(list(cells), infer_schema_length=None))
 
 
+def _paired(a: Sequence[dict], b: Sequence[dict], *keys: str) -> list[tuple[dict, dict]]:
+    ours = {tuple(row[k] for k in keys): row for row in b}
+    missing = [row for row in a if tuple(row[k] for k in keys) not in ours]
+    if missing or len(a) != len(b):
+        raise BlockError(f"paired(): the rows differ in their {', '.join(keys)}")
+    return [(row, ours[tuple(row[k] for k in keys)]) for row in a]
+
+
 def _means(cells: Sequence[dict], column: str, *by: str) -> list[dict]:
     groups: dict[tuple, list[float]] = {}
     for cell in cells:
@@ -248,6 +258,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "p": format_p,
         "pooled": _pooled,
         "pearson_ci": _pearson_ci,
+        "paired": _paired,
         "means": _means,
         "min": min,
         "max": max,

@@ -27,7 +27,7 @@ _EXPORTS = {
     ),
     "graft.results.metrics": ("top_tokens_table",),
     "graft.results.run_log": ("console_logging", "console_session"),
-    "graft.results.provenance": ("machine_info",),
+    "graft.results.provenance": ("git_commit", "git_dirty", "machine_info"),
     "graft.results.publish": ("PROVENANCE_FILE", "provenance_entries", "publish_run"),
     "graft.results.benchmark_tables": ("machine_label", "write_benchmark_table"),
     "graft.results.report": ("LAYER_SEP", "draw_figures", "draw_summary_figures"),

@@ -65,6 +65,27 @@ def test_a_request_writes_the_run_folder_and_its_lines(models, tmp_path):
     assert again.table.equals(done.table)
 
 
+def test_the_record_keeps_the_code_as_the_run_began(models, tmp_path, monkeypatch):
+    """config.json is stored when the run ends: the commit and dirty state it records are
+    the ones the run started from, not a change made while it computed."""
+    import graft.study.designs.attribution as design
+
+    tree = {"dirty": False}
+    monkeypatch.setattr(design, "git_dirty", lambda: tree["dirty"])
+    monkeypatch.setattr("graft.results.folder.git_dirty", lambda: tree["dirty"])
+    estimate = design.attribute
+
+    def edited_meanwhile(*args, **kwargs):
+        tree["dirty"] = True
+        return estimate(*args, **kwargs)
+
+    monkeypatch.setattr(design, "attribute", edited_meanwhile)
+    request = AttributionRequest(models[1], TEXT, TARGET, ENTITY, base=models[0], kinds=["o"])
+    done = run_attribution(request, tmp_path / "run")
+    assert tree["dirty"] and done.config["git_dirty"] is False
+    assert json.loads((done.folder.path / "config.json").read_text())["git_dirty"] is False
+
+
 def test_a_datasets_prompts_are_the_requests(models, tmp_path):
     data = dataset(tmp_path / "data")
     request = AttributionRequest(models[1], base=models[0], kinds=["o"], dataset=data, n_prompts=1)

@@ -25,7 +25,15 @@ import polars as pl
 from graft.core.api.attribution import attribute, verify_attribution
 from graft.core.api.attribution_multi import verify_multicell
 from graft.models import LoadedModel, load_model
-from graft.results import RunFolder, attribution_map, cell_summary, multicell_summary, save_figure
+from graft.results import (
+    RunFolder,
+    attribution_map,
+    cell_summary,
+    git_commit,
+    git_dirty,
+    multicell_summary,
+    save_figure,
+)
 from graft.study.data.prompts import entity_prompts
 from graft.study.specs.attribution import AttributionRequest
 from graft.study.training.sources import finetune_record, model_fingerprint
@@ -159,7 +167,9 @@ def run_record(
 ) -> dict[str, Any]:
     """What ``config.json`` records of a run before it computes: the request with the
     prompts it runs on (``options``: a resume must share them), both models with their
-    folders' fingerprints, and the ``finetune_config.json`` of each finetuned one."""
+    folders' fingerprints, the ``finetune_config.json`` of each finetuned one, and the
+    commit and whether the tree was dirty as the run starts (the record is stored when the
+    run ends, and a change made meanwhile is not the run's)."""
     return {
         "experiment": "attribution",
         "options": {
@@ -183,6 +193,9 @@ def run_record(
         "finetuned_models": {
             m.location: r for m in (base, donor) if (r := finetune_record(m.location)) is not None
         },
+        # the code as it was when the run began: the record is written when it ends
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
     }
 
 
