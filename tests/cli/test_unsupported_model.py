@@ -1,5 +1,6 @@
 """A model of an architecture graft has no family table for (a tiny OPT folder) and a
-mistyped model folder: every command, run or ``--dry-run``, ends in one line, exit 2."""
+mistyped model folder: every command, run or ``--dry-run``, ends in one line, exit 2, with
+nothing made in the workspace."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def test_every_command_refuses_an_unsupported_model_in_one_line(
     assert isinstance(result.exception, SystemExit)
     line = result.output.strip().splitlines()[-1]
     assert "model type 'opt'" in line and "supported families: gpt2" in line
-    assert not (workspace / "finetuned").exists()  # no finetune started
+    # nothing made: no dataset generated, no finetune started, no lock taken
+    assert not workspace.exists() or sorted(p.name for p in workspace.iterdir()) == []
 
 
 def test_a_missing_folder_under_an_existing_one_is_not_a_hub_id(

@@ -214,7 +214,6 @@ def _run_validated(
         # models are or will be (the first check, _validate's, had no datasets yet)
         planned = functools.partial(planned_paths, run, base, donors)
         check_stored_config(folder, run, all_grafts, data_paths, planned)
-        check_family(run.donors.model)  # also where the memory plan is skipped
         if not run.execution.skip_memory_check:  # refused before anything loads (run_plan)
             check_fits(plan_experiment(request, data=data_paths))
         probe_path, probe, prompts = _plan(run, grafts, base, donors, data_paths)
@@ -315,6 +314,9 @@ def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
     run = request.specs
     folder = check_request(request)
     _check_remote(run.execution)
+    # an architecture graft has no table for is refused before a dataset is generated
+    # (also where the memory plan is skipped)
+    check_family(run.donors.model)
     seeds = dict.fromkeys(r.data_seed for r in run.replicates)
     return folder, {d: dataset_dir(run, request.data_direction, d) for d in seeds}
 
