@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -293,6 +295,35 @@ def test_default_out_names_the_replicates():
     assert runner.default_out(dataclasses.replace(cfg, finetune_seeds=(0,))) == (
         runner.default_out(cfg)
     )
+    # the pattern docs/reference/cli.md gives for --out's default names these, in this order
+    documented = _documented_run_folder("position", MODEL, KIND)
+    for config, tag in ((cfg, ""), (many, "paper"), (many, "")):
+        assert documented.fullmatch(runner.default_out(config, tag).as_posix())
+    swapped = f"runs/position/{MODEL}-{KIND}-fseeds0-1-2-paper-seed0"
+    assert not documented.fullmatch(swapped)
+
+
+def _documented_run_folder(experiment: str, model: str, dataset: str) -> re.Pattern[str]:
+    """docs/reference/cli.md's default run folder as a regular expression, with these
+    names in place: ``<seed>`` a number, ``<S-S>`` numbers joined by '-', ``[...]`` optional."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md").read_text()
+    found = re.search(r"`(runs/<experiment>/[^`;]+)`", doc)
+    assert found, "cli.md names no default run folder"
+    names = {"<experiment>": experiment, "<model>": model, "<dataset>": dataset}
+    parts = []
+    for token in re.split(r"(<[^>]+>|\[|\])", found.group(1)):
+        if token in names:
+            parts.append(re.escape(names[token]))
+        elif token == "<seed>":
+            parts.append(r"\d+")
+        elif token == "<S-S>":
+            parts.append(r"\d+(?:-\d+)+")
+        elif token in ("[", "]"):
+            parts.append("(?:" if token == "[" else ")?")
+        else:
+            assert not token.startswith("<"), f"cli.md's run folder has an unknown {token}"
+            parts.append(re.escape(token))
+    return re.compile("".join(parts))
 
 
 @pytest.mark.parametrize(
