@@ -16,9 +16,11 @@ from graft.core import (
 from graft.errors import GraftError
 from graft.models import perturbed_copy, tiny_pair
 from graft.results import (
+    MIN_INTERVAL_PROMPTS,
     PROVENANCE_FILE,
     machine_info,
     machine_label,
+    pearson_interval,
     provenance_entries,
     read_csv_table,
     write_benchmark_table,
@@ -27,6 +29,7 @@ from graft.study import GRAFT, protocol_of
 
 __all__ = [
     "GRAFT",
+    "MIN_INTERVAL_PROMPTS",
     "PROVENANCE_FILE",
     "Architecture",
     "GraftError",
@@ -38,6 +41,7 @@ __all__ = [
     "default_pad_id",
     "machine_info",
     "machine_label",
+    "pearson_interval",
     "parse_spec",
     "perturbed_copy",
     "protocol_of",

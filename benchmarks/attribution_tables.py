@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks._graft_api import read_csv_table
+import polars as pl
+
+from benchmarks._graft_api import MIN_INTERVAL_PROMPTS, pearson_interval, read_csv_table
 from benchmarks.md_table import md_table
 from benchmarks.table_generators import BlockError, _one_file, generator, shown
 
@@ -18,15 +20,17 @@ def _number(value, form: str = ".3f") -> str:
 @generator(
     "attribution",
     "attribution FOLDER: estimated vs real single-cell grafts per position unit and module "
-    "kind (cells, Pearson, sign agreement over the cells that move the target, top-5 "
-    "overlap, whether Pearson and sign agreement both reach 0.95), from "
-    "FOLDER/attribution_summary.csv",
+    "kind (cells, Pearson and its 95% bootstrap interval over prompts, sign agreement over "
+    "the cells that move the target, top-5 overlap, whether Pearson and sign agreement both "
+    "reach 0.95), from FOLDER/attribution_summary.csv and attribution_verify.csv",
 )
 def _attribution(positional: list[str], keywords: dict[str, str]) -> tuple[str, list[Path]]:
     path = _one_file("attribution", positional, "attribution_summary.csv")
     summary = read_csv_table(path)
     if "pearson" not in summary.columns:
         raise BlockError(f"{shown(path)} has no real grafts: run the attribution with --verify all")
+    verify_path = path.with_name("attribution_verify.csv")
+    verify = read_csv_table(verify_path)
     body = []
     for row in summary.iter_rows(named=True):
         bar = {True: "yes", False: "**no**", None: "—"}[row["meets_bar"]]
@@ -36,13 +40,27 @@ def _attribution(positional: list[str], keywords: dict[str, str]) -> tuple[str, 
                 row["kind"],
                 str(row["verified"]),
                 _number(row["pearson"]),
+                _interval(verify, row),
                 f"{_number(row['sign_agreement'], '.2f')} ({row['moving']})",
                 _number(row["top_k_overlap"], ".2f"),
                 bar,
             ]
         )
-    head = ["unit", "kind", "cells", "Pearson", "sign agreement (moving cells)", "top-5 overlap"]
-    return md_table([*head, ">= 0.95"], body, right=4), [path]
+    head = ["unit", "kind", "cells", "Pearson", "95% interval over prompts"]
+    head += ["sign agreement (moving cells)", "top-5 overlap", "point >= 0.95"]
+    return md_table(head, body, right=5), [path, verify_path]
+
+
+def _interval(verify: pl.DataFrame, row: dict) -> str:
+    """The Pearson's percentile bootstrap interval over the prompts of ``row``'s verified
+    cells (:func:`graft.results.pearson_interval`), or a dash with fewer prompts."""
+    cells = verify.filter(pl.col("kind") == row["kind"])
+    if row["unit"] != "all":
+        cells = cells.filter(pl.col("unit") == row["unit"])
+    if row["pearson"] is None or cells["prompt"].n_unique() < MIN_INTERVAL_PROMPTS:
+        return "—"
+    low, high = pearson_interval(cells)
+    return f"{low:.3f}-{high:.3f}"
 
 
 @generator(

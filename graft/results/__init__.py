@@ -10,6 +10,7 @@ from graft.lazy import lazy_exports
 _EXPORTS = {
     "graft.results.accept": ("accept_run_tables", "unmarked_tables"),
     "graft.results.attribution_agreement": (
+        "MIN_INTERVAL_PROMPTS",
         "cell_summary",
         "multicell_summary",
         "pearson_interval",

@@ -21,6 +21,7 @@ from graft.errors import StatsError
 
 __all__ = [
     "BAR",
+    "MIN_INTERVAL_PROMPTS",
     "MOVING",
     "TOP_K",
     "cell_summary",
@@ -35,6 +36,9 @@ BAR = 0.95
 MOVING = 0.05
 #: the k of the top-k overlap
 TOP_K = 5
+#: the fewest prompts a Pearson's bootstrap interval over prompts is given for (with fewer,
+#: a percentile bootstrap has too few distinct resamples to mean anything)
+MIN_INTERVAL_PROMPTS = 10
 _CELL = ["prompt", "layer", "unit", "kind"]
 
 
@@ -137,10 +141,12 @@ def cell_summary(
     Columns: ``unit``, ``kind``, ``cells``, ``mean_estimate`` (over prompts and layers),
     ``top_layer`` (the layer of the largest mean ``|estimate|``); with ``checked`` (the
     table of :func:`graft.core.verify_attribution`, a column ``real``) also ``verified``
-    (cells grafted for real), ``pearson``, ``sign_agreement`` (over the ``moving`` cells),
-    ``moving``, ``top_k_overlap`` (only where every cell of the group was verified: the top
-    k of a subset says nothing), ``top_k`` and ``meets_bar`` (Pearson and sign agreement
-    both >= :data:`BAR`)."""
+    (cells grafted for real), ``pearson``, ``pearson_low`` and ``pearson_high`` (its 95%
+    interval of :func:`pearson_interval`, over the group's prompts, where it has at least
+    :data:`MIN_INTERVAL_PROMPTS`; else empty), ``sign_agreement`` (over the ``moving``
+    cells), ``moving``, ``top_k_overlap`` (only where every cell of the group was verified:
+    the top k of a subset says nothing), ``top_k`` and ``meets_bar`` (Pearson and sign
+    agreement both >= :data:`BAR`, the point estimates)."""
     groups: list[tuple[str, str, pl.DataFrame]] = []
     kinds = table["kind"].unique(maintain_order=True).to_list()
     for unit in table["unit"].unique(maintain_order=True).to_list():
@@ -163,9 +169,14 @@ def cell_summary(
         if checked is not None:
             both = rows.join(checked.select(*_CELL, "real"), on=_CELL, how="inner")
             pooled = pooled_agreement(both)
+            low = high = None
+            if pooled["pearson"] is not None and both["prompt"].n_unique() >= MIN_INTERVAL_PROMPTS:
+                low, high = pearson_interval(both)
             record.update(
                 verified=pooled["cells"],
                 pearson=pooled["pearson"],
+                pearson_low=low,
+                pearson_high=high,
                 sign_agreement=pooled["sign_agreement"],
                 moving=pooled["moving"],
                 top_k_overlap=_top_overlap(both, top_k) if len(both) == len(rows) else None,

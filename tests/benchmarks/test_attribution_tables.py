@@ -1,14 +1,16 @@
 """The attribution generators of ``benchmarks.results_tables`` on tables made by hand: one
-markdown row per summary row with its numbers, the bar as written, and a summary without
-real grafts refused."""
+markdown row per summary row with its numbers, the Pearson's interval over prompts (a dash
+under 10 prompts), the bar as written, and a summary without real grafts refused."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
 from benchmarks import attribution_tables, table_generators
 from benchmarks.table_generators import GENERATORS, BlockError
+from graft.results import pearson_interval
 
 assert attribution_tables  # its import registers the generators
 
@@ -29,21 +31,41 @@ def _make(name: str, folder) -> str:
 def test_agreement_table(folder):
     pl.DataFrame(
         {
-            "unit": ["FE", "all"],
-            "kind": ["v", "v"],
-            "cells": [90, 180],
-            "verified": [90, 180],
-            "pearson": [0.9351, 0.97],
-            "sign_agreement": [1.0, 0.96],
-            "moving": [54, 55],
-            "top_k_overlap": [0.7333, None],
-            "top_k": [5, 5],
-            "meets_bar": [False, True],
+            "unit": ["FE", "LT", "all"],
+            "kind": ["v", "v", "v"],
+            "cells": [90, 6, 96],
+            "verified": [90, 6, 96],
+            "pearson": [0.9351, 0.99, 0.97],
+            "sign_agreement": [1.0, 1.0, 0.96],
+            "moving": [54, 6, 55],
+            "top_k_overlap": [0.7333, None, None],
+            "top_k": [5, 5, 5],
+            "meets_bar": [False, True, True],
         }
     ).write_csv(folder / "attribution_summary.csv")
+    # FE's cells come from 15 prompts (an interval), LT's from 2 (none: under 10 prompts)
+    rng = np.random.default_rng(0)
+    rows = [("FE", p, layer) for p in range(15) for layer in range(6)]
+    rows += [("LT", p, layer) for p in range(2) for layer in range(3)]
+    real = rng.normal(size=len(rows))
+    verify = pl.DataFrame(
+        {
+            "prompt": [p for _, p, _ in rows],
+            "layer": [layer for _, _, layer in rows],
+            "unit": [u for u, _, _ in rows],
+            "kind": ["v"] * len(rows),
+            "estimate": real + rng.normal(0, 0.3, len(rows)),
+            "real": real,
+        }
+    )
+    verify.write_csv(folder / "attribution_verify.csv")
+    fe = "{:.3f}-{:.3f}".format(*pearson_interval(verify.filter(pl.col("unit") == "FE")))
+    every = "{:.3f}-{:.3f}".format(*pearson_interval(verify))
     lines = _make("attribution", folder).splitlines()
-    assert lines[2] == "| FE | v | 90 | 0.935 | 1.00 (54) | 0.73 | **no** |"
-    assert lines[3] == "| all | v | 180 | 0.970 | 0.96 (55) | — | yes |"
+    assert lines[0].startswith("| unit | kind | cells | Pearson | 95% interval over prompts |")
+    assert lines[2] == f"| FE | v | 90 | 0.935 | {fe} | 1.00 (54) | 0.73 | **no** |"
+    assert lines[3] == "| LT | v | 6 | 0.990 | — | 1.00 (6) | — | yes |"
+    assert lines[4] == f"| all | v | 96 | 0.970 | {every} | 0.96 (55) | — | yes |"
 
 
 def test_a_summary_without_real_grafts_is_refused(folder):

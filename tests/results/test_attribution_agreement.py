@@ -11,7 +11,13 @@ import polars as pl
 import pytest
 
 from graft.errors import StatsError
-from graft.results import cell_summary, multicell_summary, pearson_interval, pooled_agreement
+from graft.results import (
+    MIN_INTERVAL_PROMPTS,
+    cell_summary,
+    multicell_summary,
+    pearson_interval,
+    pooled_agreement,
+)
 
 
 def _table(n_layers: int = 8, prompts: int = 2) -> pl.DataFrame:
@@ -146,3 +152,18 @@ def test_pearson_interval_resamples_prompts():
         pearson_interval(noisy.filter(pl.col("prompt") == 0))
     with pytest.raises(StatsError, match="undefined"):
         pearson_interval(noisy.with_columns(estimate=pl.lit(1.0)))
+
+
+def test_cell_summary_gives_the_interval_from_ten_prompts_on():
+    rng = np.random.default_rng(2)
+    many = _table(prompts=12)
+    checked = many.with_columns(real=pl.col("estimate") + rng.normal(0, 0.5, many.height))
+    summary = cell_summary(many, checked)
+    for row in summary.iter_rows(named=True):
+        rows = checked.filter(pl.col("kind") == row["kind"])
+        rows = rows if row["unit"] == "all" else rows.filter(pl.col("unit") == row["unit"])
+        assert (row["pearson_low"], row["pearson_high"]) == pearson_interval(rows)
+        assert row["pearson_low"] < row["pearson"] < row["pearson_high"]
+    few = _table(prompts=MIN_INTERVAL_PROMPTS - 1)
+    plain = cell_summary(few, few.with_columns(real=pl.col("estimate") * 2))
+    assert plain["pearson_low"].is_null().all() and plain["pearson_high"].is_null().all()

@@ -138,3 +138,28 @@ def test_the_pages_python_example_runs(models, tmp_path, monkeypatch):
     exec(compile(tiny, "docs/reference/attribution.md", "exec"), namespace)
     assert (tmp_path / "attrib" / "estimates.csv").is_file()
     assert namespace["done"].checked is not None and len(namespace["done"].checked) == 5
+
+
+def test_the_agreement_lines_give_the_interval_where_the_summary_has_one():
+    from types import SimpleNamespace
+
+    rows = [
+        {"prompt": p, "layer": 0, "unit": "LT", "kind": "o", "estimate": e, "real": e * e}
+        for p, e in enumerate(float(x) for x in range(1, 13))
+    ]
+    checked = pl.DataFrame(rows)
+    table = checked.drop("real")
+    done = SimpleNamespace(
+        out="run",
+        table=table,
+        checked=checked,
+        summary=graft.results.cell_summary(table, checked),
+        multicell=None,
+        multicell_summary=None,
+        timings={"attribution_seconds": 1.0, "verify_seconds": 2.0},
+    )
+    low, high = graft.results.pearson_interval(checked)
+    lines = [line for line in attribution_lines(done) if "Pearson" in line]  # LT and all
+    assert len(lines) == 2 and all(f"[{low:.3f}, {high:.3f}]" in line for line in lines)
+    done.summary = graft.results.cell_summary(table.head(3), checked.head(3))  # 3 prompts
+    assert "[" not in next(line for line in attribution_lines(done) if "Pearson" in line)

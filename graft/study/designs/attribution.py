@@ -247,11 +247,18 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _interval(row: dict[str, Any]) -> str:
+    """`` [low, high]``: the Pearson's interval over prompts, where the summary has one."""
+    if row.get("pearson_low") is None:
+        return ""
+    return f" [{row['pearson_low']:.3f}, {row['pearson_high']:.3f}]"
+
+
 def _agreement_line(row: dict[str, Any]) -> str:
     overlap = row.get("top_k_overlap")
     return (
         f"{row['unit']:4} {row['kind']:5} cells {row['verified']:<4} Pearson "
-        f"{_number(row['pearson'])}  sign {_number(row['sign_agreement'])} "
+        f"{_number(row['pearson'])}{_interval(row)}  sign {_number(row['sign_agreement'])} "
         f"(of {row['moving']})  top-{row['top_k']} overlap {_number(overlap)}"
         + ("" if row["meets_bar"] is None else ("  >= 0.95" if row["meets_bar"] else "  < 0.95"))
     )
