@@ -33,7 +33,7 @@ are Python over these functions only (no builtins):
 - ``means(rows("A/attribution_estimates"), "estimate", "unit", "kind", "layer")``: the mean
   of a column per group of rows, one dict per group (its keys and the mean), in order of
   first appearance;
-- ``min``, ``max``, ``len``, ``sum``.
+- ``min``, ``max``, ``len``, ``sum``, ``abs``, ``sorted``.
 """
 
 from __future__ import annotations
@@ -265,6 +265,7 @@ def render_template(path: Path) -> tuple[str, list[Path]]:
         "len": len,
         "sum": sum,
         "abs": abs,
+        "sorted": sorted,
     }
 
     def fill(match: re.Match) -> str:

@@ -82,7 +82,8 @@ def pearson_interval(
     """The percentile bootstrap interval of the Pearson of :func:`pooled_agreement` over
     ``checked``'s rows, resampling whole prompts (column ``prompt``): a prompt's cells share
     its run and are no independent draws, so the prompts are the sample
-    (``scipy.stats.bootstrap``; ``seed`` seeds its generator).
+    (``scipy.stats.bootstrap``, each resample's Pearson from its prompts' sums; ``seed``
+    seeds its generator).
 
     Raises:
         StatsError: fewer than two prompts, or a Pearson undefined on the rows.
@@ -94,19 +95,25 @@ def pearson_interval(
     parts = checked.partition_by("prompt", maintain_order=True)
     if len(parts) < 2:
         raise StatsError("a bootstrap over prompts needs rows of two prompts or more")
-    estimate = [p["estimate"].to_numpy() for p in parts]
-    real = [p["real"].to_numpy() for p in parts]
+    # a resample's Pearson from the sums of its prompts' cells (centred on the whole
+    # table's means, against cancellation): the same number as over the rows put together
+    x_mean, y_mean = checked["estimate"].mean(), checked["real"].mean()
+    sums = np.empty((len(parts), 6))
+    for i, part in enumerate(parts):
+        x = part["estimate"].to_numpy() - x_mean
+        y = part["real"].to_numpy() - y_mean
+        sums[i] = (len(x), x.sum(), y.sum(), (x * x).sum(), (y * y).sum(), (x * y).sum())
 
-    def pearson(picks: np.ndarray) -> float:
-        x = np.concatenate([estimate[int(i)] for i in picks])
-        y = np.concatenate([real[int(i)] for i in picks])
-        value = _pearson(x, y)
-        return np.nan if value is None else value
+    def pearson(picks: np.ndarray, axis: int = -1) -> np.ndarray:
+        total = np.moveaxis(sums[np.moveaxis(picks, axis, -1).astype(int)].sum(axis=-2), -1, 0)
+        n, sx, sy, sxx, syy, sxy = total
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (sxy - sx * sy / n) / np.sqrt((sxx - sx * sx / n) * (syy - sy * sy / n))
 
     result = bootstrap(
         (np.arange(len(parts)),),
         pearson,
-        vectorized=False,
+        vectorized=True,
         n_resamples=n_boot,
         confidence_level=level,
         method="percentile",
