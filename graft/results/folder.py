@@ -47,7 +47,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -276,12 +276,17 @@ class RunFolder(RunTables):
                 ``overwrite``).
         """
         new: dict[str, Any] = to_json(dict(config))
-        new.setdefault("packages", package_versions())
-        new.setdefault("git_commit", git_commit())
-        new.setdefault("git_dirty", git_dirty())
-        new.setdefault("machine", machine_info())
-        new.setdefault("command", command_line())
-        new.setdefault("created", utc_timestamp())
+        fill: dict[str, Callable[[], Any]] = {
+            "packages": package_versions,
+            "git_commit": git_commit,
+            "git_dirty": git_dirty,
+            "machine": machine_info,
+            "command": command_line,
+            "created": utc_timestamp,
+        }
+        for name, made in fill.items():  # asked only for what the caller did not record
+            if name not in new:
+                new[name] = made()
         if overwrite:
             self.clear()
         else:
