@@ -16,20 +16,18 @@ from graft.core import (
 from graft.errors import GraftError
 from graft.models import perturbed_copy, tiny_pair
 from graft.results import (
-    MIN_INTERVAL_PROMPTS,
     PROVENANCE_FILE,
     machine_info,
     machine_label,
-    pearson_interval,
     provenance_entries,
     read_csv_table,
+    reported_interval,
     write_benchmark_table,
 )
 from graft.study import GRAFT, protocol_of
 
 __all__ = [
     "GRAFT",
-    "MIN_INTERVAL_PROMPTS",
     "PROVENANCE_FILE",
     "Architecture",
     "GraftError",
@@ -41,12 +39,12 @@ __all__ = [
     "default_pad_id",
     "machine_info",
     "machine_label",
-    "pearson_interval",
     "parse_spec",
     "perturbed_copy",
     "protocol_of",
     "provenance_entries",
     "read_csv_table",
+    "reported_interval",
     "run_grafts",
     "tiny_pair",
     "write_benchmark_table",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks._graft_api import MIN_INTERVAL_PROMPTS, pearson_interval, read_csv_table
+from benchmarks._graft_api import read_csv_table, reported_interval
 from benchmarks.md_table import md_table
 from benchmarks.table_generators import BlockError, _one_file, generator, shown
 
@@ -53,14 +53,12 @@ def _attribution(positional: list[str], keywords: dict[str, str]) -> tuple[str, 
 
 def _interval(verify: pl.DataFrame, row: dict) -> str:
     """The Pearson's percentile bootstrap interval over the prompts of ``row``'s verified
-    cells (:func:`graft.results.pearson_interval`), or a dash with fewer prompts."""
+    cells (:func:`graft.results.reported_interval`), or a dash where it gives none."""
     cells = verify.filter(pl.col("kind") == row["kind"])
     if row["unit"] != "all":
         cells = cells.filter(pl.col("unit") == row["unit"])
-    if row["pearson"] is None or cells["prompt"].n_unique() < MIN_INTERVAL_PROMPTS:
-        return "—"
-    low, high = pearson_interval(cells)
-    return f"{low:.3f}-{high:.3f}"
+    interval = reported_interval(cells)
+    return "—" if interval is None else "{:.3f}-{:.3f}".format(*interval)
 
 
 @generator(

@@ -202,16 +202,19 @@ def _seed_t(a: Sequence[float], b: Sequence[float]) -> float:
     return seed_level_p([x - y for x, y in zip(a, b, strict=True)])
 
 
-def _pooled(cells: Sequence[dict]) -> dict:
+def _frame(cells: Sequence[dict], function: str) -> pl.DataFrame:
+    """The rows a template hands to ``function`` as one table (none: the template's error)."""
     if not cells:
-        raise BlockError("pooled() of no rows")
-    return pooled_agreement(pl.DataFrame(list(cells), infer_schema_length=None))
+        raise BlockError(f"{function}() of no rows")
+    return pl.DataFrame(list(cells), infer_schema_length=None)
+
+
+def _pooled(cells: Sequence[dict]) -> dict:
+    return pooled_agreement(_frame(cells, "pooled"))
 
 
 def _pearson_ci(cells: Sequence[dict]) -> tuple[float, float]:
-    if not cells:
-        raise BlockError("pearson_ci() of no rows")
-    return pearson_interval(pl.DataFrame(list(cells), infer_schema_length=None))
+    return pearson_interval(_frame(cells, "pearson_ci"))
 
 
 def _paired(a: Sequence[dict], b: Sequence[dict], *keys: str) -> list[tuple[dict, dict]]:

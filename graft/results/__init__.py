@@ -15,6 +15,7 @@ _EXPORTS = {
         "multicell_summary",
         "pearson_interval",
         "pooled_agreement",
+        "reported_interval",
     ),
     "graft.results.repair": ("repair_run_folder",),
     "graft.results.compare": ("KEY_CONTRASTS", "compare_run", "format_comparison"),

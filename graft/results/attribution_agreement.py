@@ -28,6 +28,7 @@ __all__ = [
     "multicell_summary",
     "pearson_interval",
     "pooled_agreement",
+    "reported_interval",
 ]
 
 #: Pearson and sign agreement an estimate must reach
@@ -90,7 +91,7 @@ def pearson_interval(
     """
     from scipy.stats import bootstrap
 
-    if pooled_agreement(checked)["pearson"] is None:
+    if _pearson(checked["estimate"].to_numpy(), checked["real"].to_numpy()) is None:
         raise StatsError("Pearson is undefined on these rows (fewer than 3, or a constant column)")
     parts = checked.partition_by("prompt", maintain_order=True)
     if len(parts) < 2:
@@ -123,6 +124,17 @@ def pearson_interval(
     return float(interval.low), float(interval.high)
 
 
+def reported_interval(checked: pl.DataFrame) -> tuple[float, float] | None:
+    """:func:`pearson_interval` of ``checked``'s rows where they come from at least
+    :data:`MIN_INTERVAL_PROMPTS` prompts and their Pearson is defined; else None (the
+    tables leave it empty)."""
+    if checked["prompt"].n_unique() < MIN_INTERVAL_PROMPTS:
+        return None
+    if _pearson(checked["estimate"].to_numpy(), checked["real"].to_numpy()) is None:
+        return None
+    return pearson_interval(checked)
+
+
 def _top_overlap(group: pl.DataFrame, k: int) -> float | None:
     """The mean over prompts of |top k by |estimate|  ∩  top k by |real|| / k (prompts with
     more than k cells only)."""
@@ -149,8 +161,8 @@ def cell_summary(
     ``top_layer`` (the layer of the largest mean ``|estimate|``); with ``checked`` (the
     table of :func:`graft.core.verify_attribution`, a column ``real``) also ``verified``
     (cells grafted for real), ``pearson``, ``pearson_low`` and ``pearson_high`` (its 95%
-    interval of :func:`pearson_interval`, over the group's prompts, where it has at least
-    :data:`MIN_INTERVAL_PROMPTS`; else empty), ``sign_agreement`` (over the ``moving``
+    interval over the group's prompts, :func:`reported_interval`: empty under
+    :data:`MIN_INTERVAL_PROMPTS` prompts), ``sign_agreement`` (over the ``moving``
     cells), ``moving``, ``top_k_overlap`` (only where every cell of the group was verified:
     the top k of a subset says nothing), ``top_k`` and ``meets_bar`` (Pearson and sign
     agreement both >= :data:`BAR`, the point estimates)."""
@@ -176,9 +188,7 @@ def cell_summary(
         if checked is not None:
             both = rows.join(checked.select(*_CELL, "real"), on=_CELL, how="inner")
             pooled = pooled_agreement(both)
-            low = high = None
-            if pooled["pearson"] is not None and both["prompt"].n_unique() >= MIN_INTERVAL_PROMPTS:
-                low, high = pearson_interval(both)
+            low, high = reported_interval(both) or (None, None)
             record.update(
                 verified=pooled["cells"],
                 pearson=pooled["pearson"],

@@ -433,6 +433,11 @@ def gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:,.1f} GiB"
 
 
+def count_text(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: ``1 donor``, ``2 donors``."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def describe(plan: MemoryPlan) -> str:
     """One line: each part and the peak, e.g. ``weights 5.8 GiB + ... -> peak 25.3 GiB``."""
     words = {"optimizer": "AdamW state", "cast": "16-bit weight copies"}

@@ -44,6 +44,7 @@ from graft.study.planning.finetune_plan import (
 )
 from graft.study.planning.memory import (
     MemoryPlan,
+    count_text,
     describe,
     estimate_grafting_bytes,
     gib,
@@ -150,16 +151,15 @@ class ExperimentPlan:
             out += self.remote.lines()
         elif self.grafting is not None:
             out.append(
-                f"grafting (base + {self.n_donors} donor{'s' * (self.n_donors != 1)}): "
-                f"{describe(self.grafting)}"
+                f"grafting (base + {count_text(self.n_donors, 'donor')}): {describe(self.grafting)}"
             )
         out.append(f"device: {self.device.describe()}")
         return out + verdict_lines(self.needed, self.device, self.fixes)
 
     def _here_line(self) -> str:
         """What a remote run does on this machine."""
-        first = f"{len(self.pending)} finetune{'s' * (len(self.pending) != 1)} (below), then "
-        donors = f"{self.n_donors} donor{'s' * (self.n_donors != 1)}"
+        first = f"{count_text(len(self.pending), 'finetune')} (below), then "
+        donors = count_text(self.n_donors, "donor")
         why = "to plan the batches and send the donor modules"
         if self.remote is not None and self.remote.donor_mode == "hosted":
             why = "to plan the batches (hosted mode loads the donors too; only names travel)"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from graft.study.designs.design import plan_design
 from graft.study.planning.finetune_plan import FinetunePlan
-from graft.study.planning.memory import gib
+from graft.study.planning.memory import count_text, gib
 from graft.study.planning.run_plan import ExperimentPlan
 from graft.study.specs.donor import DonorRequest
 from graft.study.specs.request import RunRequest
@@ -88,19 +88,19 @@ class StudyPlan:
         runs, pending = self.runs, self.pending
         out = [
             f"plan of study {self.study.path} (nothing loaded, nothing written):",
-            f"{_n(len(runs), 'run')}: {_n(len(self.study.models), 'model')} x "
-            f"{_n(len(self.study.finetune_seeds), 'finetune seed')} x "
-            f"{_n(len(self.study.experiments), 'experiment')}, into {self.study.out}",
+            f"{count_text(len(runs), 'run')}: {count_text(len(self.study.models), 'model')} x "
+            f"{count_text(len(self.study.finetune_seeds), 'finetune seed')} x "
+            f"{count_text(len(self.study.experiments), 'experiment')}, into {self.study.out}",
             f"donors: {len(self.donors)} ({len(pending)} to finetune, roughly "
             f"{duration_text(self.seconds)} in all; {len(self.donors) - len(pending)} "
             f"finetuned already), in {self.study.workspace}",
         ]
         for folder, donor in self.donors.items():
             state = "finetuned" if donor.plan.finished else duration_text(donor.plan.seconds)
-            out.append(f"  {folder} ({state}; for {_n(len(donor.runs), 'run')})")
+            out.append(f"  {folder} ({state}; for {count_text(len(donor.runs), 'run')})")
         for plan in runs:
             out.append(
-                f"{plan.run.name}: {plan.rows} rows, {_n(len(plan.donors), 'donor')} "
+                f"{plan.run.name}: {plan.rows} rows, {count_text(len(plan.donors), 'donor')} "
                 f"(finetuning first: {duration_text(plan.seconds) if plan.seconds else 'none'})"
                 f", needs about {gib(plan.needed)} -> {plan.run.folder}"
             )
@@ -146,8 +146,3 @@ def plan_study(study: Study) -> StudyPlan:
                     plan.donors.append(finetune.folder)
         plans.append(plan)
     return StudyPlan(study, plans, donors)
-
-
-def _n(count: int, noun: str) -> str:
-    """``count`` and ``noun``, plural unless one: ``1 model``, ``2 models``."""
-    return f"{count} {noun}{'s' * (count != 1)}"
