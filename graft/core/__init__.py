@@ -44,8 +44,7 @@ _EXPORTS = {
         "parse_spec",
     ),
     "graft.core.language.vocabulary": ("ATTRIBUTION_METRICS", "DEFAULT_KINDS", "ESTIMATORS"),
-    "graft.core.api.attribution": ("verify_attribution",),
-    "graft.core.api.attribution_multi": ("MULTI_KINDS", "verify_multicell"),
+    "graft.core.api.attribution_verify": ("MULTI_KINDS", "verify_attribution", "verify_multicell"),
     "graft.core.api.selfcheck": (
         "SMOKE_SPECS",
         "TOLERANCE",

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from graft.errors import ModelNotFoundError
 from graft.models.registry import EMBEDDED_MODELS
-from graft.storage.files import check_commit, share_like_umask
+from graft.storage.files import atomic_folder
 
 logger = logging.getLogger(__name__)
 
@@ -133,17 +132,10 @@ def _convert_into(name: str, out: Path) -> None:
     logger.info(
         "converting embedded model %s (%s) to safetensors in %s (once)", name, gguf.name, out
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
-    try:
+    # a stale or unfinished copy from an older format is replaced whole; a shared cache
+    # gets the umask's modes (safetensors writes 0600)
+    with atomic_folder(out) as tmp:
         _convert(name, gguf, tmp)
-        share_like_umask(tmp)  # a shared cache: mkdtemp's 0700, safetensors' 0600
-        check_commit()
-        if out.exists():  # a stale or unfinished copy from an older format
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _convert(name: str, gguf: Path, folder: Path) -> None:

@@ -27,7 +27,7 @@ import nnsight
 import torch
 from torch import nn
 
-from graft.core.api import grafted_trace
+from graft.core.api import tracer as grafted_tracer
 from graft.core.execution.engine import donor_modules
 from graft.core.execution.executor import TraceParts
 from graft.core.execution.trace import DonorModules, graft_batch, model_device, trace_batch
@@ -314,7 +314,7 @@ class RemoteExecutor:
         )
         target = Target.of(self.config, base)
         register_by_value()
-        grafted_trace.register_by_value()
+        grafted_tracer.register_by_value()
         torch_base = unwrap(base)
         device = model_device(torch_base) if self.config.mode != "remote" else torch.device("cpu")
         mods = self._modules(torch_base, donors, patches)

@@ -19,7 +19,8 @@ from graft.results.publish import (
     _write_provenance,
     read_provenance,
 )
-from graft.storage.files import atomic_path, storage_errors, utc_timestamp
+from graft.storage.failures import storage_errors
+from graft.storage.files import atomic_path, utc_timestamp
 
 
 def machine_label(machine: Mapping[str, Any]) -> str:

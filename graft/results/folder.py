@@ -76,10 +76,10 @@ from graft.results.run_tables import (
     RunTables,
     refuse_special_files,
 )
+from graft.storage.failures import printable
 from graft.storage.files import (
     atomic_path,
     check_commit,
-    printable,
     probe_writable,
     remove_empty,
     to_json,

@@ -64,7 +64,8 @@ from graft.results.run_tables import (
     NAME_CONTRASTS_STEM,
     SUMMARY_STEM,
 )
-from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
+from graft.storage.failures import storage_errors
+from graft.storage.files import atomic_path, utc_timestamp, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

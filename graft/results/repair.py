@@ -17,7 +17,8 @@ from graft.errors import RunFolderError
 from graft.results.folder import MARKER_FILE, RunFolder
 from graft.results.run_config import CONFIG_FILE
 from graft.results.run_tables import PARTS_DIR, SET_ASIDE_DIR, refuse_special_files
-from graft.storage.files import reading, special_file
+from graft.storage.failures import reading
+from graft.storage.files import special_file
 from graft.storage.tables import META_PREFIX
 
 

@@ -16,7 +16,7 @@ from graft.results.paper import numbers as paper_numbers
 from graft.results.record import read_run_record
 from graft.results.run_config import recorded_options
 from graft.results.run_tables import SUMMARY_STEM, refresh_mirrors, refuse_special_files
-from graft.storage.files import printable
+from graft.storage.failures import printable
 from graft.storage.paths import path_problem
 from graft.storage.tables import read_table
 

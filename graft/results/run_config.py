@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DamagedFileError, first_line
-from graft.storage.files import reading
+from graft.storage.failures import reading
 
 CONFIG_FILE = "config.json"
 # Fields that describe the environment of one invocation, not what was computed: ignored

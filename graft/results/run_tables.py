@@ -17,13 +17,8 @@ import polars as pl
 
 from graft.errors import DamagedFileError, RunFolderError, StorageError
 from graft.results.run_config import recorded_options, recorded_run_key
-from graft.storage.files import (
-    check_commit,
-    flat_table,
-    refuse_special_under,
-    storage_errors,
-    write_json_atomic,
-)
+from graft.storage.failures import storage_errors
+from graft.storage.files import check_commit, flat_table, refuse_special_under, write_json_atomic
 from graft.storage.tables import read_table, save_table, table_problem, write_csv, writing
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from graft.errors import LockLostError
-from graft.storage.files import before_commit, rerun_hint, utc_timestamp
+from graft.storage.failures import rerun_hint
+from graft.storage.files import before_commit, utc_timestamp
 
 logger = logging.getLogger("graft.storage.locks")  # one logger for both lock modes
 

@@ -21,13 +21,8 @@ from pathlib import Path
 import polars as pl
 
 from graft.errors import DamagedFileError, first_line
-from graft.storage.files import (
-    atomic_path,
-    flat_table,
-    reading,
-    special_file,
-    storage_errors,
-)
+from graft.storage.failures import reading, storage_errors
+from graft.storage.files import atomic_path, flat_table, special_file
 
 #: Prefix of graft's keys in a table's parquet metadata.
 META_PREFIX = "graft."
@@ -72,7 +67,7 @@ def table_metadata(
 
 
 def writing(what: str, path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
-    """:func:`graft.storage.files.storage_errors`, also for the storage errors that polars
+    """:func:`graft.storage.failures.storage_errors`, also for the storage errors that polars
     wraps in its own exceptions (``... No space left on device (os error 28)``)."""
     return storage_errors(what, path, wrapped=(pl.exceptions.PolarsError,))
 

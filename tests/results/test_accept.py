@@ -113,7 +113,7 @@ def test_a_full_disk_the_writer_does_not_name_is_one_line(tmp_path, monkeypatch)
     monkeypatch.setattr(pl.DataFrame, "write_parquet", thrift)
     with pytest.raises(pl.exceptions.ComputeError):  # a disk with room: the error stays
         save_table(df, tmp_path / "t.parquet", "t")
-    monkeypatch.setattr("graft.storage.files.os.write", full)
+    monkeypatch.setattr("graft.storage.failures.os.write", full)
     with pytest.raises(StorageError, match="No space left on device") as info:
         save_table(df, tmp_path / "t.parquet", "t")
     assert "\n" not in str(info.value)

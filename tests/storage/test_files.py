@@ -1,4 +1,5 @@
-"""graft.storage.files: files others can read, as the umask says."""
+"""graft.storage.files: files others can read, as the umask says; a folder written whole or not
+at all."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from graft.storage.files import current_umask, share_like_umask
+from graft.storage.files import atomic_folder, current_umask, share_like_umask
 
 
 @pytest.fixture
@@ -39,3 +40,22 @@ def test_a_weights_file_written_0600_becomes_readable_by_others(tmp_path, umask_
     os.umask(0o077)  # a private workspace stays private
     share_like_umask(folder)
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_folder_is_written_whole_or_not_at_all(tmp_path, umask_022):
+    out = tmp_path / "data" / "set"
+    with atomic_folder(out) as tmp:
+        assert tmp.parent == out.parent and not out.exists()
+        (tmp / "a.txt").write_text("one")
+    assert (out / "a.txt").read_text() == "one"
+    assert out.stat().st_mode & 0o777 == 0o755  # not mkdtemp's 0700
+    # a failed rewrite leaves the folder as it was, and no temp folder beside it
+    with pytest.raises(RuntimeError), atomic_folder(out) as tmp:
+        (tmp / "b.txt").write_text("two")
+        raise RuntimeError("interrupted")
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt"]
+    # a finished rewrite replaces it whole: nothing of the old folder stays
+    with atomic_folder(out) as tmp:
+        (tmp / "b.txt").write_text("two")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert [p.name for p in out.parent.iterdir()] == ["set"]

@@ -19,14 +19,14 @@ from click.testing import CliRunner
 
 from graft.errors import DamagedFileError, RunFolderError, StorageError
 from graft.results.folder import RunFolder
-from graft.storage.files import (
-    refuse_special_under,
+from graft.storage.failures import (
     resumable,
     storage_errno,
     storage_error,
     storage_errors,
     uncaught_storage_error,
 )
+from graft.storage.files import refuse_special_under
 from graft.storage.paths import path_problem
 from graft.storage.tables import table_problem
 from graft_experiments import common

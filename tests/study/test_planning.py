@@ -16,11 +16,8 @@ from graft.models.tiny import TINY_FAMILIES, tiny_config, tiny_model
 from graft.study import RunRequest
 from graft.study.planning import finetune_plan, run_plan
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
-from graft.study.planning.memory import (
-    estimate_finetune_bytes,
-    estimate_grafting_bytes,
-    saved_activation_bytes,
-)
+from graft.study.planning.memory import estimate_finetune_bytes, estimate_grafting_bytes
+from graft.study.planning.model_size import saved_activation_bytes
 from graft.study.specs.presets import CPU, PAPER, PAPER_BF16, FinetuneConfig
 
 GIB = 2**30
@@ -77,7 +74,7 @@ def test_weights_gradients_and_adamw_state_are_exact(family, dtype):
 
 def plan_buffers(config) -> int:
     """The buffer bytes the plan counts (as the model builds them, in float32)."""
-    from graft.study.planning.memory import model_size
+    from graft.study.planning.model_size import model_size
 
     return model_size(config).buffer_bytes
 

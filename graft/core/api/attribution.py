@@ -41,9 +41,7 @@ from graft.core.api.texts import (
     _rows,
     _spec_list,
     _tokenizer,
-    graft_texts,
 )
-from graft.core.execution.executor import LocalExecutor
 from graft.core.execution.inputs import as_donors, model_of
 from graft.core.families.arch import Architecture, Site, architecture_of, check_compatible
 from graft.core.families.wrapping import unwrap
@@ -55,7 +53,7 @@ from graft.core.language.vocabulary import (
 )
 from graft.errors import SpecError
 
-__all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute", "verify_attribution"]
+__all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute", "one_donor", "prompt_inputs"]
 
 _MODULE_KINDS = ("mlp", "ffn")  # the whole MLP module, whose output change is exact
 
@@ -126,7 +124,7 @@ def attribute(
     if estimator not in ESTIMATORS:
         raise SpecError(f"estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
     torch_base = unwrap(model_of(base))
-    torch_donor = _one_donor(donors, donor)
+    torch_donor = one_donor(donors, donor)
     check_compatible(torch_base, torch_donor)
     arch = architecture_of(torch_base)
     layer_list = list(range(arch.n_layers)) if layers is None else [int(x) for x in layers]
@@ -176,60 +174,7 @@ def attribute(
     return pl.DataFrame(records, schema={**schema, "estimate": pl.Float64})
 
 
-def verify_attribution(
-    base: Any,
-    donors: Any,
-    tokenizer: Any,
-    texts: Sequence[str] | str,
-    targets: Sequence[int | str] | int | str,
-    table: Any,
-    *,
-    top_k: int | None = 10,
-    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
-    donor: str | None = None,
-    metric: str = "logprob",
-    progress: bool = False,
-) -> Any:
-    """Graft the ``top_k`` cells of each prompt (largest ``|estimate|`` in
-    :func:`attribute`'s ``table``; ``None``: every cell of the table) for real, each alone
-    (``"U:l:kind"`` through :func:`graft.graft_texts`, each prompt's cells run from their
-    layer on: :class:`~graft.core.execution.executor.LocalExecutor` with ``resume_layers``);
-    the table of those cells with the real effect beside the estimate in a column ``real``
-    (the metric under the graft minus the base's). ``progress``: a bar per prompt."""
-    import polars as pl
-
-    tokenizer, text_list, target_ids, field_list = _prompt_inputs(
-        base, tokenizer, texts, targets, fields
-    )
-    one = {"sft": _one_donor(donors, donor)}
-    executor = LocalExecutor(resume_layers=True)
-    parts = []
-    for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
-        cells = table.filter(pl.col("prompt") == prompt).sort(
-            pl.col("estimate").abs(), descending=True
-        )
-        cells = cells if top_k is None else cells.head(top_k)
-        specs = [
-            "none",
-            *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
-        ]
-        logits = graft_texts(
-            base,
-            one,
-            tokenizer,
-            text,
-            specs,
-            fields=named,
-            executor=executor,
-            progress=f"verify {prompt + 1}/{len(text_list)}" if progress else False,
-        ).double()
-        scores = logits.log_softmax(-1) if metric == "logprob" else logits
-        values = scores[:, target_ids[prompt]]
-        parts.append(cells.with_columns(real=pl.Series((values[1:] - values[0]).tolist())))
-    return pl.concat(parts)
-
-
-def _prompt_inputs(
+def prompt_inputs(
     base: Any,
     tokenizer: Any,
     texts: Sequence[str] | str,
@@ -237,15 +182,15 @@ def _prompt_inputs(
     fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None,
 ) -> tuple[Any, list[str], list[int], list[Mapping[str, Any]]]:
     """The tokenizer (given, or the base's), the texts, and each text's target id and fields,
-    as the checks against real grafts read them (:func:`verify_attribution`,
-    :func:`graft.core.api.attribution_multi.verify_multicell`)."""
+    as the checks against real grafts read them
+    (:mod:`graft.core.api.attribution_verify`)."""
     tokenizer = _tokenizer(base, tokenizer)
     text_list = _texts_only(texts)
     target_ids = _target_ids(tokenizer, targets, text_list)
     return tokenizer, text_list, target_ids, _field_list(fields, text_list)
 
 
-def _one_donor(donors: Any, name: str | None) -> torch.nn.Module:
+def one_donor(donors: Any, name: str | None) -> torch.nn.Module:
     models = as_donors(donors)
     if name is None:
         if len(models) != 1:

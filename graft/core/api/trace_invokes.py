@@ -2,7 +2,7 @@
 ``g.invoke(text, spec)`` (:class:`InvokeRows`, planned as one batch by :class:`InvokeBatcher`
 once the block collected them; :class:`GraftInvoke` is one such block), and eager attention
 for one trace (:class:`AttentionSwitch`). Local only: a server's trace is planned on the
-client and runs :mod:`graft.core.api.grafted_trace` alone."""
+client and runs :mod:`graft.core.api.tracer` alone."""
 
 from __future__ import annotations
 

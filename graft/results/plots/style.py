@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 from graft.core.language.spec import DEFAULT_DONOR
 from graft.errors import ResultsError
 from graft.results.compare import CONTROL_SUFFIX
-from graft.storage.files import atomic_path, storage_errors
+from graft.storage.failures import storage_errors
+from graft.storage.files import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.patches import Patch

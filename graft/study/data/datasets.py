@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import asdict
 from importlib.metadata import version
@@ -26,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import DatasetError, StorageError
-from graft.storage.files import check_commit, fsync, refuse_special_under, share_like_umask
+from graft.storage.files import atomic_folder, refuse_special_under
 from graft.storage.locks import exclusive
 from graft.study.data.articles import (
     ARTICLES_GENERATOR,
@@ -347,29 +345,9 @@ def _inputs_unchanged(sources: dict[str, Any], config: DatasetConfig) -> bool:
 
 def _write(files: dict[str, bytes], out: Path) -> Path:
     """``files`` into the folder ``out`` through a temporary sibling renamed into place."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-            fsync(tmp / name)
-        share_like_umask(tmp)  # mkdtemp's 0700 folder: the umask's mode, as mkdir gives
-        fsync(tmp)  # the files reach the disk before the rename makes them the dataset
-        check_commit()
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            if old.is_dir():
-                shutil.rmtree(old)
-            else:
-                old.unlink()
-        else:
-            tmp.rename(out)
-        fsync(out.parent)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

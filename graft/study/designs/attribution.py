@@ -22,8 +22,8 @@ from typing import Any
 
 import polars as pl
 
-from graft.core.api.attribution import attribute, verify_attribution
-from graft.core.api.attribution_multi import verify_multicell
+from graft.core.api.attribution import attribute
+from graft.core.api.attribution_verify import verify_attribution, verify_multicell
 from graft.models import LoadedModel, load_model
 from graft.results import (
     RunFolder,

@@ -96,7 +96,7 @@ def layer_reuse_note(
     """What running each row from its first changed layer and column holds
     (:mod:`graft.core.execution.resume`, :mod:`graft.core.execution.windows`): each distinct
     prompt's layer inputs and, where ``kv_width`` (the width of one position's keys, and of
-    its values, all heads: :attr:`~graft.study.planning.memory.ModelSize.kv_width`), its
+    its values, all heads: :attr:`~graft.study.planning.model_size.ModelSize.kv_width`), its
     layers' keys and values (and, with ``patching``, the other model's site outputs), kept
     across batches up to
     :data:`graft.core.execution.prompt_values.KEEP_BYTES` or one forward's prompts (at most

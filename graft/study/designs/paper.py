@@ -27,7 +27,7 @@ from graft.study.designs.common import (
     specs_for,
 )
 from graft.study.designs.design import Design, DesignRun
-from graft.study.planning.memory import model_size
+from graft.study.planning.model_size import model_size
 from graft.study.specs.choices import TOKEN_SPECS
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import (
@@ -173,7 +173,7 @@ def layers(
 
 def _sizes(specs: RunSpecs) -> tuple[int, int, int]:
     """The pretrained model's layer count, width and key/value width
-    (:attr:`~graft.study.planning.memory.ModelSize.kv_width`): from its config where it is on this
+    (:attr:`~graft.study.planning.model_size.ModelSize.kv_width`): from its config where it is on this
     machine, else from the model itself (loaded once)."""
     found = model_config(specs.donors.model)
     if found is None:

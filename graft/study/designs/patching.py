@@ -17,7 +17,7 @@ from graft.study.analyses.patching_sweep import check_choices, direction_models,
 from graft.study.data.rows import load_examples, sample_examples
 from graft.study.designs.common import layer_reuse_note, specs_for
 from graft.study.designs.design import Design, DesignRun
-from graft.study.planning.memory import model_size
+from graft.study.planning.model_size import model_size
 from graft.study.specs.choices import METHODS, PATCH_MODES, SITE_KINDS, UNITS, WHOLE_DEPTH
 from graft.study.specs.config import ModelSource
 from graft.study.specs.grafts import with_protocol

@@ -27,13 +27,8 @@ from graft.study.planning.device_memory import (
     needed_bytes,
     verdict,
 )
-from graft.study.planning.memory import (
-    MemoryPlan,
-    describe,
-    estimate_finetune_bytes,
-    gib,
-    model_size,
-)
+from graft.study.planning.memory import MemoryPlan, describe, estimate_finetune_bytes, gib
+from graft.study.planning.model_size import model_size
 from graft.study.specs.donor import DatasetRequest, DonorRequest
 from graft.study.specs.presets import LEAN_PRESETS, FinetuneConfig
 from graft.study.training.finetune import duration_text, estimate_seconds, is_finished

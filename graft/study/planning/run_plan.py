@@ -14,21 +14,16 @@ donors' folders are only looked at.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from graft.core.language.spans import ALIASES
 from graft.errors import MemoryPlanError
 from graft.models import resolve_dtype
 from graft.models.configs import FoundConfig, local_tokenizer
 from graft.models.hub import hub_reachable
 from graft.models.registry import resolve_model_name
 from graft.study.data import rows as checked_rows
-from graft.study.data.files import read_jsonl
-from graft.study.data.rows import load_examples, plan_rows, sample_examples, skipped_note
 from graft.study.planning.device_memory import DeviceMemory, device_memory, needed_bytes, verdict
 from graft.study.planning.finetune_plan import (
     FinetunePlan,
@@ -37,7 +32,6 @@ from graft.study.planning.finetune_plan import (
     finetune_fix,
     fixes_of,
     found_config,
-    longest,
     plan_donor,
     scratch_workspace,
     verdict_lines,
@@ -48,16 +42,15 @@ from graft.study.planning.memory import (
     describe,
     estimate_grafting_bytes,
     gib,
-    model_size,
 )
+from graft.study.planning.model_size import DTYPE_BYTES, model_size, precision_name
 from graft.study.planning.remote_plan import (
-    BatchShape,
     RemotePlan,
     plan_remote,
     planned_model_key,
 )
+from graft.study.planning.row_counts import count_rows
 from graft.study.specs.config import ModelSource, Replicate
-from graft.study.specs.grafts import NamedGraft
 from graft.study.specs.request import RunRequest
 from graft.study.specs.run import RunSpecs
 from graft.study.training.sources import donor_request, needs_finetune
@@ -206,8 +199,8 @@ def plan_experiment(
     found = found_config(run.donors.model)
     tokenizer = local_tokenizer(run.donors.model)
     with scratch_workspace(run.execution.workspace) as ws:
-        counts = _rows(run, grafts, data_direction, data or {}, ws, tokenizer, found)
-        weights = model_size(found.config).n_params * _bytes(dtype)
+        counts = count_rows(run, grafts, data_direction, data or {}, ws, tokenizer, found)
+        weights = model_size(found.config).n_params * DTYPE_BYTES[precision_name(dtype)]
         finetunes = _finetunes(run, base, donors, ws, weights)
     n_donors = len({*donors.values()} - {base})
     grafting, remote, held = None, None, 0
@@ -218,8 +211,8 @@ def plan_experiment(
             found.config,
             dtype,
             grafts,
-            counts["shapes"],
-            counts["length"].tokens,
+            counts.shapes,
+            counts.length.tokens,
             planned_model_key(server, _hub_id(run, base), _base_words(run, base)),
         )
         if run.analysis.score_full_name:
@@ -232,8 +225,8 @@ def plan_experiment(
         grafting = estimate_grafting_bytes(
             found.config,
             dtype=dtype,
-            batch_size=min(run.execution.batch_size, counts["rows"] or 1),
-            seq_len=counts["length"].tokens,
+            batch_size=min(run.execution.batch_size, counts.rows or 1),
+            seq_len=counts.length.tokens,
             n_donors=n_donors,
         )
     plan = ExperimentPlan(
@@ -241,13 +234,13 @@ def plan_experiment(
         model=f"{run.donors.model} ({found.origin})",
         device=device,
         dtype=dtype,
-        prompts=counts["prompts"],
+        prompts=counts.prompts,
         grafts=len(grafts),
-        rows=counts["all_rows"],
-        batches=counts["batches"],
+        rows=counts.all_rows,
+        batches=counts.batches,
         batch_size=run.execution.batch_size,
         replicates=len(run.replicates),
-        length=counts["length"],
+        length=counts.length,
         finetunes=finetunes,
         grafting=grafting,
         n_donors=n_donors,
@@ -255,14 +248,10 @@ def plan_experiment(
         model_here=found.local,
         remote=remote,
         held=held,
-        skipped=counts["skipped"],
+        skipped=counts.skipped,
     )
     plan.fixes = _experiment_fixes(plan, run, found)
     return plan
-
-
-def _bytes(dtype: str) -> int:
-    return {"float32": 4, "float64": 8}.get(dtype, 2)
 
 
 def _hub_id(run: RunSpecs, base: ModelSource) -> str | None:
@@ -280,96 +269,6 @@ def _base_words(run: RunSpecs, base: ModelSource) -> str:
     if needs_finetune(base):
         return f"the {base.variant!r} finetune's folder"
     return repr(run.donors.model)
-
-
-def _rows(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    direction: str,
-    data: Mapping[int, Path],
-    ws: PlanWorkspace,
-    tokenizer: Any,
-    found: FoundConfig,
-) -> dict[str, Any]:
-    """Prompts, rows and batches of every replicate, the longest prompt and the stored
-    batches' shapes (:class:`BatchShape`): on the tokenized prompts as the run makes them
-    when the tokenizer is here, else on the stored prompts' fields."""
-    seeds: dict[int, tuple[int, int, Lengths, list[tuple[int, int]] | None, str]] = {}
-    for seed in dict.fromkeys(r.data_seed for r in run.replicates):
-        read = data.get(seed) or ws.dataset(run.data.where(direction, seed))[1]
-        seeds[seed] = _prompt_rows(run, grafts, read, tokenizer, found)
-    # a control replicate runs only the grafts that read a finetuned model: counted as all
-    per_replicate = [seeds[r.data_seed][1] for r in run.replicates]
-    size = run.execution.batch_size
-    shapes = []
-    for rep in run.replicates:
-        n, order = seeds[rep.data_seed][1], seeds[rep.data_seed][3]
-        for start in range(0, n, size):
-            if order is None:
-                shapes.append(BatchShape(min(size, n - start), None))
-                continue
-            chunk = order[start : start + size]
-            grafts_in, tokens = frozenset(g for g, _ in chunk), max(t for _, t in chunk)
-            shapes.append(BatchShape(len(chunk), grafts_in, tokens))
-    prompts, rows, length, _, skipped = seeds[run.replicates[0].data_seed]
-    return {
-        "prompts": prompts,
-        "rows": rows,
-        "length": length,
-        "skipped": skipped,
-        "all_rows": sum(per_replicate),
-        "batches": sum(math.ceil(n / size) for n in per_replicate),
-        "shapes": shapes,
-    }
-
-
-def _prompt_rows(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    dataset: Path,
-    tokenizer: Any,
-    found: FoundConfig,
-) -> tuple[int, int, Lengths, list[tuple[int, int]] | None, str]:
-    """Prompts, rows, the longest prompt, each row's (graft index, tokens) in the run's
-    order (None without the tokenizer: the order is the tokenized lengths') and why rows are
-    skipped (:func:`skipped_note`)."""
-    if tokenizer is not None:
-        limit = getattr(found.config, "n_positions", None) or getattr(
-            found.config, "max_position_embeddings", None
-        )
-        examples, _ = load_examples(dataset, tokenizer, run.data, limit)  # the folder checked
-        checked_rows.check_span_names(grafts, dataset)
-        examples = sample_examples(examples, run.data.n, run.data.sample_seed)
-        rows, _ = plan_rows(examples, grafts)
-        most = max((len(e.input_ids) for e in examples), default=1)
-        order = [(gi, len(examples[ei].input_ids)) for ei, gi in rows]
-        note = skipped_note(examples, grafts)
-        return len(examples), len(rows), Lengths(most, True), order, note
-    records = [
-        r
-        for r in read_jsonl(dataset / "test_prompts.jsonl")
-        if (not run.data.templates or r["template"] in run.data.templates)
-        and r["direction"] in run.data.directions
-    ]
-    checked_rows.check_span_names(grafts, dataset)
-    per_template: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        per_template.setdefault(r["template"], []).append(r)
-    kept = [r for rs in per_template.values() for r in rs[: run.data.n or len(rs)]]
-    n_rows = sum(1 for r in kept for g in grafts if g.spec.span_names() <= _span_names(r))
-    n_skipped = len(kept) * len(grafts) - n_rows
-    note = (
-        f" ({n_skipped} prompt-graft pairs skipped: a graft runs only on the prompts that "
-        "have the spans it names)"
-        if n_skipped
-        else ""
-    )
-    return len(kept), n_rows, longest([r["text"] for r in kept], None, 10**6), None, note
-
-
-def _span_names(record: Mapping[str, Any]) -> set[str]:
-    fields = set(record.get("fields", {}))
-    return fields | {alias for alias, parts in ALIASES.items() if set(parts) <= fields}
 
 
 def _finetunes(

@@ -1,2 +1,2 @@
-"""The one experiment runner: inputs, stored batches, whole-name scoring, the run record,
-summaries and stage times."""
+"""The one experiment runner: inputs, each replicate's grafts, stored batches, whole-name
+scoring, the run record, summaries and stage times."""

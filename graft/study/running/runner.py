@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +44,13 @@ import polars as pl
 
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import unwrap
-from graft.errors import ConfigMismatchError, ExperimentError, RunFolderError
+from graft.errors import ConfigMismatchError, RunFolderError
 from graft.models import LoadedModel, context_length, load_model, resolve_device
-from graft.results.compare import (
-    CONTROL_SUFFIX,
-    control_name,
-)
 from graft.results.folder import RunFolder
 from graft.results.provenance import machine_info
 from graft.results.record import RunRecord
 from graft.results.run_log import LOG_NAME, RunLog, echo_and_log, file_only
-from graft.storage.files import resumable
+from graft.storage.failures import resumable
 from graft.storage.locks import exclusive, writable_lock_dir
 from graft.study.data.dataset_folder import check_facts
 from graft.study.data.rows import (
@@ -70,6 +66,7 @@ from graft.study.data.rows import (
 from graft.study.planning.finetune_plan import check_family
 from graft.study.planning.run_plan import check_fits, plan_experiment
 from graft.study.running.analysis import FinishedRun
+from graft.study.running.arms import check_replicates, graft_order, replicate_arms
 from graft.study.running.batches import check_analyses, run_batches
 from graft.study.running.placement import check_out_placement
 from graft.study.running.run_inputs import RunPrompts, load_run_models, planned_paths
@@ -208,8 +205,8 @@ def _run_validated(
     run, grafts, base = request.specs, request.grafts, request.base
     donors, analyses = dict(request.donors), request.analyses
     with times.stage("data and checks"):
-        arms = _arms(run, grafts, base, donors)
-        all_grafts = _graft_order(grafts, arms)
+        arms = replicate_arms(run, grafts, base, donors)
+        all_grafts = graft_order(grafts, arms)
         # a folder of another configuration is refused before any finetune, by where the
         # models are or will be (the first check, _validate's, had no datasets yet)
         planned = functools.partial(planned_paths, run, base, donors)
@@ -288,7 +285,7 @@ def check_request(request: RunRequest) -> RunFolder:
     first run starts."""
     run, grafts, base, donors = request.specs, request.grafts, request.base, request.donors
     check_grafts(grafts, donors)
-    _check_replicates(run, grafts, base, donors)
+    check_replicates(run, grafts, base, donors)
     resolve_device(run.execution.device)
     return _checked_folder(request)
 
@@ -302,7 +299,7 @@ def _checked_folder(request: RunRequest) -> RunFolder:
     folder.check_writable()
     folder.check_owned()
     # a folder of another configuration is refused before the datasets are made
-    all_grafts = _graft_order(grafts, _arms(run, grafts, base, donors))
+    all_grafts = graft_order(grafts, replicate_arms(run, grafts, base, donors))
     planned = dataset_dir(run, request.data_direction, planned=True)
     check_stored_config(folder, run, all_grafts, planned_dataset=planned)
     return folder
@@ -319,37 +316,6 @@ def _validate(request: RunRequest) -> tuple[RunFolder, dict[int, Path]]:
     check_family(run.donors.model)
     seeds = dict.fromkeys(r.data_seed for r in run.replicates)
     return folder, {d: dataset_dir(run, request.data_direction, d) for d in seeds}
-
-
-def _check_replicates(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    base: ModelSource,
-    donors: Mapping[str, ModelSource],
-) -> None:
-    """Finetune seeds and control models need a model the run finetunes; data seeds and
-    control models need a generated dataset (a data kind, not a folder); control twins need
-    their names free."""
-    finetuned = any(needs_finetune(s) for s in [base, *donors.values()])
-    if not finetuned and (len(run.donors.finetune_seeds) > 1 or run.donors.control):
-        raise ExperimentError(
-            "finetune_seeds and control replace the run's finetuned models, but every model "
-            "of this run is pretrained or an explicit folder; give a finetune variant "
-            "(ModelSource('one'), ...) or drop them"
-        )
-    control = run.donors.control
-    taken = [g.name for g in grafts if g.name.endswith(CONTROL_SUFFIX)] if control else []
-    if taken:
-        raise ExperimentError(
-            f"graft {taken[0]!r} ends in {CONTROL_SUFFIX.strip()!r}, the mark of the control "
-            "twins control adds; rename it"
-        )
-    several_data = len(run.data.data_seeds) > 1
-    if Path(run.data.dataset).is_dir() and (several_data or run.donors.control):
-        raise ExperimentError(
-            f"data_seeds and control generate datasets of other data seeds, but the dataset "
-            f"{run.data.dataset} is a folder; give a data kind as the dataset"
-        )
 
 
 def _plan(
@@ -381,45 +347,6 @@ def _plan(
         check_rows(probe.model, examples, grafts, rows, donors)
         prompts[data_seed] = RunPrompts(examples, drops, rows, skipped)
     return probe_path, probe, prompts
-
-
-def control_twins(
-    grafts: Sequence[NamedGraft], base: ModelSource, donors: Mapping[str, ModelSource]
-) -> list[NamedGraft]:
-    """The grafts that read a finetuned model (the base, or a donor the spec names), renamed
-    ``<name> [control]``: what a control replicate runs (the others would repeat the real
-    replicate's rows, e.g. PRE)."""
-    if needs_finetune(base):
-        uses = list(grafts)
-    else:
-        finetuned = {n for n, s in donors.items() if needs_finetune(s)}
-        uses = [g for g in grafts if g.spec.donors() & finetuned]
-    return [replace(g, name=control_name(g.name)) for g in uses]
-
-
-def _arms(
-    run: RunSpecs,
-    grafts: Sequence[NamedGraft],
-    base: ModelSource,
-    donors: Mapping[str, ModelSource],
-) -> dict[Replicate, list[NamedGraft]]:
-    """Replicate -> the grafts it runs (the control twins for a control replicate)."""
-    twins = control_twins(grafts, base, donors) if run.donors.control else []
-    return {r: twins if r.control else list(grafts) for r in run.replicates}
-
-
-def _graft_order(
-    grafts: Sequence[NamedGraft], arms: Mapping[Replicate, list[NamedGraft]]
-) -> list[NamedGraft]:
-    """Every graft the run has, each control twin right after its graft."""
-    twins = {(g.group, g.name): g for r, gs in arms.items() if r.control for g in gs}
-    order = []
-    for g in grafts:
-        order.append(g)
-        twin = twins.get((g.group, control_name(g.name)))
-        if twin is not None:
-            order.append(twin)
-    return order
 
 
 def _model_paths(

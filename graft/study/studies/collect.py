@@ -17,7 +17,8 @@ from graft.errors import ResultsError
 from graft.results.publish import experiment_entry, missing_fields
 from graft.results.record import read_run_record
 from graft.results.run_tables import SUMMARY_STEM
-from graft.storage.files import atomic_path, storage_errors, utc_timestamp, write_json_atomic
+from graft.storage.failures import storage_errors
+from graft.storage.files import atomic_path, utc_timestamp, write_json_atomic
 from graft.storage.tables import write_csv
 from graft.study.studies.execute import read_failures
 from graft.study.studies.figures import draw_study_figures

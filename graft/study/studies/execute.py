@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graft.errors import first_line
-from graft.storage.files import storage_errors, write_json_atomic
+from graft.storage.failures import storage_errors
+from graft.storage.files import write_json_atomic
 from graft.storage.locks import exclusive
 from graft.study.designs.design import DesignRun, run_design
 from graft.study.running.donor_job import run_donor_job

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import InputError
-from graft.storage.files import storage_errors, utc_timestamp, write_json_atomic
+from graft.storage.failures import storage_errors
+from graft.storage.files import utc_timestamp, write_json_atomic
 from graft.study.studies.execute import read_failures
 from graft.study.studies.plan import plan_study
 from graft.study.studies.status import run_status

@@ -53,14 +53,8 @@ from graft.models import (
     resolve_model_name,
 )
 from graft.results.provenance import machine_info, package_versions
-from graft.storage.files import (
-    check_commit,
-    probe_writable,
-    resumable,
-    share_like_umask,
-    storage_errors,
-    write_json_atomic,
-)
+from graft.storage.failures import resumable, storage_errors
+from graft.storage.files import check_commit, probe_writable, share_like_umask, write_json_atomic
 from graft.storage.locks import exclusive
 from graft.study.data.generic_corpus import GenericCorpus, choose, settle
 from graft.study.data.prompts import DropReport, TestExample, load_test_prompts
@@ -122,7 +116,7 @@ FINETUNE_PACKAGES = ("torch", "transformers", "nnsight", "graft", "tokenizers", 
 
 @contextlib.contextmanager
 def _storage_errors(what: str, path: Path) -> Iterator[None]:
-    """:func:`~graft.storage.files.storage_errors`, also for the writers of a checkpoint that
+    """:func:`~graft.storage.failures.storage_errors`, also for the writers of a checkpoint that
     raise no ``OSError`` on a full disk: safetensors (a ``SafetensorError`` naming the errno)
     and ``torch.save`` (a ``RuntimeError`` of its zip writer that names no errno)."""
     with storage_errors(what, path, wrapped=(SafetensorError,)):

@@ -1,4 +1,5 @@
-"""``graft.core.verify_multicell``: multi-cell grafts (a whole layer, FE / LT / FE+LT in every
+"""``graft.core.verify_attribution``: single cells grafted for real beside their estimates;
+``graft.core.verify_multicell``: multi-cell grafts (a whole layer, FE / LT / FE+LT in every
 layer) for real against the sum of their cells' estimates, on a tiny llama in float64: the
 real effects are ``graft_texts``' own, the estimates the sums of ``graft.attribute``'s cells,
 and the first-order error grows with the donor's distance from the base."""
@@ -10,7 +11,7 @@ import polars as pl
 import pytest
 
 import graft
-from graft.core import verify_multicell
+from graft.core import verify_attribution, verify_multicell
 from graft.models.tiny import perturbed_copy, tiny_model
 
 TEXTS = ["the cat sat on the mat and", "hello world, says the"]
@@ -74,3 +75,25 @@ def test_a_prompt_without_fe_has_only_layers_and_lt(pair):
     donor = perturbed_copy(base, seed=100, scale=0.02)
     table = verify_multicell(base, donor, tok, TEXTS[0], TARGET, layers=[0])
     assert table["set"].to_list() == ["layer", "LT"]
+
+
+def test_single_cells_real_effects_beside_their_estimates(pair):
+    base, tok = pair
+    donor = perturbed_copy(base, seed=100, scale=0.02)
+    table = graft.attribute(base, donor, tok, TEXTS, TARGET, fields=FIELDS, layers=[0, 2])
+    top = verify_attribution(base, donor, tok, TEXTS, TARGET, table, top_k=3, fields=FIELDS)
+    # each prompt's three cells of largest |estimate|, the estimates as attribute gave them
+    assert top["prompt"].to_list() == [0, 0, 0, 1, 1, 1]
+    for prompt, cells in top.group_by("prompt"):
+        largest = table.filter(pl.col("prompt") == prompt[0])["estimate"].abs().top_k(3)
+        assert sorted(cells["estimate"].abs()) == pytest.approx(sorted(largest))
+    # real: each cell grafted alone, run apart
+    target = tok(TARGET, add_special_tokens=False)["input_ids"][0]
+    for prompt, (text, fields) in enumerate(zip(TEXTS, FIELDS, strict=True)):
+        cells = top.filter(pl.col("prompt") == prompt)
+        specs = [f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()]
+        logits = graft.graft_texts(base, donor, tok, text, ["none", *specs], fields=fields)
+        logprob = logits.double().log_softmax(-1)[:, target]
+        assert np.allclose(cells["real"], (logprob[1:] - logprob[0]).numpy(), atol=1e-10)
+    every = verify_attribution(base, donor, tok, TEXTS, TARGET, table, top_k=None, fields=FIELDS)
+    assert len(every) == len(table)

@@ -1,11 +1,12 @@
-"""Multi-cell grafts against the sum of their cells' first-order estimates: where
-:func:`graft.attribute` is expected to fail, measured.
+""":func:`graft.attribute`'s estimates against real grafts: where they hold, measured.
 
-A multi-cell graft is estimated by the sum of its single cells' estimates (each first order
+:func:`verify_attribution` grafts single cells for real (each prompt's top cells, or every
+cell) and puts the real effect beside each estimate. :func:`verify_multicell` grafts
+multi-cell sets, each estimated by the sum of its single cells' estimates (each first order
 downstream of its module, or of its attention block under the ``local`` estimator; the
-cells' interactions left out). The sets checked, per
-prompt, all of attention and the MLP (``attn,mlp``: q, k, v, their norms where the family has
-them, o, and the whole MLP):
+cells' interactions left out): where the estimate is expected to fail. The sets checked,
+per prompt, all of attention and the MLP (``attn,mlp``: q, k, v, their norms where the
+family has them, o, and the whole MLP):
 
 - ``layer``: one whole layer at every position, ``ALL:l:attn,mlp``, for each layer;
 - ``FE``, ``LT``, ``FE+LT``: every layer at the unit, ``FE:all:attn,mlp`` and so on (units a
@@ -18,15 +19,69 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from graft.core.api.attribution import _one_donor, _prompt_inputs, attribute
+from graft.core.api.attribution import attribute, one_donor, prompt_inputs
 from graft.core.api.texts import graft_texts
+from graft.core.execution.executor import LocalExecutor
 
-__all__ = ["MULTI_KINDS", "verify_multicell"]
+__all__ = ["MULTI_KINDS", "verify_attribution", "verify_multicell"]
 
 #: the kinds a multi-cell set grafts (a spec's ``attn,mlp``)
 MULTI_KINDS = ("attn", "mlp")
 #: the position sets grafted in every layer: label -> the units they join
 _UNIT_SETS = {"FE": ("FE",), "LT": ("LT",), "FE+LT": ("FE", "LT")}
+
+
+def verify_attribution(
+    base: Any,
+    donors: Any,
+    tokenizer: Any,
+    texts: Sequence[str] | str,
+    targets: Sequence[int | str] | int | str,
+    table: Any,
+    *,
+    top_k: int | None = 10,
+    fields: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
+    donor: str | None = None,
+    metric: str = "logprob",
+    progress: bool = False,
+) -> Any:
+    """Graft the ``top_k`` cells of each prompt (largest ``|estimate|`` in
+    :func:`attribute`'s ``table``; ``None``: every cell of the table) for real, each alone
+    (``"U:l:kind"`` through :func:`graft.graft_texts`, each prompt's cells run from their
+    layer on: :class:`~graft.core.execution.executor.LocalExecutor` with ``resume_layers``);
+    the table of those cells with the real effect beside the estimate in a column ``real``
+    (the metric under the graft minus the base's). ``progress``: a bar per prompt."""
+    import polars as pl
+
+    tokenizer, text_list, target_ids, field_list = prompt_inputs(
+        base, tokenizer, texts, targets, fields
+    )
+    one = {"sft": one_donor(donors, donor)}
+    executor = LocalExecutor(resume_layers=True)
+    parts = []
+    for prompt, (text, named) in enumerate(zip(text_list, field_list, strict=True)):
+        cells = table.filter(pl.col("prompt") == prompt).sort(
+            pl.col("estimate").abs(), descending=True
+        )
+        cells = cells if top_k is None else cells.head(top_k)
+        specs = [
+            "none",
+            *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
+        ]
+        logits = graft_texts(
+            base,
+            one,
+            tokenizer,
+            text,
+            specs,
+            fields=named,
+            executor=executor,
+            progress=f"verify {prompt + 1}/{len(text_list)}" if progress else False,
+        ).double()
+        scores = logits.log_softmax(-1) if metric == "logprob" else logits
+        values = scores[:, target_ids[prompt]]
+        parts.append(cells.with_columns(real=pl.Series((values[1:] - values[0]).tolist())))
+    return pl.concat(parts)
 
 
 def verify_multicell(
@@ -54,10 +109,10 @@ def verify_multicell(
     """
     import polars as pl
 
-    tokenizer, text_list, target_ids, field_list = _prompt_inputs(
+    tokenizer, text_list, target_ids, field_list = prompt_inputs(
         base, tokenizer, texts, targets, fields
     )
-    one = {"sft": _one_donor(donors, donor)}
+    one = {"sft": one_donor(donors, donor)}
     estimates = partial(
         attribute,
         base,
