@@ -31,7 +31,7 @@ _EXPORTS = {
     "graft.core.execution.engine": ("run_grafts", "score_grafts"),
     "graft.core.execution.executor": ("Executor", "LocalExecutor"),
     "graft.core.planning.plan": ("GraftRow", "default_pad_id"),
-    "graft.core.planning.prefix": ("cache_argument",),
+    "graft.core.planning.kv_cache": ("cache_argument",),
     "graft.ranges": ("COUNT", "Range", "SEED"),
     "graft.core.execution.routing": ("engine_path",),
     "graft.core.language.spans": ("render", "tokenize_with_spans"),

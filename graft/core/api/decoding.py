@@ -38,8 +38,9 @@ import torch
 from graft.core.execution.engine import checked_inputs, run_grafts
 from graft.core.execution.executor import Executor, LocalExecutor
 from graft.core.language.spec import ResolvedGraft
+from graft.core.planning.kv_cache import cache_argument
 from graft.core.planning.plan import GraftRow, LayoutCache, plan_batch, resolve_rows
-from graft.core.planning.prefix import cache_argument, columns_from
+from graft.core.planning.prefix import columns_from
 
 #: What is grafted at one position: sorted ``((layer, component), donor)`` pairs.
 Signature = tuple[tuple[tuple[int, str], str], ...]

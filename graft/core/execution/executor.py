@@ -34,16 +34,16 @@ from graft.core.execution.trace import (
 )
 from graft.core.families.arch import family_of
 from graft.core.families.wrapping import unwrap, wrap
-from graft.core.planning.plan import BatchPlan, SharedPrefix, SitePatch
-from graft.core.planning.prefix import (
+from graft.core.planning.kv_cache import (
     cache_argument,
     concat_caches,
     gathers_per_layer,
     new_cache,
     prefix_cache,
     select_rows,
-    slice_rows,
 )
+from graft.core.planning.plan import BatchPlan, SharedPrefix, SitePatch
+from graft.core.planning.prefix import slice_rows
 from graft.errors import SpecError
 
 

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from graft.core.execution.prompt_values import PromptValues
-from graft.core.planning.prefix import cache_argument, new_cache
+from graft.core.planning.kv_cache import cache_argument, new_cache
 
 #: Resume only when the rows' own layers plus the distinct prompts' plain forward cost at
 #: most this share of every row running every layer (else the plain path is as cheap).

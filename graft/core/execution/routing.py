@@ -34,14 +34,9 @@ from graft.core.planning.carrier import (
     without,
     work_by_model,
 )
+from graft.core.planning.kv_cache import CACHE_ARGUMENTS, accepts_cache, cache_argument
 from graft.core.planning.plan import GraftRow, LayoutCache, _layout_key
-from graft.core.planning.prefix import (
-    CACHE_ARGUMENTS,
-    accepts_cache,
-    cache_argument,
-    grafts_last_token_only,
-    prefix_signature,
-)
+from graft.core.planning.prefix import grafts_last_token_only, prefix_signature
 from graft.errors import SlowPathWarning
 
 

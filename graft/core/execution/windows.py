@@ -10,7 +10,7 @@ with its layer inputs by the prompt's one plain forward,
 (:func:`leading_cache`), and the rows run their columns from ``c`` on alone
 (:func:`step_inputs`, :func:`windowed`) from their first changed layer
 (:mod:`graft.core.execution.resume`), each layer gathering its rows' prompts from the cache
-(:func:`graft.core.planning.prefix.select_rows_by_layer`) and the saved layer inputs cut to
+(:func:`graft.core.planning.kv_cache.select_rows_by_layer`) and the saved layer inputs cut to
 those columns. Batches are left-padded, so every row's last position is the last
 column. Equal to the whole forward up to rounding (a step over a cache orders its sums
 differently), tested on every family.
@@ -27,7 +27,7 @@ from torch import nn
 
 from graft.core.execution import resume
 from graft.core.execution.prompt_values import PromptValues
-from graft.core.planning.prefix import (
+from graft.core.planning.kv_cache import (
     cache_argument,
     gathers_per_layer,
     new_cache,

@@ -23,8 +23,8 @@ from graft.core.execution.engine import GraftRow, LocalExecutor, run_grafts
 from graft.core.families.arch import architecture_of
 from graft.core.language.spec import parse_spec
 from graft.core.planning.carrier import BASE, is_empty
+from graft.core.planning.kv_cache import CACHE_ARGUMENTS
 from graft.core.planning.plan import resolve_rows
-from graft.core.planning.prefix import CACHE_ARGUMENTS
 from graft.errors import SlowPathWarning
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.fast_tier import slow_except

@@ -3,63 +3,16 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from transformers import DynamicCache
 
 import graft.core.execution.engine as engine
 import graft.core.execution.executor as executor
 from graft.core.families.arch import architecture_of
 from graft.core.planning.plan import resolve_rows
-from graft.core.planning.prefix import (
-    prefix_plans,
-    select_rows,
-    select_rows_by_layer,
-    step_rows,
-)
+from graft.core.planning.prefix import prefix_plans, step_rows
 from graft.models.tiny import TINY_FAMILIES, perturbed_copy, tiny_model
 from tests.core.execution.test_engine_paths import SPECS, prompt_rows
-
-
-def _filled_cache(prompts=3, heads=2, length=5, dim=4, layers=3) -> DynamicCache:
-    cache = DynamicCache()
-    for i in range(layers):
-        cache.update(
-            torch.randn(prompts, heads, length, dim), torch.randn(prompts, heads, length, dim), i
-        )
-    return cache
-
-
-def test_a_selected_cache_gathers_each_layer_when_the_step_reaches_it():
-    cache = _filled_cache()
-    index = torch.tensor([2, 0, 0, 1, 2])
-    expected = copy.deepcopy(cache)
-    expected.batch_select_indices(index)
-    selected = select_rows(cache, index)
-    # nothing is copied up front: the layers still hold the prompts' tensors
-    assert all(s.keys is c.keys for s, c in zip(selected.layers, cache.layers, strict=True))
-    for i in range(len(cache.layers)):
-        new_k, new_v = torch.randn(5, 2, 1, 4), torch.randn(5, 2, 1, 4)
-        keys, values = selected.update(new_k, new_v, i)
-        want_k, want_v = expected.update(new_k, new_v, i)
-        assert torch.equal(keys, want_k) and torch.equal(values, want_v)
-        # it stores nothing: the prompts' cache and the selected one keep their length
-        assert selected.layers[i].keys.shape[-2] == cache.layers[i].keys.shape[-2] == 5
-    assert selected.get_seq_length() == cache.get_seq_length() == 5
-
-
-def test_each_layer_of_a_cache_may_take_its_own_rows():
-    cache = _filled_cache()
-    indices = [torch.tensor([2, 0, 1]), torch.tensor([2, 0]), torch.tensor([1])]
-    selected = select_rows_by_layer(cache, indices)
-    for i, index in enumerate(indices):
-        new_k, new_v = torch.randn(len(index), 2, 1, 4), torch.randn(len(index), 2, 1, 4)
-        keys, values = selected.update(new_k, new_v, i)
-        assert torch.equal(keys[:, :, :5], cache.layers[i].keys[index])
-        assert torch.equal(values[:, :, 5:], new_v)
-        assert cache.layers[i].keys.shape[0] == 3  # the prompts' cache is left as it is
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
