@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from graft.core.api import tracer as grafted_tracer
-from graft.core.execution.engine import donor_modules
 from graft.core.execution.executor import TraceParts
+from graft.core.execution.module_tables import donor_modules
 from graft.core.execution.trace import DonorModules, graft_batch, model_device, trace_batch
 from graft.core.families.arch import architecture_of
 from graft.core.families.wrapping import unwrap

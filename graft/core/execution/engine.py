@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from graft.core.execution.executor import Executor, LocalExecutor, donor_modules
+from graft.core.execution.executor import Executor, LocalExecutor
 from graft.core.execution.head import DeferredLogits, HeadProducts
 from graft.core.execution.inputs import (
     as_donors,
@@ -46,6 +46,7 @@ from graft.core.execution.inputs import (
     is_loaded,
     model_of,
 )
+from graft.core.execution.module_tables import donor_modules
 from graft.core.execution.routing import engine_path, route_rows
 from graft.core.execution.trace import unpack_row_metrics
 from graft.core.families.arch import Architecture, architecture_of

@@ -23,8 +23,14 @@ from graft.core.execution.head import (
     note_head_changed,
 )
 from graft.core.execution.hooked import run_hooked
+from graft.core.execution.module_tables import (
+    ModuleTable,
+    donor_modules,
+    module_table,
+    tables_once,
+)
 from graft.core.execution.prompt_values import PromptValues
-from graft.core.execution.split import ModuleTable, split_modules
+from graft.core.execution.split import split_modules
 from graft.core.execution.trace import (
     graft_batch,
     last_logits,
@@ -44,7 +50,6 @@ from graft.core.planning.kv_cache import (
 )
 from graft.core.planning.plan import BatchPlan, SharedPrefix, SitePatch
 from graft.core.planning.prefix import slice_rows
-from graft.errors import SpecError
 
 
 class Executor(Protocol):
@@ -61,48 +66,6 @@ class Executor(Protocol):
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor | DeferredLogits]: ...
-
-
-def module_table(model: nn.Module) -> dict[str, nn.Module]:
-    """Every submodule of ``model`` by path (one walk of the tree, where ``get_submodule``
-    walks the path of each module asked for)."""
-    return dict(unwrap(model).named_modules())
-
-
-def _tables_once() -> Callable[[nn.Module], ModuleTable]:
-    """A :func:`module_table` lookup that walks each model's tree once (it holds the models
-    it has seen, so their ids stay theirs)."""
-    tables: dict[int, tuple[nn.Module, ModuleTable]] = {}
-
-    def table_of(model: nn.Module) -> ModuleTable:
-        hit = tables.get(id(model))
-        if hit is None:
-            hit = tables[id(model)] = (model, module_table(model))
-        return hit[1]
-
-    return table_of
-
-
-def donor_modules(
-    donors: Mapping[str, nn.Module | None],
-    patches: Sequence[SitePatch],
-    table_of: Callable[[nn.Module], ModuleTable] | None = None,
-) -> dict[str, nn.Module]:
-    """``{"donor:path": the donor's module at path}`` for every patch; ``table_of`` gives a
-    model's :func:`module_table` (default: each model's made once for this call)."""
-    lookup = table_of if table_of is not None else _tables_once()
-    mods = {}
-    for p in patches:
-        key = f"{p.donor}:{p.path}"
-        if key not in mods:
-            if donors.get(p.donor) is None:
-                raise SpecError(
-                    f"the graft uses donor {p.donor!r} but its weights were not given; pass "
-                    "the model in donors={...}"
-                )
-            donor = unwrap(donors[p.donor])
-            mods[key] = lookup(donor)[p.path]
-    return mods
 
 
 @dataclass
@@ -165,7 +128,7 @@ class LocalExecutor:
         self.resume_layers = resume_layers
         #: (prefix plan, carrier, its key/value cache): the last step's prefixes
         self._kept_prefix: tuple[BatchPlan, nn.Module, Any] | None = None
-        #: the models' :func:`module_table` lookup (:func:`_tables_once`), while :meth:`run` runs
+        #: the models' :func:`~graft.core.execution.module_tables.module_table` lookup (:func:`~graft.core.execution.module_tables.tables_once`), while :meth:`run` runs
         self._tables: Callable[[nn.Module], ModuleTable] | None = None
         #: grafted batches yield their head's inputs (:meth:`deferring_head`)
         self._defer_head = False
@@ -175,7 +138,7 @@ class LocalExecutor:
     def run(
         self, base, donors: Mapping[str, nn.Module | None], plans: Iterable[BatchPlan]
     ) -> Iterator[torch.Tensor | DeferredLogits]:
-        self._tables = _tables_once()  # each model's tree walked once per run, not per batch
+        self._tables = tables_once()  # each model's tree walked once per run, not per batch
         try:
             for plan in plans:
                 yield self.run_plan(base, donors, plan)
@@ -208,14 +171,14 @@ class LocalExecutor:
         """Within the block, each model's module tree is walked once (as within :meth:`run`),
         for calls of :meth:`run_on_cache`."""
         before = getattr(self, "_tables", None)
-        self._tables = before or _tables_once()
+        self._tables = before or tables_once()
         try:
             yield
         finally:
             self._tables = before
 
     def _table(self, model: nn.Module) -> ModuleTable:
-        """``model``'s :func:`module_table`, kept while :meth:`run` runs."""
+        """``model``'s :func:`~graft.core.execution.module_tables.module_table`, kept while :meth:`run` runs."""
         tables = getattr(self, "_tables", None)  # subclasses may skip __init__
         return module_table(model) if tables is None else tables(model)
 

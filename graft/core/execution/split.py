@@ -5,14 +5,12 @@ copies the split adds to cost less than the work it saves."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import cast
 
 import torch
 from torch import nn
 
-#: A model's modules by path (:func:`graft.core.execution.executor.module_table`).
-ModuleTable = Mapping[str, nn.Module]
+from graft.core.execution.module_tables import ModuleTable
 
 #: A module's own computation is restricted to the cells no donor takes when donors take at
 #: least this share of the cells it sees (below, copying the rest costs more than it saves)
@@ -65,7 +63,7 @@ def split_modules(
     indices)}`` for the grafted matrix products of ``batch`` where donors take at least
     :data:`SPLIT_SHARE` of the cells: the trace skips them and runs them on those cells
     only (:func:`graft.core.execution.trace.graft_trace_body`). ``table``: the model's
-    :func:`module_table`, if at hand.
+    :func:`~graft.core.execution.module_tables.module_table`, if at hand.
     Fused q/k/v sites grafted in slices keep the whole computation (the base's slices are
     needed at the grafted cells too)."""
     head = torch_model.get_output_embeddings()  # type: ignore[operator]  # a transformers model
