@@ -23,8 +23,8 @@ exactly for the kinds inside it (``q``, ``k``, ``v``, ``o``, ``qkv``, ``attn``) 
 only downstream of the block (:mod:`graft.core.api.attribution_local`).
 The estimate is exact for a linear metric of a linear change; it fails where a graft
 changes the base far from it (multi-cell grafts, large finetunes), which
-``graft-exp attribution --verify K`` (:func:`verify_attribution`) measures against
-real grafts.
+``graft-exp attribution --verify K``
+(:func:`graft.core.api.attribution_verify.verify_attribution`) measures against real grafts.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from graft.core.language.vocabulary import (
 )
 from graft.errors import SpecError
 
-__all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute", "one_donor", "prompt_inputs"]
+__all__ = ["DEFAULT_KINDS", "ESTIMATORS", "attribute"]
 
 _MODULE_KINDS = ("mlp", "ffn")  # the whole MLP module, whose output change is exact
 
@@ -172,6 +172,12 @@ def attribute(
                         )
     schema = {"prompt": pl.Int64, "layer": pl.Int64, "unit": pl.Utf8, "kind": pl.Utf8}
     return pl.DataFrame(records, schema={**schema, "estimate": pl.Float64})
+
+
+def metric_scores(logits: torch.Tensor, metric: str) -> torch.Tensor:
+    """What ``metric`` measures of each token from ``logits`` [rows, vocab]: its log-prob
+    (``"logprob"``) or its raw logit."""
+    return logits.log_softmax(-1) if metric == "logprob" else logits
 
 
 def prompt_inputs(
@@ -346,7 +352,7 @@ def _batch_effects(
             ).logits
             last = logits[torch.arange(len(rows), device=logits.device), lasts]
             last = last.float() if last.dtype != torch.float64 else last
-            scores = last.log_softmax(-1) if metric == "logprob" else last
+            scores = metric_scores(last, metric)
             target = torch.tensor(target_ids, device=scores.device)
             scores.gather(1, target[:, None]).sum().backward()
     finally:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from graft.core.api.attribution import attribute, one_donor, prompt_inputs
+from graft.core.api.attribution import attribute, metric_scores, one_donor, prompt_inputs
 from graft.core.api.texts import graft_texts
 from graft.core.execution.executor import LocalExecutor
 
@@ -64,23 +64,20 @@ def verify_attribution(
             pl.col("estimate").abs(), descending=True
         )
         cells = cells if top_k is None else cells.head(top_k)
-        specs = [
-            "none",
-            *(f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()),
-        ]
-        logits = graft_texts(
+        specs = [f"{u}:{ly}:{k}" for u, ly, k in cells.select("unit", "layer", "kind").iter_rows()]
+        real = _real_effects(
             base,
             one,
             tokenizer,
             text,
             specs,
+            target_ids[prompt],
+            metric,
             fields=named,
             executor=executor,
             progress=f"verify {prompt + 1}/{len(text_list)}" if progress else False,
-        ).double()
-        scores = logits.log_softmax(-1) if metric == "logprob" else logits
-        values = scores[:, target_ids[prompt]]
-        parts.append(cells.with_columns(real=pl.Series((values[1:] - values[0]).tolist())))
+        )
+        parts.append(cells.with_columns(real=pl.Series(real)))
     return pl.concat(parts)
 
 
@@ -141,13 +138,12 @@ def verify_multicell(
             if set(units) <= present:
                 cells = own.filter(pl.col("unit").is_in(list(units)))
                 sets.append((label, None, f"{label}:all:{components}", cells))
-        specs = ["none", *(spec for _, _, spec, _ in sets)]
-        logits = graft_texts(base, one, tokenizer, text, specs, fields=named).double()
-        scores = logits.log_softmax(-1) if metric == "logprob" else logits
-        values = scores[:, target_ids[prompt]]
-        for (label, layer, spec, cells), value in zip(sets, values[1:].tolist(), strict=True):
+        specs = [spec for _, _, spec, _ in sets]
+        effects = _real_effects(
+            base, one, tokenizer, text, specs, target_ids[prompt], metric, fields=named
+        )
+        for (label, layer, spec, cells), real in zip(sets, effects, strict=True):
             estimate = float(cells["estimate"].sum())
-            real = value - float(values[0])
             records.append(
                 {
                     "prompt": prompt,
@@ -171,3 +167,21 @@ def verify_multicell(
         "error": pl.Float64,
     }
     return pl.DataFrame(records, schema=schema)
+
+
+def _real_effects(
+    base: Any,
+    one: Mapping[str, Any],
+    tokenizer: Any,
+    text: str,
+    specs: Sequence[str],
+    target: int,
+    metric: str,
+    **graft_options: Any,
+) -> list[float]:
+    """What each of ``specs`` grafted for real moves ``metric`` of ``target`` on ``text``:
+    its value under the graft minus the ungrafted base's (run first, in the same batch;
+    ``graft_options``: :func:`graft.graft_texts`' keywords)."""
+    logits = graft_texts(base, one, tokenizer, text, ["none", *specs], **graft_options)
+    values = metric_scores(logits.double(), metric)[:, target]
+    return (values[1:] - values[0]).tolist()
